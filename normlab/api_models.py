@@ -1,0 +1,82 @@
+"""Public shapes of the HTTP API (torch-free): what the backend answers and the front end reads.
+
+Create shapes are what a client sends (a `RunSpec`, a `SweepCreate`); Public shapes are what comes back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from normlab.events import RunStatus
+from normlab.spec import NormName, RunSpec
+
+
+class RunCreated(BaseModel):
+    id: str
+    status: RunStatus
+
+
+class RunPublic(BaseModel):
+    id: str
+    spec: dict[str, Any]  # the resolved RunSpec
+    status: RunStatus
+    owner: str | None = None
+    group_id: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker_host: str | None = None
+    device: str | None = None
+    kernel_backend: str | None = None
+    error: str | None = None
+    summary: dict[str, Any] = Field(default_factory=dict)  # final metrics (RunResult.metrics) and probes
+    last_seq: int = 0  # sequence number of the newest stored event
+    queue_position: int | None = None  # 1 = next to run; None unless queued
+
+
+class RunList(BaseModel):
+    items: list[RunPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class SweepCreate(BaseModel):
+    """A base spec and lists to cross: every norm × batch_size × seed becomes one run in one group."""
+
+    base: RunSpec
+    norms: list[NormName] = Field(default_factory=list, max_length=6)
+    batch_sizes: list[int] = Field(default_factory=list, max_length=8)
+    seeds: list[int] = Field(default_factory=list, max_length=8)
+
+
+class SweepCreated(BaseModel):
+    group_id: str
+    run_ids: list[str]
+
+
+class Series(BaseModel):
+    """One metric's history. When downsampled, each point is a bucket: value = mean, min/max kept."""
+
+    step: list[int]
+    value: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
+    time: list[float]
+
+
+class MetricsPublic(BaseModel):
+    run_id: str
+    series: dict[str, Series]
+    total_points: int
+    downsampled: bool
+
+
+class ErrorDetail(BaseModel):
+    """The body of every 4xx/5xx: a message that says what to change, and per-field messages."""
+
+    detail: str
+    fields: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,159 @@
+"""The catalog of tasks and normalizers, as data: what can be trained, with what, and the defaults.
+
+Torch-free: the API, the front end and the CLI read it without importing the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+TaskKind = Literal["flat", "image", "sequence"]
+Target = Literal["class", "per_step_class", "regression"]
+
+NORMS: dict[str, str] = {
+    "none": "No normalization (the baseline).",
+    "batch": "Batch normalization (eq. 2): statistics over the mini-batch; per-time-step in RNNs.",
+    "layer": "Layer normalization (eq. 3/15): statistics over the hidden units of one case.",
+    "weight": "Weight normalization (§4): w = g·v/‖v‖, no data statistics.",
+    "rms": "RMSNorm (beyond the paper): rescale by the root mean square, no re-centering.",
+    "group": "Group normalization (ConvNet only): layer statistics over groups of channels.",
+}
+
+CELLS: dict[str, str] = {
+    "lstm": "LSTM (eq. 17; with LayerNorm eq. 20, or eq. 29 with ln_placement='cell').",
+    "gru": "GRU (eq. 23; with LayerNorm eq. 26).",
+    "tanh": "Plain tanh RNN (eq. 4 with LayerNorm).",
+}
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One trainable task: its shape, its metric and its defaults."""
+
+    name: str
+    description: str
+    kind: TaskKind
+    target: Target
+    metric: Literal["accuracy", "bpc", "mse"]
+    norms: tuple[str, ...]
+    cells: tuple[str, ...] = ()
+    hidden_size: int = 256
+    layers: int = 2
+    lr: float = 1e-3
+    steps: int = 300
+    batch_size: int = 32
+    seq_len: int | None = None
+    seq_len_range: tuple[int, int] | None = None
+    eval_longer: bool = False  # can it be evaluated on sequences longer than it was trained on?
+    needs_files: bool = False  # read from the user's data directory (MNIST)
+
+    def public(self) -> dict:
+        d = asdict(self)
+        d["sequential"] = self.kind == "sequence"
+        return d
+
+
+_FF_NORMS = ("none", "batch", "layer", "weight", "rms")
+_RNN_NORMS = ("none", "batch", "layer", "weight", "rms")
+
+TASKS: dict[str, TaskInfo] = {
+    t.name: t
+    for t in [
+        TaskInfo(
+            "digits", "scikit-learn 8×8 digits, permutation-invariant MLP (§6.6's shape at small scale).",
+            "flat", "class", "accuracy", _FF_NORMS, hidden_size=256, layers=2, steps=300,
+        ),
+        TaskInfo(
+            "mnist", "Permutation-invariant MNIST, 784-1000-1000-10 as in §6.6 (IDX files in the data dir).",
+            "flat", "class", "accuracy", _FF_NORMS, hidden_size=1000, layers=2, steps=1000,
+            batch_size=128, needs_files=True,
+        ),
+        TaskInfo(
+            "mnist1d", "MNIST-1D (40 features), generated offline; a harder small MLP benchmark.",
+            "flat", "class", "accuracy", _FF_NORMS, hidden_size=256, layers=2, steps=500,
+        ),
+        TaskInfo(
+            "seq-digits", "8×8 digits read row by row (8 steps of 8 pixels) by a recurrent network.",
+            "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=128, layers=1, steps=300, seq_len=8, seq_len_range=(8, 8),
+        ),
+        TaskInfo(
+            "adding", "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",
+            "sequence", "regression", "mse", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=128, layers=1, steps=400, seq_len=100, seq_len_range=(2, 2000), eval_longer=True,
+        ),
+        TaskInfo(
+            "copy", "Copy memory: reproduce 10 symbols after a delay of seq_len blanks.",
+            "sequence", "per_step_class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=128, layers=1, steps=400, seq_len=20, seq_len_range=(1, 1000), eval_longer=True,
+        ),
+        TaskInfo(
+            "charlm", "Character-level language model on the Python standard library's sources (bits/char).",
+            "sequence", "per_step_class", "bpc", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=256, layers=1, lr=2e-3, steps=400, seq_len=64, seq_len_range=(2, 1000),
+            eval_longer=True,
+        ),
+        TaskInfo(
+            "conv-digits", "A small ConvNet on 8×8 digits (§6.7: LN beats none, BN beats LN).",
+            "image", "class", "accuracy", ("none", "batch", "layer", "weight", "rms", "group"),
+            hidden_size=32, layers=2, steps=300,
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str | None = None
+
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
+
+
+def mnist_dir(data_dir: Path | str) -> Path:
+    return Path(data_dir) / "mnist"
+
+
+def task_availability(name: str, data_dir: Path | str | None) -> Availability:
+    """Whether a task can run here, and if not, what to do about it."""
+    task = TASKS[name]
+    if not task.needs_files:
+        return Availability(True)
+    folder = mnist_dir(data_dir) if data_dir is not None else None
+    missing = []
+    for stem in MNIST_FILES:
+        if folder is None or not ((folder / stem).exists() or (folder / f"{stem}.gz").exists()):
+            missing.append(stem)
+    if missing:
+        where = folder if folder is not None else "<data dir>/mnist"
+        return Availability(False, f"MNIST IDX files not found: put {', '.join(missing)} (raw or .gz) in "
+                                   f"{where}, or choose task 'digits' or 'mnist1d'.")
+    return Availability(True)
+
+
+@dataclass
+class Catalog:
+    tasks: list[dict] = field(default_factory=list)
+    norms: dict[str, str] = field(default_factory=dict)
+    cells: dict[str, str] = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
+
+
+def build_catalog(data_dir: Path | str | None = None) -> dict:
+    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges."""
+    from normlab.spec import RunSpec  # local: spec imports this module
+
+    tasks = []
+    for name, task in TASKS.items():
+        avail = task_availability(name, data_dir)
+        tasks.append({**task.public(), "available": avail.available, "unavailable_reason": avail.reason})
+    return {
+        "tasks": tasks,
+        "norms": NORMS,
+        "cells": CELLS,
+        "fields": RunSpec.field_ranges(),
+    }

@@ -1,0 +1,60 @@
+"""The `normlab` command. Each sub-command lives in its own module with a ``register(subparsers)``.
+
+Modules are listed in one dict; heavy imports (torch, the service) happen inside the handlers so that
+``normlab --help`` and ``normlab catalog`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command module -> owner area. Each module defines register(subparsers).
+COMMAND_MODULES = [
+    "normlab.cli.catalog",  # catalog
+    "normlab.cli.run",  # run
+    "normlab.cli.invariance",  # invariance
+    "normlab.cli.reproduce",  # reproduce
+    "normlab.cli.bench",  # bench engine|stream|probes|kernel|faults|frontend
+    "normlab.cli.serve",  # up, api, frontend, worker
+    "normlab.cli.token",  # token create|revoke|list
+]
+
+
+class CLIError(Exception):
+    """A mistake the user can fix; printed as one message, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="normlab", description="normlab: a live lab for normalization in neural-network training.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # not written yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as exc:
+        print(f"normlab {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""`normlab bench TARGET [--json] [...]`: benchmarks that print ratios measured side by side in one run.
+
+Each target is one function ``main(argv) -> int`` in its own area's module, imported only when asked.
+Every benchmark prints a human table, and with ``--json`` one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+TARGETS = {
+    "engine": ("workers.engine.bench", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
+    "probes": ("workers.probes.bench", "probe overhead (on ÷ off) and each estimator's cost"),
+    "kernel": ("kernels.bench", "Triton LayerNorm / LN-LSTM vs torch on the GPU"),
+    "stream": ("backend.bench_stream", "live feed latency, fan-out, submit → first event, history fetch"),
+    "faults": ("backend.bench_faults", "load and fault figures of the shared lab server"),
+    "frontend": ("frontend.bench", "page load and live-append cost in headless Chromium"),
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="run a benchmark (" + ", ".join(TARGETS) + ")")
+    p.add_argument("target", choices=sorted(TARGETS))
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options for the benchmark (e.g. --json)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from normlab.cli import CLIError
+
+    module_name, _ = TARGETS[args.target]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CLIError(f"benchmark '{args.target}' is not available: {exc}") from exc
+    return int(module.main(list(args.rest)) or 0)

@@ -1,0 +1,31 @@
+"""`normlab catalog [--json]`: the tasks, normalizers and options normlab offers here."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("catalog", help="list tasks, normalizers and option ranges")
+    p.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from normlab.catalog import build_catalog
+    from normlab.settings import get_settings
+
+    catalog = build_catalog(get_settings().data_dir)
+    if args.json:
+        print(json.dumps(catalog, indent=2, default=str))
+        return 0
+    print("Tasks:")
+    for t in catalog["tasks"]:
+        mark = "" if t["available"] else f"  [unavailable: {t['unavailable_reason']}]"
+        print(f"  {t['name']:<12} {t['description']}{mark}")
+        print(f"  {'':<12} norms: {', '.join(t['norms'])}" + (f"; cells: {', '.join(t['cells'])}"
+                                                               if t["cells"] else ""))
+    print("Normalizers:")
+    for name, desc in catalog["norms"].items():
+        print(f"  {name:<12} {desc}")
+    return 0

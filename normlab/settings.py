@@ -1,0 +1,65 @@
+"""One typed `Settings`, read from the environment (``NORMLAB_*``) and passed down.
+
+Nothing else in normlab reads ``os.environ``. Celery takes its configuration from this object too.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NORMLAB_", extra="ignore")
+
+    # Where the embedded form keeps its SQLite store and where MNIST's IDX files are looked for
+    # (``<data_dir>/mnist``).
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".normlab")
+    # Results store: empty = SQLite (WAL) at <data_dir>/normlab.sqlite; or a PostgreSQL URL.
+    database_url: str = ""
+    # Celery broker: empty = the embedded form (no Redis); e.g. redis://127.0.0.1:6379/0.
+    broker_url: str = ""
+    # Live feed: 'auto' = Redis Streams when redis_url is set, else the embedded feed.
+    feed: Literal["auto", "redis", "embedded"] = "auto"
+    redis_url: str = ""
+    feed_maxlen: int = Field(100_000, ge=100)  # approximate cap of each run's Redis Stream
+    # Kernels: 'auto' = the Triton kernel on CUDA tensors, torch otherwise; 'torch' forces torch (A/B).
+    kernel_backend: Literal["auto", "torch", "triton"] = "auto"
+    # Workers
+    worker_heartbeat_s: float = Field(2.0, gt=0)
+    lost_after_s: float = Field(20.0, gt=0)  # no heartbeat for this long -> the run is 'lost'
+    max_run_seconds: int = Field(6 * 3600, ge=60)  # longest allowed run; broker visibility timeout above it
+    # Service
+    host: str = "127.0.0.1"
+    port: int = Field(8050, ge=1, le=65535)
+    api_url: str = ""  # where the front end finds the API; empty = same origin
+    # Auth and limits (the shared lab server)
+    auth: Literal["off", "tokens"] = "off"
+    public_read: bool = True
+    max_steps: int = Field(20_000, ge=1)
+    max_params: int = Field(5_000_000, ge=1)
+    max_seq_tokens: int = Field(262_144, ge=1)  # seq_len × batch_size
+    max_active_runs_per_user: int = Field(20, ge=1)
+    submit_rate_per_minute: int = Field(120, ge=1)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "normlab.sqlite"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def uses_redis_feed(self) -> bool:
+        return self.feed == "redis" or (self.feed == "auto" and bool(self.redis_url))
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,150 @@
+"""`RunSpec`: what to train. One pydantic model, torch-free, shared by engine, API, CLI and front end.
+
+Fields left as ``None`` take the task's defaults (see `normlab.catalog.TASKS`); `RunSpec.resolved()`
+fills them in, and the resolved spec is what every run stores. Every field has a range, and the
+combinations are checked here, each violation answered with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from normlab.catalog import TASKS
+
+TaskName = Literal["digits", "mnist", "mnist1d", "seq-digits", "adding", "copy", "charlm", "conv-digits"]
+NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
+CellName = Literal["lstm", "gru", "tanh"]
+
+MAX_STEPS = 200_000
+
+
+class ProbeSpec(BaseModel):
+    """What the probes measure, and how often (hidden-state traces, Fisher curvature)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="Collect hidden-state traces and Fisher curvature.")
+    trace_every: int = Field(25, ge=1, le=100_000, description="Steps between hidden-state snapshots.")
+    fisher_every: int = Field(50, ge=1, le=100_000, description="Steps between Fisher estimates.")
+    power_iterations: int = Field(2, ge=1, le=50, description="Warm-started power iterations for λ_max(F).")
+    hessian: bool = Field(False, description="Also estimate λ_max of the Hessian (edge of stability).")
+    empirical_fisher: bool = Field(False, description="Also report the empirical Fisher, labelled as such.")
+    budget: float = Field(0.15, gt=0, le=5.0,
+                          description="Largest fraction of training time the probes may take.")
+
+
+class RunSpec(BaseModel):
+    """One training run: task, normalizer, model, optimizer, schedule, device and probes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: TaskName = Field("digits", description="What to learn.")
+    norm: NormName = Field("layer", description="Which normalizer the hidden layers use.")
+    batch_size: int = Field(32, ge=1, le=4096, description="Cases per mini-batch (1 = online learning).")
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Optimizer steps.")
+    lr: float | None = Field(None, gt=0, le=10.0, description="Learning rate.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="adam, or sgd with momentum.")
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum (ignored by adam).")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="L2 weight decay.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds data splits, initialization and sampling.")
+    hidden_size: int | None = Field(None, ge=1, le=4096, description="Hidden units per layer.")
+    layers: int | None = Field(None, ge=1, le=8, description="Hidden layers (recurrent layers for RNNs).")
+    cell: CellName | None = Field(None, description="Recurrent cell, for sequential tasks only.")
+    seq_len: int | None = Field(None, ge=1, le=5000, description="Training sequence length.")
+    eval_seq_len: int | None = Field(None, ge=1, le=10000,
+                                     description="Evaluate on sequences of this length (≥ seq_len).")
+    gain_init: float = Field(1.0, gt=0.0, le=10.0, description="Initial normalization gain (paper: 1).")
+    ln_placement: Literal["full", "cell"] = Field(
+        "full", description="LSTM LayerNorm: 'full' = eq. 20/26, 'cell' = LN(c_t) only, eq. 29.")
+    eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
+    probes: ProbeSpec = Field(default_factory=ProbeSpec)
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> RunSpec:
+        problems = combination_problems(self)
+        if problems:
+            fields = sorted({f for f, _ in problems})
+            raise PydanticCustomError(
+                "spec_combination", "{message}",
+                {"message": " ".join(m for _, m in problems), "fields": fields},
+            )
+        return self
+
+    def resolved(self) -> RunSpec:
+        """A copy with every task default filled in: the spec a run stores and reproduces from."""
+        task = TASKS[self.task]
+        updates: dict[str, Any] = {}
+        for name in ("steps", "lr", "hidden_size", "layers"):
+            if getattr(self, name) is None:
+                updates[name] = getattr(task, name)
+        if task.kind == "sequence":
+            if self.cell is None:
+                updates["cell"] = "lstm"
+            if self.seq_len is None:
+                updates["seq_len"] = task.seq_len
+            seq_len = updates.get("seq_len", self.seq_len)
+            if self.eval_seq_len is None:
+                updates["eval_seq_len"] = seq_len
+        return self.model_copy(update=updates)
+
+    @classmethod
+    def field_ranges(cls) -> dict[str, Any]:
+        """JSON-schema description of every field (type, range, default, description) for forms."""
+        schema = cls.model_json_schema()
+        props = schema["properties"]
+        props["probes"] = ProbeSpec.model_json_schema()["properties"]
+        return props
+
+
+def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
+    """(field, message) for each combination of fields that cannot be trained."""
+    task = TASKS[spec.task]
+    out: list[tuple[str, str]] = []
+    if spec.norm not in task.norms:
+        out.append(("norm", f"Task '{spec.task}' does not support norm '{spec.norm}'; choose one of "
+                            f"{', '.join(task.norms)}."))
+    if spec.norm == "batch" and spec.batch_size < 2:
+        out.append(("batch_size", f"BatchNorm needs batch size ≥ 2 (got {spec.batch_size}): its statistics "
+                                  "come from the mini-batch. Use norm 'layer' for online learning, or raise "
+                                  "batch_size."))
+    if task.kind != "sequence":
+        if spec.cell is not None:
+            out.append(("cell", f"Task '{spec.task}' is not sequential, so it has no recurrent cell; remove "
+                                f"cell or pick a sequential task ({', '.join(_sequential())})."))
+        for name in ("seq_len", "eval_seq_len"):
+            if getattr(spec, name) is not None:
+                out.append((name, f"Task '{spec.task}' is not sequential; remove {name}."))
+        if spec.ln_placement != "full":
+            out.append(("ln_placement", "ln_placement 'cell' applies only to an LSTM; use 'full'."))
+    else:
+        cell = spec.cell or "lstm"
+        if cell not in task.cells:
+            out.append(("cell", f"Task '{spec.task}' supports cells {', '.join(task.cells)}."))
+        lo, hi = task.seq_len_range or (1, 5000)
+        seq_len = spec.seq_len if spec.seq_len is not None else task.seq_len
+        if spec.seq_len is not None and not lo <= spec.seq_len <= hi:
+            if lo == hi:
+                out.append(("seq_len", f"Task '{spec.task}' has a fixed sequence length of {lo}; remove "
+                                       "seq_len."))
+            else:
+                out.append(("seq_len", f"Task '{spec.task}' takes seq_len between {lo} and {hi} "
+                                       f"(got {spec.seq_len})."))
+        if spec.eval_seq_len is not None:
+            if not task.eval_longer and spec.eval_seq_len != seq_len:
+                out.append(("eval_seq_len", f"Task '{spec.task}' cannot be evaluated at another length; "
+                                            "remove eval_seq_len."))
+            elif seq_len is not None and spec.eval_seq_len < seq_len:
+                out.append(("eval_seq_len", f"eval_seq_len ({spec.eval_seq_len}) must be at least seq_len "
+                                            f"({seq_len})."))
+        if spec.ln_placement == "cell" and not (spec.norm == "layer" and cell == "lstm"):
+            out.append(("ln_placement", "ln_placement 'cell' (eq. 29) means LayerNorm on c_t of an LSTM: "
+                                        "use it with norm 'layer' and cell 'lstm', or set it to 'full'."))
+    return out
+
+
+def _sequential() -> list[str]:
+    return [n for n, t in TASKS.items() if t.kind == "sequence"]

@@ -1,0 +1,1 @@
+"""Workers: the training engine (torch), the probes, and the Celery task that runs them."""

@@ -1,32 +1,94 @@
-"""normlab's kernels: `layer_norm(x, weight, bias, eps)` with a torch fallback.
+"""normlab's kernels: `layer_norm` and `ln_lstm_cell`, Triton on CUDA tensors and torch everywhere else.
 
-The engine's LayerNorm calls `layer_norm`. For now it runs torch's native layer norm everywhere; the
-Triton path (CUDA tensors) plugs in here. `backend_for(x)` says which backend a tensor would use, so
-every run can record it.
+The engine's LayerNorm calls `layer_norm(x, weight, bias, eps)`; its LN-LSTM calls `ln_lstm_cell(...)`.
+On a CUDA tensor, with triton importable and the backend not forced to 'torch', both run the Triton
+kernels (registered as torch custom ops, so `torch.compile` keeps them in the graph); otherwise the
+torch reference runs. `backend_for(x)` says which one a tensor gets, so every run can record it.
+`triton_layer_norm` / `triton_ln_lstm_cell` call the Triton path directly: on CPU tensors that works only
+under TRITON_INTERPRET=1, set before the first call (the kernel modules are imported lazily then).
+Triton may be missing (a CPU-only install): this package still imports and uses torch.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import functools
+import importlib
+import importlib.util
 
-_FORCED: str = "auto"  # 'auto' | 'torch' | 'triton'
+import torch
+
+from kernels.reference import layer_norm_reference, ln_lstm_cell_reference
+
+__all__ = ["backend_for", "layer_norm", "layer_norm_reference", "ln_lstm_cell", "ln_lstm_cell_reference",
+           "set_backend", "triton_available", "triton_layer_norm", "triton_ln_lstm_cell"]
+
+BACKENDS = ("auto", "torch", "triton")
+_FORCED: str = "auto"
 
 
 def set_backend(name: str) -> None:
     """Choose the backend: 'auto' (Triton on CUDA, torch otherwise), 'torch' (A/B runs) or 'triton'."""
     global _FORCED
-    if name not in ("auto", "torch", "triton"):
+    if name not in BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; use 'auto', 'torch' or 'triton'")
+    if name == "triton" and not triton_available():
+        raise ValueError("kernel backend 'triton' needs the triton package; install normlab[kernels] "
+                         "or use 'auto'/'torch'")
     _FORCED = name
 
 
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """True when the triton package can be imported (checked once, without importing it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def backend_for(x: torch.Tensor) -> str:
-    """The backend `layer_norm` uses for this tensor: 'torch' or 'triton'."""
-    return "torch"
+    """The backend `layer_norm` / `ln_lstm_cell` use for this tensor: 'triton' or 'torch'.
+
+    'triton' only for CUDA tensors (the compiled kernels need a GPU); 'torch' forces torch everywhere.
+    """
+    if _FORCED == "torch" or not x.is_cuda or not triton_available():
+        return "torch"
+    return "triton"
+
+
+def _ln_op():
+    return importlib.import_module("kernels.layer_norm_op")
+
+
+def _lstm_op():
+    return importlib.import_module("kernels.lstm_op")
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension (eq. 15: population variance), then gain and bias."""
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    if backend_for(x) == "triton":
+        return _ln_op().triton_layer_norm(x, weight, bias, eps)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                      eps: float = 1e-5, *, tier: str = "auto") -> torch.Tensor:
+    """LayerNorm by the Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1); differentiable."""
+    return _ln_op().triton_layer_norm(x, weight, bias, eps, tier=tier)
+
+
+def ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5):
+    """(h, c) of one LN-LSTM step (eq. 20, gates f, i, o, g): fused Triton kernel on CUDA, torch otherwise.
+
+    hh = h_{t-1} W_hᵀ and xx = x_t W_xᵀ are (B, 4H); c_prev (B, H); gain_h/bias_h/gain_x/bias_x/bias (4H,);
+    gain_c/bias_c (H,).
+    """
+    args = (hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps)
+    if backend_for(hh) == "triton":
+        return _lstm_op().triton_ln_lstm_cell(*args)
+    return ln_lstm_cell_reference(*args)
+
+
+def triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c,
+                        eps: float = 1e-5):
+    """(h, c) by the fused Triton LN-LSTM kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
+    return _lstm_op().triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
+                                          bias_c, eps)

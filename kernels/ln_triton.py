@@ -1,0 +1,229 @@
+"""Triton LayerNorm kernels: forward (y, fp32 mean, fp32 rstd) and a fused, deterministic backward.
+
+Maths (the paper's eq. 15, population variance), per row x of length N:
+    μ = Σ x / N,   σ² = Σ (x − μ)² / N,   rstd = 1 / √(σ² + ε),   x̂ = (x − μ)·rstd,   y = γ ⊙ x̂ + β
+Backward, with g = γ ⊙ dy:
+    dx = rstd · (g − x̂ · mean(g ⊙ x̂) − mean(g)),   dγ = Σ_rows dy ⊙ x̂,   dβ = Σ_rows dy
+All statistics accumulate in fp32 whatever the activation dtype; fp32 weights may meet fp16/bf16
+activations. Tiers by N:
+  * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT): the whole row stays in registers, the variance is
+    the centred two-pass on the resident row; for small N each program takes ROWS rows at once.
+  * looped (larger N): one row per program walked in chunks; the statistics merge chunk by chunk with
+    Chan's parallel formula (stable), then a second walk normalizes (the row is then mostly in L2).
+The backward is a persistent grid of P programs: each owns rows pid, pid+P, … and keeps its own fp32
+dγ/dβ partial (registers in the resident tier, its own row of the [P, N] buffer in the looped tier);
+a second kernel sums the P partials column by column in a fixed order. No atomics, no locks: the
+result is bitwise identical on repeats for a given device and shape.
+Masked tails (cols < N) keep every N on the same code path.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+MAX_RESIDENT = 32768  # largest power-of-two row kept in registers (fp32 row: 128 KB over ≤ 1024 threads)
+LOOP_BLOCK = 4096  # chunk of the looped tier
+SMALL_ROW_ELEMS = 4096  # a resident program handles about this many elements (ROWS rows × BLOCK_N)
+
+
+@triton.jit
+def _ln_fwd_resident(
+    X,  # input rows (M, N), last dim contiguous, row stride stride_x; fp32/fp16/bf16
+    Y,  # output rows (M, N), row stride stride_y, same dtype as X
+    W,  # gain γ (N,), any float dtype (read as fp32); unused when HAS_W is False
+    B,  # bias β (N,); unused when HAS_B is False
+    Mean,  # fp32 (M,): μ per row, saved for backward
+    Rstd,  # fp32 (M,): 1/√(σ²+ε) per row, saved for backward
+    stride_x, stride_y, M, N, eps,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    rows64 = rows.to(tl.int64)  # M·N can pass 2³¹
+    x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)  # centred two-pass on the resident row: stable
+    var = tl.sum(xc * xc, axis=1) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    y = xc * rstd[:, None]
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+    if HAS_B:
+        b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
+        y = y + b[None, :]
+    tl.store(Y + rows64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Mean + rows, mean, mask=row_ok)
+    tl.store(Rstd + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def _ln_fwd_looped(
+    X,  # input rows (M, N), row stride stride_x
+    Y,  # output rows (M, N), row stride stride_y
+    W,  # gain γ (N,) or unused
+    B,  # bias β (N,) or unused
+    Mean,  # fp32 (M,) μ
+    Rstd,  # fp32 (M,) rstd
+    stride_x, stride_y, M, N, eps,
+    BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):
+    row = tl.program_id(0)
+    x_row = X + tl.cast(row, tl.int64) * stride_x
+    y_row = Y + tl.cast(row, tl.int64) * stride_y
+    cols = tl.arange(0, BLOCK_N)
+    # Pass 1: Chan's merge of per-chunk (count, mean, M2): stable without a third read.
+    n_a = 0.0
+    mean_a = 0.0
+    m2_a = 0.0
+    for off in range(0, N, BLOCK_N):
+        ok = off + cols < N
+        x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+        n_b = tl.minimum(N - off, BLOCK_N).to(tl.float32)
+        mean_b = tl.sum(x, axis=0) / n_b
+        xc = tl.where(ok, x - mean_b, 0.0)
+        m2_b = tl.sum(xc * xc, axis=0)
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        mean_a = mean_a + delta * (n_b / n)
+        m2_a = m2_a + m2_b + delta * delta * (n_a * n_b / n)
+        n_a = n
+    rstd = 1.0 / tl.sqrt(m2_a / N + eps)
+    tl.store(Mean + row, mean_a)
+    tl.store(Rstd + row, rstd)
+    # Pass 2: normalize, scale, shift.
+    for off in range(0, N, BLOCK_N):
+        ok = off + cols < N
+        x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+        y = (x - mean_a) * rstd
+        if HAS_W:
+            y = y * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + off + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_row + off + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _ln_bwd_resident(
+    DY,  # upstream gradient (M, N), row stride stride_dy
+    X,  # forward input (M, N), row stride stride_x
+    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    DX,  # output dx (M, N), row stride stride_dx, dtype of X
+    DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
+    DB_part,  # fp32 (P, N): this program's Σ dy over its rows; unused if not HAS_B
+    stride_dy, stride_x, stride_dx, M, N,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(col_ok, 1.0, 0.0)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # Persistent loop: this program's rows in a fixed order ⇒ deterministic partials.
+    for start in range(pid * ROWS, M, n_prog * ROWS):
+        rows = start + tl.arange(0, ROWS)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows64 = rows.to(tl.int64)
+        x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        g = dy * w[None, :]
+        c1 = tl.sum(xhat * g, axis=1) / N
+        c2 = tl.sum(g, axis=1) / N
+        dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(DX + rows64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_W:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if HAS_B:
+            db_acc += tl.sum(dy, axis=0)
+    if HAS_W:
+        tl.store(DW_part + pid * N + cols, dw_acc, mask=col_ok)
+    if HAS_B:
+        tl.store(DB_part + pid * N + cols, db_acc, mask=col_ok)
+
+
+@triton.jit
+def _ln_bwd_looped(
+    DY,  # upstream gradient (M, N), row stride stride_dy
+    X,  # forward input (M, N), row stride stride_x
+    W,  # gain γ (N,) or unused
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    DX,  # output dx (M, N), row stride stride_dx
+    DW_part,  # fp32 (P, N), zero-initialised: row pid is owned by program pid (read-modify-write)
+    DB_part,  # fp32 (P, N), zero-initialised, same ownership
+    stride_dy, stride_x, stride_dx, M, N,
+    BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    for row in range(pid, M, n_prog):
+        x_row = X + tl.cast(row, tl.int64) * stride_x
+        dy_row = DY + tl.cast(row, tl.int64) * stride_dy
+        dx_row = DX + tl.cast(row, tl.int64) * stride_dx
+        mean = tl.load(Mean + row)
+        rstd = tl.load(Rstd + row)
+        # Pass 1: the two row reductions c1 = mean(g ⊙ x̂), c2 = mean(g).
+        s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for off in range(0, N, BLOCK_N):
+            ok = off + cols < N
+            x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+            if HAS_W:
+                dy = dy * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
+            xhat = tl.where(ok, (x - mean) * rstd, 0.0)
+            s1 += dy * xhat
+            s2 += dy
+        c1 = tl.sum(s1, axis=0) / N
+        c2 = tl.sum(s2, axis=0) / N
+        # Pass 2: dx and this program's partials.
+        for off in range(0, N, BLOCK_N):
+            ok = off + cols < N
+            x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + off + cols, mask=ok, other=0.0).to(tl.float32)
+            xhat = tl.where(ok, (x - mean) * rstd, 0.0)
+            g = dy
+            if HAS_W:
+                g = dy * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
+                p = DW_part + pid * N + off + cols
+                tl.store(p, tl.load(p, mask=ok, other=0.0) + dy * xhat, mask=ok)
+            if HAS_B:
+                p = DB_part + pid * N + off + cols
+                tl.store(p, tl.load(p, mask=ok, other=0.0) + dy, mask=ok)
+            dx = (g - (xhat * c1 + c2)) * rstd
+            tl.store(dx_row + off + cols, dx.to(DX.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _column_sum(
+    Part,  # fp32 (P, N) partials, row-major
+    Out,  # (N,) output in the parameter's dtype: Σ_p Part[p, :]
+    P, N,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    # Fixed-order reduction over the P partial rows: same inputs ⇒ same bits.
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < N
+    acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for p0 in range(0, P, BLOCK_P):
+        ps = p0 + tl.arange(0, BLOCK_P)
+        mask = (ps < P)[:, None] & col_ok[None, :]
+        acc += tl.sum(tl.load(Part + ps[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
+    tl.store(Out + cols, acc.to(Out.dtype.element_ty), mask=col_ok)

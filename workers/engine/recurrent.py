@@ -1,0 +1,212 @@
+"""Recurrent layers (LSTM eq. 17/20/29, GRU eq. 23/26, tanh RNN eq. 4) with any normalizer.
+
+Each layer maps a time-major sequence (T, B, D) to its hidden states (T, B, H). Gate order is
+(f, i, o, g) for the LSTM (eq. 20) and (z, r) for the GRU (eq. 26). Per normalizer:
+
+- 'layer': LN(W_h h) + LN(W_x x) + b on the gates, tanh(LN(c_t)) for the output (eq. 20); with
+  placement 'cell' only LN(c_t) (eq. 29). GRU: eq. 26. tanh RNN: h = tanh(LN(W_h h + W_x x)) (eq. 4).
+- 'batch': recurrent BN (Cooijmans et al. 2016): BN(W_h h) + BN(W_x x) + b and BN(c_t), separate running
+  statistics per time step (see `workers.engine.norms.BatchNorm` for evaluation beyond the trained
+  length).
+- 'rms': as 'layer' with RMSNorm. 'weight': W_h, W_x weight-normalized rows (no data statistics, so
+  nothing on c_t). 'none': eq. 17 / eq. 23 / a plain tanh RNN.
+
+The LSTM's forget-gate bias starts at 1 (common practice; the paper does not say), for every normalizer.
+A layer given a ``record`` dict fills it for the probes: "h" / "c" (lists of (B, H), h with
+``retain_grad``), "summed_mean" / "summed_std" ((T,) batch means of each case's mean / std of the summed
+inputs W_h h_{t-1} + W_x x_t before normalization).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import kernels
+from workers.engine.lstm_seq import lstm_sequence
+from workers.engine.norms import EPS, LayerNorm, make_linear, make_normalizer
+
+
+def _raw_weight(layer: nn.Module) -> torch.Tensor:
+    """The bias-free weight whose product with the input gives the summed inputs (v for WeightNorm)."""
+    return layer.v if hasattr(layer, "v") else layer.weight
+
+
+def _normalize_all(layer: nn.Module, a: torch.Tensor, per_step: bool) -> torch.Tensor:
+    """Normalize summed inputs (T, B, F) of every step: at once, or step by step for recurrent BN."""
+    if per_step:
+        return torch.stack([layer.normalize(a[t], t) for t in range(a.shape[0])])
+    return layer.normalize(a)
+
+
+def _record_summed(record: dict | None, summed: torch.Tensor) -> None:
+    if record is not None:
+        s = summed.detach()
+        record["_mean"].append(s.mean(dim=1).mean())
+        record["_std"].append(s.std(dim=1, unbiased=False).mean())
+
+
+def _start_record(record: dict | None, lstm: bool) -> None:
+    if record is not None:
+        record.clear()
+        record.update({"h": [], "_mean": [], "_std": []})
+        if lstm:
+            record["c"] = []
+
+
+def _finish_record(record: dict | None) -> None:
+    if record is not None:
+        record["summed_mean"] = torch.stack(record.pop("_mean"))
+        record["summed_std"] = torch.stack(record.pop("_std"))
+
+
+def _keep_h(record: dict | None, h: torch.Tensor, c: torch.Tensor | None = None) -> None:
+    if record is not None:
+        if h.requires_grad:
+            h.retain_grad()  # so the probes read ∂L/∂h_t after backward
+        record["h"].append(h)
+        if c is not None:
+            record["c"].append(c)
+
+
+class _RecurrentBase(nn.Module):
+    def __init__(self, norm: str):
+        super().__init__()
+        self.norm_name = norm
+        self.per_step = norm == "batch"
+
+
+class LSTMLayer(_RecurrentBase):
+    """One LSTM layer: `ih` (W_x), `hh` (W_h) projections, gate `bias` (4H) and `norm_c` on c_t (or None)."""
+
+    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
+                 placement: str = "full", max_steps: int = 1):
+        super().__init__(norm)
+        H, G = hidden_size, 4 * hidden_size
+        self.hidden_size, self.placement = H, placement
+        proj_norm = "none" if norm == "layer" and placement == "cell" else norm
+        kw = dict(bias=False, per_step=self.per_step, max_steps=max_steps)
+        self.ih = make_linear(proj_norm, input_size, G, gain_init, **kw)
+        self.hh = make_linear(proj_norm, H, G, gain_init, **kw)
+        self.bias = nn.Parameter(torch.zeros(G))
+        with torch.no_grad():
+            self.bias[:H] = 1.0  # forget gate
+        self.norm_c = (make_normalizer(norm, H, gain_init, per_step=self.per_step, max_steps=max_steps)
+                       if norm in ("layer", "batch", "rms") else None)
+
+    def _fused_ok(self) -> bool:
+        """Whether the sequence-level LSTM (one autograd node for all steps) computes this layer."""
+        plain_proj = self.norm_name == "none" or (self.norm_name == "layer" and self.placement == "cell")
+        full_ln = self.norm_name == "layer" and self.placement == "full"
+        return plain_proj or full_ln
+
+    def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
+        T, B, _ = x.shape
+        ax = self.ih.summed(x)  # (T, B, 4H): every step's W_x x_t in one product (no recurrence)
+        xx = _normalize_all(self.ih, ax, self.per_step) + self.bias
+        h = x.new_zeros(B, self.hidden_size)
+        c = x.new_zeros(B, self.hidden_size)
+        use_kernel = (x.is_cuda and self.norm_name == "layer" and self.placement == "full"
+                      and hasattr(kernels, "ln_lstm_cell"))
+        if record is None and not use_kernel and self._fused_ok():
+            ln_h = isinstance(getattr(self.hh, "norm", None), LayerNorm)
+            gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
+            gain_c, bias_c = ((self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None
+                              else (None, None))
+            return lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS)
+        _start_record(record, lstm=True)
+        outs = []
+        for t in range(T):
+            ah = self.hh.summed(h)
+            _record_summed(record, ah + ax[t])
+            if use_kernel:  # fused CUDA cell: LN(hh) + LN(xx) + b, gates, c_t, LN(c_t), h_t
+                h, c = kernels.ln_lstm_cell(ah, ax[t], c, self.hh.norm.gain, self.hh.norm.bias,
+                                            self.ih.norm.gain, self.ih.norm.bias, self.bias,
+                                            self.norm_c.gain, self.norm_c.bias, EPS)
+            else:
+                gates = self.hh.normalize(ah, t) + xx[t]
+                f, i, o, g = gates.chunk(4, dim=1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                cn = c if self.norm_c is None else self.norm_c(c, t)
+                h = torch.sigmoid(o) * torch.tanh(cn)
+            _keep_h(record, h, c)
+            outs.append(h)
+        _finish_record(record)
+        return torch.stack(outs)
+
+
+class GRULayer(_RecurrentBase):
+    """One GRU layer (eq. 23/26): `ih_gates`, `hh_gates` (z, r) and `ih_cand` (W), `hh_cand` (U)."""
+
+    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
+                 max_steps: int = 1):
+        super().__init__(norm)
+        H = self.hidden_size = hidden_size
+        kw = dict(per_step=self.per_step, max_steps=max_steps)
+        self.ih_gates = make_linear(norm, input_size, 2 * H, gain_init, bias=True, **kw)
+        self.hh_gates = make_linear(norm, H, 2 * H, gain_init, bias=False, **kw)
+        self.ih_cand = make_linear(norm, input_size, H, gain_init, bias=True, **kw)
+        self.hh_cand = make_linear(norm, H, H, gain_init, bias=False, **kw)
+
+    def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
+        T, B, _ = x.shape
+        ax_g = self.ih_gates.summed(x)
+        xg = _normalize_all(self.ih_gates, ax_g, self.per_step)
+        xc = _normalize_all(self.ih_cand, self.ih_cand.summed(x), self.per_step)
+        h = x.new_zeros(B, self.hidden_size)
+        _start_record(record, lstm=False)
+        outs = []
+        for t in range(T):
+            ah = self.hh_gates.summed(h)
+            _record_summed(record, ah + ax_g[t])
+            z, r = torch.sigmoid(self.hh_gates.normalize(ah, t) + xg[t]).chunk(2, dim=1)
+            cand = torch.tanh(xc[t] + r * self.hh_cand(h, t))
+            h = (1 - z) * h + z * cand
+            _keep_h(record, h)
+            outs.append(h)
+        _finish_record(record)
+        return torch.stack(outs)
+
+
+class TanhRNNLayer(_RecurrentBase):
+    """h_t = tanh(normalize(W [x_t; h_{t-1}])) — eq. 4 with LN; `proj` holds [W_xh W_hh] as one matrix."""
+
+    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
+                 max_steps: int = 1):
+        super().__init__(norm)
+        self.hidden_size, self.input_size = hidden_size, input_size
+        self.proj = make_linear(norm, input_size + hidden_size, hidden_size, gain_init, bias=True,
+                                per_step=self.per_step, max_steps=max_steps)
+
+    def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
+        T, B, D = x.shape
+        w = _raw_weight(self.proj)
+        ax = torch.nn.functional.linear(x, w[:, :D])  # W_xh x_t for every step at once
+        w_h = w[:, D:]
+        h = x.new_zeros(B, self.hidden_size)
+        _start_record(record, lstm=False)
+        outs = []
+        for t in range(T):
+            a = ax[t] + h @ w_h.t()  # the summed inputs a_t of eq. 4
+            _record_summed(record, a)
+            h = torch.tanh(self.proj.normalize(a, t))
+            _keep_h(record, h)
+            outs.append(h)
+        _finish_record(record)
+        return torch.stack(outs)
+
+
+CELL_LAYERS = {"lstm": LSTMLayer, "gru": GRULayer, "tanh": TanhRNNLayer}
+
+
+def make_layer(cell: str, input_size: int, hidden_size: int, norm: str, gain_init: float,
+               placement: str = "full", max_steps: int = 1) -> nn.Module:
+    """One recurrent layer of the given cell and normalizer."""
+    if cell not in CELL_LAYERS:
+        raise ValueError(f"unknown cell {cell!r}; use one of {', '.join(CELL_LAYERS)}")
+    if norm not in ("none", "layer", "batch", "weight", "rms"):
+        raise ValueError(f"norm {norm!r} is not available in recurrent networks; use none, layer, batch, "
+                         "weight or rms")
+    if cell == "lstm":
+        return LSTMLayer(input_size, hidden_size, norm, gain_init, placement, max_steps)
+    return CELL_LAYERS[cell](input_size, hidden_size, norm, gain_init, max_steps)

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     feed: Literal["auto", "redis", "embedded"] = "auto"
     redis_url: str = ""
     feed_maxlen: int = Field(100_000, ge=100)  # approximate cap of each run's Redis Stream
+    # Celery queue name; also the prefix of the feed's Redis keys (tests use a unique one per run).
+    queue: str = Field("normlab", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    feed_poll_s: float = Field(0.05, gt=0, le=5)  # embedded feed: how often the API tails the store
+    sse_heartbeat_s: float = Field(10.0, gt=0)
     # Kernels: 'auto' = the Triton kernel on CUDA tensors, torch otherwise; 'torch' forces torch (A/B).
     kernel_backend: Literal["auto", "torch", "triton"] = "auto"
     # Workers

@@ -1,0 +1,74 @@
+"""Error answers: every 4xx/5xx body is `{"detail": message, "fields": {field: message}}`."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from normlab.spec import RunSpec, combination_problems
+
+log = logging.getLogger(__name__)
+
+
+def _field_name(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def validation_fields(errors: list[dict]) -> dict[str, str]:
+    """Per-field messages from pydantic errors; a spec's combination error names several fields."""
+    fields: dict[str, str] = {}
+    for err in errors:
+        ctx = err.get("ctx") or {}
+        prefix = _field_name(tuple(err.get("loc", ())))
+        if err.get("type") == "spec_combination":
+            per_field = _combination_messages(err.get("input"))
+            for name in ctx.get("fields", []):
+                key = name if prefix == "body" else f"{prefix}.{name}"
+                fields[key] = per_field.get(name, err["msg"])
+            continue
+        fields.setdefault(prefix, err.get("msg", "invalid value"))
+    return fields
+
+
+def _combination_messages(data) -> dict[str, str]:
+    """Each field's own message, recomputed from the submitted values (the error joins them)."""
+    if not isinstance(data, dict):
+        return {}
+    try:
+        spec = RunSpec.model_construct(**{k: v for k, v in data.items() if k in RunSpec.model_fields})
+        out: dict[str, str] = {}
+        for name, message in combination_problems(spec):
+            out[name] = f"{out[name]} {message}" if name in out else message
+        return out
+    except Exception:  # a best effort: the joined message is still there
+        return {}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError):
+        fields = validation_fields(list(exc.errors()))
+        detail = "; ".join(f"{k}: {v}" for k, v in fields.items()) or "Invalid request."
+        return JSONResponse({"detail": detail, "fields": fields}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException):
+        fields = {}
+        detail = exc.detail
+        if isinstance(detail, dict):
+            fields, detail = detail.get("fields", {}), detail.get("detail", "")
+        return JSONResponse({"detail": str(detail), "fields": fields}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(DBAPIError)
+    async def _database(_request: Request, exc: Exception):
+        log.warning("results database unavailable: %s", exc)
+        return JSONResponse({"detail": "The results database is unavailable right now; retry in a few "
+                                       "seconds (the server reconnects by itself).", "fields": {}},
+                            status_code=503, headers={"Retry-After": "5"})

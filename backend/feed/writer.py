@@ -1,0 +1,153 @@
+"""Worker side: `EventWriter` batches a run's events into the store and the live feed; `RunWatch`
+keeps the run's heartbeat and turns a cancel request into a cheap `should_stop()`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+
+from sqlalchemy.exc import IntegrityError
+
+from backend.store import EventRow, Store
+from backend.store.rollup import RollupBuilder, bucket_json
+from normlab.events import Event
+
+log = logging.getLogger(__name__)
+
+
+def _finite(obj):
+    """JSON has no NaN/Infinity (browsers reject them): non-finite floats become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def payload_text(payload: dict) -> str:
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        return json.dumps(_finite(payload), separators=(",", ":"))
+
+
+class EventWriter:
+    """Collects events from the engine's callback and writes them every `flush_s` (at once for
+    status events) from a background thread, so the training loop never waits on the database.
+
+    The terminal status event is held back and written by `close()` in the same transaction as the
+    run's final status and summary: a client that sees it and then GETs the run sees it finished."""
+
+    def __init__(self, store: Store, run_id: str, publisher=None, flush_s: float = 0.05):
+        self.store, self.run_id, self.publisher, self.flush_s = store, run_id, publisher, flush_s
+        self.last_seq = 0
+        self.broken = False  # the store refused our events (the run was declared lost meanwhile)
+        self.terminal: EventRow | None = None
+        self._pending: list[EventRow] = []
+        self._rollup = RollupBuilder()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._urgent = False
+        self._thread = threading.Thread(target=self._loop, name=f"events-{run_id}", daemon=True)
+        self._thread.start()
+
+    def emit(self, event: Event) -> None:
+        row = EventRow(event.seq, event.step, event.kind, event.time, payload_text(event.payload))
+        with self._cond:
+            self.last_seq = max(self.last_seq, row.seq)
+            if event.terminal:
+                self.terminal = row
+                return
+            self._pending.append(row)
+            if event.kind == "status" or len(self._pending) >= 2000:
+                self._urgent = True
+                self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._closing and not self._urgent:
+                    self._cond.wait(self.flush_s)  # batch what arrives meanwhile into one transaction
+                rows, self._pending, self._urgent = self._pending, [], False
+                closing = self._closing
+            if rows:
+                self._write(rows)
+            if closing:
+                return
+
+    def _write(self, rows: list[EventRow], finish: dict | None = None) -> None:
+        if self.broken:
+            return
+        buckets = []
+        scalars = 0
+        for row in rows:
+            if row.kind == "scalars":
+                scalars += 1
+                closed = self._rollup.add(row.seq, row.step, row.time, json.loads(row.payload))
+                for level, number, b in closed:
+                    buckets.append({"level": level, "bucket": number, "seq_last": b.seq_last,
+                                    "step_last": b.step_last, "time_last": b.time_last,
+                                    "data": bucket_json(b)})
+        try:
+            self.store.append_events(self.run_id, rows, buckets, scalars, finish)
+        except IntegrityError:
+            log.error("run %s: the store already has these sequence numbers (declared lost?); stopping",
+                      self.run_id)
+            self.broken = True
+            return
+        if self.publisher is not None:
+            self.publisher.publish(self.run_id, rows)
+
+    def close(self, finish: dict, fallback_status: dict) -> None:
+        """Write what is pending, then the terminal event (the engine's, or one built from
+        `fallback_status` if it never sent one) together with the run's `finish` columns."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        rows = list(self._pending)
+        if self.terminal is None:
+            self.terminal = EventRow(self.last_seq + 1, int(fallback_status.pop("step", 0)), "status",
+                                     fallback_status.pop("time"), payload_text(fallback_status))
+        rows.append(self.terminal)
+        self._write(rows, finish)
+
+
+class RunWatch:
+    """A thread that writes the run's heartbeat every `heartbeat_s` and checks for a cancel request
+    every `poll_s`; `should_stop()` is then a flag read, cheap enough to call every step."""
+
+    def __init__(self, store: Store, run_id: str, heartbeat_s: float, poll_s: float = 0.2,
+                 writer: EventWriter | None = None):
+        self.store, self.run_id, self.heartbeat_s, self.poll_s = store, run_id, heartbeat_s, poll_s
+        self.writer = writer
+        self._stop = threading.Event()
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"watch-{run_id}", daemon=True)
+        self._thread.start()
+
+    def should_stop(self) -> bool:
+        return self._cancel.is_set() or (self.writer is not None and self.writer.broken)
+
+    def _loop(self) -> None:
+        import time
+
+        next_beat = 0.0
+        while not self._stop.wait(self.poll_s):
+            try:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self.store.heartbeat(self.run_id)
+                    next_beat = now + self.heartbeat_s
+                if self.store.cancel_requested(self.run_id):
+                    self._cancel.set()
+            except Exception as exc:  # a database blip must not kill the run; the next poll retries
+                log.warning("run %s: heartbeat/cancel check failed: %s", self.run_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,70 @@
+"""GET /api/catalog, /api/presets and /api/invariance (the engine's Table 1, computed once, cached)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+
+from fastapi import APIRouter, HTTPException
+
+from backend.deps import SettingsDep, StoreDep
+from normlab.catalog import build_catalog
+
+router = APIRouter(prefix="/api", tags=["catalog"])
+INVARIANCE_KEY = "invariance"
+_invariance_lock = asyncio.Lock()
+
+
+@router.get("/catalog")
+def catalog(settings: SettingsDep) -> dict:
+    return build_catalog(settings.data_dir)
+
+
+@router.get("/presets")
+def presets() -> list[dict]:
+    """The paper-figure presets (normlab/presets.py, torch-free); [] until that module exists."""
+    try:
+        module = importlib.import_module("normlab.presets")
+    except ModuleNotFoundError as exc:
+        if exc.name == "normlab.presets":
+            return []
+        raise
+    for name in ("presets_public", "list_presets"):
+        if hasattr(module, name):
+            return list(getattr(module, name)())
+    items = getattr(module, "PRESETS", {})
+    values = items.values() if isinstance(items, dict) else items
+    return [v.model_dump(mode="json") if hasattr(v, "model_dump") else dict(v) for v in values]
+
+
+@router.get("/invariance")
+async def invariance(store: StoreDep) -> dict:
+    """Table 1 checked numerically by the engine. The API never imports torch: the first request runs
+    `normlab invariance --json` in a subprocess and the result is cached in the store."""
+    cached = store.cache_get(INVARIANCE_KEY)
+    if cached is None:
+        async with _invariance_lock:
+            cached = store.cache_get(INVARIANCE_KEY)
+            if cached is None:
+                cached = await _compute_invariance()
+                store.cache_set(INVARIANCE_KEY, cached)
+    return json.loads(cached)
+
+
+async def _compute_invariance() -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "normlab", "invariance", "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
+    except TimeoutError as exc:
+        proc.kill()
+        raise HTTPException(503, "Computing the invariance table took too long; retry later.") from exc
+    if proc.returncode != 0:
+        raise HTTPException(503, "The invariance table could not be computed here: "
+                                 + err.decode(errors="replace").strip()[-400:])
+    text = out.decode()
+    json.loads(text)  # must be JSON before it is cached
+    return text

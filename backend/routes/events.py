@@ -1,0 +1,62 @@
+"""Live events over SSE: one run (`id:` = seq) or several multiplexed (`id:` = "runA:12,runB:7").
+
+Resume with the `Last-Event-ID` header (browsers send it on reconnect) or `?after=`. A stream ends after
+its runs' terminal status events; reconnecting to a finished stream answers 204 (which tells a browser's
+EventSource to stop reconnecting).
+"""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Header, HTTPException, Response
+from sse_starlette import EventSourceResponse
+
+from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
+from backend.sse import CursorError, parse_multi_cursor, parse_single_cursor, stream_runs
+from normlab.api_models import ErrorDetail
+from normlab.events import TERMINAL_STATUSES
+
+router = APIRouter(prefix="/api", tags=["events"])
+ERRORS = {400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
+MAX_RUNS_PER_STREAM = 50
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _finished(run: dict, cursor: int) -> bool:
+    return run["status"] in TERMINAL_STATUSES and cursor >= run["last_seq"]
+
+
+@router.get("/runs/{run_id}/events", responses=ERRORS)
+async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: SettingsDep,
+                     after: str | None = None, last_event_id: str | None = Header(None)):
+    """SSE of one run: its history after the cursor, then live events, until its terminal status."""
+    try:
+        cursor = parse_single_cursor(last_event_id if last_event_id is not None else after)
+    except CursorError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    run = await anyio.to_thread.run_sync(get_run_or_404, store, run_id)
+    if _finished(run, cursor):
+        return Response(status_code=204)
+    return EventSourceResponse(stream_runs(hub, store, [run], {run["id"]: cursor}, multiplexed=False),
+                               ping=settings.sse_heartbeat_s, headers=SSE_HEADERS)
+
+
+@router.get("/events", responses=ERRORS)
+async def multiplexed_events(runs: str, store: StoreDep, hub: HubDep, settings: SettingsDep,
+                             after: str | None = None, last_event_id: str | None = Header(None)):
+    """One SSE stream for several runs (a browser tab): `event:` = kind, `data:` = Event JSON with its
+    run_id, `id:` = the cursor of every run, so a reconnect resumes each where it was."""
+    ids = list(dict.fromkeys(r.strip() for r in runs.split(",") if r.strip()))
+    if not ids or len(ids) > MAX_RUNS_PER_STREAM:
+        raise HTTPException(400, f"runs must list 1 to {MAX_RUNS_PER_STREAM} run ids, comma-separated.")
+    try:
+        cursors = parse_multi_cursor(last_event_id if last_event_id is not None else after)
+    except CursorError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    rows = [await anyio.to_thread.run_sync(get_run_or_404, store, r) for r in ids]
+    cursors = {r["id"]: cursors.get(r["id"], 0) for r in rows}
+    live = [r for r in rows if not _finished(r, cursors[r["id"]])]
+    if not live:
+        return Response(status_code=204)
+    return EventSourceResponse(stream_runs(hub, store, live, cursors, multiplexed=True),
+                               ping=settings.sse_heartbeat_s, headers=SSE_HEADERS)

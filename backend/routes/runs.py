@@ -1,0 +1,88 @@
+"""Runs: submit, list, read, metrics (downsampled), cancel, export (raw), delete."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import anyio
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
+
+from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
+from backend.metrics import export_csv, export_json, run_metrics
+from backend.runs_common import create_and_enqueue, run_public
+from backend.store.rollup import SCALAR_NAMES
+from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
+from normlab.spec import RunSpec
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+ERRORS = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
+
+
+@router.post("", status_code=201, response_model=RunCreated, responses=ERRORS)
+def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: UserDep) -> RunCreated:
+    """Queue one run. Invalid specs get 422 with the spec's messages per field."""
+    [run_id] = create_and_enqueue(store, settings, [spec], user)
+    return RunCreated(id=run_id, status="queued")
+
+
+@router.get("", response_model=RunList)
+def list_runs(store: StoreDep, task: str | None = None, norm: str | None = None,
+              status: str | None = None, group: str | None = None, owner: str | None = None,
+              offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)) -> RunList:
+    rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
+                                  offset=offset, limit=limit)
+    return RunList(items=[run_public(store, r) for r in rows], total=total, offset=offset, limit=limit)
+
+
+@router.get("/{run_id}", response_model=RunPublic, responses=ERRORS)
+def get_run(run_id: str, store: StoreDep) -> RunPublic:
+    return run_public(store, get_run_or_404(store, run_id))
+
+
+@router.get("/{run_id}/metrics", response_model=MetricsPublic, responses=ERRORS)
+def metrics(run_id: str, store: StoreDep, names: str | None = None,
+            max_points: int = Query(2000, ge=10, le=100_000)) -> dict:
+    """Each metric's history; past max_points it comes in min/max buckets (spikes survive)."""
+    run = get_run_or_404(store, run_id)
+    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else None
+    unknown = [n for n in wanted or [] if n not in SCALAR_NAMES]
+    if unknown:
+        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(unknown)}; choose from "
+                                            f"{', '.join(SCALAR_NAMES)}.", "fields": {"names": "unknown"}})
+    return run_metrics(store, run, wanted, max_points)
+
+
+@router.post("/{run_id}/cancel", response_model=RunPublic, responses=ERRORS)
+def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> RunPublic:
+    """Cancel: a queued run ends at once; a running one stops within about a second (cooperatively).
+    Cancelling a finished run changes nothing."""
+    get_run_or_404(store, run_id)
+    _status, event = store.request_cancel(run_id)
+    if event is not None:
+        request.app.state.publish(run_id, [event])
+    return run_public(store, get_run_or_404(store, run_id))
+
+
+@router.get("/{run_id}/export", responses=ERRORS)
+def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv") -> StreamingResponse:
+    """The raw history (never downsampled): csv = one row per scalars event; json = the run and every
+    event."""
+    run = get_run_or_404(store, run_id)
+    name = f"normlab-{run['id']}.{format}"  # the id came from the store: no path tricks possible
+    headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+    if format == "csv":
+        return StreamingResponse(export_csv(store, run["id"]), media_type="text/csv", headers=headers)
+    public = run_public(store, run).model_dump_json()
+    return StreamingResponse(export_json(store, run["id"], public), media_type="application/json",
+                             headers=headers)
+
+
+@router.delete("/{run_id}", status_code=204, responses={**ERRORS, 409: {"model": ErrorDetail}})
+async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserDep) -> None:
+    """Delete a run and its history. A running run must be cancelled first (409)."""
+    run = get_run_or_404(store, run_id)
+    if run["status"] == "running":
+        raise HTTPException(409, "This run is still training; cancel it first "
+                                 f"(POST /api/runs/{run_id}/cancel), then delete it.")
+    await anyio.to_thread.run_sync(store.delete_run, run["id"])

@@ -1,0 +1,40 @@
+"""POST /api/sweeps: a base spec crossed with lists of norms, batch sizes and seeds -> one group."""
+
+from __future__ import annotations
+
+import itertools
+
+from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
+
+from backend.deps import SettingsDep, StoreDep, UserDep
+from backend.errors import validation_fields
+from backend.runs_common import create_and_enqueue
+from backend.store import new_run_id
+from normlab.api_models import ErrorDetail, SweepCreate, SweepCreated
+from normlab.spec import RunSpec
+
+router = APIRouter(prefix="/api", tags=["runs"])
+MAX_SWEEP_RUNS = 64
+
+
+@router.post("/sweeps", status_code=201, response_model=SweepCreated, responses={422: {"model": ErrorDetail}})
+def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user: UserDep) -> SweepCreated:
+    base = body.base.model_dump()
+    combos = list(itertools.product(body.norms or [base["norm"]], body.batch_sizes or [base["batch_size"]],
+                                    body.seeds or [base["seed"]]))
+    if len(combos) > MAX_SWEEP_RUNS:
+        raise HTTPException(422, f"A sweep may have at most {MAX_SWEEP_RUNS} runs (got {len(combos)}); "
+                                 "shorten the lists.")
+    specs = []
+    for norm, batch_size, seed in combos:
+        try:
+            values = {**base, "norm": norm, "batch_size": batch_size, "seed": seed}
+            specs.append(RunSpec.model_validate(values))
+        except ValidationError as exc:
+            fields = validation_fields(list(exc.errors()))
+            what = f"norm={norm}, batch_size={batch_size}, seed={seed}"
+            raise HTTPException(422, {"detail": f"The sweep's combination {what} is invalid: "
+                                                + "; ".join(fields.values()), "fields": fields}) from exc
+    group_id = new_run_id()
+    return SweepCreated(group_id=group_id, run_ids=create_and_enqueue(store, settings, specs, user, group_id))

@@ -1,0 +1,68 @@
+"""Shared by the run routes: store row -> RunPublic, limits check, creating and enqueueing runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+from fastapi import HTTPException
+
+from backend.store import Store, new_run_id
+from normlab.api_models import RunPublic
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+
+def _dt(x: float | None) -> datetime | None:
+    return None if x is None else datetime.fromtimestamp(x, UTC)
+
+
+def run_public(store: Store, row: dict) -> RunPublic:
+    return RunPublic(
+        id=row["id"], spec=json.loads(row["spec"]), status=row["status"], owner=row["owner"],
+        group_id=row["group_id"], created_at=_dt(row["created_at"]), started_at=_dt(row["started_at"]),
+        finished_at=_dt(row["finished_at"]), worker_host=row["worker_host"], device=row["device"],
+        kernel_backend=row["kernel_backend"], error=row["error"],
+        summary=json.loads(row["summary"]) if row["summary"] else {}, last_seq=row["last_seq"],
+        queue_position=store.queue_position(row["created_at"]) if row["status"] == "queued" else None,
+    )
+
+
+def limit_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
+    """Job-size limits of this server (settings), each with what to change."""
+    out: dict[str, str] = {}
+    if spec.steps is not None and spec.steps > settings.max_steps:
+        out["steps"] = (f"This server allows at most {settings.max_steps} steps per run (got {spec.steps}); "
+                        "lower steps (NORMLAB_MAX_STEPS sets the limit).")
+    if spec.seq_len is not None and spec.seq_len * spec.batch_size > settings.max_seq_tokens:
+        out["seq_len"] = (f"seq_len × batch_size = {spec.seq_len * spec.batch_size} exceeds this server's "
+                          f"{settings.max_seq_tokens}; shorten the sequences or the batch.")
+    return out
+
+
+def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], owner: str | None,
+                       group_id: str | None = None) -> list[str]:
+    """Store the resolved specs as queued runs, then queue one training task each."""
+    from workers.celery_app import enqueue_run
+
+    problems: dict[str, str] = {}
+    for spec in specs:
+        problems.update(limit_problems(spec.resolved(), settings))
+    if problems:
+        raise HTTPException(422, {"detail": "; ".join(f"{k}: {v}" for k, v in problems.items()),
+                                  "fields": problems})
+    items = [{"id": new_run_id(), "spec": spec.resolved().model_dump(mode="json"), "owner": owner,
+              "group_id": group_id} for spec in specs]
+    store.create_runs(items)
+    for it in items:
+        try:
+            enqueue_run(settings, it["id"])
+        except Exception as exc:  # the broker is down: say so, and don't leave a run queued forever
+            log.error("could not queue run %s: %s", it["id"], exc)
+            store.finish_with_status(it["id"], "failed", f"Could not reach the task queue: {exc}",
+                                     only_from=("queued",))
+            raise HTTPException(503, "The task queue is unavailable; retry shortly.") from exc
+    return [it["id"] for it in items]

@@ -1,0 +1,253 @@
+"""`Store`: runs, their events and metric roll-ups in SQLite (WAL, the default) or PostgreSQL.
+
+Every method is one short transaction. Writers of a run's events are the worker (while it runs) and
+the API/reaper (a terminal status for a queued or lost run); the (run_id, seq) primary key makes a
+second writer of the same sequence number fail instead of forking a run's history.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from typing import Any, NamedTuple
+
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy.pool import NullPool
+
+from backend.store.schema import cache, events, metadata, rollups, runs
+from normlab.events import TERMINAL_STATUSES
+from normlab.settings import Settings
+
+ACTIVE = ("queued", "running")
+
+
+class EventRow(NamedTuple):
+    seq: int
+    step: int
+    kind: str
+    time: float
+    payload: str  # JSON text
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def event_json(run_id: str, row: EventRow) -> str:
+    """The Event JSON sent to clients, built around the stored payload text (no re-encoding)."""
+    return (f'{{"run_id":"{run_id}","seq":{row.seq},"step":{row.step},"kind":"{row.kind}",'
+            f'"time":{row.time!r},"payload":{row.payload}}}')
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # WAL: one writer and many readers at once
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    # pre_ping: after a database outage the pool drops dead connections and recovers by itself.
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Store:
+    """The results store. Rows come back as plain dicts; JSON columns stay text until the API."""
+
+    def __init__(self, url: str, *, pool: bool = True):
+        self.url = url
+        self.engine = _make_engine(url) if pool else create_engine(url, poolclass=NullPool)
+        self.is_sqlite = url.startswith("sqlite")
+        metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # ---- runs ---------------------------------------------------------------------------------
+    def create_runs(self, items: list[dict[str, Any]]) -> None:
+        """Insert queued runs: each item has id, spec (dict), owner, group_id."""
+        now = time.time()
+        rows = [{"id": it["id"], "spec": json.dumps(it["spec"]), "task": it["spec"]["task"],
+                 "norm": it["spec"]["norm"], "status": "queued", "owner": it.get("owner"),
+                 "group_id": it.get("group_id"), "created_at": now + i * 1e-6, "last_seq": 0,
+                 "scalars_count": 0, "cancel_requested": False} for i, it in enumerate(items)]
+        with self.engine.begin() as conn:
+            conn.execute(insert(runs), rows)
+
+    def get_run(self, run_id: str) -> dict | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+            return dict(row) if row else None
+
+    def list_runs(self, *, task=None, norm=None, status=None, group=None, owner=None,
+                  offset: int = 0, limit: int = 50) -> tuple[list[dict], int]:
+        """Runs matching every given filter, newest first, and how many match in all."""
+        cond = []
+        for col, val in ((runs.c.task, task), (runs.c.norm, norm), (runs.c.status, status),
+                         (runs.c.group_id, group), (runs.c.owner, owner)):
+            if val is not None:
+                cond.append(col == val)
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(runs).where(*cond)).scalar_one()
+            rows = conn.execute(select(runs).where(*cond).order_by(runs.c.created_at.desc())
+                                .offset(offset).limit(limit)).mappings().all()
+        return [dict(r) for r in rows], int(total)
+
+    def queue_position(self, created_at: float) -> int:
+        with self.engine.connect() as conn:
+            ahead = conn.execute(select(func.count()).select_from(runs).where(
+                runs.c.status == "queued", runs.c.created_at < created_at)).scalar_one()
+        return int(ahead) + 1
+
+    def claim(self, run_id: str, worker_host: str | None = None) -> dict | None:
+        """Mark a queued run running (atomically); None when it was cancelled or deleted meanwhile."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            n = conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "queued").values(
+                status="running", started_at=now, heartbeat_at=now,
+                worker_host=worker_host or socket.gethostname())).rowcount
+            if n != 1:
+                return None
+            return dict(conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one())
+
+    def heartbeat(self, run_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "running")
+                         .values(heartbeat_at=time.time()))
+
+    def cancel_requested(self, run_id: str) -> bool:
+        """True when a cancel was asked for, or the run is no longer ours to train (lost, deleted)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs.c.cancel_requested, runs.c.status)
+                               .where(runs.c.id == run_id)).first()
+        return row is None or bool(row[0]) or row[1] != "running"
+
+    def request_cancel(self, run_id: str) -> tuple[str, EventRow | None]:
+        """Cancel a run: a queued one ends now (returns its terminal event); a running one is flagged."""
+        ev = self.finish_with_status(run_id, "cancelled", "Cancelled before it started.",
+                                     only_from=("queued",))
+        if ev is not None:
+            return "cancelled", ev
+        with self.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "running")
+                         .values(cancel_requested=True))
+            row = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).first()
+        return (row[0] if row else "missing"), None
+
+    def finish_with_status(self, run_id: str, status: str, message: str, *,
+                           only_from: tuple[str, ...]) -> EventRow | None:
+        """Append a terminal status event for a run no worker will finish; None if not in only_from."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            n = conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status.in_(only_from)).values(
+                status=status, finished_at=now, last_seq=runs.c.last_seq + 1,
+                error=message if status in ("failed", "lost") else None)).rowcount
+            if n != 1:
+                return None
+            seq = conn.execute(select(runs.c.last_seq).where(runs.c.id == run_id)).scalar_one()
+            last_step = conn.execute(select(func.max(events.c.step)).where(events.c.run_id == run_id)) \
+                .scalar_one_or_none() or 0
+            row = EventRow(seq, int(last_step), "status", now,
+                           json.dumps({"status": status, "message": message, "metrics": {}}))
+            conn.execute(insert(events), [{"run_id": run_id, **row._asdict()}])
+        return row
+
+    def stale_runs(self, older_than: float) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(runs.c.id).where(
+                runs.c.status == "running", runs.c.heartbeat_at < older_than)).scalars())
+
+    def delete_run(self, run_id: str) -> bool:
+        with self.engine.begin() as conn:
+            conn.execute(delete(events).where(events.c.run_id == run_id))
+            conn.execute(delete(rollups).where(rollups.c.run_id == run_id))
+            return conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount == 1
+
+    # ---- events -------------------------------------------------------------------------------
+    def append_events(self, run_id: str, rows: list[EventRow], buckets: list[dict], scalars_added: int,
+                      finish: dict | None = None) -> None:
+        """One transaction: the events, the roll-up buckets they closed, the run's counters, and
+        (with ``finish``) the run's final status and summary, so a reader never sees one without the
+        other."""
+        values: dict[str, Any] = {}
+        if rows:
+            values["last_seq"] = rows[-1].seq
+        if scalars_added:
+            values["scalars_count"] = runs.c.scalars_count + scalars_added
+        if finish:
+            values.update(finish)
+        with self.engine.begin() as conn:
+            if rows:
+                conn.execute(insert(events), [{"run_id": run_id, **r._asdict()} for r in rows])
+            if buckets:
+                conn.execute(insert(rollups), [{"run_id": run_id, **b} for b in buckets])
+            if values:
+                conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+    def events_after(self, run_id: str, after: int, limit: int = 1000,
+                     kind: str | None = None) -> list[EventRow]:
+        q = select(events.c.seq, events.c.step, events.c.kind, events.c.time, events.c.payload).where(
+            events.c.run_id == run_id, events.c.seq > after)
+        if kind is not None:
+            q = q.where(events.c.kind == kind)
+        with self.engine.connect() as conn:
+            return [EventRow(*r) for r in conn.execute(q.order_by(events.c.seq).limit(limit))]
+
+    def iter_events(self, run_id: str, kind: str | None = None, chunk: int = 5000):
+        """Every stored event of a run in order, fetched in chunks."""
+        after = 0
+        while True:
+            batch = self.events_after(run_id, after, chunk, kind)
+            yield from batch
+            if len(batch) < chunk:
+                return
+            after = batch[-1].seq
+
+    def rollup_rows(self, run_id: str, level: int) -> list[tuple]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(rollups.c.seq_last, rollups.c.step_last, rollups.c.time_last,
+                                            rollups.c.data).where(rollups.c.run_id == run_id,
+                                                                  rollups.c.level == level)
+                                     .order_by(rollups.c.bucket)))
+
+    # ---- cache ----------------------------------------------------------------------------------
+    def cache_get(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(cache.c.value).where(cache.c.key == key)).scalar_one_or_none()
+
+    def cache_set(self, key: str, value: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(cache).where(cache.c.key == key))
+            conn.execute(insert(cache).values(key=key, value=value, updated_at=time.time()))
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
+
+_stores: dict[str, Store] = {}
+_lock = threading.Lock()
+
+
+def get_store(settings: Settings) -> Store:
+    """One Store per database URL per process (creating the data directory for SQLite)."""
+    url = settings.resolved_database_url
+    with _lock:
+        if url not in _stores:
+            if url.startswith("sqlite"):
+                settings.data_dir.mkdir(parents=True, exist_ok=True)
+            _stores[url] = Store(url)
+        return _stores[url]
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES

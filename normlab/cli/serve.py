@@ -1,0 +1,184 @@
+"""`normlab up` (API + front end + workers on one origin), `normlab api`, `normlab frontend`,
+`normlab worker`: the service, all together or part by part."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from normlab.cli import CLIError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="start the lab: API and pages on one origin, workers, SQLite (embedded)")
+    _common(p, port=8050)
+    p.add_argument("--workers", type=int, default=1, help="worker processes (one run each at a time)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("api", help="start the HTTP API only (uses NORMLAB_* settings)")
+    _common(p, port=8000)
+    p.add_argument("--with-frontend", action="store_true", help="also mount the pages at /")
+    p.set_defaults(func=cmd_api)
+
+    p = sub.add_parser("frontend", help="start the Dash pages only (NORMLAB_API_URL says where the API is)")
+    _common(p, port=8050)
+    p.add_argument("--api-url", default=None, help="the API's base URL, e.g. http://api:8000")
+    p.set_defaults(func=cmd_frontend)
+
+    p = sub.add_parser("worker", help="start one training worker (one run at a time; pin a GPU with "
+                                      "CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--name", default="worker", help="worker name (unique per machine)")
+    p.add_argument("--loglevel", default="info")
+    p.set_defaults(func=cmd_worker)
+
+
+def _common(p, port: int) -> None:
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help=f"port (default {port})")
+    p.set_defaults(default_port=port)
+    p.add_argument("--data-dir", default=None, help="where the SQLite store and queue live "
+                                                    "(default ~/.normlab)")
+
+
+def _settings(args):
+    """Settings from the environment, with command-line overrides exported so child processes (the
+    workers `up` starts) read the same values."""
+    from normlab.settings import get_settings
+
+    if getattr(args, "data_dir", None):
+        os.environ["NORMLAB_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
+    if getattr(args, "api_url", None):
+        os.environ["NORMLAB_API_URL"] = args.api_url
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def _listen(args, settings) -> tuple[str, int]:
+    host = args.host or settings.host
+    port = args.port if args.port is not None else args.default_port
+    with socket.socket() as s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+        except OSError as exc:
+            raise CLIError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port") from exc
+    return host, port
+
+
+def _serve(app, host: str, port: int) -> None:
+    import uvicorn
+
+    # A short graceful period: open SSE streams would otherwise hold Ctrl-C for the default wait.
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                  timeout_graceful_shutdown=2)).run()
+
+
+def _die_with_parent() -> None:  # runs in the child before exec: no orphan if `up` itself is killed
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def start_workers(n: int, log_dir: Path) -> list[subprocess.Popen]:
+    """Start n `normlab worker` processes, each in its own process group (stopped by stop_workers)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for i in range(n):
+        log = open(log_dir / f"worker-{i + 1}.log", "ab")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent))
+        log.close()
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """SIGTERM each worker's whole process group (the Celery parent and its pool child), then SIGKILL
+    whatever is left after grace_s. A run cut short is reported `lost` by the reaper."""
+    for p in procs:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)  # also reaps a pool child whose parent already exited
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def cmd_up(args) -> int:
+    from backend.app import create_app
+
+    settings = _settings(args)
+    if args.workers < 0 or args.workers > 16:
+        raise CLIError("--workers must be between 0 and 16")
+    host, port = _listen(args, settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = create_app(settings, frontend=True)
+    procs = start_workers(args.workers, settings.data_dir / "logs")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    print(f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: {settings.data_dir}; "
+          f"{args.workers} worker(s), logs in {settings.data_dir / 'logs'}). Press Ctrl-C to stop.",
+          flush=True)
+    try:
+        _serve(app, host, port)
+    finally:
+        stop_workers(procs)
+        print("normlab stopped.", flush=True)
+    return 0
+
+
+def cmd_api(args) -> int:
+    from backend.app import create_app
+
+    settings = _settings(args)
+    host, port = _listen(args, settings)
+    print(f"normlab API at http://{host}:{port}/api (docs: /api/docs)", flush=True)
+    _serve(create_app(settings, frontend=args.with_frontend), host, port)
+    return 0
+
+
+def cmd_frontend(args) -> int:
+    settings = _settings(args)
+    try:
+        from frontend.app import create_app as create_dash
+    except ImportError as exc:
+        raise CLIError(f"the front end is not installed in this copy: {exc}") from exc
+    from backend.wsgi import WSGIMiddleware
+
+    host, port = _listen(args, settings)
+    print(f"normlab pages at http://{host}:{port}/ (API: {settings.api_url or 'same origin'})", flush=True)
+    _serve(WSGIMiddleware(create_dash(api_base=settings.api_url).server), host, port)
+    return 0
+
+
+def cmd_worker(args) -> int:
+    settings = _settings(args)
+    from workers.celery_app import app
+
+    app.worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1", "-Q", settings.queue,
+                     "--without-gossip", "--without-mingle", "--without-heartbeat",
+                     f"--loglevel={args.loglevel}", "-n", f"{args.name}@%h"])
+    return 0

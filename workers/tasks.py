@@ -1,0 +1,70 @@
+"""The Celery task `train_run(run_id)`: load the spec, call the engine with a callback that stores
+and publishes events, record the outcome. Everything else lives in the engine and the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import traceback
+
+from backend.feed.redis_feed import RedisPublisher
+from backend.feed.writer import EventWriter, RunWatch, _finite
+from backend.store import get_store
+from normlab.events import RunResult
+from normlab.settings import Settings, get_settings
+from normlab.spec import RunSpec
+from workers.celery_app import TRAIN_TASK, app
+
+log = logging.getLogger(__name__)
+
+try:  # imported in the worker's parent process, so each forked child starts training at once
+    from workers.engine import train as train_fn
+except ImportError as exc:  # pragma: no cover - only while the engine is missing or broken
+    _missing = str(exc)
+
+    def train_fn(*_a, **_k):
+        raise RuntimeError(f"the training engine is not available: {_missing}")
+
+
+@app.task(name=TRAIN_TASK, ignore_result=True)
+def train_run(run_id: str) -> str | None:
+    return run_training(run_id, get_settings())
+
+
+def run_training(run_id: str, settings: Settings, train=None) -> str | None:
+    """Train one stored run to its end; return its final status (None if it was no longer queued)."""
+    train = train or train_fn
+    store = get_store(settings)
+    run = store.claim(run_id, worker_host=f"{socket.gethostname()}:{os.getpid()}")
+    if run is None:
+        log.info("run %s is no longer queued (cancelled or deleted); skipping", run_id)
+        return None
+    publisher = RedisPublisher(settings) if settings.uses_redis_feed else None
+    writer = EventWriter(store, run_id, publisher)
+    watch = RunWatch(store, run_id, settings.worker_heartbeat_s, writer=writer)
+    started = time.time()
+    try:
+        spec = RunSpec.model_validate_json(run["spec"])
+        result = train(spec, emit=writer.emit, should_stop=watch.should_stop, run_id=run_id,
+                       settings=settings)
+    except Exception as exc:  # the engine reports its own failures; this catches everything around it
+        log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
+        result = RunResult(status="failed", step=0, wall_time=time.time() - started, device="unknown",
+                           kernel_backend="unknown", error=f"{type(exc).__name__}: {exc}")
+    finally:
+        watch.stop()
+    if watch.should_stop() and result.status not in ("cancelled", "failed", "diverged", "completed"):
+        result.status = "cancelled"
+    summary = {"metrics": result.metrics, "probes": result.probes, "step": result.step,
+               "wall_time": result.wall_time}
+    finish = {"status": result.status, "finished_at": time.time(), "device": result.device,
+              "kernel_backend": result.kernel_backend, "error": result.error,
+              "summary": json.dumps(_finite(summary))}
+    writer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
+                          "step": result.step, "time": time.time()})
+    if publisher is not None:
+        publisher.close()
+    return result.status

@@ -1,0 +1,166 @@
+"""Tasks: shapes, fixed splits from the seed, the generated tasks' definitions, the IDX reader."""
+
+from __future__ import annotations
+
+import math
+from itertools import islice
+
+import numpy as np
+import pytest
+import torch
+
+from normlab.catalog import TASKS
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+from workers.engine.tasks import IGNORE, LOADERS, TaskUnavailable, load_task, read_idx
+from workers.engine.tasks.charlm import VOCAB_SIZE, decode, encode
+from workers.engine.tasks.synthetic import COPY_LENGTH, COPY_VOCAB, adding_batch, copy_batch
+
+# (spec overrides, batch x shape without B, val x shape without N, target shape without B)
+SHAPES = {
+    "digits": ({}, (64,), (64,), ()),
+    "mnist1d": ({}, (40,), (40,), ()),
+    "seq-digits": ({}, (8, 8), (8, 8), ()),
+    "conv-digits": ({}, (1, 8, 8), (1, 8, 8), ()),
+    "adding": ({"seq_len": 12, "eval_seq_len": 30}, (12, 2), (30, 2), ()),
+    "copy": ({"seq_len": 5, "eval_seq_len": 9}, (25, COPY_VOCAB), (29, COPY_VOCAB), (25,)),
+    "charlm": ({"seq_len": 16, "eval_seq_len": 40}, (16, VOCAB_SIZE), (40, VOCAB_SIZE), (16,)),
+    "mnist": ({}, (784,), (784,), ()),
+}
+
+
+def test_every_catalog_task_has_a_loader():
+    assert set(LOADERS) == set(TASKS)
+
+
+@pytest.mark.parametrize("task", sorted(SHAPES))
+def test_task_loads_with_the_right_shapes(task, settings, mnist_settings):
+    overrides, x_shape, val_shape, y_shape = SHAPES[task]
+    data = load_task(RunSpec(task=task, **overrides), mnist_settings if task == "mnist" else settings)
+    x, y = next(data.train_batches(5, torch.Generator().manual_seed(0)))
+    assert x.dtype == torch.float32 and tuple(x.shape) == (5, *x_shape)
+    assert tuple(y.shape) == (5, *y_shape)
+    assert y.dtype == (torch.float32 if data.info.target == "regression" else torch.long)
+    for split in ("val", "test"):
+        vx, vy = data.split(split)
+        assert tuple(vx.shape[1:]) == val_shape and len(vx) == len(vy) > 0
+        assert torch.isfinite(vx).all()
+    assert data.info.name == task
+    if data.info.target != "regression":
+        assert int(y.max()) < data.n_outputs
+
+
+@pytest.mark.parametrize("task", ["digits", "mnist1d", "seq-digits", "adding", "copy", "charlm", "mnist"])
+def test_splits_are_fixed_by_the_seed_and_differ_between_seeds(task, settings, mnist_settings):
+    s = mnist_settings if task == "mnist" else settings
+    a, b, c = (load_task(RunSpec(task=task, seed=seed), s) for seed in (3, 3, 4))
+    for split in ("val", "test"):
+        assert torch.equal(a.split(split)[0], b.split(split)[0])
+    assert not torch.equal(a.split("val")[0], c.split("val")[0])
+    if a.train is not None:
+        assert torch.equal(a.train[0], b.train[0]) and not torch.equal(a.train[0], c.train[0])
+
+
+def test_digits_splits_partition_the_data_and_are_standardized_on_train(settings):
+    data = load_task(RunSpec(task="digits"), settings)
+    sizes = [len(data.train[1]), len(data.split("val")[1]), len(data.split("test")[1])]
+    assert sum(sizes) == 1797
+    mean = data.train[0].mean(0)
+    assert mean.abs().max() < 1e-4  # standardized with the training split's own statistics
+    rows = {tuple(r.tolist()) for r in data.train[0][:200]}
+    assert not rows & {tuple(r.tolist()) for r in data.split("test")[0]}
+
+
+def test_training_batches_repeat_with_the_generator_and_cover_an_epoch(settings):
+    data = load_task(RunSpec(task="digits"), settings)
+    first = [y for _, y in islice(data.train_batches(7, torch.Generator().manual_seed(1)), 3)]
+    again = [y for _, y in islice(data.train_batches(7, torch.Generator().manual_seed(1)), 3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    n = data.train_size
+    batches = data.train_batches(n, torch.Generator().manual_seed(2))
+    _, y_epoch = next(batches)
+    assert torch.equal(torch.sort(y_epoch).values, torch.sort(data.train[1]).values)  # each case once
+
+
+def test_adding_targets_are_the_sum_of_the_two_marked_values():
+    x, y = adding_batch(64, 40, torch.Generator().manual_seed(0))
+    markers = x[..., 1]
+    assert torch.equal(markers.sum(1), torch.full((64,), 2.0))
+    assert (markers[:, :20].sum(1) == 1).all() and (markers[:, 20:].sum(1) == 1).all()
+    torch.testing.assert_close(y, (x[..., 0] * markers).sum(1))
+
+
+def test_copy_targets_recall_the_first_symbols_after_the_delimiter():
+    delay = 7
+    x, y = copy_batch(16, delay, torch.Generator().manual_seed(0))
+    ids = x.argmax(-1)
+    assert x.shape == (16, delay + 2 * COPY_LENGTH, COPY_VOCAB) and torch.equal(x.sum(-1), torch.ones(16, 27))
+    assert torch.equal(y[:, -COPY_LENGTH:], ids[:, :COPY_LENGTH])
+    assert (y[:, :-COPY_LENGTH] == IGNORE).all()
+    assert (ids[:, COPY_LENGTH + delay - 1] == COPY_VOCAB - 1).all()  # the delimiter: "recall now"
+    assert (ids[:, COPY_LENGTH:COPY_LENGTH + delay - 1] == 0).all() and (ids[:, -COPY_LENGTH:] == 0).all()
+
+
+def test_per_step_loss_and_accuracy_count_the_recall_positions_only(settings):
+    data = load_task(RunSpec(task="copy", seq_len=3), settings)
+    x, y = data.split("val")
+    perfect = torch.full((*y.shape, COPY_VOCAB), -10.0)
+    perfect.scatter_(-1, y.clamp(min=0)[..., None], 10.0)
+    perfect[y == IGNORE] = 0.0  # uniform elsewhere: would cost ln 10 per step if those steps counted
+    m = data.metrics(perfect, y)
+    assert m["accuracy"] == 1.0 and m["loss"] < 1e-6
+
+
+def test_charlm_reports_bits_per_character_and_encodes_printable_text(settings):
+    text = "def f(x):\n\treturn x + 1  # ok"
+    assert decode(encode(text.encode())) == text
+    assert encode("é".encode())[0] == VOCAB_SIZE - 1  # non-ASCII bytes are the unknown symbol
+    data = load_task(RunSpec(task="charlm", seq_len=8, eval_seq_len=8), settings)
+    x, y = data.split("val")
+    assert torch.equal(x[:, 1:].argmax(-1), y[:, :-1])  # the target is the next character
+    uniform = torch.zeros(*y.shape, VOCAB_SIZE)
+    m = data.metrics(uniform, y)
+    assert m["bpc"] == pytest.approx(math.log2(VOCAB_SIZE), rel=1e-5)
+
+
+def test_adding_reports_mse_from_the_last_step(settings):
+    data = load_task(RunSpec(task="adding", seq_len=10), settings)
+    x, y = data.split("val")
+    outputs = torch.zeros(len(y), 10, 1)
+    outputs[:, -1, 0] = 1.0
+    m = data.metrics(outputs, y)
+    assert m["mse"] == pytest.approx(float(((y - 1.0) ** 2).mean()), rel=1e-5)
+    assert 0.1 < m["mse"] < 0.25  # predicting the mean scores ≈ 1/6
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_reader_reads_raw_and_gzip_files(tmp_path, compress, idx_writer):
+    array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = idx_writer(tmp_path / "images-idx3-ubyte", array, compress)
+    assert path.name.endswith(".gz") == compress
+    out = read_idx(path)
+    assert out.shape == (2, 3, 4) and np.array_equal(out, array)
+
+
+def test_idx_reader_refuses_a_file_that_is_not_idx(tmp_path):
+    bad = tmp_path / "x-idx3-ubyte"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n....")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(bad)
+    short = tmp_path / "y-idx1-ubyte"
+    short.write_bytes(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + b"abc")
+    with pytest.raises(ValueError, match="header says"):
+        read_idx(short)
+
+
+def test_mnist_reads_raw_idx_files_and_keeps_the_published_test_set(tmp_path, tiny_mnist_writer):
+    tiny_mnist_writer(tmp_path, compress=False)
+    data = load_task(RunSpec(task="mnist"), Settings(data_dir=tmp_path))
+    assert len(data.train[1]) + len(data.split("val")[1]) == 60 and len(data.split("test")[1]) == 20
+    assert data.input_dim == 784 and data.n_outputs == 10
+
+
+def test_missing_mnist_names_the_folder_to_fill(tmp_path):
+    with pytest.raises(TaskUnavailable) as err:
+        load_task(RunSpec(task="mnist"), Settings(data_dir=tmp_path))
+    assert str(tmp_path / "mnist") in str(err.value) and "digits" in str(err.value)

@@ -1,0 +1,149 @@
+"""The training loop: events, determinism, divergence, cancellation, failures, and every task training."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from normlab.events import TERMINAL_STATUSES, Scalars, StatusPayload
+from normlab.spec import RunSpec
+from workers.engine import train
+
+train_module = importlib.import_module("workers.engine.train")
+
+
+class TinyMLP(nn.Module):
+    """A stand-in model, so the loop's own behaviour is tested apart from the models' code."""
+
+    def __init__(self, d_in: int, n_out: int, hidden: int = 16):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.Tanh(), nn.Linear(hidden, n_out))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+    monkeypatch.setattr(train_module, "build_model",
+                        lambda spec, data: TinyMLP(data.input_dim, data.n_outputs))
+
+
+def run(spec: RunSpec, settings, **kw):
+    events = []
+    result = train(spec, events.append, settings=settings, **kw)
+    return result, events
+
+
+def test_events_are_numbered_without_gaps_and_end_with_one_terminal_status(tiny_model, settings):
+    result, events = run(RunSpec(task="digits", steps=12, eval_every=5, seed=1), settings, run_id="r1")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert all(e.run_id == "r1" for e in events)
+    assert events[0].kind == "status" and events[0].payload == {"status": "running"} and events[0].step == 0
+    assert [e.terminal for e in events] == [False] * (len(events) - 1) + [True]
+    final = StatusPayload(**events[-1].payload)
+    assert final.status == result.status == "completed" and final.metrics == result.metrics
+    scalars = [e for e in events if e.kind == "scalars"]
+    assert [e.step for e in scalars] == list(range(1, 13))  # log_every is 1 for a 12-step run
+    assert all(Scalars(**e.payload) for e in scalars)
+    evaluated = [e.step for e in scalars if e.payload["val_loss"] is not None]
+    assert evaluated == [5, 10, 12]  # every eval_every steps, and always the last step
+    assert all(0.0 <= e.payload["accuracy"] <= 1.0 for e in scalars if e.step in evaluated)
+    for key in ("train_loss", "val_loss", "val_accuracy", "test_loss", "test_accuracy"):
+        assert math.isfinite(result.metrics[key])
+    assert result.step == 12 and result.device == "cpu" and result.kernel_backend == "torch"
+
+
+def test_scalars_are_thinned_on_long_runs_but_every_eval_step_is_kept(tiny_model, settings, monkeypatch):
+    assert train_module.log_every(100) == 1 and train_module.log_every(200_000) == 500
+    monkeypatch.setattr(train_module, "MAX_SCALAR_EVENTS", 50)
+    _, events = run(RunSpec(task="digits", steps=300, eval_every=70, batch_size=4), settings)
+    steps = [e.step for e in events if e.kind == "scalars"]
+    assert steps == sorted(set(range(6, 301, 6)) | {70, 140, 210, 280, 300})
+
+
+def test_same_spec_and_seed_give_the_same_loss_curve_on_cpu(tiny_model, settings):
+    spec = RunSpec(task="digits", steps=15, eval_every=5, seed=7, optimizer="sgd", lr=0.05)
+
+    def curve(s):
+        _, events = run(s, settings)
+        return [(e.payload["train_loss"], e.payload["val_loss"], e.payload["grad_norm"])
+                for e in events if e.kind == "scalars"]
+
+    assert curve(spec) == curve(spec)
+    assert curve(spec) != curve(spec.model_copy(update={"seed": 8}))
+
+
+def test_a_nan_loss_ends_the_run_as_diverged_at_that_step(tiny_model, settings, monkeypatch):
+    real_loss = train_module.load_task
+
+    def poisoned(spec, settings):
+        data = real_loss(spec, settings)
+        loss, calls = data.loss, []
+
+        def nan_on_fifth(outputs, y):
+            calls.append(1)
+            out = loss(outputs, y)
+            return out * float("nan") if len(calls) == 5 else out
+
+        data.loss = nan_on_fifth
+        return data
+
+    monkeypatch.setattr(train_module, "load_task", poisoned)
+    result, events = run(RunSpec(task="digits", steps=20), settings)
+    assert result.status == "diverged" and result.step == 5
+    final = events[-1]
+    assert final.kind == "status" and final.step == 5 and "step 5" in final.payload["message"]
+    assert final.payload["metrics"]["train_loss"] is None  # JSON-safe: no NaN in metrics
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+def test_a_huge_sgd_learning_rate_diverges_without_raising(settings):
+    # squared error has no ceiling: at lr 10 the output weights grow geometrically until the loss is inf
+    result, events = run(RunSpec(task="adding", cell="tanh", norm="none", optimizer="sgd", lr=10.0,
+                                 seq_len=5, steps=200, hidden_size=16), settings)
+    assert result.status == "diverged" and 1 < result.step < 200
+    assert events[-1].payload["status"] == "diverged"
+
+
+def test_should_stop_cancels_before_the_next_step(tiny_model, settings):
+    seen = []
+
+    def stop():
+        seen.append(1)
+        return len(seen) > 3  # checked before every step: three steps run, the fourth does not
+
+    result, events = run(RunSpec(task="digits", steps=50), settings, should_stop=stop)
+    assert result.status == "cancelled" and result.step == 3
+    assert events[-1].payload["status"] == "cancelled" and events[-1].terminal
+    assert max(e.step for e in events if e.kind == "scalars") == 3
+
+
+def test_an_exception_becomes_a_failed_run_with_its_message(settings, monkeypatch):
+    def broken(spec, data):
+        raise RuntimeError("model exploded on purpose")
+
+    monkeypatch.setattr(train_module, "build_model", broken)
+    result, events = run(RunSpec(task="digits", steps=5), settings)
+    assert result.status == "failed" and "model exploded on purpose" in result.error
+    assert events[-1].payload["status"] == "failed" and "model exploded" in events[-1].payload["message"]
+    assert any(e.kind == "log" and "traceback" in e.payload for e in events)
+    assert events[-1].payload["status"] in TERMINAL_STATUSES
+
+
+def test_unavailable_data_fails_with_the_folder_in_the_message(tiny_model, tmp_path):
+    from normlab.settings import Settings
+
+    result, _ = run(RunSpec(task="mnist", steps=2), Settings(data_dir=tmp_path))
+    assert result.status == "failed" and str(tmp_path / "mnist") in result.error
+
+
+def test_kernel_backend_comes_from_settings_and_is_recorded(tiny_model, settings, monkeypatch):
+    chosen = []
+    monkeypatch.setattr(train_module.kernels, "set_backend", chosen.append)
+    result, _ = run(RunSpec(task="digits", steps=2), settings.model_copy(update={"kernel_backend": "torch"}))
+    assert chosen == ["torch"] and result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1))

@@ -1,0 +1,40 @@
+"""Tasks: `load_task(spec, settings) -> TaskData`, one loader per catalog task in one registry dict.
+
+All data is local (scikit-learn's digits, generated MNIST-1D / adding / copy, the stdlib's sources, and
+MNIST's IDX files when the user put them in ``<data_dir>/mnist``). Splits are fixed by the spec's seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from normlab.settings import Settings, get_settings
+from normlab.spec import RunSpec
+from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
+from workers.engine.tasks.charlm import load_charlm
+from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load_seq_digits
+from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
+from workers.engine.tasks.synthetic import load_adding, load_copy
+
+Loader = Callable[[RunSpec, Settings], TaskData]
+
+LOADERS: dict[str, Loader] = {
+    "digits": load_digits_task,
+    "mnist": load_mnist,
+    "mnist1d": load_mnist1d,
+    "seq-digits": load_seq_digits,
+    "adding": load_adding,
+    "copy": load_copy,
+    "charlm": load_charlm,
+    "conv-digits": load_conv_digits,
+}
+
+
+def load_task(spec: RunSpec, settings: Settings | None = None) -> TaskData:
+    """The task's data for a spec (resolved here if it is not already). Raises TaskUnavailable when the
+    data is not on this machine, with a message saying where to put it."""
+    spec = spec.resolved()
+    return LOADERS[spec.task](spec, settings or get_settings())
+
+
+__all__ = ["IGNORE", "LOADERS", "TaskData", "TaskUnavailable", "load_task", "read_idx"]

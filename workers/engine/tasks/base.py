@@ -1,0 +1,113 @@
+"""`TaskData`: a loaded task — an endless training stream, fixed val/test splits, its loss and metrics.
+
+Every task module builds one of these; the training loop only ever talks to this interface:
+
+    data.info                      the catalog's TaskInfo (kind, target, metric, defaults)
+    data.input_dim, data.n_outputs what `build_model` needs
+    data.train_batches(B, gen)     endless iterator of (x, y) drawn with the torch.Generator `gen`
+    data.split("val" | "test")     the fixed (x, y) of that split (sequence tasks: at eval_seq_len)
+    data.loss(outputs, y)          mean scalar loss (the quantity that is differentiated)
+    data.metrics(outputs, y)       {"loss": …, plus "accuracy" | "bpc" | "mse"} as floats
+
+Inputs are float tensors: flat (B, D); image (B, 1, 8, 8); sequence (B, T, D) (one-hot for symbols).
+Targets are long class ids (per case, or per step with IGNORE where a step is not scored) or floats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from normlab.catalog import TaskInfo
+
+IGNORE = -100  # per-step target of a step that is not scored (cross_entropy's ignore_index)
+
+Batch = tuple[Tensor, Tensor]
+
+
+class TaskUnavailable(RuntimeError):
+    """The task's data is not on this machine; the message says where to put it."""
+
+
+def seeded(seed: int, stream: int) -> torch.Generator:
+    """A CPU generator for one named random stream of a run (splits, val data, test data, batches…)."""
+    return torch.Generator().manual_seed((seed << 8) | stream)
+
+
+@dataclass
+class TaskData:
+    """A loaded task. Construct with `sample` (one training batch) or `train` (fixed arrays)."""
+
+    info: TaskInfo
+    input_dim: int
+    n_outputs: int
+    splits: dict[str, Batch]
+    train: Batch | None = None  # fixed training arrays, sampled in shuffled epochs
+    sample: Callable[[int, torch.Generator], Batch] | None = None  # or fresh batches each step
+    seq_len: int | None = None
+    eval_seq_len: int | None = None
+    notes: list[str] = field(default_factory=list)  # facts worth a `log` event (sizes, sources)
+
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """Endless (x, y) training batches; the same generator state gives the same batches."""
+        if self.sample is not None:
+            while True:
+                yield self.sample(batch_size, generator)
+        assert self.train is not None
+        x, y = self.train
+        n = len(y)
+        order = torch.empty(0, dtype=torch.long)
+        while True:
+            # shuffled epochs, so every case is seen once per epoch; a batch may straddle two epochs
+            while len(order) < batch_size:
+                order = torch.cat([order, torch.randperm(n, generator=generator)])
+            idx, order = order[:batch_size], order[batch_size:]
+            yield x[idx], y[idx]
+
+    def split(self, name: str) -> Batch:
+        """The fixed (x, y) of split 'val' or 'test'."""
+        if name not in self.splits:
+            raise KeyError(f"unknown split {name!r}; use one of {', '.join(self.splits)}")
+        return self.splits[name]
+
+    @property
+    def train_size(self) -> int | None:
+        return None if self.train is None else len(self.train[1])
+
+    # -- loss and metrics: chosen by the catalog's target kind --------------------------------
+
+    def _scored(self, outputs: Tensor) -> Tensor:
+        """Sequence models give per-step outputs (B, T, C); per-case targets read the last step."""
+        if self.info.target != "per_step_class" and outputs.dim() == 3:
+            outputs = outputs[:, -1]
+        return outputs
+
+    def loss(self, outputs: Tensor, y: Tensor) -> Tensor:
+        """The mean loss over the batch (cross-entropy in nats, or squared error)."""
+        out = self._scored(outputs)
+        if self.info.target == "regression":
+            return F.mse_loss(out.reshape(-1).float(), y.reshape(-1).float())
+        if self.info.target == "per_step_class":
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1), ignore_index=IGNORE)
+        return F.cross_entropy(out.float(), y)
+
+    @torch.no_grad()
+    def metrics(self, outputs: Tensor, y: Tensor) -> dict[str, float]:
+        """{"loss": …} plus the catalog's metric: "accuracy" (0..1), "bpc" (loss / ln 2) or "mse"."""
+        loss = float(self.loss(outputs, y))
+        out: dict[str, float] = {"loss": loss}
+        metric = self.info.metric
+        if metric == "bpc":
+            out["bpc"] = loss / math.log(2)
+        elif metric == "mse":
+            out["mse"] = loss
+        else:
+            pred = self._scored(outputs).argmax(-1)
+            scored = y != IGNORE
+            out["accuracy"] = float((pred[scored] == y[scored]).float().mean())
+        return out

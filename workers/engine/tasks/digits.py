@@ -1,0 +1,80 @@
+"""The scikit-learn 8×8 digits, three ways: flat MLP input, a row-by-row sequence, and (1, 8, 8) images."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from normlab.catalog import TASKS
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+from workers.engine.tasks.base import TaskData, seeded
+
+SPLIT_FRACTIONS = (0.70, 0.15, 0.15)  # train / val / test
+# flat: 64 pixels; sequence: 8 pixels per step; image: 1 input channel of 8×8
+_INPUT_DIM = {"flat": 64, "sequence": 8, "image": 1}
+
+
+@lru_cache(maxsize=1)
+def _raw_digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits  # ships inside scikit-learn: no download
+
+    bunch = load_digits()
+    return bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+
+
+def split_indices(n: int, seed: int, fractions=SPLIT_FRACTIONS) -> dict[str, torch.Tensor]:
+    """A fixed train/val/test partition of range(n), drawn from the seed."""
+    perm = torch.randperm(n, generator=seeded(seed, 1))
+    n_train = int(round(fractions[0] * n))
+    n_val = int(round(fractions[1] * n))
+    return {"train": perm[:n_train], "val": perm[n_train:n_train + n_val], "test": perm[n_train + n_val:]}
+
+
+def standardize(x: torch.Tensor, parts: dict[str, torch.Tensor], per_feature: bool) -> torch.Tensor:
+    """Standardize with the training split's statistics only (per feature, or one global scalar)."""
+    train = x[parts["train"]]
+    if per_feature:
+        mean, std = train.mean(0), train.std(0)
+    else:
+        mean, std = train.mean(), train.std()
+    # pixels that are constant in training (the digits' border) have std 0: leave them at 0, not NaN
+    return (x - mean) / torch.where(std > 1e-6, std, torch.ones_like(std))
+
+
+def _load(spec: RunSpec, shape: str) -> TaskData:
+    x_np, y_np = _raw_digits()
+    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+    parts = split_indices(len(y), spec.seed)
+    x = standardize(x, parts, per_feature=(shape == "flat"))
+    if shape == "image":
+        x = x.reshape(-1, 1, 8, 8)
+    elif shape == "sequence":
+        x = x.reshape(-1, 8, 8)  # T = 8 rows of D = 8 pixels
+    data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
+    info = TASKS[spec.task]
+    return TaskData(
+        info=info, input_dim=_INPUT_DIM[shape], n_outputs=10,
+        splits={"val": data["val"], "test": data["test"]}, train=data["train"],
+        seq_len=8 if shape == "sequence" else None, eval_seq_len=8 if shape == "sequence" else None,
+        notes=[f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / "
+               f"{len(parts['test'])} test cases of scikit-learn's 8×8 digits "
+               f"(split from seed {spec.seed})."],
+    )
+
+
+def load_digits_task(spec: RunSpec, settings: Settings) -> TaskData:
+    """digits: 64 standardized pixels per case for a permutation-invariant MLP."""
+    return _load(spec, "flat")
+
+
+def load_seq_digits(spec: RunSpec, settings: Settings) -> TaskData:
+    """seq-digits: each image read row by row, x (B, 8, 8) = (B, T, D)."""
+    return _load(spec, "sequence")
+
+
+def load_conv_digits(spec: RunSpec, settings: Settings) -> TaskData:
+    """conv-digits: images (B, 1, 8, 8) for a small ConvNet."""
+    return _load(spec, "image")

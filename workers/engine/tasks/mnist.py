@@ -1,0 +1,136 @@
+"""Permutation-invariant MNIST (from the user's IDX files) and MNIST-1D (generated offline)."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from normlab.catalog import MNIST_FILES, TASKS, mnist_dir
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+from workers.engine.tasks.base import TaskData, TaskUnavailable, seeded
+from workers.engine.tasks.digits import standardize
+
+# IDX type byte -> numpy big-endian dtype (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT")
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+MNIST1D_VERSION = 1  # bump when the generation arguments change, so a stale disk cache is not read
+
+
+def read_idx(path: Path | str) -> np.ndarray:
+    """The array stored in one IDX file (raw, or gzip-compressed when the name ends in .gz)."""
+    path = Path(path)
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
+    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    shape = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    body = raw[4 + 4 * ndim:]
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(body) != expected:
+        raise ValueError(f"{path}: header says shape {shape} ({expected} bytes) but {len(body)} bytes follow")
+    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _find(folder: Path, stem: str) -> Path:
+    for name in (stem, f"{stem}.gz"):
+        if (folder / name).exists():
+            return folder / name
+    raise TaskUnavailable(f"MNIST IDX file {stem} (raw or .gz) not found in {folder}; put the four MNIST "
+                          f"files there ({', '.join(MNIST_FILES)}), or choose task 'digits' or 'mnist1d'.")
+
+
+@lru_cache(maxsize=2)
+def _raw_mnist(folder: Path, stamp: tuple) -> dict[str, np.ndarray]:
+    arrays = {stem: read_idx(_find(folder, stem)) for stem in MNIST_FILES}
+    for kind in ("train", "t10k"):
+        images, labels = arrays[f"{kind}-images-idx3-ubyte"], arrays[f"{kind}-labels-idx1-ubyte"]
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(f"MNIST {kind} files in {folder} disagree: images {images.shape}, "
+                             f"labels {labels.shape}")
+    return arrays
+
+
+def _split_train_val(x: torch.Tensor, y: torch.Tensor, test: tuple, seed: int, val_fraction: float):
+    """Training cases split into train/val from the seed; the published test set stays the test split."""
+    perm = torch.randperm(len(y), generator=seeded(seed, 1))
+    n_val = max(1, int(round(val_fraction * len(y))))
+    parts = {"train": perm[n_val:], "val": perm[:n_val]}
+    x_all = torch.cat([x, test[0]])
+    parts["test"] = torch.arange(len(y), len(y) + len(test[1]))
+    x_all = standardize(x_all, parts, per_feature=True)
+    y_all = torch.cat([y, test[1]])
+    return {k: (x_all[idx], y_all[idx]) for k, idx in parts.items()}
+
+
+def load_mnist(spec: RunSpec, settings: Settings) -> TaskData:
+    """mnist: 784 standardized pixels per case; 1/12 of the 60 000 training images held out for val."""
+    folder = mnist_dir(settings.data_dir)
+    paths = [_find(folder, stem) for stem in MNIST_FILES]
+    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    raw = _raw_mnist(folder, stamp)
+
+    def flat(kind: str):
+        images = raw[f"{kind}-images-idx3-ubyte"]
+        return (torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0),
+                torch.from_numpy(raw[f"{kind}-labels-idx1-ubyte"].astype(np.int64)))
+
+    x, y = flat("train")
+    parts = _split_train_val(x, y, flat("t10k"), spec.seed, val_fraction=1 / 12)
+    return TaskData(
+        info=TASKS["mnist"], input_dim=parts["train"][0].shape[1], n_outputs=10,
+        splits={"val": parts["val"], "test": parts["test"]}, train=parts["train"],
+        notes=[f"mnist: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
+               f"{len(parts['test'][1])} test images from {folder}."],
+    )
+
+
+def _generate_mnist1d() -> dict[str, np.ndarray]:
+    from mnist1d.data import get_dataset_args, make_dataset  # never get_dataset: it downloads
+
+    state = np.random.get_state()  # make_dataset reseeds numpy's global generator; put it back
+    try:
+        d = make_dataset(get_dataset_args())
+    finally:
+        np.random.set_state(state)
+    return {k: np.asarray(d[k]) for k in ("x", "y", "x_test", "y_test")}
+
+
+@lru_cache(maxsize=1)
+def _raw_mnist1d(cache_dir: Path) -> dict[str, np.ndarray]:
+    """MNIST-1D with its published arguments (seed 42): generated once, then cached on disk (≈ 2 s → ms)."""
+    cache = cache_dir / f"mnist1d-v{MNIST1D_VERSION}.npz"
+    try:
+        with np.load(cache) as z:
+            return {k: z[k] for k in ("x", "y", "x_test", "y_test")}
+    except (OSError, KeyError, ValueError):
+        pass
+    arrays = _generate_mnist1d()
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(cache)  # atomic, so a concurrent reader never sees half a file
+    except OSError:
+        pass  # a read-only data dir only costs the generation time
+    return arrays
+
+
+def load_mnist1d(spec: RunSpec, settings: Settings) -> TaskData:
+    """mnist1d: 40 features per case; 4000 train cases split 3400/600 train/val from the seed, 1000 test."""
+    raw = _raw_mnist1d(Path(settings.data_dir) / "cache")
+    def arrays(xk: str, yk: str):
+        return torch.from_numpy(raw[xk].astype(np.float32)), torch.from_numpy(raw[yk].astype(np.int64))
+
+    x, y = arrays("x", "y")
+    parts = _split_train_val(x, y, arrays("x_test", "y_test"), spec.seed, val_fraction=0.15)
+    return TaskData(
+        info=TASKS["mnist1d"], input_dim=x.shape[1], n_outputs=10,
+        splits={"val": parts["val"], "test": parts["test"]}, train=parts["train"],
+        notes=[f"mnist1d: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
+               f"{len(parts['test'][1])} test cases, generated offline by mnist1d.make_dataset."],
+    )

@@ -1,0 +1,211 @@
+"""`train(spec, emit, should_stop)`: one training run, reported as events and returned as a RunResult.
+
+The same function runs from the CLI, a test or a Celery worker. Events go through one callback,
+numbered 1, 2, 3 … by `normlab.events.EventCounter`:
+
+    status {"status": "running"}                      step 0
+    log    {"level", "message", …}                    data set, model size, recurrent-BN notes
+    scalars (normlab.events.Scalars)                  every log_every steps, every eval step, last step
+    hidden / fisher                                   probe payloads, when spec.probes.enabled
+    status {"status": completed|cancelled|diverged|failed, "message", "metrics"}   always last
+
+Nothing raises out of `train`: a NaN/Inf loss ends the run as `diverged` at that step, `should_stop()`
+(checked before every step) as `cancelled`, and any exception as `failed` (traceback logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+
+import kernels
+from normlab.events import Event, EventCounter, RunResult, Scalars, StatusPayload
+from normlab.settings import Settings, get_settings
+from normlab.spec import RunSpec
+from workers.engine.loop_eval import beyond_trained_length, evaluate
+from workers.engine.loop_setup import (
+    build_model,
+    limit_threads,
+    make_optimizer,
+    make_prober,
+    pick_device,
+    seed_everything,
+)
+from workers.engine.tasks import load_task
+from workers.engine.tasks.base import seeded
+
+log = logging.getLogger(__name__)
+
+MAX_SCALAR_EVENTS = 400  # scalars events per run, besides the ones on evaluation steps
+
+
+def log_every(steps: int) -> int:
+    """Steps between scalars events, so a run sends at most ≈ MAX_SCALAR_EVENTS of them."""
+    return max(1, math.ceil(steps / MAX_SCALAR_EVENTS))
+
+
+def _finite_or_none(metrics: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: (v if v is not None and math.isfinite(v) else None) for k, v in metrics.items()}
+
+
+class _Run:
+    """The state of one run between its first and last event."""
+
+    def __init__(self, spec: RunSpec, events: EventCounter, should_stop, settings: Settings):
+        self.spec, self.events, self.should_stop, self.settings = spec, events, should_stop, settings
+        self.step = 0
+        self.device = "cpu"
+        self.kernel_backend = "torch"
+        self.metrics: dict[str, float | None] = {}  # latest known: train_loss, val_*, test_*
+        self.prober = None
+        self.beyond_reported = False
+
+    def log(self, message: str, level: str = "info", **extra) -> None:
+        self.events("log", self.step, {"level": level, "message": message, **extra})
+
+    def execute(self) -> tuple[str, str | None]:
+        spec = self.spec
+        device = pick_device(spec.device)
+        self.device = str(device)
+        threads = limit_threads()
+        data = load_task(spec, self.settings)
+        for note in data.notes:
+            self.log(note)
+        seed_everything(spec.seed)
+        model = build_model(spec, data).to(device)
+        self.kernel_backend = kernels.backend_for(
+            torch.empty(1, spec.hidden_size or 1, device=device))
+        optimizer = make_optimizer(spec, model)
+        self.prober, why_not = make_prober(spec, model, data, optimizer)
+        if why_not:
+            self.log(why_not, "warning")
+        n_params = sum(p.numel() for p in model.parameters())
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{threads} CPU threads"
+        self.log(f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
+                 f"LayerNorm kernel backend: {self.kernel_backend}.")
+        if data.info.kind == "sequence" and spec.norm == "batch" and spec.eval_seq_len > spec.seq_len:
+            self.log(f"Recurrent BatchNorm keeps statistics for each of the {spec.seq_len} trained time "
+                     f"steps only; evaluation runs {spec.eval_seq_len} steps, so the later steps have no "
+                     "statistics of their own (§3.1). The run shows what the model does then; see the log "
+                     "after the first evaluation.", "warning")
+        return self._loop(model, data, optimizer, device)
+
+    def _loop(self, model, data, optimizer, device) -> tuple[str, str | None]:
+        spec, prober = self.spec, self.prober
+        batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
+        every = log_every(spec.steps)
+        start = time.perf_counter()
+        window_loss, window_steps, window_time = 0.0, 0, 0.0
+        model.train()
+        for step in range(1, spec.steps + 1):
+            if self.should_stop is not None and self.should_stop():
+                return "cancelled", f"Cancelled before step {step}."
+            t0 = time.perf_counter()
+            self.step = step
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if prober is not None:
+                model.capture = prober.capture_this_step(step)
+            outputs = model(x)
+            loss = data.loss(outputs, y)
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                self.metrics["train_loss"] = None
+                return "diverged", (f"The training loss became {loss_value} at step {step}: training "
+                                    f"diverged. Lower the learning rate (now {spec.lr:g}) or try another "
+                                    "normalizer.")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            on_eval = step % spec.eval_every == 0 or step == spec.steps
+            on_log = on_eval or step % every == 0
+            grad_norm = _grad_norm(model) if on_log else 0.0
+            if prober is not None:
+                for kind, payload in prober.after_backward(step, x, y, outputs, loss):
+                    self.events(kind, step, payload)
+            optimizer.step()
+            if prober is not None:
+                for kind, payload in prober.after_update(step):
+                    self.events(kind, step, payload)
+                model.capture = False
+            window_loss += loss_value
+            window_steps += 1
+            window_time += time.perf_counter() - t0
+            if not on_log:
+                continue
+            train_loss = window_loss / window_steps
+            self.metrics["train_loss"] = train_loss
+            scalars = Scalars(train_loss=train_loss, grad_norm=grad_norm, lr=optimizer.param_groups[0]["lr"],
+                              steps_per_s=window_steps / max(window_time, 1e-9),
+                              elapsed=time.perf_counter() - start)
+            if on_eval:
+                self._evaluate(model, data, device, "val", scalars)
+            self.events("scalars", step, scalars.model_dump())
+            window_loss, window_steps, window_time = 0.0, 0, 0.0
+        self._evaluate(model, data, device, "test", None)
+        return "completed", f"Completed {spec.steps} steps."
+
+    def _evaluate(self, model, data, device, split: str, scalars: Scalars | None) -> None:
+        m = evaluate(model, data, split, device)
+        self.metrics[f"{split}_loss"] = m["loss"]
+        for name in ("accuracy", "bpc", "mse"):
+            if name in m:
+                self.metrics[f"{split}_{name}"] = m[name]
+        if scalars is not None:
+            scalars.val_loss = m["loss"]
+            scalars.accuracy = m.get("accuracy")
+            scalars.bpc = m.get("bpc")
+        reports = beyond_trained_length(model)
+        if reports and not self.beyond_reported:
+            self.beyond_reported = True
+            r = reports[0]
+            self.log(f"Evaluation at {self.spec.eval_seq_len} steps ran {r['eval_steps_beyond']} steps past "
+                     f"the {r['trained_steps']} time steps recurrent BatchNorm has statistics for; for those "
+                     f"it used the policy: {r['policy']}.", "warning", layers=reports)
+
+
+def _grad_norm(model: torch.nn.Module) -> float:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
+def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
+          should_stop: Callable[[], bool] | None = None, *, run_id: str | None = None,
+          settings: Settings | None = None) -> RunResult:
+    """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
+
+    `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
+    should be cheap. The kernel backend is taken from `settings.kernel_backend`.
+    """
+    settings = settings or get_settings()
+    events = EventCounter(emit or (lambda event: None), run_id)
+    wall_start = time.perf_counter()
+    spec = spec.resolved()
+    kernels.set_backend(settings.kernel_backend)
+    run = _Run(spec, events, should_stop, settings)
+    events("status", 0, {"status": "running"})
+    error = None
+    try:
+        status, message = run.execute()
+    except Exception as exc:  # noqa: BLE001 - a failed run is an outcome, reported and returned
+        log.exception("run %s failed at step %d", run_id, run.step)
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        message = f"Failed at step {run.step}: {error}"
+        run.log(message, "error", traceback=traceback.format_exc(limit=20))
+    metrics = _finite_or_none(run.metrics)
+    probes = None
+    if run.prober is not None:
+        try:
+            probes = run.prober.summary()
+        except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
+            log.exception("probe summary failed")
+    events("status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump())
+    return RunResult(status=status, step=run.step, metrics=metrics,
+                     wall_time=time.perf_counter() - wall_start, device=run.device,
+                     kernel_backend=run.kernel_backend, error=error, probes=probes)

@@ -1,0 +1,129 @@
+"""The Fisher estimators against brute force on tiny float64 networks, one per normalizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workers.probes.fisher import FisherPass, module_traces
+from workers.probes.groups import find_groups, row_quantities
+from workers.probes.likelihood import Likelihood
+
+from .conftest import brute_fisher, tiny
+
+
+def _flat(vs):
+    return torch.cat([v.reshape(-1) for v in vs])
+
+
+def _blocks(names, sizes):
+    out, start = {}, 0
+    for n, s in zip(names, sizes, strict=True):
+        out[n] = slice(start, start + s)
+        start += s
+    return out
+
+
+def test_brute_fisher_equals_ggn_and_fvp(norm):
+    model, x, y = tiny(norm)
+    fisher, ggn, names, sizes = brute_fisher(model, x, y)
+    scale = fisher.abs().max()
+    assert float((fisher - ggn).abs().max() / scale) <= 1e-10
+    fp = FisherPass(model, Likelihood("class"), x, y)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        v = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in fp.params]
+        got = _flat(fp.fvp(v))
+        want = fisher @ _flat(v)
+        assert float((got - want).norm() / want.norm()) <= 1e-10
+
+
+def test_mc_trace_mean_within_4_standard_errors(norm):
+    model, x, y = tiny(norm, seed=3)
+    fisher, _, names, sizes = brute_fisher(model, x, y)
+    blocks = _blocks(names, sizes)
+    lik = Likelihood("class")
+    fp = FisherPass(model, lik, x, y)
+    gen = torch.Generator().manual_seed(7)
+    draws: dict[str, list[float]] = {}
+    estimators = {}
+    for _ in range(250):
+        stats, est, _ = fp.sampled(lik.sampled_residual(fp.pred, gen))
+        traces, kinds = module_traces(stats, est, 1.0 / fp.n)
+        for mod, t in traces.items():
+            draws.setdefault(mod, []).append(t)
+        estimators = kinds
+    for mod, values in draws.items():
+        exact = sum(float(fisher[blocks[n], blocks[n]].trace()) for n in names
+                    if n.rsplit(".", 1)[0] == mod)
+        v = torch.tensor(values)
+        se = float(v.std() / len(v) ** 0.5)
+        got = float(v.mean())
+        assert abs(got - exact) <= 4 * se + 1e-12, (mod, estimators[mod], exact, got, se)
+    if norm == "batch":  # BN in train mode mixes the batch: hidden layers fall back; the head after it not
+        assert estimators["l1"] == "summed-gradient" and estimators["out"] == "per-sample"
+    else:
+        assert set(estimators.values()) == {"per-sample"}, estimators
+
+
+def _group_exact(fisher, blocks, name, param, row=None):
+    blk = fisher[blocks[name], blocks[name]]
+    w = param.detach().reshape(param.shape[0], -1)
+    if row is not None:
+        cols = w.shape[1]
+        idx = slice(row * cols, (row + 1) * cols)
+        blk, w = blk[idx, idx], w[row]
+    u = w.reshape(-1) / w.norm()
+    return float(u @ blk @ u), float(blk.trace())
+
+
+def test_along_weight_curvature_zero_only_for_scale_invariant_groups(norm):
+    model, x, y = tiny(norm, seed=5)
+    fisher, _, names, sizes = brute_fisher(model, x, y)
+    blocks = _blocks(names, sizes)
+    params = dict(model.named_parameters())
+    lik = Likelihood("class")
+    fp = FisherPass(model, lik, x, y)
+    stats, _, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(0)))
+    for g in find_groups(model):
+        if g.name.startswith("out"):
+            continue
+        p = params[g.param]
+        for row in (range(p.shape[0]) if g.by_row else [None]):
+            along, trace = _group_exact(fisher, blocks, g.param, p, row)
+            est = row_quantities(stats[g.param], p, 1.0 / fp.n, row)
+            if g.scale_invariant:  # ≈ 0: the normalizers' eps (1e-5 added to σ²) breaks invariance slightly
+                assert abs(along) <= 1e-7 * trace, (g, row, along, trace)
+                assert abs(est["along_w_curvature"]) <= 1e-7 * max(est["trace_ww"], 1e-30)
+            else:  # no normalization: the weight direction carries curvature
+                assert along >= 1e-3 * trace, (g, along, trace)
+    if norm == "layer":  # one row of an LN-normalized matrix is not scale-invariant on its own
+        p = params["l1.weight"]
+        rows = [_group_exact(fisher, blocks, "l1.weight", p, r) for r in range(p.shape[0])]
+        assert max(a / t for a, t in rows) >= 1e-3
+
+
+@pytest.mark.parametrize("norm_name", ["layer", "batch", "weight", "rms"])
+def test_doubling_a_scale_invariant_group_quarters_its_fisher_trace(norm_name):
+    model, x, y = tiny(norm_name, seed=2)
+    for m in model.modules():  # exact invariance: without eps, σ(2Wx) = 2σ(Wx)
+        if hasattr(m, "eps"):
+            m.eps = 1e-300 if "Batch" in type(m).__name__ else 0.0  # batch_norm refuses 0
+    lik = Likelihood("class")
+    group = next(g for g in find_groups(model) if g.scale_invariant)
+    p = dict(model.named_parameters())[group.param]
+
+    def traces():
+        fisher, _, names, sizes = brute_fisher(model, x, y)
+        sl = _blocks(names, sizes)[group.param]
+        fp = FisherPass(model, lik, x, y)
+        stats, _, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(4)))
+        return float(fisher[sl, sl].trace()), float(stats[group.param].row_sq.sum()), fp.pred.detach()
+
+    exact1, mc1, out1 = traces()
+    with torch.no_grad():
+        p.mul_(2.0)
+    exact2, mc2, out2 = traces()
+    torch.testing.assert_close(out1, out2, rtol=1e-10, atol=1e-12)  # same function
+    assert exact2 / exact1 == pytest.approx(0.25, rel=1e-9)
+    assert mc2 / mc1 == pytest.approx(0.25, rel=1e-9)  # same sampled labels: exactly a quarter

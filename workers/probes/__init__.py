@@ -1,0 +1,5 @@
+"""Probes: hidden-state traces over time steps (§3.1) and true-Fisher curvature (§5.2), live.
+
+`make_prober(spec, model, task_data, optimizer)` gives the training loop a `Prober` (or None when
+spec.probes is off); see contracts.md, "Probes hook".
+"""

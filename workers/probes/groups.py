@@ -1,0 +1,138 @@
+"""Scale-invariant weight groups (§5.2.2) and their Fisher geometry: ‖w‖, uᵀFu, tr F_ww, η/‖w‖², …
+
+A group is a set of weights whose joint rescaling leaves the network's function unchanged:
+a whole LN- (or RMS-) normalized weight matrix, one row of a BN-normalized weight, one row of a
+WeightNorm `v`. For such a group u = w/‖w‖ satisfies Ju = 0, so uᵀFu = 0 (the built-in sanity check),
+tr F_ww scales as 1/‖w‖² (hence ‖w‖²·tr F_ww is rescale-invariant) and plain SGD grows ‖w‖ (the
+gradient is orthogonal to w), shrinking the effective learning rate η/‖w‖². Un-normalized weight
+matrices are reported the same way for comparison (there uᵀFu is not 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from workers.probes.persample import RowStats, rows
+
+_ROW_NORMS = ("BatchNorm",)  # normalizers with statistics per unit (over the batch): one group per row
+_MATRIX_NORMS = ("LayerNorm", "RMSNorm")  # statistics over the layer: the whole matrix is one group
+
+
+@dataclass
+class Group:
+    """Where a group's weights live and how they are normalized."""
+
+    name: str  # parameter name, e.g. "layers.0.weight"
+    param: str  # key into named_parameters
+    normalizer: str  # layer | batch | rms | weight | none
+    by_row: bool  # one group per row (aggregated in payloads) or the whole matrix
+    scale_invariant: bool
+    gain: str | None  # parameter name of the matching gain (per row), if any
+
+
+def find_groups(model: nn.Module) -> list[Group]:
+    """Every normalized (and, for comparison, un-normalized) linear weight of the model, as groups."""
+    out: list[Group] = []
+    for name, m in model.named_modules():
+        prefix = f"{name}." if name else ""
+        kind = type(m).__name__
+        if kind == "WeightNormLinear":
+            out.append(Group(f"{prefix}v", f"{prefix}v", "weight", True, True, f"{prefix}g"))
+        elif kind == "NormLinear":
+            norm = type(m.norm).__name__
+            gain = f"{prefix}norm.gain" if hasattr(m.norm, "gain") else None
+            if norm in _MATRIX_NORMS:
+                label = "layer" if norm == "LayerNorm" else "rms"
+                out.append(Group(f"{prefix}weight", f"{prefix}weight", label, False, True, gain))
+            elif norm in _ROW_NORMS:
+                out.append(Group(f"{prefix}weight", f"{prefix}weight", "batch", True, True, gain))
+        elif isinstance(m, nn.Linear):
+            out.append(Group(f"{prefix}weight", f"{prefix}weight", "none", False, False, None))
+    return out
+
+
+def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None = None) -> dict[str, float]:
+    """Fisher geometry of one row (row=i) or of the whole matrix (row=None), from RowStats (× scale = 1/N)."""
+    w = rows(param.detach())
+    if row is None:
+        sq = float(w.pow(2).sum())
+        trace = scale * float(stats.row_sq.sum())
+        along = scale * float(stats.whole_dot_sq) / sq if sq > 0 else math.nan
+    else:
+        sq = float(w[row].pow(2).sum())
+        trace = scale * float(stats.row_sq[row])
+        along = scale * float(stats.row_dot_sq[row]) / sq if sq > 0 else math.nan
+    return {"weight_norm": math.sqrt(sq), "along_w_curvature": along, "trace_ww": trace,
+            "scaled_trace_ww": sq * trace}
+
+
+def _angle(a: Tensor, b: Tensor) -> Tensor:
+    """Angle between corresponding rows of a and b (radians)."""
+    cos = (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
+    return torch.arccos(cos.clamp(-1.0, 1.0))
+
+
+def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> dict[str, Tensor]:
+    sq = w.pow(2).sum(1)
+    out = {"weight_norm": sq.sqrt(), "trace_ww": scale * stats.row_sq,
+           "along_w_curvature": scale * stats.row_dot_sq / sq.clamp_min(1e-30)}
+    out["scaled_trace_ww"] = sq * out["trace_ww"]
+    if grad is not None:
+        g = rows(grad)
+        out["grad_norm"] = g.norm(dim=1)
+        out["grad_along_w"] = (g * w).sum(1) / sq.sqrt().clamp_min(1e-30)
+    return out
+
+
+def group_payload(group: Group, params: dict[str, Tensor], stats: dict[str, RowStats],
+                  estimators: dict[str, str], scale: float, lr: float) -> dict:
+    """One payload entry: a whole-matrix group, or a layer's row groups summarized (median; uᵀFu: max)."""
+    p = params[group.param]
+    w = rows(p.detach())
+    st = stats[group.param]
+    gain_stats = stats.get(group.gain) if group.gain else None
+    entry: dict = {"name": group.name, "normalizer": group.normalizer,
+                   "scale_invariant": group.scale_invariant,
+                   "kind": "row" if group.by_row else "matrix", "rows": int(w.shape[0]),
+                   "estimator": estimators.get(group.param, "summed-gradient")}
+    if not group.by_row:
+        entry.update(row_quantities(st, p, scale))
+        entry["gain_curvature"] = scale * float(gain_stats.row_sq.sum()) if gain_stats is not None else None
+        entry["effective_lr"] = lr / entry["weight_norm"] ** 2
+        if p.grad is not None:
+            g = p.grad.detach()
+            entry["grad_norm"] = float(g.norm())
+            entry["grad_along_w"] = float((g * p.detach()).sum()) / entry["weight_norm"]
+        return entry
+    per = _per_row(st, w, p.grad.detach() if p.grad is not None else None, scale)
+    for key, values in per.items():
+        if key == "along_w_curvature":
+            entry[key] = float(values.abs().max())
+        elif key == "grad_along_w":
+            entry[key] = float(values.abs().max())
+        else:
+            entry[key] = float(values.median())
+    entry["gain_curvature"] = scale * float(gain_stats.row_sq.median()) if gain_stats is not None else None
+    entry["effective_lr"] = float((lr / per["weight_norm"].pow(2)).median())
+    entry["aggregate"] = "median over rows; along_w_curvature and grad_along_w: largest |value|"
+    return entry
+
+
+def snapshot(groups: list[Group], params: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The groups' weights now (to measure the angular update and norm growth of the next step)."""
+    return {g.param: params[g.param].detach().clone() for g in groups}
+
+
+def add_update(entry: dict, group: Group, before: Tensor, after: Tensor) -> None:
+    """Angular update per step and the weight norm after the step, into a payload entry."""
+    b, a = rows(before), rows(after.detach())
+    if group.by_row:
+        entry["angular_update"] = float(_angle(b, a).median())
+        entry["weight_norm_next"] = float(a.norm(dim=1).median())
+    else:
+        entry["angular_update"] = float(_angle(b.reshape(1, -1), a.reshape(1, -1))[0])
+        entry["weight_norm_next"] = float(a.norm())

@@ -1,0 +1,225 @@
+"""Per-sample squared gradient norms from autograd hooks, without per-sample gradient tensors.
+
+For a Linear layer z = W a + b called on one case n at "times" t (a sequence, or repeated calls in a
+recurrent loop), case n's gradient is G_n = Σ_t δ_nt a_ntᵀ with δ = ∂S/∂z. Its squared row norms are
+Σ_ts δ_nti δ_nsi (a_nt · a_ns) — one Gram matrix per case, or δ_ni² ‖a_n‖² when there is one time.
+Row-wise inner products with the weight, ⟨G_n[i], w_i⟩ = Σ_t δ_nti (z_nti − b_i), give the curvature
+along the weight direction. LayerNorm / RMSNorm gains: G_n = Σ_t δ_nt ⊙ x̂_nt with x̂ = (y − b) / g.
+
+This is valid only when case n's loss depends on no other case's summed inputs: layers that run before
+a BatchNorm in training mode mix the batch, so `Recorder.valid` leaves them to the summed fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class RowStats:
+    """Sums over cases n, per row i: ‖G_n[i]‖², ⟨G_n[i], w_i⟩², (Σ_i ⟨G_n[i], w_i⟩)², ⟨G_n[i], w_i⟩."""
+
+    row_sq: Tensor
+    row_dot_sq: Tensor
+    whole_dot_sq: Tensor
+    dot_sum: Tensor
+
+
+def rows(t: Tensor) -> Tensor:
+    """A parameter (or its gradient) as rows: a weight's output units, a vector's elements."""
+    if t.dim() >= 2:
+        return t.reshape(t.shape[0], -1)
+    return t.reshape(-1, 1)
+
+
+def row_stats(per_case_dot: Tensor, row_sq: Tensor) -> RowStats:
+    """RowStats from per-case row inner products (cases, R) and the summed squared row norms (R,)."""
+    return RowStats(row_sq, per_case_dot.pow(2).sum(0), per_case_dot.sum(1).pow(2).sum(),
+                    per_case_dot.sum(0))
+
+
+def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
+    """The summed-gradient 'single case': the whole batch's gradient ∇S as one case."""
+    g, w = rows(grad), rows(param.detach())
+    return row_stats((g * w).sum(1, keepdim=True).T, g.pow(2).sum(1))
+
+
+def is_batch_norm(m: nn.Module) -> bool:
+    return m.training and ("BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm))
+
+
+def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
+    """(gain, bias) of a per-case normalizer (LayerNorm, RMSNorm) whose output is x̂ ⊙ g + b."""
+    name = type(m).__name__
+    if name not in ("LayerNorm", "RMSNorm"):
+        return None
+    gain = getattr(m, "gain", None)
+    if gain is None:
+        gain = getattr(m, "weight", None)
+    bias = getattr(m, "bias", None)
+    if not isinstance(gain, Tensor) or gain.dim() != 1:
+        return None
+    return gain, bias if isinstance(bias, Tensor) else None
+
+
+class Recorder:
+    """Hooks hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
+
+    Layers: `nn.Linear` (and the engine's PlainLinear), the engine's `NormLinear` (input a from the
+    layer, summed inputs z = W a and ∂S/∂z from its `norm` child), `WeightNormLinear` (a, its output y
+    and ∂S/∂y) and per-case normalizers with a gain (LayerNorm, RMSNorm). BatchNorm in training mode is
+    only watched, to know which layers ran before the last batch-mixing call.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.calls: dict[str, list[list]] = {}  # module name -> [[input a, output, δ], …]
+        self.first_call: dict[str, int] = {}
+        self.last_bn_call = -1
+        self.counter = 0
+        self.recording = False
+        self.handles: list = []
+        self.kinds: dict[str, str] = {}
+        self._pending: dict[str, Tensor] = {}  # NormLinear name -> its input a, until its norm runs
+        for name, m in model.named_modules():
+            kind = type(m).__name__
+            if kind == "NormLinear" and m.weight.requires_grad:
+                self.kinds[name] = "normlinear"
+            elif kind == "WeightNormLinear" and m.v.requires_grad:
+                self.kinds[name] = "wn"
+            elif isinstance(m, nn.Linear) and m.weight.requires_grad:
+                self.kinds[name] = "linear"
+            elif affine_params(m) is not None and affine_params(m)[0].requires_grad:
+                self.kinds[name] = "affine"
+            elif is_batch_norm(m):
+                self.kinds[name] = "bn"
+
+    def __enter__(self) -> Recorder:
+        mods = dict(self.model.named_modules())
+        for name, kind in self.kinds.items():
+            m = mods[name]
+            if kind == "normlinear":
+                self.handles.append(m.register_forward_pre_hook(self._pre(name)))
+                self.handles.append(m.norm.register_forward_hook(self._norm_hook(name)))
+            else:
+                self.handles.append(m.register_forward_hook(self._hook(name, kind)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def _entry(self, name: str, a: Tensor | None, out: Tensor) -> None:
+        self.counter += 1
+        self.first_call.setdefault(name, self.counter)
+        entry = [None if a is None else a.detach(), out.detach(), None]
+        self.calls.setdefault(name, []).append(entry)
+
+        def keep(grad, entry=entry):
+            if self.recording:
+                entry[2] = grad.detach()
+        out.register_hook(keep)
+
+    def _hook(self, name: str, kind: str):
+        def hook(module, inputs, output):
+            if kind == "bn":
+                self.counter += 1
+                self.last_bn_call = self.counter
+            elif isinstance(output, Tensor) and output.requires_grad:
+                self._entry(name, inputs[0] if kind != "affine" else None, output)
+        return hook
+
+    def _pre(self, name: str):
+        def hook(module, inputs):
+            self._pending[name] = inputs[0]
+        return hook
+
+    def _norm_hook(self, name: str):
+        def hook(module, inputs, output):
+            a = self._pending.pop(name, None)
+            z = inputs[0]
+            if a is not None and isinstance(z, Tensor) and z.requires_grad:
+                self._entry(name, a, z)
+        return hook
+
+    def valid(self, name: str) -> bool:
+        """Per-sample decomposition holds: every call of the layer came after the last batch-mixing one."""
+        return name in self.first_call and self.first_call[name] > self.last_bn_call
+
+    def clear_grads(self) -> None:
+        for calls in self.calls.values():
+            for entry in calls:
+                entry[2] = None
+
+    def stats(self, name: str, module: nn.Module) -> dict[str, RowStats] | None:
+        """Per-sample RowStats of the module's parameters (by parameter attribute name), or None."""
+        calls = self.calls.get(name, [])
+        if not calls or any(c[2] is None for c in calls) or not self.valid(name):
+            return None
+        batch = calls[0][1].shape[0]
+        # every call's extra dimensions become one "time" axis: (B, T, features)
+        out = torch.cat([c[1].reshape(batch, -1, c[1].shape[-1]) for c in calls], 1)
+        d = torch.cat([c[2].reshape(batch, -1, c[2].shape[-1]) for c in calls], 1)
+        kind = self.kinds[name]
+        if kind == "affine":
+            return _affine(module, out, d)
+        a = torch.cat([c[0].reshape(batch, -1, c[0].shape[-1]) for c in calls], 1)
+        if kind == "wn":
+            return _weight_norm(module, a, out, d)
+        bias = module.bias if kind == "linear" else None
+        return _linear(module.weight, bias, a, out, d)
+
+
+def _row_sq(a: Tensor, d: Tensor) -> Tensor:
+    """Σ_n ‖Σ_t d_nti a_nt‖² for each row i, by the cheapest route for the shapes."""
+    steps, fan_in, fan_out = a.shape[1], a.shape[2], d.shape[2]
+    if steps == 1:
+        return (d[:, 0].pow(2) * a[:, 0].pow(2).sum(-1, keepdim=True)).sum(0)
+    if steps * (fan_in + fan_out) <= fan_in * fan_out:
+        gram = a @ a.transpose(1, 2)  # (B, T, T)
+        return (d * (gram @ d)).sum((0, 1))
+    return torch.einsum("bti,btd->bid", d, a).pow(2).sum((0, 2))
+
+
+def _linear(weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor) -> dict[str, RowStats]:
+    res: dict[str, RowStats] = {}
+    zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
+    res["weight"] = row_stats((d * zb).sum(1), _row_sq(a, d))
+    if bias is not None and bias.requires_grad:
+        gb = d.sum(1)
+        res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
+    return res
+
+
+def _weight_norm(m: nn.Module, a: Tensor, y: Tensor, d: Tensor) -> dict[str, RowStats]:
+    """y = (v·a) g/‖v‖ + b: ∂/∂v_i = (g_i/‖v_i‖)(I − u_i u_iᵀ) Σ_t d_ti a_t, orthogonal to v_i."""
+    v, g = m.v.detach(), m.g.detach()
+    vn = v.norm(dim=1)
+    s = y - m.b.detach() if m.b is not None else y
+    s_over = s / g  # (v_i·a)/‖v_i‖ = u_i·a
+    along = (d * s_over).sum(1)  # (B, H): u_i · Σ_t d_ti a_t
+    row_sq = (g / vn).pow(2) * (_row_sq(a, d) - along.pow(2).sum(0))
+    res = {"v": row_stats(torch.zeros_like(along), row_sq),
+           "g": row_stats(along * g, along.pow(2).sum(0))}
+    if m.b is not None and m.b.requires_grad:
+        gb = d.sum(1)
+        res["b"] = row_stats(gb * m.b.detach(), gb.pow(2).sum(0))
+    return res
+
+
+def _affine(m: nn.Module, y: Tensor, d: Tensor) -> dict[str, RowStats] | None:
+    gain, bias = affine_params(m)
+    g = gain.detach()
+    if g.abs().min() < 1e-6:  # x̂ = (y − b) / g would be unreliable
+        return None
+    xhat = (y - bias.detach()) / g if bias is not None else y / g
+    gg = (d * xhat).sum(1)  # (B, H) per-case gain gradient
+    res = {"gain" if hasattr(m, "gain") else "weight": row_stats(gg * g, gg.pow(2).sum(0))}
+    if bias is not None and bias.requires_grad:
+        gb = d.sum(1)
+        res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
+    return res

@@ -106,8 +106,8 @@ class LSTMLayer(_RecurrentBase):
         xx = _normalize_all(self.ih, ax, self.per_step) + self.bias
         h = x.new_zeros(B, self.hidden_size)
         c = x.new_zeros(B, self.hidden_size)
-        use_kernel = (x.is_cuda and self.norm_name == "layer" and self.placement == "full"
-                      and hasattr(kernels, "ln_lstm_cell"))
+        use_kernel = (self.norm_name == "layer" and self.placement == "full"
+                      and hasattr(kernels, "ln_lstm_cell") and kernels.backend_for(x) == "triton")
         if record is None and not use_kernel and self._fused_ok():
             ln_h = isinstance(getattr(self.hh, "norm", None), LayerNorm)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)

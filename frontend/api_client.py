@@ -1,0 +1,101 @@
+"""A thin httpx client for the normlab HTTP API, used by the dashboard's server-side callbacks.
+
+`api_for(base)` gives a client; with an empty base (the same-origin default of `normlab up`) it talks
+to the host that served the current request. Errors come back as `ApiError` with the API's message and
+per-field messages, ready to show next to the form fields.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """A non-2xx answer (or no answer): status, the API's message, and its per-field messages."""
+
+    def __init__(self, status: int, detail: str, fields: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.fields = fields or {}
+
+
+class ApiClient:
+    def __init__(self, base: str, timeout: float = 10.0):
+        self.base = base.rstrip("/")
+        self._http = httpx.Client(base_url=self.base, timeout=timeout)
+
+    def _call(self, method: str, path: str, **kw) -> Any:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ApiError(0, f"The API at {self.base} did not answer ({exc.__class__.__name__}): is "
+                              "`normlab up` running?") from exc
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"detail": r.text[:300] or r.reason_phrase}
+            detail = body.get("detail") if isinstance(body, dict) else body
+            if not isinstance(detail, str):  # FastAPI's default 422 list, if a route bypasses ours
+                detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}"
+                                   for d in detail) if isinstance(detail, list) else str(detail)
+            fields = body.get("fields", {}) if isinstance(body, dict) else {}
+            raise ApiError(r.status_code, detail, fields)
+        if r.status_code == 204 or not r.content:
+            return None
+        return r.json()
+
+    def catalog(self) -> dict:
+        return self._call("GET", "/api/catalog")
+
+    def presets(self) -> list[dict]:
+        data = self._call("GET", "/api/presets")
+        return data.get("presets", data.get("items", [])) if isinstance(data, dict) else data
+
+    def runs(self, **query) -> dict:
+        return self._call("GET", "/api/runs", params=query)
+
+    def run(self, run_id: str) -> dict:
+        return self._call("GET", f"/api/runs/{run_id}")
+
+    def metrics(self, run_id: str, names: list[str] | None = None, max_points: int = 1000) -> dict:
+        params: dict[str, Any] = {"max_points": max_points}
+        if names:
+            params["names"] = ",".join(names)
+        return self._call("GET", f"/api/runs/{run_id}/metrics", params=params)
+
+    def create_run(self, spec: dict) -> dict:
+        return self._call("POST", "/api/runs", json=spec)
+
+    def create_sweep(self, body: dict) -> dict:
+        return self._call("POST", "/api/sweeps", json=body)
+
+    def cancel(self, run_id: str) -> Any:
+        return self._call("POST", f"/api/runs/{run_id}/cancel")
+
+    def delete(self, run_id: str) -> Any:
+        return self._call("DELETE", f"/api/runs/{run_id}")
+
+    def invariance(self) -> Any:
+        return self._call("GET", "/api/invariance")
+
+
+_clients: dict[str, ApiClient] = {}
+_lock = threading.Lock()
+
+
+def api_for(base: str) -> ApiClient:
+    """The client for `base`; an empty base means the origin that served the current Flask request."""
+    if not base:
+        import flask
+
+        base = flask.request.host_url if flask.has_request_context() else "http://127.0.0.1:8050"
+    base = base.rstrip("/")
+    with _lock:
+        if base not in _clients:
+            _clients[base] = ApiClient(base)
+        return _clients[base]

@@ -1,0 +1,171 @@
+/* normlab dashboard: ONE EventSource per tab (the multiplexed /api/events stream) and the clientside
+ * callbacks that feed it into the figures. Events are queued as they arrive and drained by a 100 ms
+ * dcc.Interval, so the graphs redraw at most ~10 times a second however fast the runs report.
+ * The cursor (last seq per run) is kept here: a reconnect resumes exactly after it (no gap, no repeat).
+ */
+(function () {
+  "use strict";
+  var KINDS = ["scalars", "hidden", "fisher", "status", "log", "message"];
+  var TERMINAL = {completed: 1, failed: 1, cancelled: 1, diverged: 1, lost: 1};
+  var MAX_QUEUE = 100000;
+
+  var S = window.normlabStream = {
+    es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: -1,
+    probeSentAt: 0, status: {}, statusVersion: 0, statusSent: -1, maps: {}, reopenTimer: null,
+    received: 0, opened: 0, appended: 0, apiBase: ""
+  };
+
+  function cursorString(runs) {
+    return runs.map(function (r) { return r + ":" + (S.cursor[r] || 0); }).join(",");
+  }
+  function liveRuns() { return S.runs.filter(function (r) { return !TERMINAL[S.status[r]]; }); }
+
+  function close() {
+    if (S.reopenTimer) { clearTimeout(S.reopenTimer); S.reopenTimer = null; }
+    if (S.es) { S.es.close(); S.es = null; }
+  }
+
+  function onEvent(e) {
+    var ev;
+    try { ev = JSON.parse(e.data); } catch (err) { return; }
+    var rid = ev.run_id;
+    if (!rid || !(rid in S.cursor)) { return; }
+    if (ev.seq <= S.cursor[rid]) { return; }  // already seen (overlapping replay)
+    S.cursor[rid] = ev.seq;
+    S.received += 1;
+    if (ev.kind === "scalars") {
+      if (S.scalars.length < MAX_QUEUE) { S.scalars.push(ev); }
+    } else if (ev.kind === "hidden" || ev.kind === "fisher") {
+      var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
+      p[ev.kind].push({step: ev.step, kind: ev.kind, payload: ev.payload});
+      S.probeVersion += 1;
+    } else if (ev.kind === "status" && ev.payload) {
+      S.status[rid] = ev.payload.status;
+      S.statusVersion += 1;
+      if (liveRuns().length === 0) { close(); }  // every run ended: no reconnect loop
+    }
+  }
+
+  function open() {
+    close();
+    var live = liveRuns();
+    if (!live.length) { return; }
+    var url = S.apiBase + "/api/events?runs=" + encodeURIComponent(live.join(",")) +
+      "&after=" + encodeURIComponent(cursorString(live));
+    var es = new EventSource(url);
+    KINDS.forEach(function (k) { es.addEventListener(k, onEvent); });
+    es.onerror = function () {
+      // The browser retries by itself (with Last-Event-ID) while CONNECTING; once CLOSED (an HTTP
+      // error, a restarted server) we reopen from our own cursor.
+      if (es.readyState === 2 && S.es === es && liveRuns().length) {
+        S.reopenTimer = setTimeout(open, 1000);
+      }
+    };
+    S.es = es;
+    S.opened += 1;
+  }
+
+  /* Follow these runs from these cursors (replaces whatever the tab followed before). */
+  S.watch = function (watch) {
+    var cursor = (watch && watch.cursor) || {};
+    S.apiBase = (watch && watch.api_base) || "";
+    S.runs = Object.keys(cursor);
+    S.cursor = {}; S.status = {}; S.scalars = []; S.probes = {};
+    S.runs.forEach(function (r) { S.cursor[r] = cursor[r] || 0; });
+    S.probeVersion = 0; S.probeSent = -1; S.statusVersion = 0; S.statusSent = -1;
+    open();
+  };
+
+  function ns() { return window.dash_clientside.no_update; }
+
+  /* Turn queued scalars into one extendData call for the curves graph (dedup by step, EMA state). */
+  function drainCurves(n, map) {
+    if (!map || !map.runs || !S.scalars.length) { return ns(); }
+    var state = S.maps[map.id];
+    if (!state) {  // our own copy: the store's data is Dash state and stays untouched
+      state = S.maps = {};
+      state = S.maps[map.id] = JSON.parse(JSON.stringify(map));
+    }
+    var evs = S.scalars; S.scalars = [];
+    var xs = {}, ys = {}, order = [];
+    var s = state.smooth || 0;
+    for (var k = 0; k < evs.length; k++) {
+      var ev = evs[k], entries = state.runs[ev.run_id];
+      if (!entries) { continue; }
+      for (var j = 0; j < entries.length; j++) {
+        var en = entries[j], v = ev.payload[en.key];
+        if (v === null || v === undefined || ev.step <= en.last) { continue; }
+        en.last = ev.step;
+        if (s > 0 && isFinite(v)) {
+          en.acc = en.acc * s + (1 - s) * v; en.n += 1;
+          v = en.acc / (1 - Math.pow(s, en.n));
+        }
+        if (!(en.i in xs)) { xs[en.i] = []; ys[en.i] = []; order.push(en.i); }
+        xs[en.i].push(state.x === "time" ? ev.payload.elapsed : ev.step);
+        ys[en.i].push(v);
+      }
+    }
+    if (!order.length) { return ns(); }
+    S.appended += order.length;
+    return [{x: order.map(function (i) { return xs[i]; }), y: order.map(function (i) { return ys[i]; })},
+            order, state.max_points || 20000];
+  }
+
+  window.dash_clientside = Object.assign({}, window.dash_clientside, {
+    normlab: {
+      watch: function (watch) { S.watch(watch); return ""; },
+      drainCurves: drainCurves,
+      status: function () {
+        if (S.statusVersion === S.statusSent) { return ns(); }
+        S.statusSent = S.statusVersion;
+        return Object.assign({}, S.status);
+      },
+      probes: function (n, runId) {
+        // Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s.
+        var now = Date.now();
+        if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
+        S.probeSent = S.probeVersion; S.probeSentAt = now;
+        return S.probes[runId] || {hidden: [], fisher: []};
+      },
+      urlState: function (state) {
+        if (!state) { return ""; }
+        var params = new URLSearchParams(window.location.search);
+        var keep = params.get("present");
+        var out = new URLSearchParams();
+        Object.keys(state).forEach(function (key) {
+          var v = state[key];
+          if (v === null || v === undefined || v === "" || (Array.isArray(v) && !v.length)) { return; }
+          out.set(key, Array.isArray(v) ? v.join(",") : String(v));
+        });
+        if (keep) { out.set("present", keep); }
+        var q = out.toString().replace(/%2C/g, ",");
+        // replaceState, not a Dash navigation: the page is not re-rendered, zoom and stream are kept.
+        window.history.replaceState(null, "", window.location.pathname + (q ? "?" + q : ""));
+        return q;
+      },
+      copyLink: function (n) {
+        if (!n) { return ns(); }
+        var href = window.location.href;
+        var done = function () { return "Link copied"; };
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(href).catch(function () {});
+        } else {
+          var ta = document.createElement("textarea");
+          ta.value = href; document.body.appendChild(ta); ta.select();
+          try { document.execCommand("copy"); } catch (err) { /* shown below anyway */ }
+          document.body.removeChild(ta);
+        }
+        window.normlabLastCopied = href;
+        setTimeout(function () {
+          var el = document.getElementById("nl-copy-done"); if (el) { el.textContent = ""; }
+        }, 2500);
+        return done();
+      },
+      present: function (search) {
+        var on = /(^|[?&])present=(1|true|yes|on)(&|$)/.test(search || "");
+        document.body.classList.toggle("present", on);
+        return on;
+      }
+    }
+  });
+})();

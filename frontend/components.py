@@ -1,0 +1,47 @@
+"""Small pieces every page uses: status badges, the per-page stores, field rows, cards."""
+
+from __future__ import annotations
+
+from dash import dcc, html
+
+from frontend import figures, ids, logic
+
+GRAPH_CONFIG = {  # the mode bar exports PNG and SVG; no Plotly logo
+    "displaylogo": False, "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "normlab"},
+    "modeBarButtonsToAdd": ["toImage"],
+}
+SVG_CONFIG = {**GRAPH_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": "normlab"}}
+
+
+def badge(status: str) -> html.Span:
+    return html.Span(status, className=logic.STATUS_CLASSES.get(status, "badge"), title=f"status: {status}")
+
+
+def page_stores(watch: dict | None = None, url_state: dict | None = None) -> list:
+    """The stores each page carries: what the tab's stream follows, and the state mirrored into the URL."""
+    return [dcc.Store(id=ids.WATCH, data=watch or {"cursor": {}}),
+            dcc.Store(id=ids.URL_STATE, data=url_state)]
+
+
+def curves_graph(figure: dict, trace_map: dict) -> list:
+    return [dcc.Graph(id=ids.CURVES, figure=figure, config=GRAPH_CONFIG, className="graph curves"),
+            dcc.Store(id=ids.CURVES_MAP, data=trace_map)]
+
+
+def run_chip(run: dict, status: str | None = None) -> html.Div:
+    """A run as one line: colour swatch (its normalizer's), label, status badge, link to its page."""
+    spec = run.get("spec", {})
+    return html.Div(className="run-chip", children=[
+        html.Span(className="swatch", style={"background": figures.norm_color(spec.get("norm", ""))}),
+        dcc.Link(figures.run_label(run), href=f"/run/{run['id']}", className="run-link"),
+        badge(status or run.get("status", "")),
+    ])
+
+
+def card(title: str, children: list, className: str = "") -> html.Section:
+    return html.Section(className=f"card {className}".strip(), children=[html.H2(title), *children])
+
+
+def error_box(message: str) -> html.Div:
+    return html.Div(message, className="alert", role="alert")

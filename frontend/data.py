@@ -1,0 +1,65 @@
+"""What the pages fetch from the API, assembled: runs, their downsampled histories, and the live
+curves bundle (figure, trace map, and where this tab's event stream starts)."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import flask
+
+from frontend import figures, logic
+from frontend.api_client import ApiClient, ApiError, api_for
+
+SERIES = ["train_loss", "val_loss", "accuracy", "bpc", "elapsed"]
+HISTORY_POINTS = 1000  # per series: min/max buckets beyond this (the API keeps spikes)
+_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="normlab-fetch")
+
+
+def api_base() -> str:
+    return flask.current_app.config.get("NORMLAB_API_BASE", "") if flask.has_app_context() else ""
+
+
+def api() -> ApiClient:
+    return api_for(api_base())
+
+
+def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[str]]:
+    """(runs found, ids not found), in the order asked; fetched concurrently."""
+    def one(rid):
+        try:
+            return client.run(rid)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+    found = list(_pool.map(one, run_ids))
+    return [r for r in found if r], [rid for rid, r in zip(run_ids, found, strict=True) if r is None]
+
+
+def fetch_histories(client: ApiClient, runs: list[dict]) -> dict[str, dict]:
+    def one(run):
+        try:
+            return run["id"], client.metrics(run["id"], SERIES, HISTORY_POINTS)
+        except ApiError:
+            return run["id"], {"series": {}}
+    return dict(_pool.map(one, runs))
+
+
+def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str = "norm",
+                  x_mode: str = "step", panels: list[str] | None = None, present: bool = False,
+                  from_start: bool = False) -> dict:
+    """Figure + trace map + watch for the runs: history first, then the stream picks up after it.
+
+    The cursor is each run's last_seq read *before* its history, so nothing between the two is lost;
+    points both in the history and on the stream are dropped in the browser by step.
+    """
+    client = api()
+    runs, missing = fetch_runs(client, run_ids)
+    histories = fetch_histories(client, runs)
+    fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=smoothing,
+                                           color_by=color_by, x_mode=x_mode, present=present)
+    trace_map["id"] = uuid.uuid4().hex
+    cursor = {r["id"]: 0 for r in runs} if from_start else logic.cursor_of(runs)
+    return {"figure": fig, "map": trace_map, "runs": runs, "missing": missing,
+            "watch": {"cursor": cursor, "api_base": api_base()}}

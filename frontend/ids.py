@@ -1,0 +1,76 @@
+"""Every component id of the dashboard, in one place (pages and callbacks import them from here).
+
+Ids shared by several pages (the live curves graph and its trace map) are deliberately the same on the
+Lab, Compare and Run pages: only one page is mounted at a time, so one clientside callback serves all.
+"""
+
+# app shell (always mounted)
+URL = "nl-url"  # dcc.Location of the shell (read-only use: the page modules read query params)
+TICK = "nl-tick"  # dcc.Interval, 100 ms: the redraw throttle (at most ~10 appends per second)
+LIVE_STATUS = "nl-live-status"  # dcc.Store {run_id: status} as the stream reports it
+PRESENT = "nl-present"  # dcc.Store: presentation mode on/off (?present=1)
+COPY_LINK = "nl-copy-link"  # button "Copy link"
+COPY_DONE = "nl-copy-done"  # "Link copied" note
+NAV = "nl-nav"
+
+# the live curves graph (Lab, Compare, Run)
+CURVES = "nl-curves"  # dcc.Graph
+CURVES_MAP = "nl-curves-map"  # dcc.Store: trace map {runs: {run_id: {series: trace index, ...}}, ...}
+WATCH = "nl-watch"  # dcc.Store {runs: [...], cursor: {run_id: seq}}: what this tab's stream follows
+WATCH_SINK = "nl-watch-sink"  # dummy output of the clientside "watch" callback
+URL_STATE = "nl-url-state"  # dcc.Store {key: value}: the page state mirrored into the URL query
+URL_SINK = "nl-url-sink"
+
+# Lab
+LAB_TASK = "lab-task"
+LAB_NORM = "lab-norm"
+LAB_FIELD = "lab-field"  # pattern-matching: {"type": LAB_FIELD, "field": name}
+LAB_ERROR = "lab-error"  # pattern-matching: {"type": LAB_ERROR, "field": name}
+LAB_SWEEP = "lab-sweep"  # checklist: sweep mode on
+LAB_SWEEP_NORMS = "lab-sweep-norms"
+LAB_SWEEP_BATCH = "lab-sweep-batch"
+LAB_SWEEP_SEEDS = "lab-sweep-seeds"
+LAB_SWEEP_BOX = "lab-sweep-box"
+LAB_SINGLE_NORM_BOX = "lab-single-norm-box"
+LAB_SUBMIT = "lab-submit"
+LAB_MESSAGE = "lab-message"
+LAB_TASK_HELP = "lab-task-help"
+LAB_RUNS = "lab-runs"  # list of the runs this tab started, with status badges
+LAB_COMPARE_LINK = "lab-compare-link"
+LAB_LIVE = "lab-live"  # container of the live view
+
+# Runs
+RUNS_FILTER = "runs-filter"  # pattern-matching: {"type": RUNS_FILTER, "field": name}
+RUNS_TABLE = "runs-table"
+RUNS_REFRESH = "runs-refresh"
+RUNS_POLL = "runs-poll"
+RUNS_COMPARE = "runs-compare"
+RUNS_CANCEL = "runs-cancel"
+RUNS_DELETE = "runs-delete"
+RUNS_MESSAGE = "runs-message"
+
+# Compare
+CMP_RUNS = "cmp-runs"
+CMP_SMOOTH = "cmp-smooth"
+CMP_COLOR = "cmp-color"
+CMP_X = "cmp-x"
+CMP_PANELS = "cmp-panels"
+CMP_MESSAGE = "cmp-message"
+
+# Run
+RUN_ID = "run-id"  # dcc.Store with the run id
+RUN_HEADER = "run-header"
+RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by the stream
+RUN_HIDDEN = "run-hidden"
+RUN_GRADS = "run-grads"
+RUN_FISHER = "run-fisher"
+RUN_CANCEL = "run-cancel"
+RUN_MESSAGE = "run-message"
+
+# Invariance
+INV_TABLE = "inv-table"
+
+# Presets
+PRESET_START = "preset-start"  # pattern-matching: {"type": PRESET_START, "name": preset}
+PRESET_MESSAGE = "preset-message"
+PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a preset

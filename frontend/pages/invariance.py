@@ -1,0 +1,105 @@
+"""Invariance: Table 1 as the paper prints it beside the table normlab computes, cell by cell, with the
+measured output differences, and the one cell where the paper's prose and its table disagree."""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, dcc, html
+
+from frontend import components, data, ids, logic
+from frontend.api_client import ApiError
+
+
+def _word(v: bool | None) -> str:
+    return "—" if v is None else "Invariant" if v else "No"
+
+
+def _diff(v: float | None) -> str:
+    return "" if v is None else f"max |Δ| = {v:.1e}"
+
+
+def _table(rows: list[dict], computed: bool) -> html.Table:
+    head = html.Thead(html.Tr([html.Th("")] + [html.Th(logic.TRANSFORM_NAMES[t]) for t in logic.TRANSFORMS]))
+    body = []
+    for m in logic.METHODS:
+        cells = [html.Th(logic.METHOD_NAMES[m], scope="row")]
+        for r in (r for r in rows if r["method"] == m):
+            if not computed:
+                cells.append(html.Td(_word(r["paper"]), className="paper-cell " +
+                                     ("yes" if r["paper"] else "no")))
+                continue
+            klass = "computed-cell " + ("pending" if r["computed"] is None else
+                                        "agree" if r["agrees"] else "disagree")
+            cells.append(html.Td(className=klass, title=r["note"] or None,
+                                 **{"data-cell": f"{m}/{r['transform']}"}, children=[
+                html.Div(_word(r["computed"]), className="verdict"),
+                html.Div(_diff(r["difference"]), className="diff"),
+                html.Div("≠ paper's table" if r["agrees"] is False else "", className="flag")]))
+        body.append(html.Tr(cells))
+    return html.Table(className="inv-table", children=[head, html.Tbody(body)])
+
+
+def render(computed) -> list:
+    """Both tables and the notes, from the engine's Table 1 JSON (None: not computed yet)."""
+    rows = logic.invariance_table(computed if computed is not None else {})
+    n_done = sum(r["computed"] is not None for r in rows)
+    disagreements = [r for r in rows if r["agrees"] is False]
+    notes = [html.Li([html.B("Prose vs table. "), logic.PROSE_NOTE + " " + _verdict(rows)])]
+    for r in disagreements:
+        if (r["method"], r["transform"]) != ("weight", "data_scale"):
+            where = f"{logic.METHOD_NAMES[r['method']]}, {logic.TRANSFORM_NAMES[r['transform']]}"
+            notes.append(html.Li(f"{where}: "
+                                 f"the paper says {_word(r['paper'])}, normlab measures "
+                                 f"{_word(r['computed'])} ({_diff(r['difference'])}). {r['note']}"))
+    return [
+        html.Div(className="inv-pair", children=[
+            html.Div([html.H3("Table 1 as printed in the paper"), _table(rows, computed=False)]),
+            html.Div([html.H3(f"Computed by normlab ({n_done} of 18 cells)"), _table(rows, computed=True)]),
+        ]),
+        html.P("Each computed cell transforms the weights or the data, runs the normalized layer before and "
+               "after, and reports the largest change in its output (float64). Invariant means the change "
+               "is at rounding level.", className="muted"),
+        html.H3("Notes"), html.Ul(notes, className="notes"),
+    ]
+
+
+def _verdict(rows: list[dict]) -> str:
+    cell = next(r for r in rows if (r["method"], r["transform"]) == ("weight", "data_scale"))
+    if cell["computed"] is None:
+        return "normlab has not computed this cell yet."
+    return (f"normlab measures {_word(cell['computed'])} ({_diff(cell['difference'])}): the "
+            f"{'table' if cell['computed'] == cell['paper'] else 'prose'} is right.")
+
+
+def _fetch():
+    try:
+        return data.api().invariance(), ""
+    except ApiError as exc:
+        return None, exc.detail
+
+
+def layout(**_) -> html.Div:
+    computed, error = _fetch()
+    return html.Div(className="inv-page", children=[
+        components.card("Invariance under re-scaling and re-centering (§5.1, Table 1)", children=[
+            html.Div(error and f"Not available yet: {error} (retrying)", id="inv-message",
+                     className="message"),
+            html.Div(render(computed), id=ids.INV_TABLE),
+        ]),
+        dcc.Interval(id="inv-poll", interval=3000, max_intervals=60, disabled=computed is not None),
+        *components.page_stores(),
+    ])
+
+
+def register(app: dash.Dash) -> None:
+    @app.callback(Output(ids.INV_TABLE, "children"), Output("inv-message", "children"),
+                  Output("inv-poll", "disabled"), Input("inv-poll", "n_intervals"), prevent_initial_call=True)
+    def _poll(_n):
+        computed, error = _fetch()
+        if computed is None:
+            return dash.no_update, f"Not available yet: {error} (retrying)", False
+        return render(computed), "", True
+
+
+dash.register_page(__name__, path="/invariance", name="Invariance", title="normlab · Invariance",
+                   layout=layout)

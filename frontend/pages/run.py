@@ -1,0 +1,120 @@
+"""Run: every panel for one run — curves, hidden-state and gradient heatmaps, Fisher curvature — with
+its spec, status, device, kernel backend and export links."""
+
+from __future__ import annotations
+
+import dash
+from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
+
+from frontend import components, data, figures, ids, logic
+from frontend.api_client import ApiError
+
+
+def header(run: dict, api_base: str = "") -> list:
+    """Status line, facts (device, kernel backend, worker, times), error, export links."""
+    rid = run["id"]
+    facts = [("Device", run.get("device")), ("Kernel backend", run.get("kernel_backend")),
+             ("Worker", run.get("worker_host")), ("Owner", run.get("owner")), ("Group", run.get("group_id")),
+             ("Created", logic.when(run.get("created_at"))), ("Started", logic.when(run.get("started_at"))),
+             ("Finished", logic.when(run.get("finished_at"))), ("Result", logic.final_metric(run))]
+    if run.get("queue_position"):
+        facts.insert(0, ("Queue position", str(run["queue_position"])))
+    out = [
+        html.Div(className="run-title", children=[
+            html.Span(className="swatch big",
+                      style={"background": figures.norm_color(run.get("spec", {}).get("norm", ""))}),
+            html.H2(figures.run_label(run)), components.badge(run.get("status", "")),
+            html.Code(rid, className="run-id"),
+        ]),
+        html.Dl(className="facts",
+                children=[html.Div([html.Dt(k), html.Dd(str(v))]) for k, v in facts if v]),
+    ]
+    if run.get("error"):
+        out.append(components.error_box(run["error"]))
+    out.append(html.Div(className="actions", children=[
+        html.A("Export CSV", href=f"{api_base}/api/runs/{rid}/export?format=csv", className="btn small",
+               download=f"{rid}.csv"),
+        html.A("Export JSON", href=f"{api_base}/api/runs/{rid}/export?format=json", className="btn small",
+               download=f"{rid}.json"),
+        dcc.Link("Compare with others →", href=f"/compare?runs={rid}", className="btn small"),
+        html.Button("Cancel run", id=ids.RUN_CANCEL, className="btn small danger",
+                    style={} if logic.can_cancel(run.get("status", "")) else {"display": "none"}),
+        html.Span(id=ids.RUN_MESSAGE, className="message", role="status"),
+    ]))
+    return out
+
+
+def spec_table(spec: dict) -> html.Table:
+    rows = []
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        rows.append(html.Tr([html.Th(key), html.Td(str(value))]))
+    return html.Table(className="spec", children=html.Tbody(rows))
+
+
+def layout(run_id: str | None = None, present=None, **_) -> html.Div:
+    present_on = logic.is_present({"present": present})
+    try:
+        run = data.api().run(run_id or "")
+        bundle = data.curves_bundle([run["id"]], present=present_on, from_start=True)
+    except ApiError as exc:
+        msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
+        return html.Div([components.error_box(msg), *components.page_stores()])
+    probes = run.get("spec", {}).get("probes", {}).get("enabled")
+    off = {} if probes else {"display": "none"}
+    note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
+                              "panels: start a run with probes on (Lab → Probes) to see them.")
+    return html.Div(className="run-page", children=[
+        html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
+        html.Div(className="card", children=[html.H2("Curves"),
+                                             *components.curves_graph(bundle["figure"], bundle["map"])]),
+        html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
+        html.Div(className="card", style=off, children=[
+            html.H2("Hidden states over time steps"),
+            dcc.Graph(id=ids.RUN_HIDDEN, figure=figures.hidden_figure([], present_on),
+                      config=components.GRAPH_CONFIG, className="graph")]),
+        html.Div(className="card", style=off, children=[
+            html.H2("Fisher curvature"),
+            dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on),
+                      config=components.GRAPH_CONFIG, className="graph")]),
+        html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
+        dcc.Store(id=ids.RUN_ID, data=run["id"]),
+        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": []}),
+        *components.page_stores(bundle["watch"], None),
+    ])
+
+
+def register(app: dash.Dash) -> None:
+    app.clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
+                            Input(ids.TICK, "n_intervals"), State(ids.RUN_ID, "data"),
+                            prevent_initial_call=True)
+
+    @app.callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
+                  Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
+    def _probes(probes, present):
+        probes = probes or {}
+        return (figures.hidden_figure(probes.get("hidden", []), bool(present)),
+                figures.fisher_figure(probes.get("fisher", []), bool(present)))
+
+    @app.callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),
+                  State(ids.RUN_ID, "data"), prevent_initial_call=True)
+    def _status(live, run_id):
+        if not run_id or run_id not in (live or {}):
+            return no_update
+        try:
+            return header(data.api().run(run_id), data.api_base())
+        except ApiError:
+            return no_update
+
+    @app.callback(Output(ids.RUN_MESSAGE, "children"), Input(ids.RUN_CANCEL, "n_clicks"),
+                  State(ids.RUN_ID, "data"), prevent_initial_call=True)
+    def _cancel(_n, run_id):
+        try:
+            data.api().cancel(run_id)
+        except ApiError as exc:
+            return exc.detail
+        return "Cancel requested."
+
+
+dash.register_page(__name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", layout=layout)

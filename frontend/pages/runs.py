@@ -1,0 +1,115 @@
+"""Runs: the shared results browser — filter, sort, status badges, select to compare, cancel, delete."""
+
+from __future__ import annotations
+
+import dash
+from dash import ALL, Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+from frontend import components, data, ids, logic
+from frontend.api_client import ApiError
+from normlab.catalog import NORMS, TASKS
+
+FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
+           ("status", "Status", list(logic.STATUS_CLASSES)), ("owner", "Owner", None),
+           ("group", "Group", None)]
+COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("batch_size", "Batch"),
+           ("seed", "Seed"), ("steps", "Steps"), ("result", "Result"), ("owner", "Owner"),
+           ("group", "Group"), ("created", "Created (UTC)"), ("id", "Run")]
+STATUS_STYLE = {"queued": ("#555", "#eee"), "running": ("#003f6b", "#d6ebfa"),
+                "completed": ("#0b5d3f", "#d5f2e5"), "failed": ("#7a1c00", "#fbdcd0"),
+                "cancelled": ("#555", "#e6e6e6"), "diverged": ("#7a1c00", "#fbe3b3"),
+                "lost": ("#5b2245", "#f2d9ea")}
+
+
+def _filter(name, label, options, value):
+    fid = {"type": ids.RUNS_FILTER, "field": name}
+    widget = (dcc.Dropdown(id=fid, options=options, value=value, placeholder="any", clearable=True)
+              if options else dcc.Input(id=fid, value=value or "", debounce=True, placeholder="any",
+                                        className="input"))
+    return html.Div(className="field", children=[html.Label(label, className="label"), widget])
+
+
+def layout(present=None, **params) -> html.Div:
+    table = dash_table.DataTable(
+        id=ids.RUNS_TABLE, columns=[{"name": n, "id": c} for c, n in COLUMNS], data=[],
+        row_selectable="multi", selected_rows=[], sort_action="native", filter_action="native",
+        page_size=25, style_as_list_view=True,
+        style_cell={"fontFamily": "inherit", "fontSize": 14, "padding": "6px 10px", "textAlign": "left"},
+        style_header={"fontWeight": 600, "background": "#f4f6f8"},
+        style_data_conditional=[
+            {"if": {"filter_query": f'{{status}} = "{s}"', "column_id": "status"},
+             "color": fg, "backgroundColor": bg, "fontWeight": 600} for s, (fg, bg) in STATUS_STYLE.items()],
+    )
+    return html.Div(className="runs-page", children=[
+        components.card("Runs", className="controls", children=[
+            html.Div(className="filter-row", children=[
+                _filter(n, label, opts, params.get(n)) for n, label, opts in FILTERS]),
+            html.Div(className="actions", children=[
+                dcc.Link("Compare selected →", id=ids.RUNS_COMPARE, href="/compare", className="btn primary"),
+                html.Button("Cancel selected", id=ids.RUNS_CANCEL, className="btn"),
+                html.Button("Delete selected", id=ids.RUNS_DELETE, className="btn danger"),
+                html.Button("Refresh", id=ids.RUNS_REFRESH, className="btn"),
+                html.Div(id=ids.RUNS_MESSAGE, className="message", role="status"),
+            ]),
+        ]),
+        html.Div(table, className="card table-card"),
+        dcc.Interval(id=ids.RUNS_POLL, interval=5000),
+        *components.page_stores(None, {k: params.get(k) for k, _, _ in FILTERS}),
+    ])
+
+
+def register(app: dash.Dash) -> None:
+    @app.callback(
+        Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "selected_rows"),
+        Output(ids.RUNS_MESSAGE, "children"), Output(ids.URL_STATE, "data", allow_duplicate=True),
+        Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
+        Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
+        Input(ids.RUNS_DELETE, "n_clicks"),
+        State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"),
+        prevent_initial_call="initial_duplicate")
+    def _refresh(values, _r, _p, _c, _d, rows, selected):
+        filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
+        message = ""
+        chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
+        if ctx.triggered_id in (ids.RUNS_CANCEL, ids.RUNS_DELETE):
+            message = act(ctx.triggered_id, chosen)
+        try:
+            listing = data.api().runs(**logic.runs_query(filters))
+        except ApiError as exc:
+            return [], [], exc.detail, no_update
+        new_rows = logic.run_rows(listing["items"])
+        keep = {r["id"] for r in chosen} if ctx.triggered_id not in (ids.RUNS_DELETE,) else set()
+        new_sel = [i for i, r in enumerate(new_rows) if r["id"] in keep]
+        if not message and listing.get("total", 0) > len(new_rows):
+            message = f"Showing the newest {len(new_rows)} of {listing['total']} runs."
+        return new_rows, new_sel, message, filters
+
+    @app.callback(Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"),
+                  State(ids.RUNS_TABLE, "data"))
+    def _compare(selected, rows):
+        chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
+        return "/compare" + logic.encode_query({"runs": chosen})
+
+
+def act(which: str, rows: list[dict]) -> str:
+    """Cancel or delete the selected runs; one line saying what happened."""
+    if not rows:
+        return "Select runs first (tick the boxes on the left)."
+    done, problems = 0, []
+    for r in rows:
+        try:
+            if which == ids.RUNS_CANCEL:
+                if not logic.can_cancel(r["status"]):
+                    problems.append(f"{r['id']} is {r['status']}")
+                    continue
+                data.api().cancel(r["id"])
+            else:
+                data.api().delete(r["id"])
+            done += 1
+        except ApiError as exc:
+            problems.append(f"{r['id']}: {exc.detail}")
+    verb = "Cancelled" if which == ids.RUNS_CANCEL else "Deleted"
+    return f"{verb} {done} run(s)." + (f" Not done: {'; '.join(problems)}." if problems else "")
+
+
+dash.register_page(__name__, path="/runs", name="Runs", title="normlab · Runs", layout=layout)

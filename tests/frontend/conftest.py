@@ -1,0 +1,102 @@
+"""Fixtures for the front-end tests: a served dashboard (synthetic API, or the real `normlab up`-style
+app when it exists) and a headless Chromium page. Browser tests skip cleanly without /usr/bin/chromium."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    """A uvicorn server in a thread (same process: the tests can reach its state)."""
+
+    def __init__(self, app, port: int):
+        import uvicorn
+
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                    timeout_graceful_shutdown=1))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        import httpx
+
+        self.thread.start()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/api/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("test server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def dev_server():
+    """The dashboard over the synthetic API (frontend.devapi): fast, deterministic runs."""
+    from frontend.devapi import DevAPI
+
+    api = DevAPI(rate=25.0, invariance=None)
+    with Served(api.app, free_port()) as served:
+        served.api = api
+        yield served
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (browser tests skipped)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    """A fresh tab; console errors collected in page.errors; a screenshot saved when the test ends."""
+    context = browser.new_context(viewport={"width": 1400, "height": 950})
+    pg = context.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    yield pg
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        pg.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def shot(pg, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="session")
+def server(dev_server):
+    return dev_server

@@ -1,0 +1,84 @@
+"""The dashboard in a real headless Chromium against a served API: what only a browser shows."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.frontend.conftest import shot
+
+pytestmark = pytest.mark.browser
+
+POINTS_JS = """() => { const g = document.querySelector('#nl-curves .js-plotly-plot');
+  if (!g || !g.data) return -1; return g.data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0); }"""
+
+
+def _start_run(server, **spec) -> str:
+    r = httpx.post(server.url + "/api/runs", json={"task": "digits", **spec}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_lab_start_run_streams_points(page, server):
+    page.goto(server.url + "/")
+    page.get_by_role("button", name="Start run").click()
+    page.wait_for_selector(".run-chip", timeout=15000)
+    first = page.evaluate(POINTS_JS)
+    page.wait_for_function(f"() => ({POINTS_JS})() > {max(first, 0) + 5}", timeout=30000)
+    assert re.search(r"[?&]runs=[0-9a-f]+", page.url), page.url
+    shot(page, "lab-live")
+    assert not page.errors, page.errors
+
+
+def test_bad_field_shows_the_api_message(page, server):
+    page.goto(server.url + "/")
+    page.locator("#lab-norm").click()
+    page.get_by_role("option", name="batch", exact=True).click()
+    box = page.locator('[id*="lab-field"][id*="batch_size"]')
+    box.fill("1")
+    box.press("Tab")
+    page.get_by_role("button", name="Start run").click()
+    err = page.locator('[id*="lab-error"][id*="batch_size"]')
+    err.wait_for(state="visible", timeout=10000)
+    assert "BatchNorm needs batch size" in err.inner_text()
+    shot(page, "lab-bad-field")
+
+
+def test_compare_permalink_restores_runs_and_smoothing(page, server):
+    a, b = _start_run(server, norm="layer"), _start_run(server, norm="batch")
+    page.goto(f"{server.url}/compare?runs={a},{b}&smooth=0.8&color=batch_size&x=step")
+    page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
+    chips = page.locator("#cmp-legend .run-chip")
+    assert chips.count() == 2
+    assert page.locator("#cmp-smooth .rc-slider-handle, #cmp-smooth [role=slider]").first \
+        .get_attribute("aria-valuenow") == "0.8"
+    assert "smooth=0.8" in page.url and f"runs={a},{b}" in page.url
+    names = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data.map(t => t.meta)")
+    assert set(names) == {a, b}
+    page.click("#nl-copy-link")
+    page.wait_for_function("() => window.normlabLastCopied !== undefined")
+    assert "smooth=0.8" in page.evaluate("() => window.normlabLastCopied")
+    shot(page, "compare-permalink")
+
+
+def test_second_tab_mid_run_sees_full_history(page, browser, server):
+    rid = _start_run(server, norm="layer", steps=1000)
+    page.goto(f"{server.url}/run/{rid}")
+    page.wait_for_function(f"() => ({POINTS_JS})() > 40", timeout=30000)
+    second = browser.new_page()
+    try:
+        second.goto(f"{server.url}/compare?runs={rid}&panels=loss")
+        second.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
+        xs = second.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data[0].x")
+        assert xs[0] <= 5, f"history does not start at the beginning: {xs[:3]}"
+        n0 = len(xs)
+        second.wait_for_function(f"() => ({POINTS_JS})() > {n0 + 5}", timeout=20000)
+        xs = second.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data[0].x")
+        gaps = [b - a for a, b in zip(xs, xs[1:], strict=False)]
+        assert min(gaps) > 0, "a point repeated"
+        assert max(gaps) == min(gaps), f"a gap between history and live points: {sorted(set(gaps))}"
+        shot(second, "second-tab-mid-run")
+    finally:
+        second.close()

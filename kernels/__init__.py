@@ -11,9 +11,7 @@ Triton may be missing (a CPU-only install): this package still imports and uses 
 
 from __future__ import annotations
 
-import functools
 import importlib
-import importlib.util
 
 import torch
 
@@ -35,12 +33,24 @@ def set_backend(name: str) -> None:
         raise ValueError("kernel backend 'triton' needs the triton package; install normlab[kernels] "
                          "or use 'auto'/'torch'")
     _FORCED = name
+    if name != "torch" and torch.cuda.is_available() and triton_available():
+        _ln_op(), _lstm_op()  # import (and register the ops) now, not inside a torch.compile'd region
 
 
-@functools.lru_cache(maxsize=1)
+_TRITON_OK: bool | None = None  # plain globals, not lru_cache/importlib calls: torch.compile traces these
+_MODULES: dict[str, object] = {}
+
+
 def triton_available() -> bool:
-    """True when the triton package can be imported (checked once, without importing it)."""
-    return importlib.util.find_spec("triton") is not None
+    """True when the triton package imports (checked once; only asked about for CUDA tensors)."""
+    global _TRITON_OK
+    if _TRITON_OK is None:
+        try:
+            importlib.import_module("triton")
+            _TRITON_OK = True
+        except ImportError:
+            _TRITON_OK = False
+    return _TRITON_OK
 
 
 def backend_for(x: torch.Tensor) -> str:
@@ -48,17 +58,25 @@ def backend_for(x: torch.Tensor) -> str:
 
     'triton' only for CUDA tensors (the compiled kernels need a GPU); 'torch' forces torch everywhere.
     """
-    if _FORCED == "torch" or not x.is_cuda or not triton_available():
+    if _FORCED == "torch" or not x.is_cuda or not triton_available():  # cheap checks first
         return "torch"
     return "triton"
 
 
+def _module(name: str):
+    """kernels.<name>, imported on first use (it imports triton and registers the custom ops)."""
+    mod = _MODULES.get(name)
+    if mod is None:
+        mod = _MODULES[name] = importlib.import_module(f"kernels.{name}")
+    return mod
+
+
 def _ln_op():
-    return importlib.import_module("kernels.layer_norm_op")
+    return _module("layer_norm_op")
 
 
 def _lstm_op():
-    return importlib.import_module("kernels.lstm_op")
+    return _module("lstm_op")
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,

@@ -7,8 +7,8 @@ their maths live in `ln_triton.py`. On CPU tensors the kernels run only under TR
 before this module is imported).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: older torch (2.11 on the GPU machine) infers custom-op
+# schemas more reliably from real annotation objects.
 import functools
 
 import torch
@@ -39,10 +39,10 @@ def warps_for(elems: int) -> int:
     return 32
 
 
-def fwd_config(M: int, N: int, tier: int = 0) -> dict:
+def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
     """The forward launch: {'kernel': 'resident'|'looped', 'BLOCK_N', 'ROWS', 'num_warps', 'grid'}."""
     block = triton.next_power_of_2(N)
-    if tier == TIERS["looped"] or (tier == 0 and block > K.MAX_RESIDENT):
+    if tier == TIERS["looped"] or (tier == 0 and block > max_resident):
         chunk = min(K.LOOP_BLOCK, max(16, block // 4))
         return {"kernel": "looped", "BLOCK_N": chunk, "ROWS": 1, "num_warps": warps_for(chunk), "grid": M}
     rows = max(1, min(K.SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
@@ -52,7 +52,10 @@ def fwd_config(M: int, N: int, tier: int = 0) -> dict:
 
 def bwd_config(M: int, N: int, device: torch.device, tier: int = 0) -> dict:
     """The backward launch; 'grid' is the persistent program count P (also the partial buffer's rows)."""
-    cfg = fwd_config(M, N, tier)
+    cfg = fwd_config(M, N, tier, K.MAX_RESIDENT_BWD)
+    if cfg["kernel"] == "resident":
+        # x, dy, γ and two partial rows stay resident: twice the forward's threads keep ptxas from spilling.
+        cfg["num_warps"] = min(16, warps_for(2 * cfg["BLOCK_N"] * cfg["ROWS"]))
     units = M if cfg["kernel"] == "looped" else triton.cdiv(M, cfg["ROWS"])
     cfg["grid"] = max(1, min(persistent_programs(device), units))
     return cfg

@@ -6,8 +6,9 @@ Backward, with g = γ ⊙ dy:
     dx = rstd · (g − x̂ · mean(g ⊙ x̂) − mean(g)),   dγ = Σ_rows dy ⊙ x̂,   dβ = Σ_rows dy
 All statistics accumulate in fp32 whatever the activation dtype; fp32 weights may meet fp16/bf16
 activations. Tiers by N:
-  * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT): the whole row stays in registers, the variance is
-    the centred two-pass on the resident row; for small N each program takes ROWS rows at once.
+  * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT; MAX_RESIDENT_BWD in the backward): the whole row
+    stays in registers, the variance is the centred two-pass on the resident row; for small N each
+    program takes ROWS rows at once.
   * looped (larger N): one row per program walked in chunks; the statistics merge chunk by chunk with
     Chan's parallel formula (stable), then a second walk normalizes (the row is then mostly in L2).
 The backward is a persistent grid of P programs: each owns rows pid, pid+P, … and keeps its own fp32
@@ -22,7 +23,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-MAX_RESIDENT = 32768  # largest power-of-two row kept in registers (fp32 row: 128 KB over ≤ 1024 threads)
+# Largest power-of-two row kept in registers: ptxas -v (python -m kernels.aot) shows spills above these
+# (forward at 32768 with 32 warps; backward, which holds x, dy, γ and two partial rows, at 16384).
+MAX_RESIDENT = 16384
+MAX_RESIDENT_BWD = 8192
 LOOP_BLOCK = 4096  # chunk of the looped tier
 SMALL_ROW_ELEMS = 4096  # a resident program handles about this many elements (ROWS rows × BLOCK_N)
 

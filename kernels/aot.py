@@ -1,0 +1,170 @@
+"""Ahead-of-time compilation of every kernel specialization we launch, for sm_80 and sm_90, without a GPU.
+
+`specializations(full)` lists (kernel, signature, constexprs, num_warps) built from the real launch
+heuristics (layer_norm_op.fwd_config / bwd_config, lstm_op), so a tier added there is compiled here.
+`compile_all(...)` runs triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32)) on fresh JIT
+copies of the kernel modules (the process may have imported them interpreted). `python -m kernels.aot
+[--full]` prints registers and spills per kernel (ptxas -v) for the record.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import triton
+
+TARGETS = ((80, "sm_80"), (90, "sm_90"))
+# (x dtype, parameter dtype) as the kernels see them: fp32 weights with bf16 activations included.
+DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"))
+LN_SIZES = (7, 1000, 4096, 8192, 16384, 65536)  # one N per launch configuration (see fwd_config)
+LSTM_HIDDEN = (256, 1024)
+CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
+
+
+@dataclass(frozen=True)
+class Spec:
+    kernel: str  # attribute name in ln_triton / lstm_triton
+    signature: dict
+    constexprs: dict
+    num_warps: int
+    label: str
+
+
+def load_jit_modules() -> dict[str, ModuleType]:
+    """Fresh, compilable copies of ln_triton and lstm_triton (TRITON_INTERPRET off while loading)."""
+    here = Path(__file__).parent
+    old = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        mods = {}
+        for name in ("ln_triton", "lstm_triton"):
+            spec = importlib.util.spec_from_file_location(f"_normlab_aot_{name}", here / f"{name}.py")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod  # triton resolves globals of helper functions through the module
+            spec.loader.exec_module(mod)
+            mods[name] = mod
+        return mods
+    finally:
+        if old is not None:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
+    from kernels.layer_norm_op import bwd_config, fwd_config
+
+    label = f"N={N} x={x} w={w} W={int(has_w)} B={int(has_b)}"
+    fwd_sig = {"X": f"*{x}", "Y": f"*{x}", "W": f"*{w}", "B": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32",
+               "stride_x": "i32", "stride_y": "i32", "M": "i32", "N": "i32", "eps": "fp32"}
+    bwd_sig = {"DY": f"*{x}", "X": f"*{x}", "W": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32", "DX": f"*{x}",
+               "DW_part": "*fp32", "DB_part": "*fp32", "stride_dy": "i32", "stride_x": "i32",
+               "stride_dx": "i32", "M": "i32", "N": "i32"}
+    specs = []
+    for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
+        flags = {"BLOCK_N": cfg["BLOCK_N"], "HAS_W": has_w, "HAS_B": has_b}
+        if cfg["kernel"] == "resident":
+            flags["ROWS"] = cfg["ROWS"]
+        specs.append(Spec(f"_ln_{kind}_{cfg['kernel']}", sig, flags, cfg["num_warps"], label))
+    return specs
+
+
+def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
+    from kernels.layer_norm_op import warps_for
+
+    block = triton.next_power_of_2(H)
+    params = {n: f"*{w}" for n in ("GH", "BH", "GX", "BX", "Bias", "GC", "BC")}
+    fwd = {"HH": f"*{x}", "XX": f"*{x}", "C_prev": f"*{x}", **params, "H_out": f"*{x}", "C_out": f"*{x}",
+           "Stats": "*fp32", "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "H": "i32",
+           "eps": "fp32"}
+    bwd = {"DH": f"*{x}", "DC": f"*{x}", "HH": f"*{x}", "XX": f"*{x}", "C_prev": f"*{x}", **params,
+           "Stats": "*fp32", "DHH": f"*{x}", "DXX": f"*{x}", "DC_prev": f"*{x}", "Part": "*fp32",
+           "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "B": "i32", "H": "i32"}
+    label = f"H={H} x={x} w={w}"
+    return [Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, warps_for(8 * block), label),
+            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block}, min(16, warps_for(16 * block)), label)]
+
+
+def specializations(full: bool = False) -> list[Spec]:
+    """Every kernel in every launch configuration; `full` also crosses every configuration with every
+    dtype pair (the CI set rotates the dtype pairs over the configurations so each kernel meets each)."""
+    specs: list[Spec] = []
+    for k, N in enumerate(LN_SIZES):
+        pairs = DTYPES if full else (DTYPES[k % len(DTYPES)],)
+        for x, w in pairs:
+            specs += _ln_specs(x, w, N, True, True)
+    specs += _ln_specs("bf16", "bf16", 1000, False, False)  # weight/bias None
+    specs += _ln_specs("fp32", "fp32", 65536, False, True)
+    for k, H in enumerate(LSTM_HIDDEN):
+        pairs = DTYPES if full else (DTYPES[k % 2 * 2], DTYPES[3 - k % 2 * 2])
+        for x, w in pairs:
+            specs += _lstm_specs(x, w, H)
+    sum_sig = {"Part": "*fp32", "P": "i32", "N": "i32"}
+    for out in ("fp32", "bf16", "fp16"):
+        specs.append(Spec("_column_sum", {**sum_sig, "Out": f"*{out}"}, {"BLOCK_P": 8, "BLOCK_C": 1024}, 4,
+                          f"out={out}"))
+    return specs
+
+
+def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):
+    """The CompiledKernel of one specialization for compute capability `cc` (80 or 90)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    mod = mods["lstm_triton"] if "lstm" in spec.kernel else mods["ln_triton"]
+    fn = getattr(mod, spec.kernel)
+    signature = {name: spec.signature.get(name, "constexpr") for name in fn.arg_names}
+    missing = [n for n, t in signature.items() if t == "constexpr" and n not in spec.constexprs]
+    if missing:
+        raise ValueError(f"{spec.kernel}: no type or constexpr value for {missing}")
+    # Pointers and the row strides are 16-byte aligned in the common case: compile that fast path.
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if signature[n].startswith("*")}
+    src = ASTSource(fn=fn, signature=signature, constexprs=spec.constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": spec.num_warps})
+
+
+def ptxas_usage(ptx: str, cc: int) -> dict:
+    """{'registers', 'spill_bytes'} from the ptxas that ships with triton (`ptxas -v`)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    try:
+        ptxas = get_ptxas(cc).path  # triton ≥ 3.4 picks ptxas per architecture
+    except TypeError:
+        ptxas = get_ptxas().path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        arch = f"sm_{cc}a" if cc == 90 else f"sm_{cc}"  # triton emits sm_90a PTX for Hopper
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", str(path), "-o", str(path) + ".o"],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed for sm_{cc}: {proc.stderr.strip()[:500]}")
+    out = proc.stderr
+    regs = re.search(r"Used (\d+) registers", out)
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill (?:stores|loads)", out)]
+    return {"registers": int(regs.group(1)) if regs else None, "spill_bytes": max(spills, default=0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    mods = load_jit_modules()
+    for spec in specializations(full="--full" in argv):
+        for cc, arch in TARGETS:
+            t0 = time.perf_counter()
+            kernel = compile_spec(spec, mods, cc)
+            use = ptxas_usage(kernel.asm["ptx"], cc)
+            print(f"{arch} {spec.kernel:18s} {spec.label:34s} warps={spec.num_warps:2d} "
+                  f"regs={use['registers']} spill={use['spill_bytes']}B {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Kernel test kit: where the Triton kernels can run here, seeded data, stated tolerances.
+
+TRITON_INTERPRET=1 must be set before triton itself is imported (triton's own `tl.sum` & co. are
+`@triton.jit` functions, and triton imports more of itself lazily later), so this process never sets
+it: on a CPU machine `test_interpreter_suite.py` runs the interpreter tests in a child pytest with the
+variable set, and the rest of the suite keeps an unchanged environment. Running
+`TRITON_INTERPRET=1 pytest tests/kernels` directly runs them in-process too. With CUDA nothing is
+interpreted: the `gpu` tests use the compiled kernels and the interpreter tests skip.
+"""
+
+import importlib
+import importlib.util
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and HAS_TRITON and not HAS_CUDA
+
+
+def pytest_collection_modifyitems(config, items):
+    """Our tests marked `gpu` skip cleanly on machines without CUDA."""
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    here = os.path.dirname(__file__)
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA and str(item.path).startswith(here):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def interp():
+    """Skips unless the Triton kernels run under the interpreter in this process."""
+    if HAS_CUDA:
+        pytest.skip("CUDA is available: the gpu tests cover the compiled kernels")
+    if not INTERPRETED:
+        pytest.skip("runs in the TRITON_INTERPRET=1 child pytest of test_interpreter_suite.py")
+    kernel = importlib.import_module("kernels.ln_triton")._ln_fwd_resident
+    assert type(kernel).__name__ == "InterpretedFunction", "kernels imported before TRITON_INTERPRET was set"
+
+
+@pytest.fixture
+def tol():
+    """Stated tolerances (atol, rtol) per activation dtype, against a float64 oracle on the same inputs."""
+    return {torch.float32: (2e-5, 2e-5), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}
+
+
+@pytest.fixture
+def gen():
+    """A seeded CPU generator: every test draws its own reproducible data."""
+    return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def _auto_backend():
+    """Each test starts and ends with the default 'auto' backend."""
+    import kernels
+
+    kernels.set_backend("auto")
+    yield
+    kernels.set_backend("auto")

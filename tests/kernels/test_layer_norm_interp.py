@@ -1,0 +1,145 @@
+"""The Triton LayerNorm under TRITON_INTERPRET=1 on CPU: forward and backward vs float64 and F.layer_norm."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.reference import layer_norm_reference
+
+pytestmark = pytest.mark.usefixtures("interp")
+
+
+def _data(gen, M, N, dtype, wdtype=None, weight=True, bias=True):
+    wdtype = wdtype or dtype
+    x = (torch.randn(M, N, generator=gen, dtype=torch.float64) * 2 + 0.5).to(dtype)
+    w = (1 + 0.5 * torch.randn(N, generator=gen, dtype=torch.float64)).to(wdtype) if weight else None
+    b = (0.5 * torch.randn(N, generator=gen, dtype=torch.float64)).to(wdtype) if bias else None
+    dy = torch.randn(M, N, generator=gen, dtype=torch.float64).to(dtype)
+    return x, w, b, dy
+
+
+def _grads(fn, x, w, b, dy):
+    """(y, dx, dw, db) of fn(x, w, b) with upstream gradient dy."""
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = fn(*leaves)
+    y.backward(dy.to(y.dtype))
+    return (y.detach(), *[t.grad if t is not None else None for t in leaves])
+
+
+def _f64(x, w, b, eps=1e-5):
+    as64 = [None if t is None else t.double() for t in (x, w, b)]
+    return layer_norm_reference(*as64, eps)
+
+
+def _assert_all_close(got, want, atol, rtol):
+    for g, r in zip(got, want, strict=True):
+        if r is None:
+            assert g is None
+            continue
+        torch.testing.assert_close(g.double(), r.double(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("N", [1, 7, 37, 1000])
+def test_fp32_forward_backward_matches_float64_and_torch(gen, tol, N):
+    x, w, b, dy = _data(gen, 6, N, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert got[0].dtype == torch.float32
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+    # At N = 1, dx = 0 exactly; torch's own rounding there is amplified by rstd = 1/√ε ≈ 316.
+    atol = 1e-4 if N == 1 else 1e-5
+    _assert_all_close(got, _grads(lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5), x, w, b, dy), atol, 1e-5)
+
+
+@pytest.mark.parametrize("tier", ["looped", "resident"])
+def test_split_row_tier_matches_float64(gen, tol, tier):
+    # N = 300 looped walks 128-wide chunks with a 44-wide masked tail; the resident run is the control.
+    x, w, b, dy = _data(gen, 3, 300, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), x, w, b, dy)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+
+
+def test_tiers_are_chosen_by_row_length():
+    from kernels import ln_triton
+    from kernels.layer_norm_op import bwd_config, fwd_config
+
+    small, mid = fwd_config(4096, 7), fwd_config(4096, 4096)
+    big = fwd_config(4096, 2 * ln_triton.MAX_RESIDENT)
+    assert (small["kernel"], mid["kernel"], big["kernel"]) == ("resident", "resident", "looped")
+    assert small["ROWS"] > 1 and mid["ROWS"] == 1
+    assert bwd_config(4096, 2 * ln_triton.MAX_RESIDENT_BWD, torch.device("cpu"))["kernel"] == "looped"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("N", [37, 1000])
+def test_low_precision_activations_match_float64(gen, tol, dtype, N):
+    x, w, b, dy = _data(gen, 5, N, dtype)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert all(t.dtype == dtype for t in got)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[dtype])
+
+
+def test_fp32_weights_with_bf16_activations(gen, tol):
+    x, w, b, dy = _data(gen, 5, 200, torch.bfloat16, wdtype=torch.float32)
+    y, dx, dw, db = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (y.dtype, dx.dtype) == (torch.bfloat16, torch.bfloat16)
+    assert (dw.dtype, db.dtype) == (torch.float32, torch.float32)
+    ref = _grads(_f64, x, w, b, dy.double())
+    _assert_all_close((y, dx), ref[:2], *tol[torch.bfloat16])
+    # dγ/dβ accumulate in fp32 from bf16 inputs: only the inputs' rounding separates them from float64.
+    _assert_all_close((dw, db), ref[2:], 2e-2, 1e-2)
+
+
+@pytest.mark.parametrize("weight,bias", [(False, False), (True, False), (False, True)])
+def test_weight_or_bias_none(gen, tol, weight, bias):
+    x, w, b, dy = _data(gen, 4, 37, torch.float32, weight=weight, bias=bias)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+
+
+@pytest.mark.parametrize("tier", ["resident", "looped"])
+def test_parameter_gradients_are_bitwise_deterministic(gen, tier):
+    # 29 rows over 4 persistent programs: each program accumulates several rows before the column sum.
+    x, w, b, dy = _data(gen, 29, 300, torch.float32)
+    runs = [_grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), x, w, b, dy) for _ in range(2)]
+    for first, second in zip(*runs, strict=True):
+        assert torch.equal(first, second)
+
+
+def test_batched_and_strided_inputs(gen, tol):
+    x = torch.randn(2, 3, 40, generator=gen)
+    xt = torch.randn(40, 6, generator=gen).t()  # a transposed view: last dim not contiguous, copied
+    w = torch.randn(40, generator=gen)
+    for t in (x, xt):
+        y = kernels.triton_layer_norm(t, w, None, 1e-5)
+        assert y.shape == t.shape
+        torch.testing.assert_close(y.double(), _f64(t, w, None), atol=2e-5, rtol=2e-5)
+
+
+def test_user_errors_say_what_to_change():
+    with pytest.raises(TypeError, match="float32/float16/bfloat16"):
+        kernels.triton_layer_norm(torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"weight must have shape \(3,\)"):
+        kernels.triton_layer_norm(torch.zeros(2, 3), torch.ones(4))
+    with pytest.raises(ValueError, match="unknown tier"):
+        kernels.triton_layer_norm(torch.zeros(2, 3), tier="fast")
+
+
+def test_custom_op_traces_without_graph_break(gen):
+    x, w, b, dy = _data(gen, 4, 37, torch.float32)
+
+    def step(x, w, b):
+        return kernels.triton_layer_norm(x * 2, w, b, 1e-5).sum()
+
+    kernels.triton_layer_norm(x, w, b)  # first call imports the kernel module outside the graph
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")  # fullgraph: a break would raise
+    got = _grads(lambda *a: compiled(*a), x, w, b, torch.tensor(1.0))
+    want = _grads(lambda *a: step(*a), x, w, b, torch.tensor(1.0))
+    _assert_all_close(got, want, 1e-6, 1e-6)
+
+
+def test_opcheck_of_the_registered_ops(gen):
+    from kernels.layer_norm_op import layer_norm_fwd
+
+    x, w, b, _ = _data(gen, 3, 20, torch.float32)
+    torch.library.opcheck(layer_norm_fwd, (x.requires_grad_(), w.requires_grad_(), b, 1e-5, 0))

@@ -29,14 +29,19 @@ def curves_graph(figure: dict, trace_map: dict) -> list:
             dcc.Store(id=ids.CURVES_MAP, data=trace_map)]
 
 
-def run_chip(run: dict, status: str | None = None) -> html.Div:
-    """A run as one line: colour swatch (its normalizer's), label, status badge, link to its page."""
-    spec = run.get("spec", {})
+def run_chip(run: dict, status: str | None = None, color: str | None = None) -> html.Div:
+    """A run as one line: colour swatch (as in the figure), label, status badge, link to its page."""
+    color = color or figures.norm_color(run.get("spec", {}).get("norm", ""))
     return html.Div(className="run-chip", children=[
-        html.Span(className="swatch", style={"background": figures.norm_color(spec.get("norm", ""))}),
+        html.Span(className="swatch", style={"background": color}),
         dcc.Link(figures.run_label(run), href=f"/run/{run['id']}", className="run-link"),
         badge(status or run.get("status", "")),
     ])
+
+
+def run_chips(runs: list[dict], color_by: str = "norm", live: dict | None = None) -> list:
+    colors = figures.colors_for(runs, color_by)
+    return [run_chip(r, (live or {}).get(r["id"]), colors[r["id"]][0]) for r in runs]
 
 
 def card(title: str, children: list, className: str = "") -> html.Section:

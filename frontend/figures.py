@@ -168,7 +168,9 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             smoothed, (acc, n) = ema(values, smoothing) if smoothing > 0 else (values, (0.0, 0))
             xs = _elapsed_at(steps, history) if x_mode == "time" else steps
             fig.add_trace(go.Scatter(
-                x=xs, y=smoothed, mode="lines", name=run_label(run), legendgroup=rid,
+                # evaluations are sparse: markers, so a single evaluation is visible too
+                x=xs, y=smoothed, mode="lines" if panel == "loss" else "lines+markers",
+                marker={"size": 5}, name=run_label(run), legendgroup=rid,
                 showlegend=not entries, line={"color": color, "dash": dash, "width": 2},
                 connectgaps=True, meta=rid, hovertemplate="%{y:.4g} at %{x}<extra>%{fullData.name}</extra>",
             ), row=1, col=col)

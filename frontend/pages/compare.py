@@ -72,7 +72,7 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
         controls,
         html.Div(className="card", children=[
             html.Div(id="cmp-legend", className="run-list",
-                     children=[components.run_chip(r) for r in bundle["runs"]]),
+                     children=components.run_chips(bundle["runs"], state["color"])),
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
         *components.page_stores(bundle["watch"], {**state, "runs": [r["id"] for r in bundle["runs"]]}),
@@ -98,7 +98,7 @@ def register(app: dash.Dash) -> None:
             return (dash.no_update,) * 5 + (exc.detail,)
         missing = bundle["missing"]
         return (bundle["figure"], bundle["map"], bundle["watch"], state,
-                [components.run_chip(r) for r in bundle["runs"]],
+                components.run_chips(bundle["runs"], state["color"]),
                 f"Not found (deleted?): {', '.join(missing)}" if missing else "")
 
 

@@ -75,7 +75,7 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
     ])
     live = components.card("Live", className="live", children=[
         html.Div(id=ids.LAB_RUNS, className="run-list",
-                 children=[components.run_chip(r) for r in bundle["runs"]] or
+                 children=components.run_chips(bundle["runs"]) or
                  html.P("Runs you start appear here and stream live.", className="muted")),
         dcc.Link("Compare these runs →", id=ids.LAB_COMPARE_LINK, className="compare-link",
                  href="/compare" + logic.encode_query({"runs": run_ids}),
@@ -149,7 +149,7 @@ def register(app: dash.Dash) -> None:
     def _chips(runs, live):
         if not runs:
             return no_update
-        return [components.run_chip(r, (live or {}).get(r["id"])) for r in runs]
+        return components.run_chips(runs, "norm", live)
 
 
 def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form: dict) -> dict:

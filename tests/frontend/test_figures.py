@@ -1,0 +1,140 @@
+"""Figures from API JSON: EMA continuation, trace maps for live appends, colours, heatmaps, Fisher."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from frontend import figures
+
+
+def _run(rid, norm="layer", bs=32, task="digits", seed=0):
+    spec = {"task": task, "norm": norm, "batch_size": bs, "seed": seed}
+    return {"id": rid, "status": "running", "spec": spec}
+
+
+def _history(steps, loss, val=None, elapsed=None):
+    def s(xs, ys):
+        return {"step": xs, "value": ys, "min": ys, "max": ys, "time": [0.0] * len(xs)}
+    series = {"train_loss": s(steps, loss)}
+    if val:
+        series["val_loss"] = s(*val)
+        series["accuracy"] = s(val[0], [0.5] * len(val[0]))
+    if elapsed:
+        series["elapsed"] = s(*elapsed)
+    return {"series": series}
+
+
+def test_ema_matches_definition_and_continues_from_its_state():
+    values = [1.0, 3.0, None, 2.0, 5.0, 4.0]
+    s = 0.7
+    full, _ = figures.ema(values, s)
+    # the definition, written out: debiased EMA over the non-missing values
+    acc, n, expect = 0.0, 0, []
+    for v in values:
+        if v is None:
+            expect.append(None)
+            continue
+        acc = s * acc + (1 - s) * v
+        n += 1
+        expect.append(acc / (1 - s ** n))
+    assert full == pytest.approx(expect)
+    head, state = figures.ema(values[:3], s)
+    tail, _ = figures.ema(values[3:], s, state)
+    assert head + tail == pytest.approx(full)
+    assert figures.ema([2.0, 4.0], 0.0)[0] == [2.0, 4.0]
+
+
+def test_curves_trace_map_points_at_each_series_trace():
+    runs = [_run("a", "layer", 4), _run("b", "batch", 128)]
+    hist = {"a": _history([1, 2, 3], [3.0, 2.0, 1.0], val=([3], [1.5])), "b": _history([1], [2.0])}
+    fig, tmap = figures.curves_figure(runs, hist, panels=["loss", "val", "metric"], smoothing=0.5)
+    data = fig["data"]
+    for rid in ("a", "b"):
+        entries = tmap["runs"][rid]
+        assert [e["key"] for e in entries] == ["train_loss", "val_loss", "accuracy"]
+        for e in entries:
+            assert data[e["i"]]["meta"] == rid
+    a_loss = tmap["runs"]["a"][0]
+    assert a_loss["last"] == 3 and a_loss["n"] == 3
+    smoothed, (acc, n) = figures.ema([3.0, 2.0, 1.0], 0.5)
+    assert list(data[a_loss["i"]]["y"]) == pytest.approx(smoothed) and a_loss["acc"] == pytest.approx(acc)
+    assert tmap["runs"]["b"][1]["last"] == -1  # no validation yet: any step extends it
+    assert fig["layout"]["uirevision"] == "keep"
+
+
+def test_colour_is_fixed_per_normalizer_and_dash_separates_batch_sizes():
+    runs = [_run("a", "layer", 4), _run("b", "layer", 128), _run("c", "batch", 4)]
+    by_norm = figures.colors_for(runs, "norm")
+    assert by_norm["a"][0] == by_norm["b"][0] == figures.NORM_COLORS["layer"]
+    assert by_norm["c"][0] == figures.NORM_COLORS["batch"]
+    assert by_norm["a"][1] != by_norm["b"][1]
+    by_bs = figures.colors_for(runs, "batch_size")
+    assert by_bs["a"][0] == by_bs["c"][0] != by_bs["b"][0]
+    assert len(set(figures.NORM_COLORS.values())) == len(figures.NORM_COLORS)
+
+
+def test_wall_time_axis_interpolates_elapsed():
+    runs = [_run("a")]
+    hist = {"a": _history([10, 20, 30], [1.0, 1.0, 1.0], elapsed=([10, 30], [1.0, 3.0]))}
+    fig, tmap = figures.curves_figure(runs, hist, panels=["loss"], x_mode="time")
+    assert list(fig["data"][0]["x"]) == pytest.approx([1.0, 2.0, 3.0])
+    assert tmap["x"] == "time"
+
+
+def test_metric_panel_follows_the_task():
+    assert figures.metric_key("charlm") == "bpc" and figures.metric_key("digits") == "accuracy"
+    assert figures.metric_key("adding") is None  # regression: its metric is the validation loss
+    fig, tmap = figures.curves_figure([_run("a", task="adding")], {}, panels=["loss", "val", "metric"])
+    assert [e["key"] for e in tmap["runs"]["a"]] == ["train_loss", "val_loss"]
+    fig, _ = figures.curves_figure([_run("c", task="charlm")], {})
+    assert "bits per character" in str(fig["layout"]["annotations"])
+
+
+def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
+    events = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 10.0, 100.0 * s],
+                                                       "grad_norms": [0.1, 0.01, 0.001], "time_steps": 3}}
+              for s in (1, 2)]
+    fig = figures.hidden_figure(events)
+    heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+    lines = [t for t in fig["data"] if t["type"] == "scatter"]
+    assert len(heat) == 2 and len(lines) == 2
+    z = [x for r in heat[0]["z"] for x in r]
+    assert z == pytest.approx([0.0, 1.0, 2.0, 0.0, 1.0, math.log10(200)])
+    assert list(heat[0]["y"]) == [1, 2]
+    assert list(lines[0]["y"]) == [1.0, 10.0, 200.0]  # the latest snapshot, as a line
+    assert list(heat[1]["z"][0]) == pytest.approx([-1.0, -2.0, -3.0])
+
+
+def test_hidden_figure_for_feed_forward_layers_and_when_empty():
+    ev = {"kind": "hidden", "step": 5, "payload": {"layers": [
+        {"name": "fc1", "summed_mean": 0.0, "summed_std": 2.0, "act_norm": 3.0},
+        {"name": "fc2", "summed_mean": 0.0, "summed_std": 1.0, "act_norm": 1.5}]}}
+    fig = figures.hidden_figure([ev])
+    assert {t["name"] for t in fig["data"]} == {"fc1", "fc2"}
+    empty = figures.hidden_figure([])
+    assert not empty["data"] and "Waiting" in str(empty["layout"]["annotations"])
+
+
+def _fisher(step, groups):
+    return {"kind": "fisher", "step": step, "payload": {
+        "trace": {"fc1": 2.0, "fc2": 1.0}, "trace_estimator": {"fc1": "per-sample", "fc2": "summed-gradient"},
+        "lambda_max": 10.0, "eta_lambda_max": 0.5 * step, "hessian_lambda_max": None, "cost_steps": 0.4,
+        "empirical": None, "groups": [
+            {"name": f"g{i}", "weight_norm": 1.0 + i, "effective_lr": 0.1, "along_w_curvature": 0.0,
+             "gain_curvature": 1.0} for i in range(groups)]}}
+
+
+def test_fisher_figure_names_estimators_and_summarises_many_groups():
+    fig = figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
+    names = [t.get("name") for t in fig["data"]]
+    assert "fc1 (per-sample)" in names and "fc2 (summed-gradient)" in names
+    eta = next(t for t in fig["data"] if t.get("name") == "η·λ_max(F)")
+    assert list(eta["y"]) == [0.5, 1.0]
+    assert any(s.get("y0") == 2.0 for s in fig["layout"]["shapes"])  # the stability line at 2
+    many = figures.fisher_figure([_fisher(1, 20)])
+    wnames = {t["name"] for t in many["data"] if "groups" in str(t.get("name"))}
+    assert wnames == {"min of 20 groups", "median of 20 groups", "max of 20 groups"}
+    wmax = next(t for t in many["data"] if t["name"] == "max of 20 groups" and t["y"][0] == 20.0)
+    assert wmax is not None

@@ -31,12 +31,9 @@ def presets() -> list[dict]:
         if exc.name == "normlab.presets":
             return []
         raise
-    for name in ("presets_public", "list_presets"):
-        if hasattr(module, name):
-            return list(getattr(module, name)())
     items = getattr(module, "PRESETS", {})
     values = items.values() if isinstance(items, dict) else items
-    return [v.model_dump(mode="json") if hasattr(v, "model_dump") else dict(v) for v in values]
+    return [v.public() if hasattr(v, "public") else dict(v) for v in values]
 
 
 @router.get("/invariance")

@@ -1,0 +1,160 @@
+"""Helpers for tests and benchmarks that need a live normlab: start `normlab up` (or the API and
+workers separately) on a free port, and read SSE streams.
+
+Front-end browser tests can reuse `running_lab`:
+
+    from backend.testing import running_lab
+    with running_lab(tmp_path) as lab:      # `normlab up` on a free port, SQLite in tmp_path, 1 worker
+        page.goto(lab.url)                  # pages at lab.url, API at lab.url + "api/..."
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until `url` answers 200 (raise if the process died or time ran out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode} before answering {url}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+def service_env(data_dir: Path | str, **settings) -> dict[str, str]:
+    """The environment of a child process: os.environ plus NORMLAB_* for data_dir and `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NORMLAB_")}
+    env["NORMLAB_DATA_DIR"] = str(data_dir)
+    for key, value in settings.items():
+        env[f"NORMLAB_{key.upper()}"] = str(value)
+    return env
+
+
+@dataclass
+class Lab:
+    """A running normlab: `url` ends with "/"; `procs` are the processes this helper started."""
+
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def api(self, path: str) -> str:
+        return self.url + path.lstrip("/")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            stop_process(p)
+
+
+def stop_process(p: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 20.0) -> None:
+    """Signal a process (its group when it leads one) and wait; SIGKILL the group if it lingers."""
+    if p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(sig)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=5)
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "normlab", *args], env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+@contextlib.contextmanager
+def running_lab(data_dir: Path | str, workers: int = 1, timeout: float = 90.0, **settings) -> Iterator[Lab]:
+    """`normlab up` on a free port with its store in data_dir; stopped (Ctrl-C) on exit."""
+    data_dir = Path(data_dir)
+    port = free_port()
+    env = service_env(data_dir, **settings)
+    proc = spawn(["up", "--port", str(port), "--workers", str(workers)], env, data_dir / "up.log")
+    lab = Lab(f"http://127.0.0.1:{port}/", data_dir, env, [proc])
+    try:
+        wait_http(lab.api("api/health"), timeout, proc)
+        yield lab
+    finally:
+        lab.stop()
+
+
+def start_api(data_dir: Path, env: dict[str, str], timeout: float = 60.0) -> tuple[str, subprocess.Popen]:
+    """`normlab api` on a free port; returns (base URL ending in "/", process)."""
+    port = free_port()
+    proc = spawn(["api", "--port", str(port)], env, data_dir / "api.log")
+    url = f"http://127.0.0.1:{port}/"
+    wait_http(url + "api/health", timeout, proc)
+    return url, proc
+
+
+def start_worker(data_dir: Path, env: dict[str, str], name: str = "w") -> subprocess.Popen:
+    return spawn(["worker", "--name", name, "--loglevel", "warning"], env, data_dir / f"{name}.log")
+
+
+@dataclass
+class SSEMessage:
+    id: str | None
+    event: str
+    data: str
+
+    def json(self) -> dict:
+        return json.loads(self.data)
+
+
+def iter_sse(client: httpx.Client, url: str, headers: dict | None = None, timeout: float = 60.0,
+             max_events: int | None = None) -> Iterator[SSEMessage]:
+    """Parse an SSE response into messages (comments and retry lines skipped) until it ends, until
+    max_events, or until `timeout` seconds pass (TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    with client.stream("GET", url, headers=headers or {}, timeout=httpx.Timeout(timeout)) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            raise httpx.HTTPStatusError(f"SSE {url}: {resp.status_code} {resp.text[:200]}",
+                                        request=resp.request, response=resp)
+        count = 0
+        fields: dict[str, str] = {}
+        for line in resp.iter_lines():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SSE {url}: no end within {timeout} s")
+            if line == "":
+                if "data" in fields:
+                    yield SSEMessage(fields.get("id"), fields.get("event", "message"), fields["data"])
+                    count += 1
+                    if max_events is not None and count >= max_events:
+                        return
+                fields = {}
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            fields[name] = fields[name] + "\n" + value if name == "data" and "data" in fields else value

@@ -27,7 +27,12 @@ def evaluate(model: nn.Module, data: TaskData, split: str, device: torch.device)
 
 
 def beyond_trained_length(model: nn.Module) -> list[dict]:
-    """Reports of recurrent BatchNorm layers whose latest evaluation ran past their trained length."""
+    """Reports of recurrent BatchNorm layers whose latest evaluation ran past their trained length:
+    [{"policy", "trained_steps", "eval_steps_beyond", …}] (empty when none did)."""
+    whole_model = getattr(model, "batchnorm_report", None)  # the models' own summary over all layers
+    if callable(whole_model):
+        r = whole_model()
+        return [{"layer": "all recurrent BatchNorm layers", **r}] if r and r.get("eval_steps_beyond") else []
     reports = []
     for name, module in model.named_modules():
         report = getattr(module, "beyond_report", None)

@@ -12,7 +12,10 @@ from torch import nn
 from normlab.spec import RunSpec
 from workers.engine.tasks import TaskData
 
-_threads_checked = False
+# torch's own choice when this module was imported: physical cores, or OMP_NUM_THREADS when set
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()
+_threads_we_set: int | None = None
+FLOPS_PER_THREAD = 2e8  # per training step; below this, extra OpenMP threads cost more than they give
 
 
 def pick_device(requested: str) -> torch.device:
@@ -25,19 +28,30 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def limit_threads() -> int:
-    """Keep torch's intra-op threads within the CPUs this process may run on (never raises the count,
-    so an explicit torch.set_num_threads / OMP_NUM_THREADS stays in force). Returns the count."""
-    global _threads_checked
-    if not _threads_checked:
-        try:
-            allowed = len(os.sched_getaffinity(0))  # taskset / cgroup cpusets, not the whole machine
-        except AttributeError:  # pragma: no cover - not Linux
-            allowed = os.cpu_count() or 1
-        if torch.get_num_threads() > allowed:
-            torch.set_num_threads(allowed)
-        _threads_checked = True
-    return torch.get_num_threads()
+def choose_threads(n_params: int, cases_per_step: int) -> int:
+    """CPU threads for a run of this size; returns the count in force.
+
+    The models here are small: on a shared machine one OpenMP thread per run is often 10-50× faster than
+    several spinning against other processes. So threads grow with the work per step (≈ 6 · params ·
+    cases, cases = batch × time steps), capped by the CPUs this process may use and by torch's default.
+    An explicit choice is respected: OMP_NUM_THREADS in the environment (the OpenMP runtime's own
+    convention), or torch.set_num_threads called by the embedding program.
+    """
+    global _threads_we_set
+    current = torch.get_num_threads()
+    explicit = "OMP_NUM_THREADS" in os.environ or current not in (_TORCH_DEFAULT_THREADS, _threads_we_set)
+    if explicit:
+        return current
+    try:
+        allowed = len(os.sched_getaffinity(0))  # taskset / cgroup cpusets, not the whole machine
+    except AttributeError:  # pragma: no cover - not Linux
+        allowed = os.cpu_count() or 1
+    wanted = max(1, int(6 * n_params * cases_per_step / FLOPS_PER_THREAD))
+    threads = max(1, min(wanted, allowed, _TORCH_DEFAULT_THREADS))
+    if threads != current:
+        torch.set_num_threads(threads)
+    _threads_we_set = threads
+    return threads
 
 
 def seed_everything(seed: int) -> None:
@@ -69,9 +83,7 @@ def make_prober(spec: RunSpec, model: nn.Module, data: TaskData,
         return None, None
     try:
         from workers.probes import make_prober as make
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("workers.probes"):
-            return None, "probes were requested but workers.probes is not available; training without them."
-        raise
+    except ImportError as exc:  # not installed, or not built yet: train without them, and say so
+        return None, f"probes were requested but are not available ({exc}); training without them."
     prober = make(spec, model, data, optimizer)
     return prober, (None if prober is not None else "the probes declined this model; training without them.")

@@ -30,7 +30,7 @@ from normlab.spec import RunSpec
 from workers.engine.loop_eval import beyond_trained_length, evaluate
 from workers.engine.loop_setup import (
     build_model,
-    limit_threads,
+    choose_threads,
     make_optimizer,
     make_prober,
     pick_device,
@@ -72,7 +72,6 @@ class _Run:
         spec = self.spec
         device = pick_device(spec.device)
         self.device = str(device)
-        threads = limit_threads()
         data = load_task(spec, self.settings)
         for note in data.notes:
             self.log(note)
@@ -85,12 +84,15 @@ class _Run:
         if why_not:
             self.log(why_not, "warning")
         n_params = sum(p.numel() for p in model.parameters())
-        where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{threads} CPU threads"
+        if device.type == "cuda":
+            where = torch.cuda.get_device_name(device)
+        else:
+            where = f"{choose_threads(n_params, spec.batch_size * (data.seq_len or 1))} CPU threads"
         self.log(f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
                  f"LayerNorm kernel backend: {self.kernel_backend}.")
-        if data.info.kind == "sequence" and spec.norm == "batch" and spec.eval_seq_len > spec.seq_len:
-            self.log(f"Recurrent BatchNorm keeps statistics for each of the {spec.seq_len} trained time "
-                     f"steps only; evaluation runs {spec.eval_seq_len} steps, so the later steps have no "
+        if data.info.kind == "sequence" and spec.norm == "batch" and data.eval_seq_len > data.seq_len:
+            self.log(f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
+                     f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
                      "statistics of their own (§3.1). The run shows what the model does then; see the log "
                      "after the first evaluation.", "warning")
         return self._loop(model, data, optimizer, device)
@@ -163,7 +165,7 @@ class _Run:
         if reports and not self.beyond_reported:
             self.beyond_reported = True
             r = reports[0]
-            self.log(f"Evaluation at {self.spec.eval_seq_len} steps ran {r['eval_steps_beyond']} steps past "
+            self.log(f"Evaluation at {data.eval_seq_len} steps ran {r['eval_steps_beyond']} steps past "
                      f"the {r['trained_steps']} time steps recurrent BatchNorm has statistics for; for those "
                      f"it used the policy: {r['policy']}.", "warning", layers=reports)
 

@@ -49,8 +49,8 @@ class TaskData:
     splits: dict[str, Batch]
     train: Batch | None = None  # fixed training arrays, sampled in shuffled epochs
     sample: Callable[[int, torch.Generator], Batch] | None = None  # or fresh batches each step
-    seq_len: int | None = None
-    eval_seq_len: int | None = None
+    seq_len: int | None = None  # time steps T of a training sequence (copy: the delay + 20)
+    eval_seq_len: int | None = None  # time steps T of a val/test sequence
     notes: list[str] = field(default_factory=list)  # facts worth a `log` event (sizes, sources)
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:

@@ -157,7 +157,8 @@ class Store:
             last_step = conn.execute(select(func.max(events.c.step)).where(events.c.run_id == run_id)) \
                 .scalar_one_or_none() or 0
             row = EventRow(seq, int(last_step), "status", now,
-                           json.dumps({"status": status, "message": message, "metrics": {}}))
+                           json.dumps({"status": status, "message": message, "metrics": {}},
+                                      separators=(",", ":")))
             conn.execute(insert(events), [{"run_id": run_id, **row._asdict()}])
         return row
 

@@ -147,3 +147,35 @@ def test_kernel_backend_comes_from_settings_and_is_recorded(tiny_model, settings
     monkeypatch.setattr(train_module.kernels, "set_backend", chosen.append)
     result, _ = run(RunSpec(task="digits", steps=2), settings.model_copy(update={"kernel_backend": "torch"}))
     assert chosen == ["torch"] and result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1))
+
+
+def _matrix() -> list:
+    """Every task × applicable normalizer × cell (and the LSTM's eq. 29 placement), tiny sizes."""
+    from normlab.catalog import TASKS
+
+    cases = []
+    for name, task in TASKS.items():
+        for norm in task.norms:
+            for cell in task.cells or (None,):
+                cases.append(pytest.param(name, norm, cell, "full", id=f"{name}-{norm}-{cell or 'ff'}"))
+        if "lstm" in task.cells:
+            cases.append(pytest.param(name, "layer", "lstm", "cell", id=f"{name}-layer-lstm-eq29"))
+    return cases
+
+
+SMALL = {"adding": {"seq_len": 6, "eval_seq_len": 9}, "copy": {"seq_len": 3, "eval_seq_len": 5},
+         "charlm": {"seq_len": 6, "eval_seq_len": 8}}
+
+
+@pytest.mark.slow  # ≈ 90 runs: 15-45 s on 2 shared cores
+@pytest.mark.parametrize("task,norm,cell,placement", _matrix())
+def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(task, norm, cell, placement, settings,
+                                                                   mnist_settings):
+    spec = RunSpec(task=task, norm=norm, cell=cell, ln_placement=placement, steps=20, hidden_size=8,
+                   layers=1, batch_size=4, eval_every=20, **SMALL.get(task, {}))
+    result, events = run(spec, mnist_settings if task == "mnist" else settings)
+    assert result.status == "completed", result.error
+    losses = [e.payload["train_loss"] for e in events if e.kind == "scalars"]
+    assert len(losses) == 20 and all(math.isfinite(v) for v in losses)
+    for key in ("val_loss", "test_loss"):
+        assert math.isfinite(result.metrics[key])

@@ -80,8 +80,8 @@ class ApiClient:
     def delete(self, run_id: str) -> Any:
         return self._call("DELETE", f"/api/runs/{run_id}")
 
-    def invariance(self) -> Any:
-        return self._call("GET", "/api/invariance")
+    def invariance(self, timeout: float | None = None) -> Any:
+        return self._call("GET", "/api/invariance", **({"timeout": timeout} if timeout else {}))
 
 
 _clients: dict[str, ApiClient] = {}

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from normlab.catalog import TASKS
+from normlab.events import TERMINAL_STATUSES
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 NORM_COLORS = {
@@ -183,6 +184,9 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             fig.update_yaxes(type="log", row=1, col=col)
     if not runs:
         _empty(fig, "No runs yet: start one, or pick runs to compare")
+    elif index and all(not fig.data[i].x for i in range(index)) and all(
+            r.get("status") in TERMINAL_STATUSES for r in runs):
+        _empty(fig, "These runs ended without recording any training points.")
     apply_theme(fig, present, height=380)
     return fig.to_plotly_json(), trace_map
 
@@ -225,7 +229,7 @@ def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) ->
     return True
 
 
-def hidden_figure(events: list[dict], present: bool = False) -> dict:
+def hidden_figure(events: list[dict], present: bool = False, ended: bool = False) -> dict:
     """‖h_t‖ and ‖∂L/∂h_t‖: training step × time step heatmaps (log colour) and the latest snapshot.
 
     Feed-forward runs have no time steps: their panel shows each layer's summed-input spread and
@@ -243,7 +247,8 @@ def hidden_figure(events: list[dict], present: bool = False) -> dict:
         fig.update_xaxes(title_text="time step t", row=row)
         fig.update_yaxes(title_text="training step", row=row, col=1)
     if not (has_h or has_g):
-        _empty(fig, "Waiting for the first hidden-state snapshot…")
+        _empty(fig, "This run recorded no hidden-state snapshots." if ended else
+               "Waiting for the first hidden-state snapshot…")
     apply_theme(fig, present, height=620 if has_h or has_g else 160)
     fig.update_layout(showlegend=False)
     return fig.to_plotly_json()
@@ -287,7 +292,7 @@ def _group_series(events: list[dict], field: str) -> list[tuple[str, list]]:
     return out
 
 
-def fisher_figure(events: list[dict], present: bool = False) -> dict:
+def fisher_figure(events: list[dict], present: bool = False, ended: bool = False) -> dict:
     """Fisher curvature over training: per-layer trace, η·λ_max against 2, ‖w‖, η/‖w‖² and u^T F u."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
     fig = make_subplots(rows=2, cols=3, vertical_spacing=0.2, horizontal_spacing=0.08, subplot_titles=[
@@ -295,7 +300,8 @@ def fisher_figure(events: list[dict], present: bool = False) -> dict:
         "Effective learning rate η/‖w‖²", "u^T F u along w (→ 0)", "Gain curvature"])
     steps = [e["step"] for e in events]
     if not events:
-        _empty(fig, "Waiting for the first Fisher estimate…")
+        _empty(fig, "This run recorded no Fisher estimates." if ended else
+               "Waiting for the first Fisher estimate…")
         apply_theme(fig, present, height=160)
         return fig.to_plotly_json()
     last = events[-1]["payload"]

@@ -42,6 +42,7 @@
     } else if (ev.kind === "status" && ev.payload) {
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;
+      if (TERMINAL[ev.payload.status]) { S.probeVersion += 1; }  // panels then say "none recorded"
       if (liveRuns().length === 0) { close(); }  // every run ended: no reconnect loop
     }
   }
@@ -125,7 +126,8 @@
         var now = Date.now();
         if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
         S.probeSent = S.probeVersion; S.probeSentAt = now;
-        return S.probes[runId] || {hidden: [], fisher: []};
+        var p = S.probes[runId] || {hidden: [], fisher: []};
+        return {hidden: p.hidden, fisher: p.fisher, ended: !!TERMINAL[S.status[runId]]};
       },
       urlState: function (state) {
         if (!state) { return ""; }

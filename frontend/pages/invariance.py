@@ -73,31 +73,33 @@ def _verdict(rows: list[dict]) -> str:
 
 def _fetch():
     try:
-        return data.api().invariance(), ""
+        # The first request computes the table (a subprocess of the engine): allow it minutes.
+        return data.api().invariance(timeout=600), ""
     except ApiError as exc:
         return None, exc.detail
 
 
 def layout(**_) -> html.Div:
-    computed, error = _fetch()
+    # Rendered at once with empty computed cells; the callback fetches (the first fetch may compute).
     return html.Div(className="inv-page", children=[
         components.card("Invariance under re-scaling and re-centering (§5.1, Table 1)", children=[
-            html.Div(error and f"Not available yet: {error} (retrying)", id="inv-message",
-                     className="message"),
-            html.Div(render(computed), id=ids.INV_TABLE),
+            html.Div("Computing Table 1 (the first time takes a little while)…", id="inv-message",
+                     className="message", role="status"),
+            html.Div(render(None), id=ids.INV_TABLE),
         ]),
-        dcc.Interval(id="inv-poll", interval=3000, max_intervals=60, disabled=computed is not None),
+        # Disabled until a fetch fails: retries never overlap a fetch still under way.
+        dcc.Interval(id="inv-poll", interval=10_000, max_intervals=30, disabled=True),
         *components.page_stores(),
     ])
 
 
 def register(app: dash.Dash) -> None:
     @app.callback(Output(ids.INV_TABLE, "children"), Output("inv-message", "children"),
-                  Output("inv-poll", "disabled"), Input("inv-poll", "n_intervals"), prevent_initial_call=True)
+                  Output("inv-poll", "disabled"), Input("inv-poll", "n_intervals"))
     def _poll(_n):
         computed, error = _fetch()
         if computed is None:
-            return dash.no_update, f"Not available yet: {error} (retrying)", False
+            return dash.no_update, f"Not available yet: {error} (retrying every 10 s)", False
         return render(computed), "", True
 
 

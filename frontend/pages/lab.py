@@ -8,6 +8,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
+from normlab.catalog import NORMS
 
 FIELD_NAMES = [name for name, _, _ in logic.FORM_FIELDS]
 CHOICES = {"optimizer": ["adam", "sgd"], "cell": ["lstm", "gru", "tanh"], "ln_placement": ["full", "cell"]}
@@ -52,7 +53,8 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
         ]),
         html.Div(id=ids.LAB_SINGLE_NORM_BOX, className="field", children=[
             html.Label("Normalizer", className="label"),
-            dcc.Dropdown(id=ids.LAB_NORM, value="layer", clearable=False),
+            dcc.Dropdown(id=ids.LAB_NORM, value="layer", clearable=False,
+                         options=task_changed(task, {t["name"]: t for t in tasks}, "layer")[0]),
             html.Div(id={"type": ids.LAB_ERROR, "field": "norm"}, className="field-error", role="alert"),
         ]),
         dcc.Checklist(id=ids.LAB_SWEEP, className="sweep-toggle",
@@ -88,26 +90,29 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
     ])
 
 
-def task_changed(task: str, catalog_tasks: dict) -> tuple:
-    """Outputs when the task changes: norm options, field values, which fields show, help text."""
+def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
+    """Outputs when the task changes: norm options and value, sweep options, field values, which
+    fields show, help text. The chosen normalizer stays when the new task has it."""
     info = catalog_tasks[task]
     defaults = logic.field_defaults(task)
     sequential = info["kind"] == "sequence"
     values = [defaults.get(n) for n in FIELD_NAMES]
     styles = [{"display": "none"} if n in logic.SEQUENCE_ONLY and not sequential else {} for n in FIELD_NAMES]
-    norms = [{"label": f"{n}", "value": n} for n in info["norms"]]
-    return norms, norms, values, styles, info["description"]
+    norms = [{"label": n, "value": n, "title": NORMS.get(n, "")} for n in info["norms"]]
+    keep = norm if norm in info["norms"] else ("layer" if "layer" in info["norms"] else info["norms"][0])
+    return norms, keep, norms, values, styles, info["description"]
 
 
 def register(app: dash.Dash) -> None:
     @app.callback(
-        Output(ids.LAB_NORM, "options"), Output(ids.LAB_SWEEP_NORMS, "options"),
+        Output(ids.LAB_NORM, "options"), Output(ids.LAB_NORM, "value"),
+        Output(ids.LAB_SWEEP_NORMS, "options"),
         Output({"type": ids.LAB_FIELD, "field": ALL}, "value"),
         Output({"type": "lab-box", "field": ALL}, "style"), Output(ids.LAB_TASK_HELP, "children"),
-        Input(ids.LAB_TASK, "value"))
-    def _task(task):
+        Input(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"))
+    def _task(task, norm):
         tasks = {t["name"]: t for t in data.api().catalog()["tasks"]}
-        return task_changed(task, tasks)
+        return task_changed(task, tasks, norm)
 
     @app.callback(Output(ids.LAB_SWEEP_BOX, "style"), Output(ids.LAB_SINGLE_NORM_BOX, "style"),
                   Output(ids.LAB_SUBMIT, "children"), Input(ids.LAB_SWEEP, "value"))

@@ -8,6 +8,7 @@ from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
+from normlab.events import TERMINAL_STATUSES
 
 
 def header(run: dict, api_base: str = "") -> list:
@@ -63,6 +64,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         return html.Div([components.error_box(msg), *components.page_stores()])
     probes = run.get("spec", {}).get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
+    ended = run.get("status") in TERMINAL_STATUSES
     note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
                               "panels: start a run with probes on (Lab → Probes) to see them.")
     return html.Div(className="run-page", children=[
@@ -72,11 +74,11 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
             html.H2("Hidden states over time steps"),
-            dcc.Graph(id=ids.RUN_HIDDEN, figure=figures.hidden_figure([], present_on),
+            dcc.Graph(id=ids.RUN_HIDDEN, figure=figures.hidden_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph")]),
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
-            dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on),
+            dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph")]),
         html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
         dcc.Store(id=ids.RUN_ID, data=run["id"]),
@@ -94,8 +96,8 @@ def register(app: dash.Dash) -> None:
                   Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
     def _probes(probes, present):
         probes = probes or {}
-        return (figures.hidden_figure(probes.get("hidden", []), bool(present)),
-                figures.fisher_figure(probes.get("fisher", []), bool(present)))
+        return (figures.hidden_figure(probes.get("hidden", []), bool(present), probes.get("ended", False)),
+                figures.fisher_figure(probes.get("fisher", []), bool(present), probes.get("ended", False)))
 
     @app.callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),
                   State(ids.RUN_ID, "data"), prevent_initial_call=True)

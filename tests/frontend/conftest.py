@@ -98,5 +98,30 @@ def shot(pg, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def server(dev_server):
-    return dev_server
+def server(request, tmp_path_factory):
+    """`normlab up` (embedded form: SQLite, one real worker) on a free port, as people run it.
+
+    NORMLAB_FRONTEND_TEST_API=dev swaps in the synthetic API (no torch, no worker) for quick UI work.
+    """
+    if os.environ.get("NORMLAB_FRONTEND_TEST_API") == "dev":
+        yield request.getfixturevalue("dev_server")
+        return
+    try:
+        from backend.testing import running_lab
+    except ImportError as exc:  # pragma: no cover - only before the service exists
+        pytest.skip(f"the service is not available: {exc}")
+    with running_lab(tmp_path_factory.mktemp("lab"), workers=1) as lab:
+        lab.url = lab.url.rstrip("/")
+        yield lab
+
+
+@pytest.fixture
+def quiet_queue(server):
+    """Cancel whatever a test left queued or running, so the next test's run starts at once."""
+    import httpx
+
+    yield
+    items = httpx.get(server.url + "/api/runs", params={"limit": 200}, timeout=10).json()["items"]
+    for r in items:
+        if r["status"] in ("queued", "running"):
+            httpx.post(f"{server.url}/api/runs/{r['id']}/cancel", timeout=10)

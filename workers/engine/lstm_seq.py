@@ -37,6 +37,9 @@ class _LSTMSequence(torch.autograd.Function):
         tanh_c = xx.new_empty(T, B, H)  # tanh(LN(c_t)) or tanh(c_t)
         hs = xx.new_empty(T, B, H)  # h_t, the output
         hh = xx.new_empty(T, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
+        # views made once: slicing inside the loop costs as much as a small kernel
+        sig, tng = gates[..., : 3 * H], gates[..., 3 * H:]
+        f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
         stats_h, stats_c = [], []
         h, c = h0, c0
         for t in range(T):
@@ -48,18 +51,19 @@ class _LSTMSequence(torch.autograd.Function):
                 torch.add(y, xx[t], out=a)
             else:
                 torch.addmm(xx[t], h, w_hT, out=a)
-            a[:, : 3 * H].sigmoid_()
-            a[:, 3 * H:].tanh_()
-            torch.mul(a[:, :H], c, out=cells[t])
-            cells[t].addcmul_(a[:, H: 2 * H], a[:, 3 * H:])
+            sig[t].sigmoid_()
+            tng[t].tanh_()
+            c_t = cells[t]
+            torch.mul(f_[t], c, out=c_t)
+            c_t.addcmul_(i_[t], tng[t])
             if ln_c:
-                y, mean, rstd = _ln(cells[t], (H,), gain_c, bias_c, eps)
+                y, mean, rstd = _ln(c_t, (H,), gain_c, bias_c, eps)
                 stats_c.append((mean, rstd))
                 torch.tanh(y, out=tanh_c[t])
             else:
-                torch.tanh(cells[t], out=tanh_c[t])
-            torch.mul(a[:, 2 * H: 3 * H], tanh_c[t], out=hs[t])
-            h, c = hs[t], cells[t]
+                torch.tanh(c_t, out=tanh_c[t])
+            h = torch.mul(o_[t], tanh_c[t], out=hs[t])
+            c = c_t
         ctx.save_for_backward(w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
         ctx.buffers = (gates, cells, tanh_c, hh, stats_h, stats_c)
         ctx.eps = eps
@@ -72,40 +76,46 @@ class _LSTMSequence(torch.autograd.Function):
         ln_h, ln_c = gain_h is not None, gain_c is not None
         T, B, G = gates.shape
         H = G // 4
-        # local derivatives of every step at once: σ' = s(1−s), tanh' = 1−g², and ∂h/∂(tanh input)
-        deriv = gates.clone()
-        deriv[..., : 3 * H].mul_(1 - gates[..., : 3 * H])
-        deriv[..., 3 * H:] = 1 - gates[..., 3 * H:] ** 2
-        o_dtanh = gates[..., 2 * H: 3 * H] * (1 - tanh_c**2)
-        d_gates = gates.new_empty(T, B, G)  # ∂L/∂a_t: also ∂L/∂xx_t
-        d_post = gates.new_empty(B, G)  # ∂L/∂(activated gates) of one step
-        d_yc = gates.new_empty(T, B, H) if ln_c else None  # ∂L/∂LN(c_t)
-        d_hh = gates.new_empty(T, B, G) if ln_h else None  # ∂L/∂(W_h h_{t-1})
+        d_hs = d_hs.contiguous()
+        f_, i_, o_, g_ = (gates[..., k * H: (k + 1) * H] for k in range(4))
+        c_prev = torch.cat([c0.unsqueeze(0), cells[:-1]])
+        # every step's local derivatives at once, so that one step needs two multiplies for all 4 gates:
+        # ∂a_f = dc·c_{t-1}σ'(f), ∂a_i = dc·tanh(g)σ'(i), ∂a_g = dc·σ(i)tanh'(g), ∂a_o = dh·tanh(·)σ'(o)
+        k = torch.empty_like(gates)
+        kf, ki, ko, kg = (k[..., j * H: (j + 1) * H] for j in range(4))
+        torch.mul(f_, 1 - f_, out=kf).mul_(c_prev)
+        torch.mul(i_, 1 - i_, out=ki).mul_(g_)
+        torch.mul(o_, 1 - o_, out=ko).mul_(tanh_c)
+        torch.mul(g_, g_, out=kg).neg_().add_(1).mul_(i_)
+        o_dtanh = (1 - tanh_c * tanh_c).mul_(o_)  # ∂h/∂(input of the output tanh)
+        d_gates = torch.empty_like(gates)  # ∂L/∂a_t: also ∂L/∂xx_t
+        d_g4 = d_gates.view(T, B, 4, H)
+        k4 = k.view(T, B, 4, H)
+        d_o = d_gates[..., 2 * H: 3 * H]
+        d_yc = torch.empty_like(cells) if ln_c else None  # ∂L/∂LN(c_t)
+        d_hh = torch.empty_like(gates) if ln_h else None  # ∂L/∂(W_h h_{t-1})
         mask = [True, False, False]
-        dh = torch.zeros_like(h0)
+        dh_t = d_hs[T - 1]
         dc = torch.zeros_like(c0)
         for t in range(T - 1, -1, -1):
-            a = gates[t]
-            dh_t = d_hs[t] + dh
-            torch.mul(dh_t, tanh_c[t], out=d_post[:, 2 * H: 3 * H])
-            dy = dh_t * o_dtanh[t]
             if ln_c:
-                d_yc[t] = dy
+                dy = torch.mul(dh_t, o_dtanh[t], out=d_yc[t])
                 mean, rstd = stats_c[t]
                 dy = _ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c, mask)[0]
-            dc_t = dy + dc
-            c_prev = cells[t - 1] if t > 0 else c0
-            torch.mul(dc_t, c_prev, out=d_post[:, :H])
-            torch.mul(dc_t, a[:, 3 * H:], out=d_post[:, H: 2 * H])
-            torch.mul(dc_t, a[:, H: 2 * H], out=d_post[:, 3 * H:])
-            torch.mul(d_post, deriv[t], out=d_gates[t])
-            dc = dc_t * a[:, :H]
+            else:
+                dy = dh_t * o_dtanh[t]
+            dc_t = dy.add_(dc)
+            torch.mul(dc_t.unsqueeze(1), k4[t], out=d_g4[t])  # f, i, g (o overwritten next)
+            torch.mul(dh_t, ko[t], out=d_o[t])
+            dc = dc_t.mul_(f_[t])
             if ln_h:
                 mean, rstd = stats_h[t]
                 d_hh[t] = _ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h, mask)[0]
-                dh = torch.mm(d_hh[t], w_h)
+                d_raw_t = d_hh[t]
             else:
-                dh = torch.mm(d_gates[t], w_h)
+                d_raw_t = d_gates[t]
+            # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
+            dh_t = torch.addmm(d_hs[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
         d_raw = d_hh if ln_h else d_gates
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
@@ -121,7 +131,7 @@ class _LSTMSequence(torch.autograd.Function):
             c_hat = cells.sub(torch.stack([m for m, _ in stats_c])).mul_(torch.stack([r for _, r in stats_c]))
             d_gain_c = c_hat.mul_(d_yc).sum((0, 1))
             d_bias_c = d_yc.sum((0, 1))
-        return d_gates, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh, dc, None
+        return d_gates, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 
 def lstm_sequence(xx: torch.Tensor, w_h: torch.Tensor, gain_h: torch.Tensor | None,

@@ -20,11 +20,12 @@ inputs W_h h_{t-1} + W_x x_t before normalization).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import kernels
 from workers.engine.lstm_seq import lstm_sequence
-from workers.engine.norms import EPS, LayerNorm, make_linear, make_normalizer
+from workers.engine.norms import EPS, NormLinear, make_linear, make_normalizer
 
 
 def _raw_weight(layer: nn.Module) -> torch.Tensor:
@@ -102,18 +103,25 @@ class LSTMLayer(_RecurrentBase):
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, _ = x.shape
-        ax = self.ih.summed(x)  # (T, B, 4H): every step's W_x x_t in one product (no recurrence)
-        xx = _normalize_all(self.ih, ax, self.per_step) + self.bias
         h = x.new_zeros(B, self.hidden_size)
         c = x.new_zeros(B, self.hidden_size)
         use_kernel = (self.norm_name == "layer" and self.placement == "full"
                       and hasattr(kernels, "ln_lstm_cell") and kernels.backend_for(x) == "triton")
         if record is None and not use_kernel and self._fused_ok():
-            ln_h = isinstance(getattr(self.hh, "norm", None), LayerNorm)
+            # every step's W_x x_t in one product (no recurrence on the input side); the gate bias b is
+            # folded into LN's β2 (or the product's bias) to save a pass over (T, B, 4H)
+            ln_h = isinstance(self.hh, NormLinear)
+            if ln_h:
+                xx = kernels.layer_norm(self.ih.summed(x), self.ih.norm.gain, self.ih.norm.bias + self.bias,
+                                        EPS)
+            else:
+                xx = F.linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
             gain_c, bias_c = ((self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None
                               else (None, None))
             return lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS)
+        ax = self.ih.summed(x)  # (T, B, 4H)
+        xx = _normalize_all(self.ih, ax, self.per_step) + self.bias
         _start_record(record, lstm=True)
         outs = []
         for t in range(T):
@@ -181,7 +189,7 @@ class TanhRNNLayer(_RecurrentBase):
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, D = x.shape
         w = _raw_weight(self.proj)
-        ax = torch.nn.functional.linear(x, w[:, :D])  # W_xh x_t for every step at once
+        ax = F.linear(x, w[:, :D])  # W_xh x_t for every step at once
         w_h = w[:, D:]
         h = x.new_zeros(B, self.hidden_size)
         _start_record(record, lstm=False)

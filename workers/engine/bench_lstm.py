@@ -1,0 +1,115 @@
+"""`measure_lnlstm_ratio(...)`: time of the engine's LN-LSTM vs `torch.nn.LSTM` (fwd+bwd), side by side.
+
+Three contenders on the same input, interleaved repeat by repeat so a busy machine slows all alike:
+the engine's LN-LSTM layer (eq. 20, `workers.engine.recurrent.LSTMLayer`), a plain Python-loop LN-LSTM
+(per-step autograd, the textbook way), and `torch.nn.LSTM` without normalization. Medians are reported,
+with ratios to `torch.nn.LSTM`. Run alone: ``python -m workers.engine.bench_lstm [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from workers.engine.recurrent import LSTMLayer
+
+TARGET_RATIO = 1.5
+
+
+class PythonLoopLNLSTM(nn.Module):
+    """The textbook LN-LSTM (eq. 20): every step's products, LNs and gates through per-step autograd."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        G = 4 * hidden_size
+        self.w_x = nn.Linear(input_size, G, bias=False)
+        self.w_h = nn.Linear(hidden_size, G, bias=False)
+        self.ln_x, self.ln_h, self.ln_c = nn.LayerNorm(G), nn.LayerNorm(G), nn.LayerNorm(hidden_size)
+        self.bias = nn.Parameter(torch.zeros(G))
+        self.hidden_size = hidden_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T, B, _ = x.shape
+        h = x.new_zeros(B, self.hidden_size)
+        c = x.new_zeros(B, self.hidden_size)
+        outs = []
+        for t in range(T):
+            gates = self.ln_h(self.w_h(h)) + self.ln_x(self.w_x(x[t])) + self.bias
+            f, i, o, g = gates.chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(self.ln_c(c))
+            outs.append(h)
+        return torch.stack(outs)
+
+
+def _time_once(module: nn.Module, x: torch.Tensor) -> float:
+    module.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    out = module(x)
+    if isinstance(out, tuple):  # nn.LSTM returns (output, (h, c))
+        out = out[0]
+    out.sum().backward()
+    return time.perf_counter() - start
+
+
+def measure_lnlstm_ratio(batch: int = 32, seq_len: int = 64, hidden: int = 256, repeats: int = 7,
+                         warmup: int = 2, seed: int = 0) -> dict:
+    """Median fwd+bwd seconds of engine LN-LSTM, Python-loop LN-LSTM and torch.nn.LSTM, and ratios."""
+    if min(batch, seq_len, hidden, repeats) < 1:
+        raise ValueError("batch, seq_len, hidden and repeats must all be ≥ 1")
+    torch.manual_seed(seed)
+    contenders = {
+        "engine": LSTMLayer(hidden, hidden, "layer", placement="full"),
+        "python_loop": PythonLoopLNLSTM(hidden, hidden),
+        "torch_lstm": nn.LSTM(hidden, hidden),
+    }
+    x = torch.randn(seq_len, batch, hidden)  # time-major for all three
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for r in range(warmup + repeats):
+        for name, module in contenders.items():
+            dt = _time_once(module, x)
+            if r >= warmup:
+                times[name].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["engine"] / med["torch_lstm"]
+    return {
+        "batch": batch, "seq_len": seq_len, "hidden": hidden, "repeats": repeats, "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "engine_s": med["engine"], "python_loop_s": med["python_loop"], "torch_lstm_s": med["torch_lstm"],
+        "ratio_engine_vs_torch": ratio,
+        "ratio_python_loop_vs_torch": med["python_loop"] / med["torch_lstm"],
+        "target_ratio": TARGET_RATIO, "meets_target": ratio <= TARGET_RATIO,
+        "times_s": times,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workers.engine.bench_lstm",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    res = measure_lnlstm_ratio(args.batch, args.seq_len, args.hidden, args.repeats)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"LN-LSTM fwd+bwd, B={res['batch']} T={res['seq_len']} H={res['hidden']}, "
+          f"{res['threads']} threads, median of {res['repeats']}:")
+    for key, label in (("engine_s", "engine LN-LSTM"), ("python_loop_s", "Python-loop LN-LSTM"),
+                       ("torch_lstm_s", "torch.nn.LSTM (no norm)")):
+        print(f"  {label:<26} {res[key] * 1e3:8.1f} ms")
+    print(f"  engine / torch.nn.LSTM      {res['ratio_engine_vs_torch']:.2f}x  (target ≤ {TARGET_RATIO}x)")
+    print(f"  Python loop / torch.nn.LSTM {res['ratio_python_loop_vs_torch']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""`kernels.layer_norm` / `ln_lstm_cell` dispatch: torch for CPU tensors, the backend setting, no triton."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+
+
+def test_cpu_tensors_use_torch_and_match_f_layer_norm(gen):
+    x = torch.randn(4, 33, generator=gen)
+    w, b = torch.randn(33, generator=gen), torch.randn(33, generator=gen)
+    assert kernels.backend_for(x) == "torch"
+    torch.testing.assert_close(kernels.layer_norm(x, w, b, 1e-5), F.layer_norm(x, (33,), w, b, 1e-5),
+                               atol=0, rtol=0)
+
+
+def test_ln_lstm_cell_on_cpu_is_the_differentiable_reference(gen):
+    B, H = 3, 5
+    hh, xx = torch.randn(B, 4 * H, generator=gen), torch.randn(B, 4 * H, generator=gen)
+    cp = torch.randn(B, H, generator=gen)
+    params = [torch.randn(4 * H, generator=gen).requires_grad_() for _ in range(5)]
+    params += [torch.randn(H, generator=gen).requires_grad_() for _ in range(2)]
+    h, c = kernels.ln_lstm_cell(hh, xx, cp, *params, 1e-5)
+    hr, cr = kernels.ln_lstm_cell_reference(hh, xx, cp, *params, 1e-5)
+    assert torch.equal(h, hr) and torch.equal(c, cr)
+    (h.sum() + c.sum()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+
+
+def test_reference_cell_follows_eq_20_written_out(gen):
+    # The oracle itself, against the equations in float64: gates (f, i, o, g), LN with population variance.
+    B, H, eps = 2, 3, 1e-5
+    hh, xx = torch.randn(B, 4 * H, generator=gen).double(), torch.randn(B, 4 * H, generator=gen).double()
+    cp = torch.randn(B, H, generator=gen).double()
+    gh, bh, gx, bx, b = (torch.randn(4 * H, generator=gen).double() for _ in range(5))
+    gc, bc = (torch.randn(H, generator=gen).double() for _ in range(2))
+
+    def ln(a, g, s):
+        mu = a.sum(-1, keepdim=True) / a.shape[-1]
+        sigma = (((a - mu) ** 2).sum(-1, keepdim=True) / a.shape[-1] + eps).sqrt()
+        return g * (a - mu) / sigma + s
+
+    a = ln(hh, gh, bh) + ln(xx, gx, bx) + b
+    f, i, o, g = a[:, :H].sigmoid(), a[:, H:2 * H].sigmoid(), a[:, 2 * H:3 * H].sigmoid(), a[:, 3 * H:].tanh()
+    c = f * cp + i * g
+    h = o * ln(c, gc, bc).tanh()
+    hr, cr = kernels.ln_lstm_cell_reference(hh, xx, cp, gh, bh, gx, bx, b, gc, bc, eps)
+    torch.testing.assert_close(hr, h, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(cr, c, atol=1e-12, rtol=1e-12)
+
+
+def test_set_backend_validates_and_forces_torch(gen):
+    with pytest.raises(ValueError, match="use 'auto', 'torch' or 'triton'"):
+        kernels.set_backend("cuda")
+    kernels.set_backend("torch")
+    assert kernels.backend_for(torch.zeros(2)) == "torch"
+    if torch.cuda.is_available():
+        assert kernels.backend_for(torch.zeros(2, device="cuda")) == "torch"
+    kernels.set_backend("auto")
+    assert kernels.backend_for(torch.zeros(2)) == "torch"  # CPU tensors always get torch
+
+
+def test_package_imports_and_falls_back_without_triton():
+    # A CPU-only install may lack triton: import kernels with triton blocked and use both entry points.
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, kernels\n"
+        "assert not kernels.triton_available()\n"
+        "x = torch.randn(2, 8)\n"
+        "assert kernels.backend_for(x) == 'torch'\n"
+        "y = kernels.layer_norm(x, None, None, 1e-5)\n"
+        "h, c = kernels.ln_lstm_cell(torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 2),"
+        " *[torch.ones(8)] * 5, torch.ones(2), torch.zeros(2), 1e-5)\n"
+        "try:\n    kernels.set_backend('triton')\nexcept ValueError as e:\n    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: kernel backend 'triton' needs the triton package" in out.stdout

@@ -144,10 +144,14 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
     """(figure, trace map) for the loss / validation / metric curves of several runs, side by side."""
     panels = [p for p in (panels or list(PANELS)) if p in PANELS] or ["loss"]
     tasks = {r["spec"].get("task", "digits") for r in runs}
+    if tasks and all(metric_key(t) is None for t in tasks) and len(panels) > 1:
+        panels = [p for p in panels if p != "metric"]  # regression: the validation loss is the metric
     titles = []
     for p in panels:
         if p == "metric" and len(tasks) == 1:
             titles.append(METRIC_TITLES.get(TASKS[next(iter(tasks))].metric, PANELS[p]))
+        elif p == "val" and tasks and all(metric_key(t) is None for t in tasks):
+            titles.append("Validation loss (MSE)")
         else:
             titles.append(PANELS[p])
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.07)
@@ -201,9 +205,11 @@ def _empty(fig: go.Figure, text: str) -> None:
 
 
 def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
-    start, stop = math.floor(lo), math.ceil(hi)
-    vals = list(range(start, stop + 1)) or [start]
-    return [float(v) for v in vals], [f"1e{v}" if v not in (0, 1, -1) else str(10.0 ** v) for v in vals]
+    """Colour-bar ticks for log10 values: five evenly spaced, labelled with the norm itself."""
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    vals = [lo + (hi - lo) * k / 4 for k in range(5)]
+    return vals, [f"{10 ** v:.3g}" for v in vals]
 
 
 def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) -> bool:
@@ -217,8 +223,9 @@ def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) ->
     tickvals, ticktext = _log_ticks(lo, hi)
     fig.add_trace(go.Heatmap(
         z=z, x=list(range(1, width + 1)), y=[s for s, _ in rows], colorscale="Cividis",
-        colorbar={"title": {"text": label}, "tickvals": tickvals, "ticktext": ticktext, "len": 0.42,
-                  "y": 0.79 if row == 1 else 0.21},
+        # the colour bar sits right next to its heatmap, not past the snapshot plot
+        colorbar={"tickvals": tickvals, "ticktext": ticktext, "len": 0.4, "y": 0.79 if row == 1 else 0.21,
+                  "x": 0.505, "xanchor": "left", "thickness": 12},
         hovertemplate="time step %{x}, training step %{y}: 10^%{z:.2f}<extra></extra>",
     ), row=row, col=1)
     last_step, last = rows[-1]
@@ -238,7 +245,8 @@ def hidden_figure(events: list[dict], present: bool = False, ended: bool = False
     events = [e for e in events if e.get("kind", "hidden") == "hidden"]
     if events and "layers" in events[-1]["payload"]:
         return _layers_figure(events, present)
-    fig = make_subplots(rows=2, cols=2, column_widths=[0.62, 0.38], vertical_spacing=0.16,
+    fig = make_subplots(rows=2, cols=2, column_widths=[0.58, 0.42], vertical_spacing=0.16,
+                        horizontal_spacing=0.14,
                         subplot_titles=["‖h_t‖ over training (log colour)", "‖h_t‖, latest snapshot",
                                         "‖∂L/∂h_t‖ over training (log colour)", "‖∂L/∂h_t‖, latest snapshot"])
     has_h = _heat(fig, events, "hidden_norms", "‖h_t‖", 1)

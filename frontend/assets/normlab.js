@@ -12,7 +12,7 @@
   var S = window.normlabStream = {
     es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: -1,
     probeSentAt: 0, status: {}, statusVersion: 0, statusSent: -1, maps: {}, reopenTimer: null,
-    received: 0, opened: 0, appended: 0, apiBase: ""
+    received: 0, opened: 0, appended: 0, extends: 0, apiBase: ""
   };
 
   function cursorString(runs) {
@@ -107,7 +107,8 @@
       }
     }
     if (!order.length) { return ns(); }
-    S.appended += order.length;
+    S.appended += order.reduce(function (n, i) { return n + xs[i].length; }, 0);
+    S.extends += 1;
     return [{x: order.map(function (i) { return xs[i]; }), y: order.map(function (i) { return ys[i]; })},
             order, state.max_points || 20000];
   }

@@ -82,3 +82,38 @@ def test_second_tab_mid_run_sees_full_history(page, browser, server):
         shot(second, "second-tab-mid-run")
     finally:
         second.close()
+
+
+def test_invariance_page_shows_18_computed_cells(page, server):
+    r = httpx.get(server.url + "/api/invariance", timeout=600)
+    if r.status_code != 200:
+        pytest.skip(f"the engine's Table 1 is not available from this API yet: {r.text[:200]}")
+    page.goto(server.url + "/invariance")
+    page.wait_for_function("() => document.querySelectorAll('.computed-cell .verdict').length === 18 && "
+                           "[...document.querySelectorAll('.computed-cell .verdict')]"
+                           ".every(e => e.textContent !== '—')", timeout=60000)
+    assert page.locator(".paper-cell").count() == 18
+    assert "prose" in page.locator(".notes").inner_text()
+    shot(page, "invariance")
+
+
+def test_preset_starts_runs_and_opens_compare(page, server):
+    page.goto(server.url + "/presets")
+    page.get_by_role("button", name="Start 2 runs and compare").first.click()
+    page.wait_for_url(re.compile(r".*/compare\?runs=[0-9a-f]+,[0-9a-f]+.*"), timeout=20000)
+    page.wait_for_selector("#cmp-legend .run-chip", timeout=15000)
+    assert page.locator("#cmp-legend .run-chip").count() == 2
+    assert "bs 128" in page.locator("#cmp-legend").inner_text()
+    shot(page, "preset-compare")
+
+
+def test_presentation_mode_hides_controls_and_enlarges_type(page, server):
+    rid = _start_run(server, norm="layer", steps=200)
+    page.goto(f"{server.url}/compare?runs={rid}&present=1")
+    page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
+    page.wait_for_function("() => document.body.classList.contains('present')")
+    assert not page.locator("#cmp-smooth").is_visible()
+    assert not page.locator(".nav").is_visible()
+    size = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').layout.font.size")
+    assert size >= 20
+    shot(page, "presentation-mode")

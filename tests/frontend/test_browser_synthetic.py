@@ -1,0 +1,50 @@
+"""Panels that need data the engine may not produce on this machine, driven by the synthetic API
+(frontend.devapi): the probe heatmaps and Fisher panel, and Table 1 rendering with a disagreement."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from frontend import logic
+from tests.frontend.conftest import shot
+
+pytestmark = pytest.mark.browser
+
+
+def test_run_page_draws_hidden_heatmaps_and_fisher_live(page, dev_server):
+    r = httpx.post(dev_server.url + "/api/runs", json={"task": "adding", "seq_len": 30, "steps": 400,
+                                                      "probes": {"enabled": True, "trace_every": 10}})
+    rid = r.json()["id"]
+    page.goto(f"{dev_server.url}/run/{rid}")
+    page.wait_for_function("() => { const g = document.querySelector('#run-hidden .js-plotly-plot');"
+                           " return g && g.data.filter(t => t.type === 'heatmap').length === 2 &&"
+                           " g.data[0].y.length >= 3; }", timeout=30000)
+    page.wait_for_function("() => { const g = document.querySelector('#run-fisher .js-plotly-plot');"
+                           " return g && g.data.length >= 4 && g.data[0].x.length >= 2; }", timeout=30000)
+    rows = page.evaluate("() => document.querySelector('#run-hidden .js-plotly-plot').data[0].z[0].length")
+    assert rows == 30  # one column per time step
+    shot(page, "run-probes")
+
+
+def test_invariance_page_renders_a_disagreement(page, dev_server):
+    names = ["weight matrix re-scaling", "weight matrix re-centering", "weight vector re-scaling",
+             "dataset re-scaling", "dataset re-centering", "single training case re-scaling"]
+    cells = []
+    for m, row in logic.PAPER_TABLE.items():
+        for j, paper in enumerate(row):
+            inv = True if (m, j) == ("weight", 3) else paper
+            cells.append({"method": m, "transform": names[j], "invariant": inv,
+                          "max_abs_diff": 2e-16 if inv else 0.7})
+    dev_server.api.invariance = {"cells": cells}
+    try:
+        page.goto(dev_server.url + "/invariance")
+        page.wait_for_selector(".computed-cell.disagree", timeout=15000)
+        assert page.locator(".computed-cell").count() == 18
+        assert page.locator(".computed-cell.disagree").count() == 1
+        cell = page.locator('[data-cell="weight/data_scale"]')
+        assert "Invariant" in cell.inner_text() and "2.0e-16" in cell.inner_text()
+        assert "the prose is right" in page.locator(".notes").inner_text()
+        shot(page, "invariance-synthetic")
+    finally:
+        dev_server.api.invariance = None

@@ -1,0 +1,74 @@
+"""`normlab up`: prints its URL, serves API + pages, trains, and Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend.testing import free_port, service_env, wait_http
+
+pytestmark = pytest.mark.slow
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process whose parent chain reaches pid (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for c, p in parents.items() if p in frontier} - out
+        out |= frontier
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_up_serves_trains_and_ctrl_c_leaves_no_orphans(tmp_path):
+    port = free_port()
+    env = service_env(tmp_path, lost_after_s=5)
+    proc = subprocess.Popen([sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_http(url + "api/health", 60, proc)
+        assert httpx.get(url).status_code == 200  # the pages (or the placeholder) at /
+        run = httpx.post(url + "api/runs", json={"task": "digits", "steps": 20000, "hidden_size": 16,
+                                                  "eval_every": 1000}).json()
+        deadline = time.monotonic() + 90
+        while httpx.get(url + f"api/runs/{run['id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.2)
+        children = descendants(proc.pid)
+        assert len(children) >= 2  # the Celery worker and its pool child, training
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 15
+        assert f"http://127.0.0.1:{port}/" in out and "Ctrl-C" in out
+        time.sleep(0.5)
+        assert [p for p in children if alive(p)] == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

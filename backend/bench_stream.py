@@ -1,0 +1,276 @@
+"""`normlab bench stream [--json]`: the live feed measured side by side for the Redis (+PostgreSQL) and
+embedded (SQLite) forms, each with a real `normlab api` and `normlab worker` on loopback:
+
+- latency: worker event -> SSE client (p50/p95), one client;
+- fan-out: N clients on one run: p95 latency, lost and duplicated events;
+- submit -> first event with an idle worker (real Celery worker, real engine, tiny run);
+- history: fetching a 1,000,000-point run downsampled to 2,000 points.
+
+The "worker" of the latency and fan-out runs is the worker's own `EventWriter` driven at a fixed rate
+from this process, so the rate is controlled; submit -> first event uses the real worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from backend.testing import iter_sse, service_env, start_api, start_worker, stop_process
+
+TARGETS = {"latency_p95_ms_redis": 250, "fanout_p95_ms": 1000, "fanout_lost": 0, "submit_first_event_s": 2.0,
+           "history_ms": 300}
+_SEQ = re.compile(rb'"seq":(\d+)')
+_TIME = re.compile(rb'"time":([0-9.eE+-]+)')
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+# ---- a cheap SSE client (HTTP/1.0: no chunked framing), many per event loop -------------------------
+async def sse_client(host: str, port: int, path: str, out: dict, ready: asyncio.Event, n_ready: list,
+                     n_total: int) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode())
+    await writer.drain()
+    buf = b""
+    seqs, lat = out["seqs"], out["lat"]
+    started = False
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        now = time.time()
+        buf += chunk
+        *frames, buf = buf.split(b"\r\n\r\n")
+        for frame in frames:
+            if not started and b"retry:" in frame:
+                started = True
+                n_ready[0] += 1
+                if n_ready[0] == n_total:
+                    ready.set()
+            m = _SEQ.search(frame)
+            if m:
+                seqs.append(int(m.group(1)))
+                lat.append(now - float(_TIME.search(frame).group(1)))
+                if b'"status":"completed"' in frame:
+                    writer.close()
+                    return
+    writer.close()
+
+
+def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float) -> None:
+    """Drive the worker's EventWriter: a status, n_events scalars at rate_hz, a terminal status."""
+    from backend.feed.writer import EventWriter
+    from normlab.events import Event
+
+    writer = EventWriter(store, run_id, publisher)
+    writer.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
+    t0 = time.monotonic()
+    for i in range(n_events):
+        delay = t0 + (i + 1) / rate_hz - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        writer.emit(Event(seq=i + 2, step=i + 1, kind="scalars", payload={
+            "train_loss": 1.0 / (i + 1), "val_loss": None, "accuracy": None, "bpc": None, "grad_norm": 1.0,
+            "lr": 1e-3, "steps_per_s": rate_hz, "elapsed": i / rate_hz}))
+    writer.emit(Event(seq=n_events + 2, step=n_events, kind="status", payload={"status": "completed"}))
+    writer.close({"status": "completed", "finished_at": time.time()},
+                 {"status": "completed", "time": time.time()})
+
+
+def new_running_run(store) -> str:
+    from backend.store import new_run_id
+    from normlab.spec import RunSpec
+
+    run_id = new_run_id()
+    # No Celery task is sent: the bench claims the run and plays the worker itself.
+    spec = RunSpec(task="digits", steps=10).resolved().model_dump(mode="json")
+    store.create_runs([{"id": run_id, "spec": spec}])
+    store.claim(run_id, "bench")
+    return run_id
+
+
+def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rate_hz: float) -> dict:
+    """n_clients SSE clients on one synthetic run: latency percentiles, lost and duplicate counts."""
+    run_id = new_running_run(store)
+    host, port = base.split("//")[1].rstrip("/").split(":")
+    outs = [{"seqs": [], "lat": []} for _ in range(n_clients)]
+
+    async def main():
+        ready = asyncio.Event()
+        n_ready = [0]
+        tasks = [asyncio.create_task(sse_client(host, int(port), f"/api/runs/{run_id}/events", o, ready,
+                                                n_ready, n_clients)) for o in outs]
+        await asyncio.wait_for(ready.wait(), 120)
+        emitter = threading.Thread(target=emit_synthetic, args=(store, run_id, publisher, n_events, rate_hz))
+        emitter.start()
+        await asyncio.wait_for(asyncio.gather(*tasks), n_events / rate_hz + 120)
+        emitter.join()
+
+    asyncio.run(main())
+    expected = n_events + 2
+    lost = sum(len(set(range(1, expected + 1)) - set(o["seqs"])) for o in outs)
+    dups = sum(len(o["seqs"]) - len(set(o["seqs"])) for o in outs)
+    lat = [x * 1000 for o in outs for x in o["lat"]]
+    return {"clients": n_clients, "events": expected, "rate_hz": rate_hz, "p50_ms": round(pct(lat, 50), 1),
+            "p95_ms": round(pct(lat, 95), 1), "max_ms": round(max(lat), 1), "lost": lost, "duplicates": dups}
+
+
+def measure_submit(base: str, reps: int) -> dict:
+    """POST a tiny real run to an idle worker; time until its first event arrives over SSE."""
+    spec = {"task": "digits", "steps": 5, "hidden_size": 16}
+    out = []
+    with httpx.Client(timeout=120) as c:
+        warm = c.post(base + "api/runs", json=spec).json()["id"]  # the worker's first run warms it up
+        list(iter_sse(c, base + f"api/runs/{warm}/events", timeout=300))
+        for _ in range(reps):
+            time.sleep(1.5)  # the pool's next child is forked and idle
+            t0 = time.time()
+            rid = c.post(base + "api/runs", json=spec).json()["id"]
+            first = next(iter_sse(c, base + f"api/runs/{rid}/events", timeout=120))
+            out.append(time.time() - t0)
+            assert first.json()["seq"] == 1
+            list(iter_sse(c, base + f"api/runs/{rid}/events", headers={"Last-Event-ID": "1"}, timeout=300))
+    return {"reps": reps, "median_s": round(statistics.median(out), 3), "max_s": round(max(out), 3)}
+
+
+def write_history(store, n_points: int) -> tuple[str, float]:
+    """A finished run with n_points scalars events, written through the store's batched path."""
+    from backend.store import EventRow
+    from backend.store.rollup import RollupBuilder, bucket_json
+
+    run_id = new_running_run(store)
+    t0 = time.perf_counter()
+    builder, batch, buckets = RollupBuilder(), [], []
+    t_base = time.time()
+    for i in range(n_points):
+        val = 1.0 / (i + 1) if i % 50 == 0 else None
+        loss = 5.0 if i == n_points // 2 else 1.0 / (1 + i * 1e-4)
+        payload = json.dumps({"train_loss": loss, "val_loss": val, "grad_norm": 0.5, "lr": 1e-3,
+                              "elapsed": i * 1e-3}, separators=(",", ":"))
+        row = EventRow(i + 1, i + 1, "scalars", t_base + i * 1e-3, payload)
+        batch.append(row)
+        for level, number, b in builder.add(row.seq, row.step, row.time, json.loads(payload)):
+            buckets.append({"level": level, "bucket": number, "seq_last": b.seq_last,
+                            "step_last": b.step_last, "time_last": b.time_last, "data": bucket_json(b)})
+        if len(batch) == 20_000 or i == n_points - 1:
+            store.append_events(run_id, batch, buckets, len(batch))
+            batch, buckets = [], []
+    store.finish_with_status(run_id, "completed", "bench history", only_from=("running",))
+    return run_id, time.perf_counter() - t0
+
+
+def measure_history(base: str, store, n_points: int, max_points: int, reps: int = 5) -> dict:
+    run_id, write_s = write_history(store, n_points)
+    times = []
+    with httpx.Client(timeout=120) as c:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            r = c.get(base + f"api/runs/{run_id}/metrics", params={"max_points": max_points})
+            times.append((time.perf_counter() - t0) * 1000)
+            body = r.json()
+    n_out = len(body["series"]["train_loss"]["step"])
+    assert body["total_points"] == n_points and max(body["series"]["train_loss"]["max"]) == 5.0
+    return {"points": n_points, "max_points": max_points, "buckets": n_out, "write_s": round(write_s, 1),
+            "median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}
+
+
+def run_form(form: str, args) -> dict:
+    import psycopg
+
+    from backend.feed.redis_feed import RedisPublisher
+    from backend.store import Store
+    from normlab.settings import Settings
+
+    data_dir = Path(tempfile.mkdtemp(prefix=f"nlbench-{form}-"))
+    queue = f"nlbench-{uuid.uuid4().hex[:8]}"
+    extra: dict = {"queue": queue}
+    schema = None
+    if form == "redis":
+        schema = f"nlbench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(args.pg_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        extra.update(database_url=f"{args.pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
+                                  f"?options=-csearch_path%3D{schema}",
+                     broker_url=args.redis_url, redis_url=args.redis_url)
+    env = service_env(data_dir, **extra)
+    settings = Settings(data_dir=data_dir, **extra)
+    store = Store(settings.resolved_database_url)
+    publisher = RedisPublisher(settings) if form == "redis" else None
+    worker = start_worker(data_dir, env, "bench")
+    base, api = start_api(data_dir, env)
+    try:
+        result = {"submit_first_event": measure_submit(base, args.submit_reps),
+                  "latency": measure_feed(base, store, publisher, 1, args.events, args.rate)}
+        result["fanout"] = [measure_feed(base, store, publisher, n, args.events, args.rate)
+                            for n in args.clients]
+        result["history"] = measure_history(base, store, args.history_points, 2000)
+        return result
+    finally:
+        stop_process(api, timeout=10)
+        stop_process(worker, timeout=10)
+        store.dispose()
+        if schema:
+            with psycopg.connect(args.pg_url, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        if publisher is not None:
+            keys = list(publisher.client.scan_iter(f"{queue}*"))
+            if keys:
+                publisher.client.delete(*keys)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="normlab bench stream", description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--forms", default="redis,embedded")
+    p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[100, 500])
+    p.add_argument("--events", type=int, default=100, help="events per fan-out run")
+    p.add_argument("--rate", type=float, default=10.0, help="events per second")
+    p.add_argument("--submit-reps", type=int, default=3)
+    p.add_argument("--history-points", type=int, default=1_000_000)
+    p.add_argument("--pg-url", default="postgresql://127.0.0.1:5432/test")
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
+    args = p.parse_args(argv)
+    if max(args.clients) > 1000 or args.events > 10_000 or args.history_points > 5_000_000:
+        p.error("keep it bounded: at most 1000 clients, 10000 events, 5000000 history points")
+    results = {form: run_form(form, args) for form in args.forms.split(",")}
+    report = {"forms": results, "targets": TARGETS, "args": {k: v for k, v in vars(args).items()
+                                                             if k not in ("json",)}}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_table(results)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    forms = list(results)
+    rows = [("worker event -> SSE p50 / p95 (ms)",
+             [f"{r['latency']['p50_ms']} / {r['latency']['p95_ms']}" for r in results.values()])]
+    for i, fan in enumerate(next(iter(results.values()))["fanout"]):
+        rows.append((f"{fan['clients']} clients: p95 ms / lost / dup",
+                     [f"{f['p95_ms']} / {f['lost']} / {f['duplicates']}"
+                      for f in (r["fanout"][i] for r in results.values())]))
+    rows.append(("submit -> first event median / max (s)",
+                 [f"{r['submit_first_event']['median_s']} / {r['submit_first_event']['max_s']}"
+                  for r in results.values()]))
+    rows.append(("history 1M -> 2000 pts median / max (ms)",
+                 [f"{r['history']['median_ms']} / {r['history']['max_ms']}" for r in results.values()]))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'':{width}}  " + "  ".join(f"{f:>22}" for f in forms))
+    for label, vals in rows:
+        print(f"{label:{width}}  " + "  ".join(f"{v:>22}" for v in vals))

@@ -1,0 +1,244 @@
+"""`normlab bench kernel [--json] [--out DIR] [--quick]`: Triton LayerNorm / LN-LSTM vs torch on one GPU.
+
+Side by side in one process: the Triton LayerNorm, `F.layer_norm` eager and `torch.compile`d, over the
+matrix of the kernel notes (M × N × dtype × forward / backward / forward+backward), as median time,
+GB/s on model bytes (forward 2·M·N·s, backward 3·M·N·s, both 5·M·N·s) and % of the H200's 4.8 TB/s,
+with the max error against a float64 reference; then the LN-LSTM fused cell vs cuDNN `nn.LSTM` vs the
+plain PyTorch LN-LSTM (fwd+bwd). Without CUDA it prints why and exits 0 with {"skipped": reason}.
+Results stream to DIR/kernel_bench.jsonl as they come, so a run cut short still leaves its figures.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import kernels
+
+PEAK_TBS = 4.8  # H200 HBM3e, vendor datasheet
+FULL = {"M": (512, 4096, 16384, 32768, 65536),
+        "N": (768, 1000, 1024, 2041, 2048, 4096, 4099, 5120, 8192, 16384, 32768, 65536)}
+QUICK = {"M": (4096, 32768), "N": (1024, 2041, 4096, 8192, 16384, 65536)}
+MAX_ELEMS = 1 << 30  # M·N cap: x, y, dy, dx of 4 GB each in fp32 stay well inside 139 GiB
+DTYPES = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
+          "fp32": (torch.float32, torch.float32), "bf16+fp32w": (torch.bfloat16, torch.float32)}
+MODES = ("fwd", "bwd", "fwd+bwd")
+BYTES_PER_ELEM = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}
+LSTM_GRID = {"B": (8, 32, 128), "T": (64, 512), "H": (256, 512, 1024)}
+LSTM_QUICK = {"B": (32,), "T": (64,), "H": (256, 1024)}
+# --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures.
+SMOKE = {"M": (8,), "N": (37,)}
+LSTM_SMOKE = {"B": (2,), "T": (3,), "H": (8,)}
+DEVICE = "cuda"
+
+
+def _ms(fn, rep_ms: float, grad_to_none=None) -> float:
+    """Median ms of fn (L2 flushed between runs; .grad reset outside the timed region)."""
+    if DEVICE == "cpu":  # --smoke: one run proves the path; its time means nothing
+        for t in grad_to_none or ():
+            t.grad = None
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=max(1, rep_ms // 5), rep=rep_ms, grad_to_none=grad_to_none,
+                          return_mode="median"))
+
+
+def _ln_impls():
+    def eager(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    def tri(x, w, b):
+        return kernels.triton_layer_norm(x, w, b, 1e-5)
+
+    def compiled_mixed(x, w, b):  # F.layer_norm refuses mixed dtypes: compile the upcast torch users write
+        return F.layer_norm(x.float(), (x.shape[-1],), w, b, 1e-5).to(x.dtype)
+
+    return {"triton": tri, "torch": eager, "torch.compile": torch.compile(eager, dynamic=False),
+            "torch.compile/mixed": torch.compile(compiled_mixed, dynamic=False)}
+
+
+def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
+    xdt, wdt = DTYPES[dname]
+    dev = DEVICE
+    x = torch.randn(M, N, device=dev, dtype=xdt)
+    w = torch.randn(N, device=dev, dtype=wdt) * 0.2 + 1
+    b = torch.randn(N, device=dev, dtype=wdt) * 0.2
+    dy = torch.randn(M, N, device=dev, dtype=xdt)
+    rows = min(M, 256)
+    ref = kernels.layer_norm_reference(x[:rows].double(), w.double(), b.double(), 1e-5)
+    names = ["triton", "torch"]  # torch's CUDA layer norm takes fp32 γ/β with bf16/fp16 x too
+    if with_compiled:
+        names.append("torch.compile" if wdt == xdt else "torch.compile/mixed")
+    out = []
+    for name in names:
+        fn = impls[name]
+        xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        try:
+            y = fn(xg, wg, bg)
+        except RuntimeError as exc:  # e.g. a torch build without mixed-dtype layer norm
+            out.append({"M": M, "N": N, "dtype": dname, "impl": name, "error": str(exc)[:200]})
+            continue
+        leaves = [xg, wg, bg]
+        err = float((y[:rows].double() - ref).abs().max())
+        for mode in MODES:
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            if mode == "fwd":
+                with torch.no_grad():
+                    ms = _ms(lambda fn=fn: fn(x, w, b), rep_ms)
+            elif mode == "bwd":
+                ms = _ms(lambda y=y: y.backward(dy, retain_graph=True), rep_ms, leaves)
+            else:
+                ms = _ms(lambda fn=fn, xg=xg, wg=wg, bg=bg: fn(xg, wg, bg).backward(dy), rep_ms, leaves)
+            gbs = BYTES_PER_ELEM[mode] * M * N * x.element_size() / ms / 1e6
+            out.append({"M": M, "N": N, "dtype": dname, "mode": mode, "impl": name, "ms": round(ms, 5),
+                        "GBps": round(gbs, 1), "pct_peak": round(100 * gbs / (PEAK_TBS * 1000), 1),
+                        "max_err_y": err})
+        del y, xg, wg, bg, leaves
+    return out
+
+
+def _lstm_step_loop(cell, xs, w_h, params, H):
+    """fwd+bwd of a T-step LN-LSTM: one matmul for every step's W_x x_t, then the cell per step."""
+    T, B, _ = xs.shape
+    h = xs.new_zeros(B, H)
+    c = xs.new_zeros(B, H)
+    xx_all = xs @ params["w_x"].t()
+    hs = []
+    for t in range(T):
+        h, c = cell(h @ w_h.t(), xx_all[t], c, *params["ln"], 1e-5)
+        hs.append(h)
+    torch.stack(hs).sum().backward()
+
+
+def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
+    dev, D = DEVICE, H
+    xs = torch.randn(T, B, D, device=dev)
+    w_h = (torch.randn(4 * H, H, device=dev) / H ** 0.5).requires_grad_()
+    ln = [torch.ones(4 * H, device=dev), torch.zeros(4 * H, device=dev), torch.ones(4 * H, device=dev),
+          torch.zeros(4 * H, device=dev), torch.zeros(4 * H, device=dev), torch.ones(H, device=dev),
+          torch.zeros(H, device=dev)]
+    params = {"w_x": (torch.randn(4 * H, D, device=dev) / D ** 0.5).requires_grad_(),
+              "ln": [p.requires_grad_() for p in ln]}
+    cudnn = torch.nn.LSTM(D, H).to(dev)
+    cases = {
+        "cudnn nn.LSTM (no norm)": lambda: cudnn(xs)[0].sum().backward(),
+        "fused LN-LSTM (triton cell)": lambda: _lstm_step_loop(kernels.triton_ln_lstm_cell, xs, w_h, params,
+                                                               H),
+        "plain PyTorch LN-LSTM": lambda: _lstm_step_loop(kernels.ln_lstm_cell_reference, xs, w_h, params, H),
+    }
+    out = []
+    for name, fn in cases.items():
+        ms = _ms(fn, rep_ms)
+        out.append({"B": B, "T": T, "H": H, "impl": name, "ms": round(ms, 4)})
+    base = out[0]["ms"]
+    for row in out:
+        row["x_cudnn"] = round(row["ms"] / base, 3)
+    return out
+
+
+def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:
+    """The issue's targets, checked on the rows measured."""
+    key = {(r["M"], r["N"], r["dtype"], r["mode"], r["impl"]): r for r in ln_rows if "ms" in r}
+    slower, fwd_big, bwd_big, bwd_speedup = [], [], [], []
+    for (M, N, d, mode, impl), r in key.items():
+        if impl != "triton":
+            continue
+        for other in ("torch", "torch.compile", "torch.compile/mixed"):
+            o = key.get((M, N, d, mode, other))
+            if o and o["ms"] < r["ms"]:
+                slower.append({"M": M, "N": N, "dtype": d, "mode": mode, "vs": other,
+                               "ratio": round(r["ms"] / o["ms"], 3)})
+        if M * N >= 32 * 2 ** 20 and d == "bf16":
+            (fwd_big if mode == "fwd" else bwd_big if mode == "bwd" else []).append(r["pct_peak"])
+            t = key.get((M, N, d, "bwd", "torch"))
+            if mode == "bwd" and t:
+                bwd_speedup.append(t["ms"] / r["ms"])
+    fused = [r for r in lstm_rows if r["impl"].startswith("fused")]
+    return {
+        "fwd_bf16_big_min_pct_peak (target >= 85)": min(fwd_big, default=None),
+        "bwd_bf16_big_min_pct_peak (target >= 80)": min(bwd_big, default=None),
+        "bwd_bf16_big_min_speedup_vs_torch (target >= 1.5)": (round(min(bwd_speedup), 3) if bwd_speedup
+                                                              else None),
+        "triton_slower_than_a_baseline (target: none)": slower,
+        "lstm_fused_max_x_cudnn (target <= 1.3)": max((r["x_cudnn"] for r in fused), default=None),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="normlab bench kernel", description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--out", type=Path, help="write kernel_bench.json (+ .jsonl as it goes) into this folder")
+    p.add_argument("--quick", action="store_true", help="a subset of the matrix (about a minute)")
+    p.add_argument("--rep-ms", type=float, default=20.0, help="timed milliseconds per measurement (median)")
+    p.add_argument("--no-lstm", action="store_true", help="skip the LN-LSTM part")
+    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    global DEVICE
+    DEVICE = "cpu" if args.smoke else "cuda"
+    if not args.smoke and not torch.cuda.is_available():
+        reason = "no CUDA GPU here: the kernel benchmark measures the compiled Triton kernels on a GPU"
+        print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
+        return 0
+    import triton
+
+    torch._dynamo.config.cache_size_limit = 4096  # one static compile per shape: never fall back to eager
+    grid = SMOKE if args.smoke else QUICK if args.quick else FULL
+    stream = None
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stream = (args.out / "kernel_bench.jsonl").open("w")
+    t0 = time.time()
+    impls = _ln_impls()
+    ln_rows: list[dict] = []
+    for M in grid["M"]:
+        for N in grid["N"]:
+            if M * N > MAX_ELEMS:
+                continue
+            for dname in (DTYPES if not args.quick else ("bf16", "fp32", "bf16+fp32w")):
+                with_compiled = not args.smoke and (not args.quick or dname == "bf16")
+                rows = _bench_ln_case(impls, M, N, dname, args.rep_ms, with_compiled)
+                ln_rows += rows
+                for r in rows:
+                    if stream:
+                        stream.write(json.dumps({"layer_norm": r}) + "\n")
+                        stream.flush()
+                    if not args.json and "ms" in r:
+                        print(f"LN M={M:6d} N={N:6d} {dname:10s} {r['mode']:8s} {r['impl']:20s} "
+                              f"{r['ms']:9.4f} ms {r['GBps']:8.1f} GB/s {r['pct_peak']:5.1f}% "
+                              f"err={r['max_err_y']:.2e}", flush=True)
+                torch.cuda.empty_cache()
+    lstm_rows: list[dict] = []
+    if not args.no_lstm:
+        lgrid = LSTM_SMOKE if args.smoke else LSTM_QUICK if args.quick else LSTM_GRID
+        for B in lgrid["B"]:
+            for T in lgrid["T"]:
+                for H in lgrid["H"]:
+                    rows = _bench_lstm(B, T, H, max(args.rep_ms, 50.0))
+                    lstm_rows += rows
+                    for r in rows:
+                        if stream:
+                            stream.write(json.dumps({"ln_lstm": r}) + "\n")
+                            stream.flush()
+                        if not args.json:
+                            print(f"LSTM B={B:3d} T={T:3d} H={H:4d} {r['impl']:28s} {r['ms']:9.3f} ms "
+                                  f"x{r['x_cudnn']:.2f} of cuDNN", flush=True)
+    result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
+              "quick": args.quick, "seconds": round(time.time() - t0, 1), "layer_norm": ln_rows,
+              "ln_lstm": lstm_rows, "summary": summarize(ln_rows, lstm_rows)}
+    if args.out:
+        (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result) if args.json else json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`normlab bench kernel`: the skip without CUDA, and a CPU dry run of every benchmark code path."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import bench
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the skip path is for machines without CUDA")
+def test_without_cuda_it_says_why_and_skips(capsys):
+    assert bench.main(["--json"]) == 0
+    assert "no CUDA GPU" in json.loads(capsys.readouterr().out)["skipped"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real benchmark runs instead")
+def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # a child: this process keeps triton compiled
+    cmd = [sys.executable, "-m", "kernels.bench", "--smoke", "--json", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "kernel_bench.json").read_text())
+    ln = result["layer_norm"]
+    assert {(r["dtype"], r["impl"], r["mode"]) for r in ln} == {
+        (d, impl, mode) for d in bench.DTYPES for impl in ("triton", "torch") for mode in bench.MODES}
+    assert all(r["max_err_y"] < 0.05 for r in ln)
+    assert {r["impl"] for r in result["ln_lstm"]} == {
+        "cudnn nn.LSTM (no norm)", "fused LN-LSTM (triton cell)", "plain PyTorch LN-LSTM"}
+    assert "lstm_fused_max_x_cudnn (target <= 1.3)" in result["summary"]
+    streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
+    assert len(streamed) == len(ln) + len(result["ln_lstm"])

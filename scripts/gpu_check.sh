@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One prepared GPU check for the kernels: the `gpu` tests, then `normlab bench kernel`, with JSON and
+# logs written into the results folder given as $1. Installs nothing (the GPU machine has no network):
+# it runs on whatever python3 has torch + triton + pytest there. Fits one 10-minute call:
+# tests ≤ 180 s, benchmark ≤ 360 s (results stream to kernel_bench.jsonl, so a cut leaves figures).
+#   usage: scripts/gpu_check.sh RESULTS_DIR [bench options, default: none = full matrix; e.g. --quick]
+set -uo pipefail
+out="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [bench options]}"
+shift
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+unset TRITON_INTERPRET  # compiled kernels only
+PY="${PYTHON:-python3}"
+t0=$(date +%s)
+
+{ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
+  "$PY" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__,
+            torch.cuda.get_device_name(), torch.cuda.get_device_properties(0).multi_processor_count, "SMs")'
+} >"$out/env.txt" 2>&1
+
+# --confcutdir: only our own conftest (other areas' conftests may import packages the GPU box lacks).
+timeout 180 "$PY" -m pytest -m gpu tests/kernels -q -p no:cacheprovider --confcutdir=tests/kernels \
+  --junitxml="$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
+tests_rc=$?
+tail -5 "$out/gpu_tests.log"
+
+timeout 360 "$PY" -m kernels.bench --out "$out" "$@" >"$out/bench.log" 2>&1
+bench_rc=$?
+tail -25 "$out/bench.log"
+
+printf '{"tests_rc": %d, "bench_rc": %d, "seconds": %d, "bench_args": "%s"}\n' \
+  "$tests_rc" "$bench_rc" "$(($(date +%s) - t0))" "$*" >"$out/status.json"
+cat "$out/status.json"
+[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]

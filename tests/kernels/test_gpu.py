@@ -1,0 +1,136 @@
+"""The compiled Triton kernels on a real CUDA GPU (marker `gpu`; skipped cleanly without one)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.reference import layer_norm_reference, ln_lstm_cell_reference
+
+pytestmark = pytest.mark.gpu
+CUDA = "cuda"
+# Against float64 on the same inputs: fp32 tight; fp16/bf16 about one rounding of the output (≤ 1 ulp).
+TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 2e-2)}
+
+
+def _grads(fn, x, w, b, dy):
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in (x, w, b)]
+    y = fn(*leaves)
+    y.backward(dy)
+    return [y.detach()] + [None if t is None else t.grad for t in leaves]
+
+
+def _data(M, N, dtype, wdtype=None, seed=0):
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    wdtype = wdtype or dtype
+    x = (torch.randn(M, N, device=CUDA, generator=g) * 2 + 0.5).to(dtype)
+    w = (1 + 0.3 * torch.randn(N, device=CUDA, generator=g)).to(wdtype)
+    b = (0.3 * torch.randn(N, device=CUDA, generator=g)).to(wdtype)
+    dy = torch.randn(M, N, device=CUDA, generator=g).to(dtype)
+    return x, w, b, dy
+
+
+def test_cuda_tensors_dispatch_to_triton_unless_forced():
+    x = torch.randn(4, 64, device=CUDA)
+    assert kernels.backend_for(x) == "triton"
+    torch.testing.assert_close(kernels.layer_norm(x, None, None, 1e-5), kernels.triton_layer_norm(x),
+                               atol=0, rtol=0)
+    kernels.set_backend("torch")
+    assert kernels.backend_for(x) == "torch"
+
+
+@pytest.mark.parametrize("N", [1, 7, 768, 1000, 4099, 8192, 20000, 65536])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_forward_backward_vs_float64(N, dtype):
+    M = 4096 if N <= 8192 else 512
+    x, w, b, dy = _data(M, N, dtype)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    ref = _grads(lambda a, c, d: layer_norm_reference(a.double(), c.double(), d.double(), 1e-5),
+                 x, w, b, dy.double())
+    atol, rtol = TOL[dtype]
+    for name, g, r in zip(("y", "dx"), got[:2], ref[:2], strict=True):
+        torch.testing.assert_close(g.double(), r, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")
+    # dγ/dβ sum M rows: compare relative to their scale.
+    for name, g, r in zip(("dw", "db"), got[2:], ref[2:], strict=True):
+        scale = r.abs().max().item() + 1
+        torch.testing.assert_close(g.double() / scale, r / scale, atol=TOL[dtype][0], rtol=0,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    # And against torch's own kernel in the same dtype: never worse than one more rounding.
+    tor = _grads(lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5), x, w, b, dy)
+    torch.testing.assert_close(got[0].float(), tor[0].float(), atol=2 * atol, rtol=2 * rtol)
+
+
+def test_fp32_weights_with_bf16_activations_and_none_params():
+    x, w, b, dy = _data(2048, 5120, torch.bfloat16, torch.float32)
+    y, dx, dw, db = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (y.dtype, dx.dtype, dw.dtype, db.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32,
+                                                       torch.float32)
+    ref = layer_norm_reference(x.double(), w.double(), b.double(), 1e-5)
+    torch.testing.assert_close(y.double(), ref, atol=3e-2, rtol=2e-2)
+    y0, dx0, dw0, db0 = _grads(lambda a, c, d: kernels.triton_layer_norm(a, None, None, 1e-5),
+                               x, None, None, dy)
+    assert dw0 is None and db0 is None
+    ref0 = layer_norm_reference(x.double(), None, None)
+    torch.testing.assert_close(y0.double(), ref0, atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("N", [1000, 20000])
+def test_parameter_gradients_bitwise_deterministic(N):
+    x, w, b, dy = _data(8192 if N < 8192 else 1024, N, torch.bfloat16, torch.float32)
+    first, second = (_grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy) for _ in range(2))
+    for a, c in zip(first, second, strict=True):
+        assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("H", [256, 1000, 1024])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_lstm_cell_vs_reference(H, dtype):
+    B = 64
+    g = torch.Generator(device=CUDA).manual_seed(1)
+
+    def r(*shape, s=1.0, m=0.0):
+        return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
+
+    inputs = [r(B, 4 * H, s=3, m=1).to(dtype), r(B, 4 * H).to(dtype), r(B, H).to(dtype)]
+    inputs += [r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.5),
+               r(H, s=0.3, m=1), r(H, s=0.2)]
+    inputs = inputs[:3] + [p.float() for p in inputs[3:]]
+    dh, dc = r(B, H), r(B, H)
+
+    def run(cell, ins):
+        leaves = [t.detach().clone().requires_grad_() for t in ins]
+        h, c = cell(*leaves, 1e-5)
+        ((h.double() * dh).sum() + (c.double() * dc).sum()).backward()
+        return [h, c] + [t.grad for t in leaves]
+
+    got = run(kernels.ln_lstm_cell, inputs)  # CUDA ⇒ the fused kernel
+    ref = run(ln_lstm_cell_reference, [t.double() for t in inputs])
+    atol = 1e-4 if dtype == torch.float32 else 5e-2
+    for k, (a, c) in enumerate(zip(got, ref, strict=True)):
+        scale = 1 + (c.abs().max().item() if k >= 5 else 0)  # parameter grads sum B rows
+        torch.testing.assert_close(a.double() / scale, c / scale, atol=atol, rtol=atol,
+                                   msg=lambda m, k=k: f"output/grad #{k}: {m}")
+    again = run(kernels.ln_lstm_cell, inputs)
+    assert all(torch.equal(a, c) for a, c in zip(got, again, strict=True))
+
+
+def test_torch_compile_keeps_one_graph_with_both_ops():
+    x = torch.randn(64, 1000, device=CUDA, requires_grad=True)
+    w = torch.ones(1000, device=CUDA, requires_grad=True)
+    H = 128
+    hh, xx = torch.randn(8, 4 * H, device=CUDA), torch.randn(8, 4 * H, device=CUDA)
+    cp = torch.randn(8, H, device=CUDA)
+    ps = [torch.ones(4 * H, device=CUDA, requires_grad=True) for _ in range(5)]
+    ps += [torch.ones(H, device=CUDA, requires_grad=True) for _ in range(2)]
+
+    def f(x, w):
+        y = kernels.layer_norm(torch.relu(x), w, None, 1e-5)
+        h, c = kernels.ln_lstm_cell(hh, xx, cp, *ps, 1e-5)
+        return y.sum() + h.sum() + c.sum()
+
+    explanation = torch._dynamo.explain(f)(x, w)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    compiled = torch.compile(f, fullgraph=True)  # inductor around our custom ops
+    out = compiled(x, w)
+    out.backward()
+    torch.testing.assert_close(out, f(x, w), atol=1e-3, rtol=1e-4)

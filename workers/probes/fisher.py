@@ -39,7 +39,7 @@ class FisherPass:
         capture, captured = getattr(model, "capture", None), getattr(model, "captured", None)
         if capture is not None:
             model.capture = True  # the step-by-step recurrent path: twice differentiable
-        self.recorder = Recorder(model) if use_recorder else None
+        self.recorder = Recorder(model, x.shape[0]) if use_recorder else None
         try:
             with _no_cudnn(x.device), torch.enable_grad(), (self.recorder or contextlib.nullcontext()):
                 self.outputs = model(x)

@@ -68,31 +68,34 @@ def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
 class Recorder:
     """Hooks hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
 
-    Layers: `nn.Linear` (and the engine's PlainLinear), the engine's `NormLinear` (input a from the
-    layer, summed inputs z = W a and ∂S/∂z from its `norm` child), `WeightNormLinear` (a, its output y
-    and ∂S/∂y) and per-case normalizers with a gain (LayerNorm, RMSNorm). BatchNorm in training mode is
-    only watched, to know which layers ran before the last batch-mixing call.
+    The engine's layers compute a = `summed(x)` (W x, or v·x for WeightNorm) and then `normalize(a)`;
+    models call the two directly, so the recorder wraps each layer's `summed` for the pass and hooks
+    the summed inputs' gradient ∂S/∂a. Plain `nn.Linear` heads are hooked through `forward`; per-case
+    normalizers with a gain (LayerNorm, RMSNorm) through theirs. BatchNorm in training mode is only
+    watched, to know which layers ran before the last batch-mixing call. Time-major tensors (T, B, …)
+    of recurrent layers are recognised from the batch size.
     """
 
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.calls: dict[str, list[list]] = {}  # module name -> [[input a, output, δ], …]
+    def __init__(self, model: nn.Module, batch: int):
+        self.model, self.batch = model, batch
+        self.calls: dict[str, list[list]] = {}  # module name -> [[input x, output, δ], …]
         self.first_call: dict[str, int] = {}
         self.last_bn_call = -1
         self.counter = 0
         self.recording = False
         self.handles: list = []
+        self.wrapped: list[nn.Module] = []
         self.kinds: dict[str, str] = {}
-        self._pending: dict[str, Tensor] = {}  # NormLinear name -> its input a, until its norm runs
         for name, m in model.named_modules():
             kind = type(m).__name__
-            if kind == "NormLinear" and m.weight.requires_grad:
-                self.kinds[name] = "normlinear"
+            if kind in ("NormLinear", "PlainLinear") and m.weight.requires_grad and m.weight.dim() == 2:
+                self.kinds[name] = "summed"
             elif kind == "WeightNormLinear" and m.v.requires_grad:
                 self.kinds[name] = "wn"
             elif isinstance(m, nn.Linear) and m.weight.requires_grad:
                 self.kinds[name] = "linear"
-            elif affine_params(m) is not None and affine_params(m)[0].requires_grad:
+            elif affine_params(m) is not None and affine_params(m)[0].requires_grad \
+                    and not getattr(m, "channels", False):
                 self.kinds[name] = "affine"
             elif is_batch_norm(m):
                 self.kinds[name] = "bn"
@@ -101,9 +104,9 @@ class Recorder:
         mods = dict(self.model.named_modules())
         for name, kind in self.kinds.items():
             m = mods[name]
-            if kind == "normlinear":
-                self.handles.append(m.register_forward_pre_hook(self._pre(name)))
-                self.handles.append(m.norm.register_forward_hook(self._norm_hook(name)))
+            if kind in ("summed", "wn"):
+                m.summed = self._wrap(name, m.summed)  # instance attribute shadows the method
+                self.wrapped.append(m)
             else:
                 self.handles.append(m.register_forward_hook(self._hook(name, kind)))
         return self
@@ -111,18 +114,29 @@ class Recorder:
     def __exit__(self, *exc) -> None:
         for h in self.handles:
             h.remove()
+        for m in self.wrapped:
+            del m.summed
         self.handles.clear()
+        self.wrapped.clear()
 
-    def _entry(self, name: str, a: Tensor | None, out: Tensor) -> None:
+    def _entry(self, name: str, x: Tensor | None, out: Tensor) -> None:
         self.counter += 1
         self.first_call.setdefault(name, self.counter)
-        entry = [None if a is None else a.detach(), out.detach(), None]
+        entry = [None if x is None else x.detach(), out.detach(), None]
         self.calls.setdefault(name, []).append(entry)
 
         def keep(grad, entry=entry):
             if self.recording:
                 entry[2] = grad.detach()
         out.register_hook(keep)
+
+    def _wrap(self, name: str, summed):
+        def wrapper(x, *args, **kwargs):
+            out = summed(x, *args, **kwargs)
+            if isinstance(out, Tensor) and out.requires_grad:
+                self._entry(name, x, out)
+            return out
+        return wrapper
 
     def _hook(self, name: str, kind: str):
         def hook(module, inputs, output):
@@ -131,19 +145,6 @@ class Recorder:
                 self.last_bn_call = self.counter
             elif isinstance(output, Tensor) and output.requires_grad:
                 self._entry(name, inputs[0] if kind != "affine" else None, output)
-        return hook
-
-    def _pre(self, name: str):
-        def hook(module, inputs):
-            self._pending[name] = inputs[0]
-        return hook
-
-    def _norm_hook(self, name: str):
-        def hook(module, inputs, output):
-            a = self._pending.pop(name, None)
-            z = inputs[0]
-            if a is not None and isinstance(z, Tensor) and z.requires_grad:
-                self._entry(name, a, z)
         return hook
 
     def valid(self, name: str) -> bool:
@@ -155,23 +156,38 @@ class Recorder:
             for entry in calls:
                 entry[2] = None
 
+    def _cases(self, t: Tensor) -> Tensor | None:
+        """t as (B, T, features): batch-first, or time-major (T, B, features) transposed."""
+        b = self.batch
+        if t.dim() <= 2 or (t.shape[0] == b and t.shape[1] != b):
+            return t.reshape(b, -1, t.shape[-1]) if t.shape[0] == b else None
+        if t.dim() == 3 and t.shape[1] == b and t.shape[0] != b:
+            return t.transpose(0, 1)
+        return None  # ambiguous (T == B) or an unknown layout: leave it to the summed fallback
+
     def stats(self, name: str, module: nn.Module) -> dict[str, RowStats] | None:
         """Per-sample RowStats of the module's parameters (by parameter attribute name), or None."""
         calls = self.calls.get(name, [])
         if not calls or any(c[2] is None for c in calls) or not self.valid(name):
             return None
-        batch = calls[0][1].shape[0]
-        # every call's extra dimensions become one "time" axis: (B, T, features)
-        out = torch.cat([c[1].reshape(batch, -1, c[1].shape[-1]) for c in calls], 1)
-        d = torch.cat([c[2].reshape(batch, -1, c[2].shape[-1]) for c in calls], 1)
+        parts = []
+        for c in calls:
+            x = None if c[0] is None else self._cases(c[0])
+            o, g = self._cases(c[1]), self._cases(c[2])
+            if o is None or g is None or (c[0] is not None and x is None):
+                return None
+            parts.append((x, o, g))
+        out = torch.cat([p[1] for p in parts], 1)
+        d = torch.cat([p[2] for p in parts], 1)
         kind = self.kinds[name]
         if kind == "affine":
             return _affine(module, out, d)
-        a = torch.cat([c[0].reshape(batch, -1, c[0].shape[-1]) for c in calls], 1)
+        a = torch.cat([p[0] for p in parts], 1)
         if kind == "wn":
             return _weight_norm(module, a, out, d)
-        bias = module.bias if kind == "linear" else None
-        return _linear(module.weight, bias, a, out, d)
+        if kind == "summed":  # a = W x exactly; PlainLinear adds its bias after, with the same gradient
+            return _linear(module.weight, None, a, out, d, bias_after=getattr(module, "bias", None))
+        return _linear(module.weight, module.bias, a, out, d)
 
 
 def _row_sq(a: Tensor, d: Tensor) -> Tensor:
@@ -185,28 +201,29 @@ def _row_sq(a: Tensor, d: Tensor) -> Tensor:
     return torch.einsum("bti,btd->bid", d, a).pow(2).sum((0, 2))
 
 
-def _linear(weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor) -> dict[str, RowStats]:
+def _linear(weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor,
+            bias_after: Tensor | None = None) -> dict[str, RowStats]:
     res: dict[str, RowStats] = {}
     zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
     res["weight"] = row_stats((d * zb).sum(1), _row_sq(a, d))
+    bias = bias if bias is not None else bias_after
     if bias is not None and bias.requires_grad:
         gb = d.sum(1)
         res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
     return res
 
 
-def _weight_norm(m: nn.Module, a: Tensor, y: Tensor, d: Tensor) -> dict[str, RowStats]:
-    """y = (v·a) g/‖v‖ + b: ∂/∂v_i = (g_i/‖v_i‖)(I − u_i u_iᵀ) Σ_t d_ti a_t, orthogonal to v_i."""
+def _weight_norm(m: nn.Module, a: Tensor, s: Tensor, d: Tensor) -> dict[str, RowStats]:
+    """s = v·a, y = s g/‖v‖ + b, d = ∂S/∂s: ∂/∂v_i = (I − u_i u_iᵀ) Σ_t d_ti a_t, orthogonal to v_i."""
     v, g = m.v.detach(), m.g.detach()
     vn = v.norm(dim=1)
-    s = y - m.b.detach() if m.b is not None else y
-    s_over = s / g  # (v_i·a)/‖v_i‖ = u_i·a
-    along = (d * s_over).sum(1)  # (B, H): u_i · Σ_t d_ti a_t
-    row_sq = (g / vn).pow(2) * (_row_sq(a, d) - along.pow(2).sum(0))
+    along = (d * s).sum(1) / vn  # (B, H): u_i · Σ_t d_ti a_t
+    row_sq = _row_sq(a, d) - along.pow(2).sum(0)
+    gg = along * vn / g  # ∂y/∂g_i = s_i/‖v_i‖ and ∂S/∂y = d ‖v‖/g
     res = {"v": row_stats(torch.zeros_like(along), row_sq),
-           "g": row_stats(along * g, along.pow(2).sum(0))}
+           "g": row_stats(gg * g, gg.pow(2).sum(0))}
     if m.b is not None and m.b.requires_grad:
-        gb = d.sum(1)
+        gb = d.sum(1) * vn / g
         res["b"] = row_stats(gb * m.b.detach(), gb.pow(2).sum(0))
     return res
 

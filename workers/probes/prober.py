@@ -1,0 +1,151 @@
+"""`Prober`: the training loop's hook — when to trace, when to estimate curvature, and what it costs.
+
+The loop calls, each step (contracts.md, "Probes hook"):
+    model.capture = prober.capture_this_step(step)
+    … forward, loss.backward() …
+    prober.after_backward(step, x, y, outputs, loss)  -> [("hidden", payload)]   (curvature measured here,
+    optimizer.step()                                                             at the pre-update weights)
+    prober.after_update(step)                          -> [("fisher", payload)]  (with the update's angle)
+
+Cost control (a token bucket): training time earns probe time at the rate `spec.probes.budget`. A due
+Fisher estimate (every `fisher_every` steps at the earliest) runs only when the probes' total so far
+plus its predicted cost (the last one measured; before that PRIOR_COST_STEPS plain steps) fits in the
+Fisher share of the budget; otherwise it waits until training has earned it. Every estimate states its
+cost in plain training steps (median of recent steps without probe work).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from torch import nn
+
+from workers.probes.curvature import CurvatureProbe
+from workers.probes.groups import add_update, snapshot
+from workers.probes.hidden import hidden_payload
+from workers.probes.likelihood import Likelihood
+
+FISHER_SHARE = 0.8  # of the budget; the hidden traces (a cheap record in the step itself) get the rest
+FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
+PRIOR_COST_STEPS = 12.0  # predicted cost of the first estimate: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
+
+
+class Prober:
+    """Hidden-state traces and true-Fisher curvature for one run, within a time budget."""
+
+    def __init__(self, spec, model: nn.Module, task_data, optimizer):
+        p = spec.probes
+        self.spec, self.model, self.optimizer = spec, model, optimizer
+        self.trace_every, self.fisher_every, self.budget = p.trace_every, p.fisher_every, p.budget
+        likelihood = Likelihood(task_data.info.target)
+        self.curvature = CurvatureProbe(model, likelihood, task_data.loss,
+                                        power_iterations=p.power_iterations, hessian=p.hessian,
+                                        empirical=p.empirical_fisher, seed=spec.seed)
+        self.next_fisher = min(self.fisher_every, FIRST_FISHER)
+        self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
+        self.step_times: deque[float] = deque(maxlen=25)
+        self.train_seconds = 0.0  # plain training time seen so far
+        self.probe_seconds = 0.0  # time spent inside the probes
+        self._step_start: float | None = None
+        self._step_probe = 0.0
+        self._step_flags = (False, False)
+        self._pending: tuple | None = None
+        self.last_cost: float | None = None  # seconds of the latest Fisher estimate
+        self.last_fisher_step = 0
+
+    # -- timing ---------------------------------------------------------------------------------
+    def _close_step(self, now: float) -> None:
+        if self._step_start is None:
+            return
+        plain = now - self._step_start - self._step_probe
+        self.train_seconds += max(plain, 0.0)
+        if not any(self._step_flags):  # steps without probe work time the training step itself
+            self.step_times.append(plain)
+
+    def step_seconds(self) -> float | None:
+        """Median seconds of a plain training step (None before the first one is timed)."""
+        if not self.step_times:
+            return None
+        return float(sorted(self.step_times)[len(self.step_times) // 2])
+
+    def _within_budget(self) -> bool:
+        return self.probe_seconds <= self.budget * max(self.train_seconds, 1e-9)
+
+    def _affordable(self) -> bool:
+        """Whether the next Fisher estimate fits in what training has earned so far."""
+        step_s = self.step_seconds()
+        if step_s is None:
+            return False
+        predicted = self.last_cost if self.last_cost is not None else PRIOR_COST_STEPS * step_s
+        return self.probe_seconds + predicted <= FISHER_SHARE * self.budget * self.train_seconds
+
+    # -- the hook ---------------------------------------------------------------------------------
+    def capture_this_step(self, step: int) -> bool:
+        """Whether the model should record hidden states in this step's forward pass."""
+        now = time.perf_counter()
+        self._close_step(now)
+        self._step_start, self._step_probe = now, 0.0
+        hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
+        fisher = step >= self.next_fisher and self._affordable()
+        self._step_flags = (hidden, fisher)
+        return hidden
+
+    def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
+        t0 = time.perf_counter()
+        events: list[tuple[str, dict]] = []
+        hidden, fisher = self._step_flags
+        if hidden:
+            payload = hidden_payload(self.model)
+            if payload is not None:
+                events.append(("hidden", payload))
+                self.last["hidden"] = payload
+        if fisher:
+            lr = float(self.optimizer.param_groups[0]["lr"])
+            capture = getattr(self.model, "capture", False)
+            payload, seconds = self.curvature.estimate(x, y, lr)
+            self.model.capture = capture
+            params = dict(self.model.named_parameters())
+            self._pending = (payload, seconds, snapshot(self.curvature.groups, params))
+        spent = time.perf_counter() - t0
+        self._step_probe += spent
+        self.probe_seconds += spent
+        return events
+
+    def after_update(self, step: int) -> list[tuple[str, dict]]:
+        if self._pending is None:
+            return []
+        t0 = time.perf_counter()
+        payload, seconds, before = self._pending
+        self._pending = None
+        params = dict(self.model.named_parameters())
+        for entry, group in zip(payload["groups"], self.curvature.groups, strict=True):
+            add_update(entry, group, before[group.param], params[group.param])
+        seconds["groups_update"] = time.perf_counter() - t0
+        step_s = self.step_seconds()
+        total = sum(seconds.values())
+        payload["costs"] = {k: (v / step_s if step_s else None) for k, v in seconds.items()}
+        payload["cost_steps"] = total / step_s if step_s else None
+        payload["cost_seconds"] = total
+        payload["steps_since_last"] = step - self.last_fisher_step if self.last_fisher_step else None
+        self.last_cost, self.last_fisher_step = total, step
+        self.next_fisher = step + self.fisher_every
+        self.last["fisher"] = payload
+        spent = time.perf_counter() - t0
+        self._step_probe += spent
+        self.probe_seconds += spent
+        return [("fisher", payload)]
+
+    def summary(self) -> dict:
+        """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share}."""
+        overhead = self.probe_seconds / self.train_seconds if self.train_seconds > 0 else None
+        return {**self.last, "overhead": overhead}
+
+
+def make_prober(spec, model: nn.Module, task_data, optimizer) -> Prober | None:
+    """A Prober for the run, or None when spec.probes is off."""
+    if not spec.probes.enabled:
+        return None
+    if not any(p.requires_grad for p in model.parameters()):
+        return None
+    return Prober(spec, model, task_data, optimizer)

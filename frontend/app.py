@@ -24,7 +24,7 @@ NAV = [("Lab", "/"), ("Runs", "/runs"), ("Compare", "/compare"), ("Presets", "/p
 def shell() -> html.Div:
     return html.Div(className="shell", children=[
         dcc.Location(id=ids.URL),
-        dcc.Interval(id=ids.TICK, interval=100),
+        dcc.Interval(id=ids.TICK, interval=100, disabled=True),
         dcc.Store(id=ids.LIVE_STATUS, data={}),
         dcc.Store(id=ids.PRESENT, data=False),
         html.Header(className="topbar", children=[
@@ -60,13 +60,16 @@ def create_app(api_base: str = "") -> dash.Dash:
 
 def _register_shell(app: dash.Dash) -> None:
     app.clientside_callback(ClientsideFunction("normlab", "watch"),
-                            Output(ids.WATCH_SINK, "children"), Input(ids.WATCH, "data"))
+                            Output(ids.WATCH_SINK, "children"),
+                            Output(ids.TICK, "disabled", allow_duplicate=True), Input(ids.WATCH, "data"),
+                            prevent_initial_call="initial_duplicate")
     app.clientside_callback(ClientsideFunction("normlab", "drainCurves"),
                             Output(ids.CURVES, "extendData"), Input(ids.TICK, "n_intervals"),
                             State(ids.CURVES_MAP, "data"), prevent_initial_call=True)
     app.clientside_callback(ClientsideFunction("normlab", "status"),
-                            Output(ids.LIVE_STATUS, "data"), Input(ids.TICK, "n_intervals"),
-                            prevent_initial_call=True)
+                            Output(ids.LIVE_STATUS, "data"),
+                            Output(ids.TICK, "disabled", allow_duplicate=True),
+                            Input(ids.TICK, "n_intervals"), prevent_initial_call=True)
     app.clientside_callback(ClientsideFunction("normlab", "urlState"),
                             Output(ids.URL_SINK, "children"), Input(ids.URL_STATE, "data"))
     app.clientside_callback(ClientsideFunction("normlab", "copyLink"),

@@ -265,6 +265,10 @@ def _cells(computed: Any) -> list[dict]:
         return [c for c in computed if isinstance(c, dict)]
     if not isinstance(computed, dict):
         return []
+    if isinstance(computed.get("methods"), dict):  # the engine's: {methods: {m: {t: bool}}, max_abs_diff}
+        diffs = computed.get("max_abs_diff") or {}
+        return [{"method": m, "transform": t, "invariant": v, "max_abs_diff": (diffs.get(m) or {}).get(t)}
+                for m, row in computed["methods"].items() for t, v in (row or {}).items()]
     for key in ("cells", "results", "table", "rows"):
         if key in computed:
             inner = computed[key]
@@ -296,6 +300,20 @@ def _difference(cell: dict) -> float | None:
         if isinstance(v, int | float):
             return float(v)
     return None
+
+
+def extra_invariance_rows(computed: Any) -> dict[str, list[dict]]:
+    """Methods beyond the paper's three (e.g. RMSNorm, none) that the engine also computed."""
+    out: dict[str, list[dict]] = {}
+    for cell in _cells(computed):
+        name = str(cell.get("method") or "")
+        t = transform_key(cell.get("transform") or "")
+        if method_key(name) is None and t:
+            out.setdefault(name, []).append({"transform": t, "computed": _invariant(cell),
+                                             "difference": _difference(cell)})
+    for rows in out.values():
+        rows.sort(key=lambda r: TRANSFORMS.index(r["transform"]))
+    return out
 
 
 def invariance_table(computed: Any) -> list[dict]:

@@ -10,8 +10,8 @@
   var MAX_QUEUE = 100000;
 
   var S = window.normlabStream = {
-    es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: -1,
-    probeSentAt: 0, status: {}, statusVersion: 0, statusSent: -1, maps: {}, reopenTimer: null,
+    es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: 0,
+    probeSentAt: 0, status: {}, statusVersion: 0, statusSent: 0, maps: {}, reopenTimer: null,
     received: 0, opened: 0, appended: 0, extends: 0, apiBase: ""
   };
 
@@ -73,7 +73,7 @@
     S.runs = Object.keys(cursor);
     S.cursor = {}; S.status = {}; S.scalars = []; S.probes = {};
     S.runs.forEach(function (r) { S.cursor[r] = cursor[r] || 0; });
-    S.probeVersion = 0; S.probeSent = -1; S.statusVersion = 0; S.statusSent = -1;
+    S.probeVersion = 0; S.probeSent = 0; S.statusVersion = 0; S.statusSent = 0;
     open();
   };
 
@@ -115,12 +115,15 @@
 
   window.dash_clientside = Object.assign({}, window.dash_clientside, {
     normlab: {
-      watch: function (watch) { S.watch(watch); return ""; },
+      // The 100 ms tick runs only while there is something to follow: an idle page costs nothing.
+      watch: function (watch) { S.watch(watch); return ["", S.runs.length === 0]; },
       drainCurves: drainCurves,
       status: function () {
-        if (S.statusVersion === S.statusSent) { return ns(); }
+        var idle = !S.es && !S.reopenTimer && S.scalars.length === 0 && S.probeVersion === S.probeSent;
+        var off = idle && S.statusVersion === S.statusSent ? true : ns();
+        if (S.statusVersion === S.statusSent) { return [ns(), off]; }
         S.statusSent = S.statusVersion;
-        return Object.assign({}, S.status);
+        return [Object.assign({}, S.status), ns()];
       },
       probes: function (n, runId) {
         // Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s.

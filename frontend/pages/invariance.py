@@ -9,6 +9,8 @@ from dash import Input, Output, dcc, html
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
 
+EXTRA_NAMES = {"rms": "RMSNorm", "none": "No normalization", "group": "Group norm"}
+
 
 def _word(v: bool | None) -> str:
     return "—" if v is None else "Invariant" if v else "No"
@@ -18,7 +20,7 @@ def _diff(v: float | None) -> str:
     return "" if v is None else f"max |Δ| = {v:.1e}"
 
 
-def _table(rows: list[dict], computed: bool) -> html.Table:
+def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html.Table:
     head = html.Thead(html.Tr([html.Th("")] + [html.Th(logic.TRANSFORM_NAMES[t]) for t in logic.TRANSFORMS]))
     body = []
     for m in logic.METHODS:
@@ -36,6 +38,12 @@ def _table(rows: list[dict], computed: bool) -> html.Table:
                 html.Div(_diff(r["difference"]), className="diff"),
                 html.Div("≠ paper's table" if r["agrees"] is False else "", className="flag")]))
         body.append(html.Tr(cells))
+    for name, extra in (extras or {}).items():
+        label = EXTRA_NAMES.get(name, name)
+        body.append(html.Tr([html.Th([label, html.Div("beyond the paper", className="diff")], scope="row")] +
+                            [html.Td(className="extra-cell", children=[
+                                html.Div(_word(r["computed"]), className="verdict"),
+                                html.Div(_diff(r["difference"]), className="diff")]) for r in extra]))
     return html.Table(className="inv-table", children=[head, html.Tbody(body)])
 
 
@@ -45,6 +53,8 @@ def render(computed) -> list:
     n_done = sum(r["computed"] is not None for r in rows)
     disagreements = [r for r in rows if r["agrees"] is False]
     notes = [html.Li([html.B("Prose vs table. "), logic.PROSE_NOTE + " " + _verdict(rows)])]
+    engine_notes = computed.get("notes", []) if isinstance(computed, dict) else []
+    notes += [html.Li([html.B("From the computation. "), n]) for n in engine_notes]
     for r in disagreements:
         if (r["method"], r["transform"]) != ("weight", "data_scale"):
             where = f"{logic.METHOD_NAMES[r['method']]}, {logic.TRANSFORM_NAMES[r['transform']]}"
@@ -54,13 +64,19 @@ def render(computed) -> list:
     return [
         html.Div(className="inv-pair", children=[
             html.Div([html.H3("Table 1 as printed in the paper"), _table(rows, computed=False)]),
-            html.Div([html.H3(f"Computed by normlab ({n_done} of 18 cells)"), _table(rows, computed=True)]),
+            html.Div([html.H3(f"Computed by normlab ({n_done} of 18 cells)"),
+                      _table(rows, computed=True, extras=logic.extra_invariance_rows(computed))]),
         ]),
         html.P("Each computed cell transforms the weights or the data, runs the normalized layer before and "
                "after, and reports the largest change in its output (float64). Invariant means the change "
-               "is at rounding level.", className="muted"),
+               f"is at rounding level{_tolerance(computed)}.", className="muted"),
         html.H3("Notes"), html.Ul(notes, className="notes"),
     ]
+
+
+def _tolerance(computed) -> str:
+    tol = computed.get("tolerance") if isinstance(computed, dict) else None
+    return f" (|Δ| ≤ {tol:g})" if isinstance(tol, int | float) else ""
 
 
 def _verdict(rows: list[dict]) -> str:

@@ -113,3 +113,17 @@ def test_transform_keys_cover_the_paper_column_names():
     for key, name in logic.TRANSFORM_NAMES.items():
         assert logic.transform_key(name) == key
     assert logic.method_key("Batch norm") == "batch" and logic.method_key("LayerNorm") == "layer"
+
+
+def test_invariance_table_reads_the_engines_json_form():
+    names = ["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
+             "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling"]
+    methods = {m: dict(zip(names, row, strict=True)) for m, row in logic.PAPER_TABLE.items()}
+    methods["rms"] = dict.fromkeys(names, False)
+    diffs = {m: {n: (1e-16 if v else 3.0) for n, v in row.items()} for m, row in methods.items()}
+    rows = logic.invariance_table({"methods": methods, "max_abs_diff": diffs, "tolerance": 1e-9})
+    assert len(rows) == 18 and all(r["agrees"] for r in rows)
+    wd = next(r for r in rows if (r["method"], r["transform"]) == ("weight", "data_scale"))
+    assert wd["computed"] is False and wd["difference"] == 3.0
+    extra = logic.extra_invariance_rows({"methods": methods, "max_abs_diff": diffs})
+    assert list(extra) == ["rms"] and [r["transform"] for r in extra["rms"]] == logic.TRANSFORMS

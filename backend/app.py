@@ -11,8 +11,9 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse
 
-from backend import errors
+from backend import auth, errors, resubmit
 from backend.feed.hub import FeedHub
+from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
 from backend.routes import ROUTERS
 from backend.store import get_store
@@ -39,14 +40,16 @@ def create_app(settings: Settings | None = None, *, frontend: bool = False) -> F
             await app.state.hub.close()
 
     app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",
-                  openapi_url="/api/openapi.json", redoc_url=None)
+                  openapi_url="/api/openapi.json", redoc_url=None,
+                  dependencies=[auth.GuardDep])  # tokens (NORMLAB_AUTH=tokens): who calls, 401s
     app.state.settings = settings
     app.state.store = get_store(settings)
     app.state.publish = _publisher(settings)
     # The compose form serves the front end from another origin; reads and writes are JSON only.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 before any parsing
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
     errors.install(app)
-    for router in ROUTERS:
+    for router in [*ROUTERS, auth.router, resubmit.router]:
         app.include_router(router)
     if frontend:
         _mount_frontend(app)

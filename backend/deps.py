@@ -24,9 +24,10 @@ def _hub(request: Request) -> FeedHub:
 
 
 def _current_user(request: Request) -> str | None:
-    """Who is calling: None with auth off (the embedded default). The hardening issue's token check
-    plugs in here; routes already record it as the run's owner."""
-    return None
+    """Who is calling: None with auth off (the embedded default); else the token's user (set by
+    backend.auth.guard, which every route runs first). Routes record it as the run's owner."""
+    principal = getattr(request.state, "principal", None)
+    return principal.name if principal is not None else None
 
 
 def get_run_or_404(store: Store, run_id: str) -> dict:

@@ -32,20 +32,16 @@ def run_public(store: Store, row: dict) -> RunPublic:
 
 
 def limit_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
-    """Job-size limits of this server (settings), each with what to change."""
-    out: dict[str, str] = {}
-    if spec.steps is not None and spec.steps > settings.max_steps:
-        out["steps"] = (f"This server allows at most {settings.max_steps} steps per run (got {spec.steps}); "
-                        "lower steps (NORMLAB_MAX_STEPS sets the limit).")
-    if spec.seq_len is not None and spec.seq_len * spec.batch_size > settings.max_seq_tokens:
-        out["seq_len"] = (f"seq_len × batch_size = {spec.seq_len * spec.batch_size} exceeds this server's "
-                          f"{settings.max_seq_tokens}; shorten the sequences or the batch.")
-    return out
+    """Job-size limits of this server (settings), each with what to change (see backend.limits)."""
+    from backend.limits import spec_problems
+
+    return spec_problems(spec, settings)
 
 
 def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], owner: str | None,
                        group_id: str | None = None) -> list[str]:
     """Store the resolved specs as queued runs, then queue one training task each."""
+    from backend.limits import admit
     from workers.celery_app import enqueue_run
 
     problems: dict[str, str] = {}
@@ -54,6 +50,7 @@ def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], o
     if problems:
         raise HTTPException(422, {"detail": "; ".join(f"{k}: {v}" for k, v in problems.items()),
                                   "fields": problems})
+    admit(store, settings, owner, len(specs))  # per-user cap and rate: 429 with Retry-After
     items = [{"id": new_run_id(), "spec": spec.resolved().model_dump(mode="json"), "owner": owner,
               "group_id": group_id} for spec in specs]
     store.create_runs(items)

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     max_seq_tokens: int = Field(262_144, ge=1)  # seq_len × batch_size
     max_active_runs_per_user: int = Field(20, ge=1)
     submit_rate_per_minute: int = Field(120, ge=1)
+    min_probe_every: int = Field(5, ge=1)  # probes (hidden traces, Fisher) at most every N steps
+    max_body_bytes: int = Field(1_000_000, ge=1024)  # larger request bodies get 413
 
     @property
     def sqlite_path(self) -> Path:

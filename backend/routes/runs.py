@@ -8,6 +8,7 @@ import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
+from backend.auth import require_owner
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
@@ -57,7 +58,7 @@ def metrics(run_id: str, store: StoreDep, names: str | None = None,
 def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> RunPublic:
     """Cancel: a queued run ends at once; a running one stops within about a second (cooperatively).
     Cancelling a finished run changes nothing."""
-    get_run_or_404(store, run_id)
+    require_owner(request, get_run_or_404(store, run_id), "cancel")
     _status, event = store.request_cancel(run_id)
     if event is not None:
         request.app.state.publish(run_id, [event])
@@ -82,6 +83,7 @@ def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv")
 async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserDep) -> None:
     """Delete a run and its history. A running run must be cancelled first (409)."""
     run = get_run_or_404(store, run_id)
+    require_owner(request, run, "delete")
     if run["status"] == "running":
         raise HTTPException(409, "This run is still training; cancel it first "
                                  f"(POST /api/runs/{run_id}/cancel), then delete it.")

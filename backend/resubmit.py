@@ -1,0 +1,29 @@
+"""POST /api/runs/{id}/resubmit: train a finished run's stored spec again (after `lost`, `failed`, …)
+with one request; the new run joins the same group and belongs to the caller."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, HTTPException
+
+from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
+from backend.runs_common import create_and_enqueue
+from normlab.api_models import ErrorDetail, RunCreated
+from normlab.spec import RunSpec
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+ERRORS = {404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}, 422: {"model": ErrorDetail},
+          429: {"model": ErrorDetail}}
+
+
+@router.post("/{run_id}/resubmit", status_code=201, response_model=RunCreated, responses=ERRORS)
+def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep) -> RunCreated:
+    """Queue a new run with the same (resolved) spec. The old run and its events stay as they are."""
+    run = get_run_or_404(store, run_id)
+    if run["status"] in ("queued", "running"):
+        raise HTTPException(409, f"Run {run_id} is still {run['status']}; wait for it to end or cancel it "
+                                 "first (POST /api/runs/{id}/cancel).")
+    spec = RunSpec.model_validate(json.loads(run["spec"]))
+    [new_id] = create_and_enqueue(store, settings, [spec], user, run["group_id"])
+    return RunCreated(id=new_id, status="queued")

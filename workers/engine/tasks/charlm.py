@@ -23,7 +23,7 @@ from workers.engine.tasks.base import TaskData, TaskUnavailable, seeded
 
 CORPUS_BYTES = 2_000_000
 VAL_FRACTION = TEST_FRACTION = 0.05
-EVAL_CHARS = 32_768  # characters scored per val/test evaluation (split into windows of eval_seq_len)
+EVAL_CHARS = 16_384  # characters scored per val/test evaluation (split into windows of eval_seq_len)
 VOCAB = string.printable  # 100 characters; every other byte maps to UNKNOWN
 UNKNOWN = len(VOCAB)
 VOCAB_SIZE = len(VOCAB) + 1

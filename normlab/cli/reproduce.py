@@ -1,0 +1,109 @@
+"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--json]`: a figure, side by side.
+
+Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
+per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
+validation curve ÷ its span) and whether the paper's direction held. ``--json`` prints exactly one JSON
+object (workers.engine.reproduce.reproduce's result plus "command"). Unknown preset: exit 2 with the list.
+Progress goes to stderr, one line per finished run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("reproduce", help="run a preset (a figure of the paper) over seeds and compare")
+    p.add_argument("preset", help="preset name (see GET /api/presets or an unknown name for the list)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, e.g. 0,1,2)")
+    p.add_argument("--steps", type=int, default=None, help="override every run's steps (default: preset's)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads for the runs (default 1: small models on a shared machine)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    """'0,1,2' -> [0, 1, 2]; a bad list raises CLIError saying what to write."""
+    from normlab.cli import CLIError
+
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise CLIError(f"--seeds takes comma-separated non-negative integers such as 0,1,2 (got {text!r}).") \
+            from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise CLIError(f"--seeds takes distinct non-negative integers such as 0,1,2 (got {text!r}).")
+    return seeds
+
+
+def _fmt(value, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def print_table(out: dict, file=sys.stdout) -> None:
+    better = "higher" if out["higher_is_better"] else "lower"
+    print(f"{out['title']} ({out['paper_ref']}); metric: {out['metric']} ({better} is better), "
+          f"seeds {','.join(map(str, out['seeds']))}", file=file)
+    rows = [("run", "mean ± std", "per seed", "¼ / ½ / end", "curve area", "status")]
+    for r in out["runs"]:
+        at = " / ".join(_fmt(a["value"], 3) for a in r["curve"]["at"])
+        statuses = sorted(set(r["statuses"]))
+        rows.append((r["label"], f"{_fmt(r['mean'])} ± {_fmt(r['std'])}",
+                     " ".join(_fmt(v, 3) for v in r["values"]), at, _fmt(r["curve"]["auc"]),
+                     ",".join(statuses)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        print("  " + "  ".join(cells).rstrip(), file=file)
+    d = out["direction"]
+    print(f"Paper: {out['expect']}", file=file)
+    for c in d["claims"]:
+        mark = "holds" if c["holds"] else "does NOT hold"
+        seeds = "on every seed" if c["all_seeds"] else "not on every seed"
+        extra = f" — {c['message']}" if c.get("message") else ""
+        print(f"  {c['claim']}: {mark} ({seeds}){extra}", file=file)
+    if d["rule"]:
+        print(f"  {d['rule']}", file=file)
+    verdict = ("HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"]
+               else "does NOT hold")
+    print(f"Direction: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
+
+
+def run(args) -> int:
+    from normlab.cli import CLIError
+    from normlab.presets import PRESETS
+
+    if args.preset not in PRESETS:
+        raise CLIError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}.")
+    if args.steps is not None and args.steps < 1:
+        raise CLIError(f"--steps must be ≥ 1 (got {args.steps}).")
+    if args.threads < 1:
+        raise CLIError(f"--threads must be ≥ 1 (got {args.threads}).")
+    seeds = parse_seeds(args.seeds)
+    from workers.engine.reproduce import reproduce
+
+    metric = PRESETS[args.preset].metric
+
+    def progress(label: str, seed: int, record: dict) -> None:
+        print(f"  {label} seed {seed}: {record['status']}, {metric} {_fmt(record['value'])} "
+              f"({record['wall_time']:.1f} s)", file=sys.stderr, flush=True)
+
+    out = reproduce(args.preset, seeds=seeds, steps=args.steps, threads=args.threads, progress=progress)
+    parts = ["normlab", "reproduce", args.preset]
+    if seeds is not None:
+        parts += ["--seeds", ",".join(map(str, seeds))]
+    if args.steps is not None:
+        parts += ["--steps", str(args.steps)]
+    if args.threads != 1:
+        parts += ["--threads", str(args.threads)]
+    out["command"] = shlex.join(parts + (["--json"] if args.json else []))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print_table(out)
+    return 0

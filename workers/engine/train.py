@@ -87,7 +87,8 @@ class _Run:
         if device.type == "cuda":
             where = torch.cuda.get_device_name(device)
         else:
-            where = f"{choose_threads(n_params, spec.batch_size * (data.seq_len or 1))} CPU threads"
+            threads = choose_threads(n_params, spec.batch_size * (data.seq_len or 1))
+            where = f"{threads} CPU thread{'' if threads == 1 else 's'}"
         self.log(f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
                  f"LayerNorm kernel backend: {self.kernel_backend}.")
         if data.info.kind == "sequence" and spec.norm == "batch" and data.eval_seq_len > data.seq_len:

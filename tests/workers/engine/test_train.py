@@ -66,8 +66,13 @@ def test_scalars_are_thinned_on_long_runs_but_every_eval_step_is_kept(tiny_model
     assert steps == sorted(set(range(6, 301, 6)) | {70, 140, 210, 280, 300})
 
 
-def test_same_spec_and_seed_give_the_same_loss_curve_on_cpu(tiny_model, settings):
-    spec = RunSpec(task="digits", steps=15, eval_every=5, seed=7, optimizer="sgd", lr=0.05)
+@pytest.mark.parametrize("spec", [
+    RunSpec(task="digits", norm="batch", steps=15, eval_every=5, seed=7, optimizer="sgd", lr=0.05,
+            hidden_size=16),
+    RunSpec(task="adding", norm="layer", cell="lstm", seq_len=8, eval_seq_len=12, steps=10, eval_every=5,
+            seed=7, hidden_size=8),
+], ids=["digits-batch-sgd", "adding-layer-lstm"])
+def test_same_spec_and_seed_give_the_same_loss_curve_on_cpu(spec, settings):
 
     def curve(s):
         _, events = run(s, settings)
@@ -179,3 +184,22 @@ def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(task, norm, c
     assert len(losses) == 20 and all(math.isfinite(v) for v in losses)
     for key in ("val_loss", "test_loss"):
         assert math.isfinite(result.metrics[key])
+
+
+def test_probes_report_through_the_same_numbered_stream(settings):
+    pytest.importorskip("workers.probes")
+    spec = RunSpec(task="adding", seq_len=6, hidden_size=8, steps=12, eval_every=6,
+                   probes={"enabled": True, "trace_every": 4, "fisher_every": 6})
+    result, events = run(spec, settings)
+    assert result.status == "completed", result.error
+    hidden = [e for e in events if e.kind == "hidden"]
+    assert hidden and all(len(e.payload["hidden_norms"]) == 6 for e in hidden)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)) and events[-1].terminal
+    assert result.probes is not None and result.probes["hidden"] == hidden[-1].payload
+
+
+def test_asking_for_cuda_without_a_gpu_fails_with_a_fix(settings):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result, events = run(RunSpec(task="digits", steps=2, device="cuda"), settings)
+    assert result.status == "failed" and "no CUDA GPU" in result.error and "'cpu'" in result.error

@@ -60,7 +60,7 @@ class Prober:
             return
         plain = now - self._step_start - self._step_probe
         self.train_seconds += max(plain, 0.0)
-        if not any(self._step_flags):  # steps without probe work time the training step itself
+        if not self._step_flags[1]:  # a Fisher step's own training time is disturbed by the estimate
             self.step_times.append(plain)
 
     def step_seconds(self) -> float | None:

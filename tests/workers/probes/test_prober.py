@@ -1,0 +1,151 @@
+"""The probes hook end to end: payload names, the budget, the SGD norm growth, power iteration, §3.1."""
+
+from __future__ import annotations
+
+import statistics
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normlab.spec import ProbeSpec, RunSpec
+from workers.engine import train
+from workers.probes import make_prober
+from workers.probes.curvature import CurvatureProbe
+from workers.probes.fisher import FisherPass, power_iteration
+from workers.probes.groups import add_update, snapshot
+from workers.probes.likelihood import Likelihood
+
+from .conftest import brute_fisher, tiny
+
+GROUP_KEYS = {"name", "weight_norm", "along_w_curvature", "trace_ww", "scaled_trace_ww", "gain_curvature",
+              "effective_lr", "angular_update"}
+FISHER_KEYS = {"trace", "trace_estimator", "lambda_max", "eta_lambda_max", "hessian_lambda_max", "groups",
+               "cost_steps", "empirical"}
+
+
+def _run(**kw):
+    events = []
+    probes = ProbeSpec(enabled=True, **kw.pop("probes", {}))
+    result = train(RunSpec(probes=probes, **kw), events.append)
+    assert result.status == "completed", result.error
+    return result, events
+
+
+def test_feedforward_run_emits_contract_payloads():
+    result, events = _run(task="digits", norm="batch", hidden_size=16, steps=40, eval_every=1000,
+                          probes=dict(trace_every=10, fisher_every=10, budget=5.0, empirical_fisher=True))
+    hidden = [e.payload for e in events if e.kind == "hidden"]
+    fisher = [e.payload for e in events if e.kind == "fisher"]
+    assert [e.step for e in events if e.kind == "hidden"] == [1, 10, 20, 30, 40]
+    assert len(fisher) >= 2
+    layer = hidden[-1]["layers"][0]
+    assert set(layer) == {"name", "summed_mean", "summed_std", "act_norm", "weight_row_norms", "gain"}
+    rows = layer["weight_row_norms"]
+    assert rows["min"] <= rows["median"] <= rows["max"]
+    last = fisher[-1]
+    assert FISHER_KEYS <= set(last) and last["cost_steps"] > 0
+    assert last["trace_estimator"]["hidden.0"] == "summed-gradient"  # BN in train mode mixes the batch
+    assert last["trace_estimator"]["out"] == "per-sample"
+    assert "not a curvature estimate" in last["empirical"]["note"].lower()
+    bn = [g for g in last["groups"] if g["normalizer"] == "batch"]
+    assert bn and all(GROUP_KEYS <= set(g) for g in last["groups"])
+    assert all(g["along_w_curvature"] <= 1e-6 * g["trace_ww"] for g in bn)
+    assert result.probes["hidden"] == hidden[-1] and result.probes["fisher"] == last
+
+
+def test_recurrent_run_traces_every_time_step():
+    result, events = _run(task="adding", norm="layer", seq_len=12, hidden_size=8, batch_size=4, steps=6,
+                          eval_every=1000, probes=dict(trace_every=3, fisher_every=1, budget=5.0))
+    h = result.probes["hidden"]
+    assert h["time_steps"] == 12
+    for key in ("hidden_norms", "cell_norms", "summed_mean", "summed_std", "grad_norms"):
+        assert len(h[key]) == 12, key
+    assert all(g > 0 for g in h["grad_norms"])  # ∂L/∂h_t flows back to every step
+    fisher = result.probes["fisher"]
+    assert fisher["lambda_max"] > 0 and fisher["trace_estimator"]["rnn.0.hh"] == "per-sample"
+
+
+def test_probes_off_gives_no_prober():
+    spec = RunSpec(task="digits")
+    assert make_prober(spec, torch.nn.Linear(2, 2), None, None) is None
+
+
+def test_default_budget_holds_on_a_short_run():
+    result, events = _run(task="digits", norm="layer", hidden_size=32, steps=300, eval_every=1000)
+    fisher = [e for e in events if e.kind == "fisher"]
+    assert fisher, "at least one estimate within the default budget"
+    assert result.probes["overhead"] <= 0.15 * 1.5  # measured by the prober itself, against training time
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "weight"])
+def test_plain_sgd_grows_scale_invariant_weights_by_eta_squared_grad_squared(norm):
+    model, x, y = tiny(norm, seed=4, batch=8)
+    for m in model.modules():  # exact scale invariance needs no eps in σ
+        if hasattr(m, "eps"):
+            m.eps = 1e-300 if "Batch" in type(m).__name__ else 0.0
+    lr = 0.7
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0, weight_decay=0.0)
+    probe = CurvatureProbe(model, Likelihood("class"), F.cross_entropy)
+    params = dict(model.named_parameters())
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        payload, _ = probe.estimate(x, y, lr)
+        before = snapshot(probe.groups, params)
+        opt.step()
+        for entry, group in zip(payload["groups"], probe.groups, strict=True):
+            add_update(entry, group, before[group.param], params[group.param])
+            w, g = before[group.param], params[group.param].detach()
+            if not group.scale_invariant:
+                continue
+            rows_before = w.reshape(w.shape[0], -1) if group.by_row else w.reshape(1, -1)
+            rows_after = g.reshape(g.shape[0], -1) if group.by_row else g.reshape(1, -1)
+            grad = (rows_before - rows_after) / lr
+            growth = rows_after.pow(2).sum(1) - rows_before.pow(2).sum(1)
+            torch.testing.assert_close(growth, lr**2 * grad.pow(2).sum(1), rtol=1e-8, atol=1e-14)
+            assert entry["grad_along_w"] <= 1e-8 * max(entry["grad_norm"], 1e-12)
+            if not group.by_row:
+                assert entry["weight_norm_next"] ** 2 == pytest.approx(
+                    entry["weight_norm"] ** 2 + lr**2 * entry["grad_norm"] ** 2, rel=1e-10)
+                assert entry["effective_lr"] == pytest.approx(lr / entry["weight_norm"] ** 2)
+
+
+def test_power_iteration_finds_top_eigenvalues_and_warm_start_keeps_them():
+    model, x, y = tiny("layer", seed=6)
+    fisher, _, _, _ = brute_fisher(model, x, y)
+    fp = FisherPass(model, Likelihood("class"), x, y, F.cross_entropy)
+    gen = torch.Generator().manual_seed(0)
+    init = [torch.randn(p.shape, dtype=p.dtype, generator=gen) for p in fp.params]
+    lam, vec = power_iteration(fp.fvp, init, 200)
+    top = float(torch.linalg.eigvalsh(fisher)[-1])
+    assert lam == pytest.approx(top, rel=1e-6)
+    warm, _ = power_iteration(fp.fvp, vec, 1)
+    assert warm == pytest.approx(top, rel=1e-6)
+    h_lam, _ = power_iteration(fp.hvp, init, 300)
+    assert h_lam > 0
+
+
+def test_layer_norm_flattens_hidden_norms_over_a_long_adding_sequence():
+    """§3.1: the spread max_t ‖h_t‖ / min_t ‖h_t‖ of an LSTM over 300 steps, LN vs none, seeds 0–2.
+
+    Measured (hidden 32, batch 8, first step): LN 1.67, 1.34, 1.54; none 4.07, 3.77, 5.30 — the
+    unnormalized state starts near 0 and takes tens of steps to reach its level; LN's does not."""
+    spread = {}
+    for seed in (0, 1, 2):
+        for norm in ("layer", "none"):
+            result, _ = _run(task="adding", norm=norm, seq_len=300, hidden_size=32, batch_size=8, steps=1,
+                             seed=seed, eval_every=1000, probes=dict(fisher_every=100_000))
+            h = result.probes["hidden"]["hidden_norms"]
+            spread[seed, norm] = max(h) / min(h)
+        assert spread[seed, "none"] >= 1.8 * spread[seed, "layer"], spread
+    assert statistics.mean(spread[s, "layer"] for s in range(3)) < 2.0
+
+
+def test_summary_shape_for_cli_json():
+    spec = RunSpec(task="digits", probes=ProbeSpec(enabled=True))
+    data = SimpleNamespace(info=SimpleNamespace(target="class"), loss=F.cross_entropy)
+    model, _, _ = tiny("layer")
+    prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert set(prober.summary()) >= {"hidden", "fisher"}

@@ -8,18 +8,28 @@ from torch import nn
 
 from workers.engine.tasks import TaskData
 
-CHUNK_ELEMENTS = 1 << 21  # input + output floats per evaluation chunk (bounds memory at long eval_seq_len)
+# Floats one evaluation chunk may hold (inputs, outputs and the hidden states a recurrent net keeps for
+# every step): 128 MB, so evaluating 512 adding sequences of 2000 steps does not take gigabytes.
+CHUNK_FLOATS = 1 << 25
+
+
+def chunk_size(data: TaskData, x: torch.Tensor, hidden_units: int) -> int:
+    """Cases per evaluation forward pass, so that one pass stays within CHUNK_FLOATS."""
+    steps = x.shape[1] if data.info.kind == "sequence" else 1
+    per_case = x[0].numel() + steps * (data.n_outputs + 4 * hidden_units)  # 4: states + transients
+    return max(1, min(len(x), CHUNK_FLOATS // max(1, per_case)))
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: TaskData, split: str, device: torch.device) -> dict[str, float]:
-    """{"loss": …, "accuracy" | "bpc" | "mse": …} of the model on a whole split (eval mode, no grad)."""
+def evaluate(model: nn.Module, data: TaskData, split: str, device: torch.device,
+             hidden_units: int = 0) -> dict[str, float]:
+    """{"loss": …, "accuracy" | "bpc" | "mse": …} of the model on a whole split (eval mode, no grad).
+    `hidden_units` (hidden size × layers) sizes the chunks the split is evaluated in."""
     x, y = data.split(split)
     was_training = model.training
     model.eval()
     try:
-        per_case = x[0].numel() + (y[0].numel() * data.n_outputs)
-        chunk = max(1, min(len(x), CHUNK_ELEMENTS // max(1, per_case)))
+        chunk = chunk_size(data, x, hidden_units)
         outputs = [model(x[i:i + chunk].to(device)).float().cpu() for i in range(0, len(x), chunk)]
         return data.metrics(torch.cat(outputs), y)
     finally:

@@ -153,7 +153,7 @@ class _Run:
         return "completed", f"Completed {spec.steps} steps."
 
     def _evaluate(self, model, data, device, split: str, scalars: Scalars | None) -> None:
-        m = evaluate(model, data, split, device)
+        m = evaluate(model, data, split, device, (self.spec.hidden_size or 0) * (self.spec.layers or 1))
         self.metrics[f"{split}_loss"] = m["loss"]
         for name in ("accuracy", "bpc", "mse"):
             if name in m:

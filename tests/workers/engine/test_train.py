@@ -203,3 +203,22 @@ def test_asking_for_cuda_without_a_gpu_fails_with_a_fix(settings):
         pytest.skip("this machine has a GPU")
     result, events = run(RunSpec(task="digits", steps=2, device="cuda"), settings)
     assert result.status == "failed" and "no CUDA GPU" in result.error and "'cpu'" in result.error
+
+
+def test_evaluation_in_small_chunks_gives_the_same_metrics(settings, monkeypatch):
+    from workers.engine import load_task
+    from workers.engine.loop_eval import evaluate
+    from workers.engine.models import build_model
+
+    spec = RunSpec(task="copy", norm="batch", seq_len=4, eval_seq_len=7, hidden_size=8).resolved()
+    data = load_task(spec, settings)
+    model = build_model(spec, data.info, data.input_dim, data.n_outputs)
+    model(next(data.train_batches(16, torch.Generator().manual_seed(0)))[0])  # BN running statistics
+    whole = evaluate(model, data, "val", torch.device("cpu"), 8)
+    loop_eval = importlib.import_module("workers.engine.loop_eval")
+    monkeypatch.setattr(loop_eval, "CHUNK_FLOATS", 70_000)
+    assert 1 < loop_eval.chunk_size(data, data.split("val")[0], 8) < 100  # several uneven chunks
+    one_by_one = evaluate(model, data, "val", torch.device("cpu"), 8)
+    assert one_by_one.keys() == whole.keys() == {"loss", "accuracy"}
+    for key in whole:
+        assert one_by_one[key] == pytest.approx(whole[key], rel=1e-5)

@@ -116,7 +116,14 @@ def run(args: argparse.Namespace) -> int:
     resolved = spec.resolved()
     err = Console(stderr=True)
     stop = {"asked": False}
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.__setitem__("asked", True))
+
+    def on_interrupt(*_) -> None:  # first Ctrl-C: end as 'cancelled' after this step; second: abort
+        if stop["asked"]:
+            raise KeyboardInterrupt
+        stop["asked"] = True
+        err.print("Stopping after this step (Ctrl-C again to abort).", style="yellow")
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         result = _train_with_progress(train, resolved, settings, err, lambda: stop["asked"])
     finally:

@@ -24,9 +24,15 @@ def page_stores(watch: dict | None = None, url_state: dict | None = None) -> lis
             dcc.Store(id=ids.URL_STATE, data=url_state)]
 
 
+def svg_button(graph_id: str) -> html.Button:
+    """Plotly's mode bar saves PNG; this saves the same figure as SVG (assets/normlab.js)."""
+    return html.Button("Download SVG", className="btn small svg-download controls",
+                       **{"data-graph": graph_id}, title="Save this figure as an SVG file")
+
+
 def curves_graph(figure: dict, trace_map: dict) -> list:
     return [dcc.Graph(id=ids.CURVES, figure=figure, config=GRAPH_CONFIG, className="graph curves"),
-            dcc.Store(id=ids.CURVES_MAP, data=trace_map)]
+            dcc.Store(id=ids.CURVES_MAP, data=trace_map), svg_button(ids.CURVES)]
 
 
 def run_chip(run: dict, status: str | None = None, color: str | None = None) -> html.Div:

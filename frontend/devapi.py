@@ -231,7 +231,11 @@ class DevAPI:
                                      headers={"Cache-Control": "no-cache"})
 
         if with_frontend:
-            from starlette.middleware.wsgi import WSGIMiddleware
+            import warnings
+
+            with warnings.catch_warnings():  # deprecated in Starlette, still working in this version
+                warnings.simplefilter("ignore")
+                from starlette.middleware.wsgi import WSGIMiddleware
 
             from frontend.app import create_app
 

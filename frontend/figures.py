@@ -185,7 +185,9 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
     fig.update_xaxes(title_text="wall time (s)" if x_mode == "time" else "training step")
     for col, panel in enumerate(panels, start=1):
         if panel in ("loss", "val"):
-            fig.update_yaxes(type="log", row=1, col=col)
+            fig.update_yaxes(type="log", dtick="D2", row=1, col=col)  # D2: minor labels 2 and 5 only
+        elif panel == "metric" and tasks and all(metric_key(t) == "accuracy" for t in tasks):
+            fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     if not runs:
         _empty(fig, "No runs yet: start one, or pick runs to compare")
     elif index and all(not fig.data[i].x for i in range(index)) and all(

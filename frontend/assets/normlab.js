@@ -66,6 +66,8 @@
     S.opened += 1;
   }
 
+  S.reconnect = open;  // drop the connection and resume from the cursor (used by tests and on errors)
+
   /* Follow these runs from these cursors (replaces whatever the tab followed before). */
   S.watch = function (watch) {
     var cursor = (watch && watch.cursor) || {};
@@ -112,6 +114,14 @@
     return [{x: order.map(function (i) { return xs[i]; }), y: order.map(function (i) { return ys[i]; })},
             order, state.max_points || 20000];
   }
+
+  // "Download SVG" buttons (the mode bar's camera saves PNG).
+  document.addEventListener("click", function (e) {
+    var btn = e.target.closest && e.target.closest(".svg-download");
+    if (!btn || !window.Plotly) { return; }
+    var gd = document.querySelector("#" + btn.getAttribute("data-graph") + " .js-plotly-plot");
+    if (gd) { window.Plotly.downloadImage(gd, {format: "svg", filename: "normlab-" + btn.getAttribute("data-graph")}); }
+  });
 
   window.dash_clientside = Object.assign({}, window.dash_clientside, {
     normlab: {

@@ -17,7 +17,7 @@ def _word(v: bool | None) -> str:
 
 
 def _diff(v: float | None) -> str:
-    return "" if v is None else f"max |Δ| = {v:.1e}"
+    return "" if v is None else f"|Δ| {v:.1e}"
 
 
 def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html.Table:

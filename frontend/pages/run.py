@@ -75,11 +75,13 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         html.Div(className="card", style=off, children=[
             html.H2("Hidden states over time steps"),
             dcc.Graph(id=ids.RUN_HIDDEN, figure=figures.hidden_figure([], present_on, ended),
-                      config=components.GRAPH_CONFIG, className="graph")]),
+                      config=components.GRAPH_CONFIG, className="graph"),
+            components.svg_button(ids.RUN_HIDDEN)]),
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
             dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on, ended),
-                      config=components.GRAPH_CONFIG, className="graph")]),
+                      config=components.GRAPH_CONFIG, className="graph"),
+            components.svg_button(ids.RUN_FISHER)]),
         html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
         dcc.Store(id=ids.RUN_ID, data=run["id"]),
         dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": []}),

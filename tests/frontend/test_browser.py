@@ -75,10 +75,16 @@ def test_second_tab_mid_run_sees_full_history(page, browser, server):
         assert len(xs) > 40 and xs[0] <= xs[1] - xs[0], f"history does not start at the beginning: {xs[:3]}"
         n0 = len(xs)
         second.wait_for_function(f"() => ({POINTS_JS})() > {n0 + 5}", timeout=20000)
+        # drop the connection mid-run: the tab reconnects from its cursor
+        opened = second.evaluate("() => { normlabStream.reconnect(); return normlabStream.opened; }")
+        n1 = second.evaluate(POINTS_JS)
+        second.wait_for_function(f"() => ({POINTS_JS})() > {n1 + 5}", timeout=20000)
+        assert opened >= 2
         xs = second.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data[0].x")
         gaps = [b - a for a, b in zip(xs, xs[1:], strict=False)]
         assert min(gaps) > 0, "a point repeated"
-        assert max(gaps) == min(gaps), f"a gap between history and live points: {sorted(set(gaps))}"
+        assert max(gaps) == min(gaps), f"a gap (history → live, or at the reconnect): {sorted(set(gaps))}"
+        assert len(second.evaluate("() => normlabStream.runs")) == 1  # one stream for the tab
         shot(second, "second-tab-mid-run")
     finally:
         second.close()

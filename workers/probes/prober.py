@@ -16,6 +16,7 @@ cost in plain training steps (median of recent steps without probe work).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 
@@ -96,7 +97,7 @@ class Prober:
         events: list[tuple[str, dict]] = []
         hidden, fisher = self._step_flags
         if hidden:
-            payload = hidden_payload(self.model)
+            payload = finite(hidden_payload(self.model))
             if payload is not None:
                 events.append(("hidden", payload))
                 self.last["hidden"] = payload
@@ -128,6 +129,7 @@ class Prober:
         payload["cost_steps"] = total / step_s if step_s else None
         payload["cost_seconds"] = total
         payload["steps_since_last"] = step - self.last_fisher_step if self.last_fisher_step else None
+        payload = finite(payload)
         self.last_cost, self.last_fisher_step = total, step
         self.next_fisher = step + self.fisher_every
         self.last["fisher"] = payload
@@ -140,6 +142,17 @@ class Prober:
         """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share}."""
         overhead = self.probe_seconds / self.train_seconds if self.train_seconds > 0 else None
         return {**self.last, "overhead": overhead}
+
+
+def finite(value):
+    """The payload with NaN/Inf floats as None, so every event stays valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def make_prober(spec, model: nn.Module, task_data, optimizer) -> Prober | None:

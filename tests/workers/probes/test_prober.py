@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 from types import SimpleNamespace
 
@@ -16,6 +18,7 @@ from workers.probes.curvature import CurvatureProbe
 from workers.probes.fisher import FisherPass, power_iteration
 from workers.probes.groups import add_update, snapshot
 from workers.probes.likelihood import Likelihood
+from workers.probes.prober import finite
 
 from .conftest import brute_fisher, tiny
 
@@ -53,6 +56,8 @@ def test_feedforward_run_emits_contract_payloads():
     assert bn and all(GROUP_KEYS <= set(g) for g in last["groups"])
     assert all(g["along_w_curvature"] <= 1e-6 * g["trace_ww"] for g in bn)
     assert result.probes["hidden"] == hidden[-1] and result.probes["fisher"] == last
+    json.dumps(result.probes, allow_nan=False)  # NaN/Inf never reach an event (finite() maps them to null)
+    assert finite({"a": [1.0, math.nan], "b": {"c": math.inf}}) == {"a": [1.0, None], "b": {"c": None}}
 
 
 def test_recurrent_run_traces_every_time_step():

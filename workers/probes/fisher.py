@@ -18,13 +18,24 @@ import contextlib
 import torch
 from torch import Tensor, nn
 
+import kernels
 from workers.probes.likelihood import Likelihood
 from workers.probes.persample import Recorder, RowStats, row_stats, summed_stats
 
 
-def _no_cudnn(device: torch.device):
-    # double backward is unsupported for cuDNN RNNs; everything else is unaffected
-    return torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" else contextlib.nullcontext()
+@contextlib.contextmanager
+def _twice_differentiable(device: torch.device):
+    """On CUDA: no cuDNN RNNs and the torch kernels (the Triton custom ops have no double backward)."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = kernels._FORCED  # the kernels module keeps its choice in this one global
+    kernels.set_backend("torch")
+    try:
+        with torch.backends.cudnn.flags(enabled=False):
+            yield
+    finally:
+        kernels.set_backend(previous)
 
 
 class FisherPass:
@@ -41,7 +52,8 @@ class FisherPass:
             model.capture = True  # the step-by-step recurrent path: twice differentiable
         self.recorder = Recorder(model, x.shape[0]) if use_recorder else None
         try:
-            with _no_cudnn(x.device), torch.enable_grad(), (self.recorder or contextlib.nullcontext()):
+            hooks = self.recorder or contextlib.nullcontext()
+            with _twice_differentiable(x.device), torch.enable_grad(), hooks:
                 self.outputs = model(x)
         finally:
             _restore_buffers(model, buffers)

@@ -15,6 +15,7 @@ from backend import auth, errors, resubmit
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
+from backend.requeue import broker_watch_loop
 from backend.routes import ROUTERS
 from backend.store import get_store
 from normlab.settings import Settings, get_settings
@@ -33,10 +34,12 @@ def create_app(settings: Settings | None = None, *, frontend: bool = False) -> F
     async def lifespan(app: FastAPI):
         app.state.hub = FeedHub(app.state.store, settings)
         reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish))
+        requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
         try:
             yield
         finally:
             reaper.cancel()
+            requeuer.cancel()
             await app.state.hub.close()
 
     app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",

@@ -1,13 +1,23 @@
-"""Fixtures for the hardening tests: in-process APIs with auth on (SQLite in tmp_path), tokens, and
-a TCP proxy that can take a database away and give it back."""
+"""Fixtures for the hardening tests: in-process APIs (SQLite in tmp_path) with tokens, live stacks
+(`normlab api` + real workers), a disposable redis-server, and a TCP proxy that can take PostgreSQL
+away and give it back."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
 from backend.auth import TokenStore
+from backend.testing import free_port, service_env, start_api, start_worker, stop_process
 from normlab.settings import Settings
 
 TINY = {"task": "digits", "steps": 30, "hidden_size": 16, "eval_every": 10}
@@ -43,3 +53,182 @@ def tokens(tmp_path):
 
     make.store = store
     return make
+
+
+# ---- live stacks (real `normlab api` + real Celery worker processes) -------------------------------
+@dataclass
+class LiveStack:
+    url: str
+    data_dir: Path
+    env: dict
+    api_proc: subprocess.Popen
+    workers: list = field(default_factory=list)
+
+    def api(self, path: str) -> str:
+        return self.url + path.lstrip("/")
+
+    def add_worker(self) -> subprocess.Popen:
+        self.workers.append(start_worker(self.data_dir, self.env, f"w{len(self.workers)}"))
+        return self.workers[-1]
+
+    def submit(self, client: httpx.Client, headers=None, **spec) -> str:
+        r = client.post(self.api("api/runs"), json={**TINY, **spec}, headers=headers or {})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def wait_status(self, client: httpx.Client, run_id: str, statuses, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = client.get(self.api(f"api/runs/{run_id}")).json()
+            if run["status"] in statuses or time.monotonic() > deadline:
+                return run
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        import contextlib
+        import os
+
+        for p in self.workers:  # disposable: no warm shutdown (it waits for the run in progress)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+        stop_process(self.api_proc, signal.SIGTERM, timeout=10)
+
+
+def start_stack(data_dir: Path, workers: int = 1, **settings) -> LiveStack:
+    """`normlab api` + `workers` × `normlab worker` with a queue of their own; fast lost detection."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = service_env(data_dir, queue=f"nlh-{uuid.uuid4().hex[:8]}", lost_after_s=2.0,
+                      worker_heartbeat_s=0.3, **settings)
+    stack = LiveStack("", data_dir, env, None)  # type: ignore[arg-type]
+    for _ in range(workers):
+        stack.add_worker()
+    stack.url, stack.api_proc = start_api(data_dir, env)
+    return stack
+
+
+@pytest.fixture
+def live_stack(tmp_path):
+    made: list[LiveStack] = []
+
+    def make(workers: int = 1, **settings) -> LiveStack:
+        made.append(start_stack(tmp_path / f"stack{len(made)}", workers, **settings))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+@pytest.fixture
+def client():
+    with httpx.Client(timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def disposable_redis():
+    """A redis-server of our own on a free port (no persistence): (url, restart)."""
+    port = free_port()
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes", "--save", "",
+           "--appendonly", "no"]
+
+    def up():
+        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+        deadline = time.monotonic() + 10
+        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def down():
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True, timeout=10)
+
+    def restart(pause_s: float = 1.0):
+        down()
+        time.sleep(pause_s)
+        up()
+
+    up()
+    yield f"redis://127.0.0.1:{port}/0", restart
+    down()
+
+
+class TCPProxy:
+    """A loopback TCP forwarder to `target` that can be stopped (listener closed, every open
+    connection cut — like a database going away) and started again on the same port."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+        import threading
+
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._socks: set = set()
+        self._listener = None
+
+    def start(self) -> None:
+        import socket
+        import threading
+
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self._listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def stop(self) -> None:
+        import contextlib
+        import socket
+
+        ls, self._listener = self._listener, None
+        if ls is not None:
+            with contextlib.suppress(OSError):
+                ls.shutdown(socket.SHUT_RDWR)
+            ls.close()
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _accept(self, ls) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.close()
+        with contextlib.suppress(OSError):
+            src.close()
+
+
+@pytest.fixture
+def pg_proxy():
+    proxy = TCPProxy(5432)
+    proxy.start()
+    yield proxy
+    proxy.stop()

@@ -1,21 +1,25 @@
 """`measure_lnlstm_ratio(...)`: time of the engine's LN-LSTM vs `torch.nn.LSTM` (fwd+bwd), side by side.
 
-Three contenders on the same input, interleaved repeat by repeat so a busy machine slows all alike:
-the engine's LN-LSTM layer (eq. 20, `workers.engine.recurrent.LSTMLayer`), a plain Python-loop LN-LSTM
-(per-step autograd, the textbook way), and `torch.nn.LSTM` without normalization. Medians are reported,
-with ratios to `torch.nn.LSTM`. Run alone: ``python -m workers.engine.bench_lstm [--json]``.
+Contenders on the same input, interleaved repeat by repeat so a busy machine slows all alike: the
+engine's LN-LSTM layer (eq. 20, `workers.engine.recurrent.LSTMLayer`) with its automatic thread choice
+for the recurrence (see `workers.engine.lstm_seq`) and, for transparency, pinned to all threads and to
+one; a plain Python-loop LN-LSTM (per-step autograd, the textbook way); and `torch.nn.LSTM` without
+normalization. Medians are reported, with ratios to `torch.nn.LSTM`, and the load average seen.
+Run alone: ``python -m workers.engine.bench_lstm [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
 import torch
 from torch import nn
 
+from workers.engine import lstm_seq
 from workers.engine.recurrent import LSTMLayer
 
 TARGET_RATIO = 1.5
@@ -47,14 +51,19 @@ class PythonLoopLNLSTM(nn.Module):
         return torch.stack(outs)
 
 
-def _time_once(module: nn.Module, x: torch.Tensor) -> float:
+def _time_once(module: nn.Module, x: torch.Tensor, threads: int | None = None) -> float:
+    """fwd+bwd seconds; `threads` pins the engine's recurrence threads for this call (None: automatic)."""
     module.zero_grad(set_to_none=True)
-    start = time.perf_counter()
-    out = module(x)
-    if isinstance(out, tuple):  # nn.LSTM returns (output, (h, c))
-        out = out[0]
-    out.sum().backward()
-    return time.perf_counter() - start
+    lstm_seq.set_recurrence_threads(threads)
+    try:
+        start = time.perf_counter()
+        out = module(x)
+        if isinstance(out, tuple):  # nn.LSTM returns (output, (h, c))
+            out = out[0]
+        out.sum().backward()
+        return time.perf_counter() - start
+    finally:
+        lstm_seq.set_recurrence_threads(None)
 
 
 def measure_lnlstm_ratio(batch: int = 32, seq_len: int = 64, hidden: int = 256, repeats: int = 7,
@@ -63,29 +72,47 @@ def measure_lnlstm_ratio(batch: int = 32, seq_len: int = 64, hidden: int = 256, 
     if min(batch, seq_len, hidden, repeats) < 1:
         raise ValueError("batch, seq_len, hidden and repeats must all be ≥ 1")
     torch.manual_seed(seed)
-    contenders = {
-        "engine": LSTMLayer(hidden, hidden, "layer", placement="full"),
-        "python_loop": PythonLoopLNLSTM(hidden, hidden),
-        "torch_lstm": nn.LSTM(hidden, hidden),
+    engine = LSTMLayer(hidden, hidden, "layer", placement="full")
+    threads = torch.get_num_threads()
+    contenders = {  # name -> (module, recurrence threads)
+        "engine": (engine, None),
+        "engine_all_threads": (engine, threads),
+        "engine_one_thread": (engine, 1),
+        "python_loop": (PythonLoopLNLSTM(hidden, hidden), None),
+        "torch_lstm": (nn.LSTM(hidden, hidden), None),
     }
-    x = torch.randn(seq_len, batch, hidden)  # time-major for all three
+    x = torch.randn(seq_len, batch, hidden)  # time-major for all
     times: dict[str, list[float]] = {k: [] for k in contenders}
+    load_before = _load()
+    auto_threads = lstm_seq.recurrence_threads()
     for r in range(warmup + repeats):
-        for name, module in contenders.items():
-            dt = _time_once(module, x)
+        for name, (module, n) in contenders.items():
+            dt = _time_once(module, x, n)
             if r >= warmup:
                 times[name].append(dt)
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["engine"] / med["torch_lstm"]
     return {
         "batch": batch, "seq_len": seq_len, "hidden": hidden, "repeats": repeats, "device": "cpu",
-        "threads": torch.get_num_threads(),
-        "engine_s": med["engine"], "python_loop_s": med["python_loop"], "torch_lstm_s": med["torch_lstm"],
+        "threads": threads, "recurrence_threads_auto": auto_threads,
+        "load_average": [load_before, _load()],
+        "engine_s": med["engine"], "engine_all_threads_s": med["engine_all_threads"],
+        "engine_one_thread_s": med["engine_one_thread"],
+        "python_loop_s": med["python_loop"], "torch_lstm_s": med["torch_lstm"],
         "ratio_engine_vs_torch": ratio,
+        "ratio_engine_all_threads_vs_torch": med["engine_all_threads"] / med["torch_lstm"],
+        "ratio_engine_one_thread_vs_torch": med["engine_one_thread"] / med["torch_lstm"],
         "ratio_python_loop_vs_torch": med["python_loop"] / med["torch_lstm"],
         "target_ratio": TARGET_RATIO, "meets_target": ratio <= TARGET_RATIO,
         "times_s": times,
     }
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(res))
         return 0
-    print(f"LN-LSTM fwd+bwd, B={res['batch']} T={res['seq_len']} H={res['hidden']}, "
-          f"{res['threads']} threads, median of {res['repeats']}:")
-    for key, label in (("engine_s", "engine LN-LSTM"), ("python_loop_s", "Python-loop LN-LSTM"),
-                       ("torch_lstm_s", "torch.nn.LSTM (no norm)")):
-        print(f"  {label:<26} {res[key] * 1e3:8.1f} ms")
-    print(f"  engine / torch.nn.LSTM      {res['ratio_engine_vs_torch']:.2f}x  (target ≤ {TARGET_RATIO}x)")
-    print(f"  Python loop / torch.nn.LSTM {res['ratio_python_loop_vs_torch']:.2f}x")
+    load = [("?" if v is None else f"{v:.1f}") for v in res["load_average"]]
+    print(f"LN-LSTM fwd+bwd, B={res['batch']} T={res['seq_len']} H={res['hidden']}, {res['threads']} threads "
+          f"(recurrence: {res['recurrence_threads_auto']} auto), median of {res['repeats']}, load average "
+          f"{load[0]} -> {load[1]}:")
+    rows = (("engine", "engine LN-LSTM (auto)"), ("engine_all_threads", "engine, all threads"),
+            ("engine_one_thread", "engine, one thread"), ("python_loop", "Python-loop LN-LSTM"),
+            ("torch_lstm", "torch.nn.LSTM (no norm)"))
+    for key, label in rows:
+        ratio = "" if key == "torch_lstm" else f"  {res[key + '_s'] / res['torch_lstm_s']:5.2f}x"
+        print(f"  {label:<26} {res[key + '_s'] * 1e3:8.1f} ms{ratio}")
+    verdict = "meets" if res["meets_target"] else "misses"
+    print(f"  engine / torch.nn.LSTM = {res['ratio_engine_vs_torch']:.2f}x: {verdict} the target "
+          f"≤ {TARGET_RATIO}x")
     return 0
 
 

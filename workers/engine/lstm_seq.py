@@ -13,16 +13,67 @@ Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower t
 dozen fused ops per step; the weight and LN-parameter gradients are formed once, from the stacked
 per-step tensors, with one large matrix product and a few reductions.
 
+Threads: the per-step work is small (B×H×4H multiply-adds and ~30K-element element-wise ops). On an idle
+machine the step's matrix product gains from all cores; on an oversubscribed one (load average above 1.5×
+the cores, e.g. a shared 2-core box), every OpenMP fork/join waits for a descheduled thread and costs
+milliseconds, so the recurrence then runs on one thread (bulk products outside the loop keep all
+threads). MKL's products and LN are bitwise the same for 1 and 2 threads, so this choice never changes
+the numbers. `set_recurrence_threads(n)` fixes it (None: automatic), e.g. for A/B measurements.
+
 LayerNorm here is torch's native kernel (population variance, eq. 15), so the numbers equal the
 `kernels.layer_norm` torch path; the float64 tests check them against a hand-written eq. 20 and gradcheck.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
+_FIXED_THREADS: int | None = None
+
+
+def set_recurrence_threads(n: int | None) -> None:
+    """Threads for the per-step loop: a fixed count, or None for automatic (see the module docstring)."""
+    global _FIXED_THREADS
+    if n is not None and n < 1:
+        raise ValueError(f"recurrence threads must be ≥ 1 (got {n}); use None for automatic")
+    _FIXED_THREADS = n
+
+
+def machine_busy() -> bool:
+    """True when the 1-minute load average exceeds 1.5× the cores this process may use."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return False
+    return load > 1.5 * cores
+
+
+def recurrence_threads() -> int:
+    """Threads the next recurrence loop will use."""
+    if _FIXED_THREADS is not None:
+        return _FIXED_THREADS
+    threads = torch.get_num_threads()
+    return 1 if threads > 1 and machine_busy() else threads
+
+
+class _Threads:
+    """Run a block with `n` intra-op threads, restoring the previous count afterwards."""
+
+    def __init__(self, n: int):
+        self.n, self.before = n, torch.get_num_threads()
+
+    def __enter__(self):
+        if self.n != self.before:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        if self.n != self.before:
+            torch.set_num_threads(self.before)
 
 
 class _LSTMSequence(torch.autograd.Function):
@@ -42,28 +93,29 @@ class _LSTMSequence(torch.autograd.Function):
         f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
         stats_h, stats_c = [], []
         h, c = h0, c0
-        for t in range(T):
-            a = gates[t]
-            if ln_h:
-                torch.mm(h, w_hT, out=hh[t])
-                y, mean, rstd = _ln(hh[t], (G,), gain_h, bias_h, eps)
-                stats_h.append((mean, rstd))
-                torch.add(y, xx[t], out=a)
-            else:
-                torch.addmm(xx[t], h, w_hT, out=a)
-            sig[t].sigmoid_()
-            tng[t].tanh_()
-            c_t = cells[t]
-            torch.mul(f_[t], c, out=c_t)
-            c_t.addcmul_(i_[t], tng[t])
-            if ln_c:
-                y, mean, rstd = _ln(c_t, (H,), gain_c, bias_c, eps)
-                stats_c.append((mean, rstd))
-                torch.tanh(y, out=tanh_c[t])
-            else:
-                torch.tanh(c_t, out=tanh_c[t])
-            h = torch.mul(o_[t], tanh_c[t], out=hs[t])
-            c = c_t
+        with _Threads(recurrence_threads()):
+            for t in range(T):
+                a = gates[t]
+                if ln_h:
+                    torch.mm(h, w_hT, out=hh[t])
+                    y, mean, rstd = _ln(hh[t], (G,), gain_h, bias_h, eps)
+                    stats_h.append((mean, rstd))
+                    torch.add(y, xx[t], out=a)
+                else:
+                    torch.addmm(xx[t], h, w_hT, out=a)
+                sig[t].sigmoid_()
+                tng[t].tanh_()
+                c_t = cells[t]
+                torch.mul(f_[t], c, out=c_t)
+                c_t.addcmul_(i_[t], tng[t])
+                if ln_c:
+                    y, mean, rstd = _ln(c_t, (H,), gain_c, bias_c, eps)
+                    stats_c.append((mean, rstd))
+                    torch.tanh(y, out=tanh_c[t])
+                else:
+                    torch.tanh(c_t, out=tanh_c[t])
+                h = torch.mul(o_[t], tanh_c[t], out=hs[t])
+                c = c_t
         ctx.save_for_backward(w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
         ctx.buffers = (gates, cells, tanh_c, hh, stats_h, stats_c)
         ctx.eps = eps
@@ -97,25 +149,26 @@ class _LSTMSequence(torch.autograd.Function):
         mask = [True, False, False]
         dh_t = d_hs[T - 1]
         dc = torch.zeros_like(c0)
-        for t in range(T - 1, -1, -1):
-            if ln_c:
-                dy = torch.mul(dh_t, o_dtanh[t], out=d_yc[t])
-                mean, rstd = stats_c[t]
-                dy = _ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c, mask)[0]
-            else:
-                dy = dh_t * o_dtanh[t]
-            dc_t = dy.add_(dc)
-            torch.mul(dc_t.unsqueeze(1), k4[t], out=d_g4[t])  # f, i, g (o overwritten next)
-            torch.mul(dh_t, ko[t], out=d_o[t])
-            dc = dc_t.mul_(f_[t])
-            if ln_h:
-                mean, rstd = stats_h[t]
-                d_hh[t] = _ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h, mask)[0]
-                d_raw_t = d_hh[t]
-            else:
-                d_raw_t = d_gates[t]
-            # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
-            dh_t = torch.addmm(d_hs[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
+        with _Threads(recurrence_threads()):
+            for t in range(T - 1, -1, -1):
+                if ln_c:
+                    dy = torch.mul(dh_t, o_dtanh[t], out=d_yc[t])
+                    mean, rstd = stats_c[t]
+                    dy = _ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c, mask)[0]
+                else:
+                    dy = dh_t * o_dtanh[t]
+                dc_t = dy.add_(dc)
+                torch.mul(dc_t.unsqueeze(1), k4[t], out=d_g4[t])  # f, i, g (o overwritten next)
+                torch.mul(dh_t, ko[t], out=d_o[t])
+                dc = dc_t.mul_(f_[t])
+                if ln_h:
+                    mean, rstd = stats_h[t]
+                    d_hh[t] = _ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h, mask)[0]
+                    d_raw_t = d_hh[t]
+                else:
+                    d_raw_t = d_gates[t]
+                # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
+                dh_t = torch.addmm(d_hs[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
         d_raw = d_hh if ln_h else d_gates
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))

@@ -102,8 +102,12 @@ def _window(page, cdp, seconds: float) -> dict:
     wall = t1 - t0
     busy = m1["TaskDuration"] - m0["TaskDuration"]
     points, extends = c1[0] - c0[0], c1[1] - c0[1]
-    return {"wall_s": wall, "busy_fraction": busy / wall, "script_fraction":
-            (m1["ScriptDuration"] - m0["ScriptDuration"]) / wall, "fps": frames / wall,
+    def frac(key):
+        return (m1[key] - m0[key]) / wall
+
+    return {"wall_s": wall, "busy_fraction": busy / wall, "script_fraction": frac("ScriptDuration"),
+            "layout_fraction": frac("LayoutDuration"), "style_fraction": frac("RecalcStyleDuration"),
+            "fps": frames / wall,
             "points_per_s": points / wall, "redraws_per_s": extends / wall,
             "ms_per_point": 1000 * busy / points if points else None,
             "ms_per_redraw": 1000 * busy / extends if extends else None}
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     idle, live = res["live"]["idle"], res["live"]["streaming"]
     print(f"\nCompare page ({args.panels}), 8 runs, {args.rate:g} events/s each: idle vs streaming")
     for key, label, d in (("busy_fraction", "main thread busy", 3), ("script_fraction", "  of it script", 3),
+                          ("layout_fraction", "  of it layout", 3), ("style_fraction", "  of it style", 3),
                           ("fps", "frames / s", 1), ("points_per_s", "points appended / s", 0),
                           ("redraws_per_s", "redraws / s", 1), ("ms_per_point", "ms main thread / point", 3),
                           ("ms_per_redraw", "ms main thread / redraw", 2)):

@@ -73,6 +73,7 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
         html.Div(className="card", children=[
             html.Div(id="cmp-legend", className="run-list",
                      children=components.run_chips(bundle["runs"], state["color"])),
+            dcc.Store(id="cmp-runs-data", data={"runs": bundle["runs"], "color": state["color"]}),
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
         *components.page_stores(bundle["watch"], {**state, "runs": [r["id"] for r in bundle["runs"]]}),
@@ -84,7 +85,7 @@ def register(app: dash.Dash) -> None:
         Output(ids.CURVES, "figure", allow_duplicate=True),
         Output(ids.CURVES_MAP, "data", allow_duplicate=True),
         Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.URL_STATE, "data", allow_duplicate=True),
-        Output("cmp-legend", "children"), Output(ids.CMP_MESSAGE, "children"),
+        Output("cmp-runs-data", "data"), Output(ids.CMP_MESSAGE, "children"),
         Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"), Input(ids.CMP_COLOR, "value"),
         Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"), Input(ids.PRESENT, "data"),
         prevent_initial_call=True)
@@ -95,11 +96,18 @@ def register(app: dash.Dash) -> None:
             bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
                                         x_mode=state["x"], panels=state["panels"], present=bool(present))
         except ApiError as exc:
-            return (dash.no_update,) * 5 + (exc.detail,)
+            return (dash.no_update,) * 5 + (exc.detail,)  # type: ignore[return-value]
         missing = bundle["missing"]
         return (bundle["figure"], bundle["map"], bundle["watch"], state,
-                components.run_chips(bundle["runs"], state["color"]),
+                {"runs": bundle["runs"], "color": state["color"]},
                 f"Not found (deleted?): {', '.join(missing)}" if missing else "")
+
+
+    @app.callback(Output("cmp-legend", "children"), Input("cmp-runs-data", "data"),
+                  Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
+    def _legend(runs_data, live):
+        runs_data = runs_data or {}
+        return components.run_chips(runs_data.get("runs", []), runs_data.get("color", "norm"), live)
 
 
 dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", layout=layout)

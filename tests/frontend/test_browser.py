@@ -122,4 +122,5 @@ def test_presentation_mode_hides_controls_and_enlarges_type(page, server):
     assert not page.locator(".nav").is_visible()
     size = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').layout.font.size")
     assert size >= 20
+    page.wait_for_function(f"() => ({POINTS_JS})() > 20", timeout=30000)  # what the audience sees
     shot(page, "presentation-mode")

@@ -45,7 +45,8 @@ def _fmt(value, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def print_table(out: dict, file=sys.stdout) -> None:
+def print_table(out: dict, file=None) -> None:
+    file = file or sys.stdout
     better = "higher" if out["higher_is_better"] else "lower"
     print(f"{out['title']} ({out['paper_ref']}); metric: {out['metric']} ({better} is better), "
           f"seeds {','.join(map(str, out['seeds']))}", file=file)

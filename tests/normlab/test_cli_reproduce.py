@@ -1,0 +1,61 @@
+"""`normlab reproduce`: one JSON object with --json, a side-by-side table, and user mistakes -> exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from normlab.cli import main
+from normlab.presets import PRESETS
+from normlab.settings import get_settings
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """Point the CLI's settings (read from the environment) at a private data dir."""
+    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("NORMLAB_KERNEL_BACKEND", "torch")
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
+
+
+def test_json_prints_one_object_with_every_run_side_by_side(data_dir, capsys):
+    assert main(["reproduce", "online", "--seeds", "0,3", "--steps", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)  # exactly one JSON object on stdout (progress goes to stderr)
+    assert out["preset"] == "online" and out["seeds"] == [0, 3] and out["steps"] == 2
+    assert out["command"] == "normlab reproduce online --seeds 0,3 --steps 2 --json"
+    assert [r["label"] for r in out["runs"]] == list(PRESETS["online"].run_labels())
+    for run in out["runs"]:
+        assert {"mean", "std", "values", "seeds", "statuses", "curve", "spec"} <= set(run)
+        assert len(run["values"]) == 2 and run["seeds"] == [0, 3]
+        assert {"steps", "mean", "at", "auc"} <= set(run["curve"])
+        assert run["spec"]["steps"] == 2 and run["spec"]["batch_size"] == 1
+    direction = out["direction"]
+    assert {"claims", "holds", "all_seeds"} <= set(direction)
+    assert all({"claim", "holds", "all_seeds"} <= set(c) for c in direction["claims"])
+    assert captured.err.count("seed") == 4  # one progress line per (run, seed)
+
+
+def test_table_names_each_run_and_the_verdict(data_dir, capsys):
+    assert main(["reproduce", "fig6-batch4", "--seeds", "0", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "mean ± std" in out and "Direction:" in out
+    assert any(line.strip().startswith("layer ") for line in out.splitlines())
+    assert "layer better than batch" in out
+
+
+def test_unknown_preset_exits_2_and_lists_the_presets(capsys):
+    assert main(["reproduce", "fig7"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'fig7'" in err
+    assert all(name in err for name in PRESETS)
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "0,x"], ["--seeds", "1,1"], ["--steps", "0"],
+                                  ["--threads", "0"]])
+def test_bad_options_exit_2_with_a_message(argv, capsys):
+    assert main(["reproduce", "online", *argv]) == 2
+    assert capsys.readouterr().err.startswith("normlab reproduce: ")

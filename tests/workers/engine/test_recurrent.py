@@ -211,3 +211,26 @@ def test_make_layer_refuses_unknown_combinations():
         make_layer("rnn", 2, 3, "layer", 1.0)
     with pytest.raises(ValueError, match="group"):
         make_layer("lstm", 2, 3, "group", 1.0)
+
+
+def test_recurrence_thread_choice_never_changes_the_numbers():
+    # the loop runs on one thread on a busy machine and on all threads otherwise: bitwise the same
+    from workers.engine import lstm_seq
+
+    torch.manual_seed(0)
+    layer = LSTMLayer(16, 32, "layer")
+    x = torch.randn(7, 8, 16)
+    results = []
+    for n in (1, max(2, torch.get_num_threads())):
+        lstm_seq.set_recurrence_threads(n)
+        try:
+            layer.zero_grad()
+            out = layer(x)
+            out.square().sum().backward()
+            results.append([out.detach()] + [p.grad.clone() for p in layer.parameters()])
+        finally:
+            lstm_seq.set_recurrence_threads(None)
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="≥ 1"):
+        lstm_seq.set_recurrence_threads(0)

@@ -13,6 +13,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -93,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     started = time.perf_counter()
-    rows = [bench_task(t, args.norm, args.steps, args.repeat) for t in tasks]
+    rows = []
+    for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed
+        rows.append(bench_task(t, args.norm, args.steps, args.repeat))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     out = {"benchmark": "probes", "budget": ProbeSpec().budget, "torch": torch.__version__,
            "machine": platform.machine(), "threads": torch.get_num_threads(),
            "seconds": time.perf_counter() - started, "results": rows}

@@ -38,6 +38,8 @@ PANELS = {  # panel key -> (title, how to pick the series of a run)
 METRIC_TITLES = {"accuracy": "Validation accuracy", "bpc": "Validation bits per character",
                  "mse": "Validation MSE"}
 MAX_POINTS = 20_000  # extendData keeps at most this many points per trace
+# 1-2-3-5 ticks over many decades: whatever range live points push the axis to, it stays labelled
+LOG_TICKS = [m * 10.0 ** k for k in range(-6, 7) for m in (1, 2, 3, 5)]
 
 
 def norm_color(norm: str) -> str:
@@ -185,7 +187,8 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
     fig.update_xaxes(title_text="wall time (s)" if x_mode == "time" else "training step")
     for col, panel in enumerate(panels, start=1):
         if panel in ("loss", "val"):
-            fig.update_yaxes(type="log", dtick="D2", row=1, col=col)  # D2: minor labels 2 and 5 only
+            fig.update_yaxes(type="log", tickvals=LOG_TICKS, ticktext=[f"{v:g}" for v in LOG_TICKS],
+                             row=1, col=col)
         elif panel == "metric" and tasks and all(metric_key(t) == "accuracy" for t in tasks):
             fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     if not runs:

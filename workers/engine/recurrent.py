@@ -195,7 +195,10 @@ class TanhRNNLayer(_RecurrentBase):
         _start_record(record, lstm=False)
         outs = []
         for t in range(T):
-            a = ax[t] + h @ w_h.t()  # the summed inputs a_t of eq. 4
+            if record is None:
+                a = ax[t] + h @ w_h.t()  # the summed inputs a_t of eq. 4
+            else:  # probes: through the layer's summed(), which they may hook
+                a = self.proj.summed(torch.cat([x[t], h], dim=1))
             _record_summed(record, a)
             h = torch.tanh(self.proj.normalize(a, t))
             _keep_h(record, h)

@@ -88,7 +88,7 @@ def ln_lstm_bwd(dh: torch.Tensor, dc: torch.Tensor, hh: torch.Tensor, xx: torch.
     if B == 0:
         return dhh, dxx, dcp, torch.zeros(14 * H, dtype=torch.float32, device=hh.device)
     P = bwd_programs(B, hh.device)
-    part = torch.empty((P, 14 * H), dtype=torch.float32, device=hh.device)
+    part = torch.empty((B, 14 * H), dtype=torch.float32, device=hh.device)
     block = triton.next_power_of_2(H)
     K._ln_lstm_bwd[(P,)](dh, dc, hh, xx, c_prev, *params, stats, dhh, dxx, dcp, part, hh.stride(0),
                          xx.stride(0), c_prev.stride(0), B, H, BLOCK_H=block,

@@ -13,8 +13,9 @@ Backward (dh, dc from the future), per row:
     da_f = dc_t c_prev f(1−f),  da_i = dc_t g i(1−i),  da_o = do o(1−o),  da_g = dc_t i (1−g²)
     dc_prev = dc_t ⊙ f;  db = dβ_h = dβ_x += da;  dγ_h += da ⊙ n_h;  dγ_x += da ⊙ n_x
     dhh = rstd_h · (da γ_h − mean(da γ_h) − n_h ⊙ mean(da γ_h ⊙ n_h)) over 4H, dxx likewise.
-Parameter gradients: per-program fp32 partials [P, 14H] = [dγ_h | dγ_x | db | dγ_c | dβ_c] from a
-persistent grid, then the fixed-order column sum of ln_triton.py: deterministic, no atomics.
+Parameter gradients: per-row fp32 partials [B, 14H] = [dγ_h | dγ_x | db | dγ_c | dβ_c] (LSTM batches are
+small and these stay in L2; carrying 14 accumulators across rows spilled registers at H = 1024), then the
+fixed-order column sum of ln_triton.py: deterministic, no atomics.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def _ln_lstm_bwd(
     Stats,  # fp32 (B, 6) saved by the forward
     DHH, DXX,  # (B, 4H) outputs, contiguous, activation dtype
     DC_prev,  # (B, H) output ∂L/∂c_{t-1}, contiguous
-    Part,  # fp32 (P, 14H): row pid = this program's [dγ_h | dγ_x | db | dγ_c | dβ_c]
+    Part,  # fp32 (B, 14H): row r = batch row r's [dγ_h | dγ_x | db | dγ_c | dβ_c] contributions
     stride_hh, stride_xx, stride_cp, B, H,
     BLOCK_H: tl.constexpr,
 ):
@@ -159,15 +160,9 @@ def _ln_lstm_bwd(
     n_prog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_H)
     ok = cols < H
-    zero = tl.zeros([BLOCK_H], dtype=tl.float32)
-    dgh0, dgh1, dgh2, dgh3 = zero, zero, zero, zero
-    dgx0, dgx1, dgx2, dgx3 = zero, zero, zero, zero
-    db0, db1, db2, db3 = zero, zero, zero, zero
-    dgc = zero
-    dbc = zero
     gc = tl.load(GC + cols, mask=ok, other=0.0).to(tl.float32)
     bc = tl.load(BC + cols, mask=ok, other=0.0).to(tl.float32)
-    for row in range(pid, B, n_prog):  # persistent, fixed order ⇒ deterministic partials
+    for row in range(pid, B, n_prog):  # persistent over rows
         r64 = tl.cast(row, tl.int64)
         mean_h = tl.load(Stats + row * 6 + 0)
         rstd_h = tl.load(Stats + row * 6 + 1)
@@ -184,8 +179,9 @@ def _ln_lstm_bwd(
         dh = tl.load(DH + r64 * H + cols, mask=ok, other=0.0).to(tl.float32)
         dc_next = tl.load(DC + r64 * H + cols, mask=ok, other=0.0).to(tl.float32)
         dl = dh * o * (1.0 - th * th)
-        dgc += dl * nc
-        dbc += dl
+        part = Part + r64 * (14 * H)
+        tl.store(part + 12 * H + cols, dl * nc, mask=ok)  # dγ_c
+        tl.store(part + 13 * H + cols, dl, mask=ok)  # dβ_c
         dn = dl * gc
         m1 = tl.sum(dn, axis=0) / H
         m2 = tl.sum(dn * nc, axis=0) / H
@@ -195,27 +191,12 @@ def _ln_lstm_bwd(
         da1 = dct * g * i * (1.0 - i)
         da2 = dh * th * o * (1.0 - o)
         da3 = dct * i * (1.0 - g * g)
-        db0 += da0
-        db1 += da1
-        db2 += da2
-        db3 += da3
-        dgh0 += da0 * nh0
-        dgh1 += da1 * nh1
-        dgh2 += da2 * nh2
-        dgh3 += da3 * nh3
-        dgx0 += da0 * nx0
-        dgx1 += da1 * nx1
-        dgx2 += da2 * nx2
-        dgx3 += da3 * nx3
+        _store4(part, cols, ok, H, da0 * nh0, da1 * nh1, da2 * nh2, da3 * nh3)  # dγ_h
+        _store4(part + 4 * H, cols, ok, H, da0 * nx0, da1 * nx1, da2 * nx2, da3 * nx3)  # dγ_x
+        _store4(part + 8 * H, cols, ok, H, da0, da1, da2, da3)  # db = dβ_h = dβ_x
         gh0, gh1, gh2, gh3 = _load4(GH, cols, ok, H)
         e0, e1, e2, e3 = _ln_dx4(da0 * gh0, da1 * gh1, da2 * gh2, da3 * gh3, nh0, nh1, nh2, nh3, rstd_h, H)
         _store4(DHH + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)
         gx0, gx1, gx2, gx3 = _load4(GX, cols, ok, H)
         e0, e1, e2, e3 = _ln_dx4(da0 * gx0, da1 * gx1, da2 * gx2, da3 * gx3, nx0, nx1, nx2, nx3, rstd_x, H)
         _store4(DXX + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)
-    part = Part + pid * (14 * H)
-    _store4(part, cols, ok, H, dgh0, dgh1, dgh2, dgh3)
-    _store4(part + 4 * H, cols, ok, H, dgx0, dgx1, dgx2, dgx3)
-    _store4(part + 8 * H, cols, ok, H, db0, db1, db2, db3)
-    tl.store(part + 12 * H + cols, dgc, mask=ok)
-    tl.store(part + 13 * H + cols, dbc, mask=ok)

@@ -92,7 +92,10 @@ def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float)
                  {"status": "completed", "time": time.time()})
 
 
-def new_running_run(store) -> str:
+def new_running_run(store):
+    """A stored run claimed by this process, with a RunWatch keeping its heartbeat (as a worker does,
+    or the reaper would declare it lost). Returns (run_id, watch)."""
+    from backend.feed.writer import RunWatch
     from backend.store import new_run_id
     from normlab.spec import RunSpec
 
@@ -101,12 +104,12 @@ def new_running_run(store) -> str:
     spec = RunSpec(task="digits", steps=10).resolved().model_dump(mode="json")
     store.create_runs([{"id": run_id, "spec": spec}])
     store.claim(run_id, "bench")
-    return run_id
+    return run_id, RunWatch(store, run_id, heartbeat_s=1.0)
 
 
 def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rate_hz: float) -> dict:
     """n_clients SSE clients on one synthetic run: latency percentiles, lost and duplicate counts."""
-    run_id = new_running_run(store)
+    run_id, watch = new_running_run(store)
     host, port = base.split("//")[1].rstrip("/").split(":")
     outs = [{"seqs": [], "lat": []} for _ in range(n_clients)]
 
@@ -122,6 +125,7 @@ def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rat
         emitter.join()
 
     asyncio.run(main())
+    watch.stop()
     expected = n_events + 2
     lost = sum(len(set(range(1, expected + 1)) - set(o["seqs"])) for o in outs)
     dups = sum(len(o["seqs"]) - len(set(o["seqs"])) for o in outs)
@@ -138,7 +142,8 @@ def measure_submit(base: str, reps: int) -> dict:
         warm = c.post(base + "api/runs", json=spec).json()["id"]  # the worker's first run warms it up
         list(iter_sse(c, base + f"api/runs/{warm}/events", timeout=300))
         for _ in range(reps):
-            time.sleep(1.5)  # the pool's next child is forked and idle
+            # Idle: a fresh pool child (one per run, so CUDA memory is released) has replaced the last one.
+            time.sleep(4.0)
             t0 = time.time()
             rid = c.post(base + "api/runs", json=spec).json()["id"]
             first = next(iter_sse(c, base + f"api/runs/{rid}/events", timeout=120))
@@ -153,7 +158,7 @@ def write_history(store, n_points: int) -> tuple[str, float]:
     from backend.store import EventRow
     from backend.store.rollup import RollupBuilder, bucket_json
 
-    run_id = new_running_run(store)
+    run_id, watch = new_running_run(store)
     t0 = time.perf_counter()
     builder, batch, buckets = RollupBuilder(), [], []
     t_base = time.time()
@@ -170,7 +175,8 @@ def write_history(store, n_points: int) -> tuple[str, float]:
         if len(batch) == 20_000 or i == n_points - 1:
             store.append_events(run_id, batch, buckets, len(batch))
             batch, buckets = [], []
-    store.finish_with_status(run_id, "completed", "bench history", only_from=("running",))
+    watch.stop()
+    assert store.finish_with_status(run_id, "completed", "bench history", only_from=("running",))
     return run_id, time.perf_counter() - t0
 
 

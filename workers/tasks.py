@@ -10,6 +10,8 @@ import socket
 import time
 import traceback
 
+from celery.signals import worker_init
+
 from backend.feed.redis_feed import RedisPublisher
 from backend.feed.writer import EventWriter, RunWatch, _finite
 from backend.store import get_store
@@ -27,6 +29,15 @@ except ImportError as exc:  # pragma: no cover - only while the engine is missin
 
     def train_fn(*_a, **_k):
         raise RuntimeError(f"the training engine is not available: {_missing}")
+
+
+@worker_init.connect
+def _prepare_store(**_kwargs) -> None:
+    """In the worker's parent, before the pool forks: create the tables and load the database driver
+    once, then drop the connections (children must not share them). Each fresh child (one per run)
+    then claims its run in milliseconds instead of repeating this."""
+    store = get_store(get_settings())
+    store.dispose()
 
 
 @app.task(name=TRAIN_TASK, ignore_result=True)

@@ -60,6 +60,9 @@ def _ln_impls():
     def compiled_mixed(x, w, b):  # F.layer_norm refuses mixed dtypes: compile the upcast torch users write
         return F.layer_norm(x.float(), (x.shape[-1],), w, b, 1e-5).to(x.dtype)
 
+    # The backward alone is timed by replaying one graph (retain_graph): compiled graphs must not donate
+    # their saved buffers for that.
+    torch._functorch.config.donated_buffer = False
     # Row count M marked dynamic, N static (see _mark): one inductor compile per (N, dtype, grad mode).
     return {"triton": tri, "torch": eager, "torch.compile": torch.compile(eager),
             "torch.compile/mixed": torch.compile(compiled_mixed)}

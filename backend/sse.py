@@ -85,6 +85,13 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
                     active.remove(rid)  # ended (or deleted) with nothing left after this cursor
             if progressed or not active:
                 continue
+            if len(wakeups) == 1:  # the common case: no extra task per client per wake-up
+                try:
+                    async with asyncio.timeout(5.0):
+                        await wakeups[0].wait()
+                except TimeoutError:
+                    pass
+                continue
             waiters = [asyncio.ensure_future(w.wait()) for w in wakeups]
             try:
                 await asyncio.wait(waiters, timeout=5.0, return_when=asyncio.FIRST_COMPLETED)

@@ -222,3 +222,22 @@ def test_evaluation_in_small_chunks_gives_the_same_metrics(settings, monkeypatch
     assert one_by_one.keys() == whole.keys() == {"loss", "accuracy"}
     for key in whole:
         assert one_by_one[key] == pytest.approx(whole[key], rel=1e-5)
+
+
+def test_recurrent_batchnorm_beyond_its_trained_length_is_explained_in_the_log(settings):
+    spec = RunSpec(task="adding", norm="batch", seq_len=5, eval_seq_len=9, hidden_size=8, steps=4,
+                   eval_every=2)
+    result, events = run(spec, settings)
+    assert result.status == "completed" and math.isfinite(result.metrics["val_mse"])
+    warnings = [e for e in events if e.kind == "log" and e.payload["level"] == "warning"]
+    assert len(warnings) == 2  # announced before training, then measured once at the first evaluation
+    assert warnings[0].step == 0 and "BatchNorm" in warnings[0].payload["message"]
+    measured = warnings[1]
+    assert measured.step == 2 and measured.payload["layers"][0]["eval_steps_beyond"] == 4
+    assert measured.payload["layers"][0]["trained_steps"] == 5
+
+
+def test_layernorm_runs_say_nothing_about_trained_lengths(settings):
+    spec = RunSpec(task="adding", norm="layer", seq_len=5, eval_seq_len=9, hidden_size=8, steps=2)
+    _, events = run(spec, settings)
+    assert not [e for e in events if e.kind == "log" and e.payload["level"] != "info"]

@@ -27,7 +27,7 @@ from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
-FISHER_SHARE = 0.8  # of the budget; the hidden traces (a cheap record in the step itself) get the rest
+FISHER_SHARE = 0.6  # of the budget; the rest covers the hidden traces and costs outside the timed hooks
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 12.0  # predicted cost of the first estimate: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
 

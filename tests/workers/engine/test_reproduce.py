@@ -3,6 +3,7 @@ hold robustly on this data (fig6-batch4, online), run at reduced steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -123,3 +124,14 @@ def test_layernorm_trains_online_and_batchnorm_is_refused(settings):
     assert all(v < math.log(10) for v in out["runs"][1]["values"])
     refused = claims["norm 'batch' refused at batch size 1"]
     assert refused["holds"] and "batch size" in refused["message"] and "'layer'" in refused["message"]
+
+
+@pytest.mark.slow
+def test_layernorm_beats_no_normalization_in_the_convnet_on_every_seed(settings):
+    full = PRESETS["convnets"]
+    keep = [i for i, label in enumerate(full.run_labels()) if label in ("none", "layer")]
+    preset = dataclasses.replace(full, runs=tuple(full.runs[i] for i in keep),
+                                 labels=tuple(full.run_labels()[i] for i in keep))
+    out = reproduce(preset, seeds=[0, 1], steps=60, settings=settings)
+    claim = next(c for c in out["direction"]["claims"] if c["claim"] == "layer better than none")
+    assert claim["all_seeds"], out["runs"]

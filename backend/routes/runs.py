@@ -30,7 +30,7 @@ def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: User
 @router.get("", response_model=RunList)
 def list_runs(store: StoreDep, task: str | None = None, norm: str | None = None,
               status: str | None = None, group: str | None = None, owner: str | None = None,
-              offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)) -> RunList:
+              offset: int = Query(0, ge=0, le=10**9), limit: int = Query(50, ge=1, le=500)) -> RunList:
     rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
                                   offset=offset, limit=limit)
     return RunList(items=[run_public(store, r) for r in rows], total=total, offset=offset, limit=limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from functools import lru_cache
 from pathlib import Path
@@ -119,12 +120,12 @@ def _raw_mnist1d(cache_dir: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(cache) as z:
             return {k: z[k] for k in ("x", "y", "x_test", "y_test")}
-    except (OSError, KeyError, ValueError):
+    except Exception:  # noqa: BLE001 - missing or damaged (e.g. BadZipFile): regenerate it
         pass
     arrays = _generate_mnist1d()
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp.npz")
+        tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")  # one per writer process
         np.savez(tmp, **arrays)
         tmp.replace(cache)  # atomic, so a concurrent reader never sees half a file
     except OSError:

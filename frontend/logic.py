@@ -199,7 +199,7 @@ def run_rows(items: list[dict]) -> list[dict]:
             "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
             "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": r.get("group_id") or "",
             "created": when(r.get("created_at")), "result": final_metric(r),
-            "device": r.get("device") or "",
+            "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
         })
     return rows
 

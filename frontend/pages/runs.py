@@ -14,7 +14,7 @@ FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
            ("group", "Group", None)]
 COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("batch_size", "Batch"),
            ("seed", "Seed"), ("steps", "Steps"), ("result", "Result"), ("owner", "Owner"),
-           ("group", "Group"), ("created", "Created (UTC)"), ("id", "Run")]
+           ("group", "Group"), ("created", "Created (UTC)"), ("link", "Run")]
 STATUS_STYLE = {"queued": ("#555", "#eee"), "running": ("#003f6b", "#d6ebfa"),
                 "completed": ("#0b5d3f", "#d5f2e5"), "failed": ("#7a1c00", "#fbdcd0"),
                 "cancelled": ("#555", "#e6e6e6"), "diverged": ("#7a1c00", "#fbe3b3"),
@@ -31,10 +31,14 @@ def _filter(name, label, options, value):
 
 def layout(present=None, **params) -> html.Div:
     table = dash_table.DataTable(
-        id=ids.RUNS_TABLE, columns=[{"name": n, "id": c} for c, n in COLUMNS], data=[],
+        id=ids.RUNS_TABLE, data=[],
+        columns=[{"name": n, "id": c, **({"presentation": "markdown"} if c == "link" else {})}
+                 for c, n in COLUMNS],
+        filter_options={"placeholder_text": "filter…"}, markdown_options={"link_target": "_self"},
         row_selectable="multi", selected_rows=[], sort_action="native", filter_action="native",
         page_size=25, style_as_list_view=True,
-        style_cell={"fontFamily": "inherit", "fontSize": 14, "padding": "6px 10px", "textAlign": "left"},
+        style_cell={"fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "fontSize": 14,
+                    "padding": "6px 10px", "textAlign": "left"},
         style_header={"fontWeight": 600, "background": "#f4f6f8"},
         style_data_conditional=[
             {"if": {"filter_query": f'{{status}} = "{s}"', "column_id": "status"},

@@ -116,7 +116,7 @@ def server(request, tmp_path_factory):
 
 
 @pytest.fixture
-def quiet_queue(server):
+def quiet_queue(browser, server):
     """Cancel whatever a test left queued or running, so the next test's run starts at once."""
     import httpx
 

@@ -124,3 +124,26 @@ def test_presentation_mode_hides_controls_and_enlarges_type(page, server):
     assert size >= 20
     page.wait_for_function(f"() => ({POINTS_JS})() > 20", timeout=30000)  # what the audience sees
     shot(page, "presentation-mode")
+
+
+def test_sweep_overlays_every_combination_and_runs_page_selects_them(page, server):
+    page.goto(server.url + "/")
+    page.get_by_text("Sweep: several normalizers").click()
+    page.locator("#lab-sweep-batch").fill("4, 16")
+    page.locator("#lab-sweep-seeds").fill("0")
+    page.get_by_role("button", name="Start sweep").click()
+    page.wait_for_function("() => document.querySelectorAll('#lab-runs .run-chip').length === 4",
+                           timeout=20000)
+    labels = page.locator("#lab-runs").inner_text()
+    for combo in ("batch · bs 4", "batch · bs 16", "layer · bs 4", "layer · bs 16"):
+        assert combo in labels
+    page.goto(server.url + "/runs")
+    page.wait_for_selector("#runs-table tbody tr td", timeout=15000)
+    boxes = page.locator("#runs-table input[type=checkbox]")
+    boxes.nth(0).check()
+    boxes.nth(1).check()
+    href = page.locator("#runs-compare").get_attribute("href")
+    page.wait_for_function("() => /runs=[0-9a-f]+,[0-9a-f]+/.test(document.querySelector('#runs-compare')"
+                           ".getAttribute('href'))", timeout=10000)
+    shot(page, "runs-page")
+    assert href is not None

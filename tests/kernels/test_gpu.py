@@ -45,8 +45,8 @@ def test_forward_backward_vs_float64(N, dtype):
     M = 4096 if N <= 8192 else 512
     x, w, b, dy = _data(M, N, dtype)
     got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
-    ref = _grads(lambda a, c, d: layer_norm_reference(a.double(), c.double(), d.double(), 1e-5),
-                 x, w, b, dy.double())
+    ref = _grads(lambda a, c, d: layer_norm_reference(a, c, d, 1e-5),
+                 x.double(), w.double(), b.double(), dy.double())
     atol, rtol = TOL[dtype]
     for name, g, r in zip(("y", "dx"), got[:2], ref[:2], strict=True):
         torch.testing.assert_close(g.double(), r, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")

@@ -241,3 +241,25 @@ def test_layernorm_runs_say_nothing_about_trained_lengths(settings):
     spec = RunSpec(task="adding", norm="layer", seq_len=5, eval_seq_len=9, hidden_size=8, steps=2)
     _, events = run(spec, settings)
     assert not [e for e in events if e.kind == "log" and e.payload["level"] != "info"]
+
+
+def test_threads_follow_the_work_and_respect_an_explicit_choice(monkeypatch):
+    import os
+
+    setup = importlib.import_module("workers.engine.loop_setup")
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(setup, "_TORCH_DEFAULT_THREADS", 4)
+    monkeypatch.setattr(setup, "_threads_we_set", None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    try:
+        torch.set_num_threads(4)
+        assert setup.choose_threads(100_000, 32) == 1 == torch.get_num_threads()  # a small model: 1
+        assert setup.choose_threads(10**7, 10**4) == 3  # big work: capped by the CPUs we may use
+        torch.set_num_threads(2)  # the embedding program chose: leave it alone
+        assert setup.choose_threads(100_000, 32) == 2
+        monkeypatch.setattr(setup, "_threads_we_set", 2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # so did the environment
+        assert setup.choose_threads(10**7, 10**4) == 2
+    finally:
+        torch.set_num_threads(before)

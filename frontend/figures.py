@@ -174,6 +174,13 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             values = list(s["value"])
             smoothed, (acc, n) = ema(values, smoothing) if smoothing > 0 else (values, (0.0, 0))
             xs = _elapsed_at(steps, history) if x_mode == "time" else steps
+            if history.get("downsampled") and s.get("min") and s.get("max"):
+                # each bucket's min..max as a faint band behind its mean: spikes stay visible
+                fig.add_trace(go.Scatter(
+                    x=list(xs) + list(xs)[::-1], y=list(s["max"]) + list(s["min"])[::-1], fill="toself",
+                    mode="lines", line={"width": 0}, fillcolor=color, opacity=0.22, hoverinfo="skip",
+                    showlegend=False, legendgroup=rid, meta=f"{rid}:range"), row=1, col=col)
+                index += 1
             fig.add_trace(go.Scatter(
                 # evaluations are sparse: markers, so a single evaluation is visible too
                 x=xs, y=smoothed, mode="lines" if panel == "loss" else "lines+markers",

@@ -138,3 +138,18 @@ def test_fisher_figure_names_estimators_and_summarises_many_groups():
     assert wnames == {"min of 20 groups", "median of 20 groups", "max of 20 groups"}
     wmax = next(t for t in many["data"] if t["name"] == "max of 20 groups" and t["y"][0] == 20.0)
     assert wmax is not None
+
+
+def test_downsampled_history_keeps_its_spikes_as_a_min_max_band():
+    hist = _history([10, 20, 30], [1.0, 1.0, 1.0])
+    hist["series"]["train_loss"]["max"] = [1.5, 9.0, 1.2]  # a spike inside the second bucket
+    hist["series"]["train_loss"]["min"] = [0.8, 0.9, 0.7]
+    hist["downsampled"] = True
+    fig, tmap = figures.curves_figure([_run("a")], {"a": hist}, panels=["loss"])
+    band, line = fig["data"]
+    assert band["fill"] == "toself" and max(band["y"]) == 9.0 and min(band["y"]) == 0.7
+    assert list(band["x"]) == [10, 20, 30, 30, 20, 10]
+    assert tmap["runs"]["a"][0]["i"] == 1 and line["meta"] == "a"  # live points extend the mean line
+    hist["downsampled"] = False
+    fig, tmap = figures.curves_figure([_run("a")], {"a": hist}, panels=["loss"])
+    assert len(fig["data"]) == 1 and tmap["runs"]["a"][0]["i"] == 0

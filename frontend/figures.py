@@ -38,8 +38,16 @@ PANELS = {  # panel key -> (title, how to pick the series of a run)
 METRIC_TITLES = {"accuracy": "Validation accuracy", "bpc": "Validation bits per character",
                  "mse": "Validation MSE"}
 MAX_POINTS = 20_000  # extendData keeps at most this many points per trace
-# 1-2-3-5 ticks over many decades: whatever range live points push the axis to, it stays labelled
-LOG_TICKS = [m * 10.0 ** k for k in range(-6, 7) for m in (1, 2, 3, 5)]
+
+
+def log_ticks(values: Iterable[float | None]) -> dict:
+    """Tick values for a log axis over many decades (so live points never leave it unlabelled), as
+    dense as the data's current span allows: 1-2-3-5 within a decade, 1-2-5, 1-3, or powers of 10."""
+    pos = [v for v in values if isinstance(v, int | float) and v > 0 and math.isfinite(v)]
+    span = math.log10(max(pos) / min(pos)) if pos else 1.0
+    mult = (1, 2, 3, 5) if span < 1 else (1, 2, 5) if span < 2 else (1, 3) if span < 3.5 else (1,)
+    vals = [m * 10.0 ** k for k in range(-9, 10) for m in mult]
+    return {"tickvals": vals, "ticktext": [f"{v:g}" for v in vals]}
 
 
 def norm_color(norm: str) -> str:
@@ -160,6 +168,7 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
     colors = colors_for(runs, color_by)
     trace_map: dict[str, Any] = {"runs": {}, "x": x_mode, "smooth": smoothing, "max_points": MAX_POINTS}
     index = 0
+    seen_values: dict[str, list] = {}
     for run in runs:
         rid, task = run["id"], run["spec"].get("task", "digits")
         color, dash = colors[rid]
@@ -191,11 +200,13 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             entries.append({"i": index, "key": key, "last": steps[-1] if steps else -1, "acc": acc, "n": n})
             index += 1
         trace_map["runs"][rid] = entries
+        for e in entries:
+            seen_values.setdefault(e["key"], []).extend(fig.data[e["i"]].y or [])
     fig.update_xaxes(title_text="wall time (s)" if x_mode == "time" else "training step")
     for col, panel in enumerate(panels, start=1):
         if panel in ("loss", "val"):
-            fig.update_yaxes(type="log", tickvals=LOG_TICKS, ticktext=[f"{v:g}" for v in LOG_TICKS],
-                             row=1, col=col)
+            key = "train_loss" if panel == "loss" else "val_loss"
+            fig.update_yaxes(type="log", **log_ticks(seen_values.get(key, [])), row=1, col=col)
         elif panel == "metric" and tasks and all(metric_key(t) == "accuracy" for t in tasks):
             fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     if not runs:
@@ -333,7 +344,11 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
                       row=1, col=1)
     fig.add_trace(go.Scatter(x=steps, y=[e["payload"].get("eta_lambda_max") for e in events],
                              name="η·λ_max(F)", line={"color": "#0072B2"}), row=1, col=2)
-    if any(e["payload"].get("hessian_lambda_max") is not None for e in events):
+    if any(e["payload"].get("eta_hessian_lambda_max") is not None for e in events):
+        fig.add_trace(go.Scatter(x=steps, y=[e["payload"].get("eta_hessian_lambda_max") for e in events],
+                                 name="η·λ_max(Hessian)", line={"color": "#D55E00", "dash": "dot"}),
+                      row=1, col=2)
+    elif any(e["payload"].get("hessian_lambda_max") is not None for e in events):
         lrs = [e["payload"].get("eta_lambda_max", 0) / e["payload"]["lambda_max"]
                if e["payload"].get("lambda_max") else None for e in events]
         fig.add_trace(go.Scatter(
@@ -350,8 +365,10 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
                                      showlegend=(row, col) == (1, 3), line={"color": ORDINAL_COLORS[k % 8]}),
                           row=row, col=col)
     fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_yaxes(type="log", row=2, col=1)
+    fig.update_yaxes(type="log", row=1, col=1,
+                     **log_ticks(v for e in events for v in (e["payload"].get("trace") or {}).values()))
+    fig.update_yaxes(type="log", row=2, col=1, **log_ticks(
+        g.get("effective_lr") for e in events for g in e["payload"].get("groups", [])))
     apply_theme(fig, present, height=600)
     cost = last.get("cost_steps")
     note = "Trace estimator per layer in the legend"

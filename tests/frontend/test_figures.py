@@ -153,3 +153,11 @@ def test_downsampled_history_keeps_its_spikes_as_a_min_max_band():
     hist["downsampled"] = False
     fig, tmap = figures.curves_figure([_run("a")], {"a": hist}, panels=["loss"])
     assert len(fig["data"]) == 1 and tmap["runs"]["a"][0]["i"] == 0
+
+
+def test_log_ticks_get_sparser_as_the_span_grows():
+    narrow = figures.log_ticks([0.12, 0.2])["tickvals"]
+    wide = figures.log_ticks([1e-3, 3.0])["tickvals"]
+    assert 0.15 not in narrow and any(abs(v - 0.3) < 1e-12 for v in narrow)  # 1-2-3-5 inside a decade
+    assert not any(abs(v - 0.002) < 1e-15 for v in wide) and any(abs(v - 0.003) < 1e-15 for v in wide)
+    assert figures.log_ticks([])["ticktext"][figures.log_ticks([])["tickvals"].index(1.0)] == "1"

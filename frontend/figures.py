@@ -215,6 +215,8 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             r.get("status") in TERMINAL_STATUSES for r in runs):
         _empty(fig, "These runs ended without recording any training points.")
     apply_theme(fig, present, height=380)
+    # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
+    fig.update_layout(uirevision=f"curves-{x_mode}")
     return fig.to_plotly_json(), trace_map
 
 

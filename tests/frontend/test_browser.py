@@ -23,11 +23,21 @@ def _start_run(server, **spec) -> str:
 
 def test_lab_start_run_streams_points(page, server):
     page.goto(server.url + "/")
+    steps = page.locator('[id*="lab-field"][id*="steps"]')
+    steps.fill("1500")
+    steps.press("Tab")
     page.get_by_role("button", name="Start run").click()
     page.wait_for_selector(".run-chip", timeout=15000)
     first = page.evaluate(POINTS_JS)
     page.wait_for_function(f"() => ({POINTS_JS})() > {max(first, 0) + 5}", timeout=30000)
     assert re.search(r"[?&]runs=[0-9a-f]+", page.url), page.url
+    # a zoom set by the user stays while points keep arriving
+    page.evaluate("() => Plotly.relayout(document.querySelector('#nl-curves .js-plotly-plot'),"
+                  " {'xaxis.range': [0, 40]})")
+    n = page.evaluate(POINTS_JS)
+    page.wait_for_function(f"() => ({POINTS_JS})() > {n + 5}", timeout=30000)
+    rng = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').layout.xaxis.range")
+    assert rng == [0, 40]
     shot(page, "lab-live")
     assert not page.errors, page.errors
 

@@ -61,7 +61,7 @@ def test_curves_trace_map_points_at_each_series_trace():
     smoothed, (acc, n) = figures.ema([3.0, 2.0, 1.0], 0.5)
     assert list(data[a_loss["i"]]["y"]) == pytest.approx(smoothed) and a_loss["acc"] == pytest.approx(acc)
     assert tmap["runs"]["b"][1]["last"] == -1  # no validation yet: any step extends it
-    assert fig["layout"]["uirevision"] == "keep"
+    assert fig["layout"]["uirevision"] == "curves-step"
 
 
 def test_colour_is_fixed_per_normalizer_and_dash_separates_batch_sizes():

@@ -15,10 +15,11 @@ import importlib
 
 import torch
 
-from kernels.reference import layer_norm_reference, ln_lstm_cell_reference
+from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
-__all__ = ["backend_for", "layer_norm", "layer_norm_reference", "ln_lstm_cell", "ln_lstm_cell_reference",
-           "set_backend", "triton_available", "triton_layer_norm", "triton_ln_lstm_cell"]
+__all__ = ["backend_for", "layer_norm", "layer_norm_reference", "ln_gru_cell", "ln_gru_cell_reference",
+           "ln_lstm_cell", "ln_lstm_cell_reference", "set_backend", "triton_available", "triton_layer_norm",
+           "triton_ln_gru_cell", "triton_ln_lstm_cell"]
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
@@ -34,7 +35,8 @@ def set_backend(name: str) -> None:
                          "or use 'auto'/'torch'")
     _FORCED = name
     if name != "torch" and torch.cuda.is_available() and triton_available():
-        _ln_op(), _lstm_op()  # import (and register the ops) now, not inside a torch.compile'd region
+        # Import (and register the ops) now, not inside a torch.compile'd region.
+        _ln_op(), _lstm_op(), _module("gru_op")
 
 
 _TRITON_OK: bool | None = None  # plain globals, not lru_cache/importlib calls: torch.compile traces these
@@ -110,3 +112,22 @@ def triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, ga
     """(h, c) by the fused Triton LN-LSTM kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
     return _lstm_op().triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
                                           bias_c, eps)
+
+
+def ln_gru_cell(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx,
+                gain_uh, bias_uh, eps: float = 1e-5):
+    """h of one LN-GRU step (eq. 26, gates z, r): fused Triton kernel on CUDA, torch otherwise.
+
+    zr_h = h_{t-1} W_hᵀ and zr_x = x_t W_xᵀ are (B, 2H); wx = x_t Wᵀ, uh = h_{t-1} Uᵀ and h_prev (B, H);
+    gain/bias of the two 2H normalizations (2H,), of the two H normalizations (H,).
+    """
+    args = (zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx,
+            gain_uh, bias_uh, eps)
+    if backend_for(h_prev) == "triton":
+        return _module("gru_op").triton_ln_gru_cell(*args)
+    return ln_gru_cell_reference(*args)
+
+
+def triton_ln_gru_cell(*args, **kwargs):
+    """h by the fused Triton LN-GRU kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
+    return _module("gru_op").triton_ln_gru_cell(*args, **kwargs)

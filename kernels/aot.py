@@ -41,12 +41,12 @@ class Spec:
 
 
 def load_jit_modules() -> dict[str, ModuleType]:
-    """Fresh, compilable copies of ln_triton and lstm_triton (TRITON_INTERPRET off while loading)."""
+    """Fresh, compilable copies of the kernel modules (TRITON_INTERPRET off while loading)."""
     here = Path(__file__).parent
     old = os.environ.pop("TRITON_INTERPRET", None)
     try:
         mods = {}
-        for name in ("ln_triton", "lstm_triton"):
+        for name in ("ln_triton", "lstm_triton", "gru_triton"):
             spec = importlib.util.spec_from_file_location(f"_normlab_aot_{name}", here / f"{name}.py")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod  # triton resolves globals of helper functions through the module
@@ -92,6 +92,22 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
             Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block}, min(16, warps_for(16 * block)), label)]
 
 
+def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
+    from kernels.layer_norm_op import warps_for
+
+    block = triton.next_power_of_2(H)
+    acts = {"ZRH": f"*{x}", "ZRX": f"*{x}", "WX": f"*{x}", "UH": f"*{x}", "H_prev": f"*{x}"}
+    params = {n: f"*{w}" for n in ("G1", "B1", "G2", "B2", "G3", "B3", "G4", "B4")}
+    strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
+    fwd = {**acts, **params, "H_out": f"*{x}", "Stats": "*fp32", **strides, "H": "i32", "eps": "fp32"}
+    bwd = {"DH": f"*{x}", **acts, **params, "Stats": "*fp32", "DZRH": f"*{x}", "DZRX": f"*{x}",
+           "DWX": f"*{x}", "DUH": f"*{x}", "DH_prev": f"*{x}", "Part": "*fp32", **strides, "B": "i32",
+           "H": "i32"}
+    label = f"H={H} x={x} w={w}"
+    return [Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, warps_for(6 * block), label),
+            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block}, min(16, warps_for(12 * block)), label)]
+
+
 def specializations(full: bool = False) -> list[Spec]:
     """Every kernel in every launch configuration; `full` also crosses every configuration with every
     dtype pair (the CI set rotates the dtype pairs over the configurations so each kernel meets each)."""
@@ -106,6 +122,9 @@ def specializations(full: bool = False) -> list[Spec]:
         pairs = DTYPES if full else (DTYPES[3 * k],)  # fp32 at H = 256, bf16 + fp32 params at H = 1024
         for x, w in pairs:
             specs += _lstm_specs(x, w, H)
+    for k, H in enumerate(LSTM_HIDDEN):
+        for x, w in DTYPES if full else (DTYPES[3 * k],):
+            specs += _gru_specs(x, w, H)
     sum_sig = {"Part": "*fp32", "P": "i32", "N": "i32"}
     for out in ("fp32", "bf16", "fp16") if full else ("fp32", "bf16"):
         specs.append(Spec("_column_sum", {**sum_sig, "Out": f"*{out}"}, {"BLOCK_P": 8, "BLOCK_C": 1024}, 4,
@@ -118,7 +137,8 @@ def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    mod = mods["lstm_triton"] if "lstm" in spec.kernel else mods["ln_triton"]
+    name = "gru_triton" if "gru" in spec.kernel else "lstm_triton" if "lstm" in spec.kernel else "ln_triton"
+    mod = mods[name]
     fn = getattr(mod, spec.kernel)
     signature = {name: spec.signature.get(name, "constexpr") for name in fn.arg_names}
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in spec.constexprs]

@@ -56,3 +56,22 @@ def ln_lstm_cell_reference(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias,
     c = torch.sigmoid(f) * c_prev.to(dtype) + torch.sigmoid(i) * torch.tanh(g)
     h = torch.sigmoid(o) * torch.tanh(norm(c, H, gain_c, bias_c))
     return h.to(out_dtype), c.to(out_dtype)
+
+
+def ln_gru_cell_reference(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx,
+                          bias_wx, gain_uh, bias_uh, eps: float = 1e-5):
+    """h of one LN-GRU step, the paper's eq. 26 with gates (z, r):
+
+    (z, r) = σ(LN(W_h h_{t-1}) + LN(W_x x_t)),   ĥ = tanh(LN(W x_t) + σ(r) ⊙ LN(U h_{t-1})),
+    h = (1 − z) ⊙ h_{t-1} + z ⊙ ĥ;   zr_h, zr_x are (B, 2H); wx, uh, h_prev (B, H).
+    """
+    dtype = torch.promote_types(zr_h.dtype, gain_zr_h.dtype)
+    H = h_prev.shape[-1]
+
+    def norm(t, g, b):
+        return layer_norm_reference(t.to(dtype), g.to(dtype), b.to(dtype), eps)
+
+    zr = torch.sigmoid(norm(zr_h, gain_zr_h, bias_zr_h) + norm(zr_x, gain_zr_x, bias_zr_x))
+    z, r = zr[..., :H], zr[..., H:]
+    h_hat = torch.tanh(norm(wx, gain_wx, bias_wx) + r * norm(uh, gain_uh, bias_uh))
+    return ((1 - z) * h_prev.to(dtype) + z * h_hat).to(zr_h.dtype)

@@ -55,6 +55,25 @@ def test_reference_cell_follows_eq_20_written_out(gen):
     torch.testing.assert_close(cr, c, atol=1e-12, rtol=1e-12)
 
 
+def test_gru_reference_follows_eq_26_written_out(gen):
+    B, H, eps = 2, 3, 1e-5
+    zr_h, zr_x = (torch.randn(B, 2 * H, generator=gen).double() for _ in range(2))
+    wx, uh, hp = (torch.randn(B, H, generator=gen).double() for _ in range(3))
+    g1, b1, g2, b2 = (torch.randn(2 * H, generator=gen).double() for _ in range(4))
+    g3, b3, g4, b4 = (torch.randn(H, generator=gen).double() for _ in range(4))
+
+    def ln(a, g, s):
+        mu = a.mean(-1, keepdim=True)
+        return g * (a - mu) / (((a - mu) ** 2).mean(-1, keepdim=True) + eps).sqrt() + s
+
+    zr = ln(zr_h, g1, b1) + ln(zr_x, g2, b2)
+    z, r = zr[:, :H].sigmoid(), zr[:, H:].sigmoid()
+    h = (1 - z) * hp + z * (ln(wx, g3, b3) + r * ln(uh, g4, b4)).tanh()
+    args = (zr_h, zr_x, wx, uh, hp, g1, b1, g2, b2, g3, b3, g4, b4, eps)
+    torch.testing.assert_close(kernels.ln_gru_cell_reference(*args), h, atol=1e-12, rtol=1e-12)
+    assert torch.equal(kernels.ln_gru_cell(*args), kernels.ln_gru_cell_reference(*args))  # CPU ⇒ torch
+
+
 def test_set_backend_validates_and_forces_torch(gen):
     with pytest.raises(ValueError, match="use 'auto', 'torch' or 'triton'"):
         kernels.set_backend("cuda")

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.reference import layer_norm_reference, ln_lstm_cell_reference
+from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
 pytestmark = pytest.mark.gpu
 CUDA = "cuda"
@@ -112,6 +112,33 @@ def test_fused_lstm_cell_vs_reference(H, dtype):
                                    msg=lambda m, k=k: f"output/grad #{k}: {m}")
     again = run(kernels.ln_lstm_cell, inputs)
     assert all(torch.equal(a, c) for a, c in zip(got, again, strict=True))
+
+
+@pytest.mark.parametrize("H", [256, 1000])
+def test_fused_gru_cell_vs_reference(H):
+    B = 64
+    g = torch.Generator(device=CUDA).manual_seed(2)
+
+    def r(*shape, s=1.0, m=0.0):
+        return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
+
+    inputs = [r(B, 2 * H, s=2, m=1), r(B, 2 * H), r(B, H, s=3), r(B, H, m=-1), r(B, H)]
+    inputs = [t.float() for t in inputs] + [p.float() for p in (
+        r(2 * H, s=0.3, m=1), r(2 * H, s=0.2), r(2 * H, s=0.3, m=1), r(2 * H, s=0.2),
+        r(H, s=0.3, m=1), r(H, s=0.2), r(H, s=0.3, m=1), r(H, s=0.2))]
+    dh = r(B, H)
+
+    def run(cell, ins):
+        leaves = [t.detach().clone().requires_grad_() for t in ins]
+        (cell(*leaves, 1e-5).double() * dh).sum().backward()
+        return [t.grad for t in leaves]
+
+    got = run(kernels.ln_gru_cell, inputs)  # CUDA ⇒ the fused kernel
+    ref = run(ln_gru_cell_reference, [t.double() for t in inputs])
+    for k, (a, c) in enumerate(zip(got, ref, strict=True)):
+        scale = 1 + c.abs().max().item()
+        torch.testing.assert_close(a.double() / scale, c / scale, atol=1e-4, rtol=1e-4,
+                                   msg=lambda m, k=k: f"grad #{k}: {m}")
 
 
 def test_torch_compile_keeps_one_graph_with_both_ops():

@@ -23,10 +23,11 @@ def data_dir(tmp_path, monkeypatch):
 
 def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):
     argv = ["bench", "engine", "--json", "--tasks", "digits,seq-digits,mnist", "--norms", "none,layer",
-            "--warmup", "1", "--steps", "2", *TINY_LSTM]
+            "--warmup", "1", "--steps", "2", "--rounds", "2", *TINY_LSTM]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["measured_steps"] == 2 and out["warmup_steps"] == 1 and out["threads"] >= 1
+    assert out["measured_steps"] == 2 and out["warmup_steps"] == 1 and out["rounds"] == 2
+    assert out["threads"] >= 1
     rows = {(r["task"], r["norm"]): r for r in out["steps_per_s"]}
     assert set(rows) == {(t, n) for t in ("digits", "seq-digits", "mnist") for n in ("none", "layer")}
     for task in ("digits", "seq-digits"):
@@ -34,6 +35,7 @@ def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):
             r = rows[(task, norm)]
             assert r["status"] == "completed" and r["steps_per_s"] > 0 and r["ms_per_step"] > 0
             assert r["steps_per_s"] == pytest.approx(1e3 / r["ms_per_step"])
+            assert len(r["rounds_ms"]) == 2 and r["ms_per_step"] == min(r["rounds_ms"])  # the best round
     assert rows[("seq-digits", "layer")]["model"].startswith("lstm")
     assert rows[("mnist", "none")]["status"] == "unavailable" and "IDX" in rows[("mnist", "none")]["error"]
     lstm = out["lnlstm_vs_torch_lstm"]

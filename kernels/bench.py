@@ -100,7 +100,7 @@ def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
             out.append({"M": M, "N": N, "dtype": dname, "impl": name, "error": str(exc)[:200]})
             continue
         leaves = [xg, wg, bg]
-        err = float((y[:rows].double() - ref).abs().max())
+        err = float((y[:rows].detach().double() - ref).abs().max())
         for mode in MODES:
             if DEVICE == "cuda":
                 torch.cuda.synchronize()
@@ -148,6 +148,16 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
                                                                H),
         "plain PyTorch LN-LSTM": lambda: _lstm_step_loop(kernels.ln_lstm_cell_reference, xs, w_h, params, H),
     }
+    engine = _engine_lstm(D, H, dev)
+    if engine is not None:
+        def engine_torch():  # the engine's own sequence-level LN-LSTM, kernels forced to torch
+            kernels.set_backend("torch")
+            try:
+                engine(xs).sum().backward()
+            finally:
+                kernels.set_backend("auto")
+
+        cases["engine LN-LSTM (torch backend)"] = engine_torch
     out = []
     for name, fn in cases.items():
         ms = _ms(fn, rep_ms)
@@ -179,6 +189,16 @@ def _run_lstm(args, stream) -> list[dict]:
                         print(f"LSTM B={B:3d} T={T:3d} H={H:4d} {r['impl']:28s} {r['ms']:9.3f} ms "
                               f"x{r['x_cudnn']:.2f} of cuDNN", flush=True)
     return out
+
+
+def _engine_lstm(D: int, H: int, dev: str):
+    """The engine's LN-LSTM layer when importable (not on a bare GPU box without the service deps)."""
+    try:
+        from workers.engine.recurrent import LSTMLayer
+
+        return LSTMLayer(D, H, norm="layer").to(dev)
+    except Exception:  # noqa: BLE001 - any import/constructor problem just leaves this column out
+        return None
 
 
 def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", "/usr/bin/chromium")  # a missing path: browser tests skip
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
@@ -92,9 +92,15 @@ def page(browser, request):
         context.close()
 
 
-def shot(pg, name: str) -> None:
+def _shot(pg, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def shot():
+    """shot(page, name): save a full-page screenshot under artifacts/screenshots/."""
+    return _shot
 
 
 @pytest.fixture(scope="session")

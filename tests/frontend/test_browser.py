@@ -7,8 +7,6 @@ import re
 import httpx
 import pytest
 
-from tests.frontend.conftest import shot
-
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quiet_queue")]
 
 POINTS_JS = """() => { const g = document.querySelector('#nl-curves .js-plotly-plot');
@@ -21,7 +19,7 @@ def _start_run(server, **spec) -> str:
     return r.json()["id"]
 
 
-def test_lab_start_run_streams_points(page, server):
+def test_lab_start_run_streams_points(page, shot, server):
     page.goto(server.url + "/")
     steps = page.locator('[id*="lab-field"][id*="steps"]')
     steps.fill("1500")
@@ -42,7 +40,7 @@ def test_lab_start_run_streams_points(page, server):
     assert not page.errors, page.errors
 
 
-def test_bad_field_shows_the_api_message(page, server):
+def test_bad_field_shows_the_api_message(page, shot, server):
     page.goto(server.url + "/")
     page.locator("#lab-norm").click()
     page.get_by_role("option", name="batch", exact=True).click()
@@ -56,7 +54,7 @@ def test_bad_field_shows_the_api_message(page, server):
     shot(page, "lab-bad-field")
 
 
-def test_compare_permalink_restores_runs_and_smoothing(page, server):
+def test_compare_permalink_restores_runs_and_smoothing(page, shot, server):
     a, b = _start_run(server, norm="layer"), _start_run(server, norm="batch")
     page.goto(f"{server.url}/compare?runs={a},{b}&smooth=0.8&color=batch_size&x=step")
     page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
@@ -73,7 +71,7 @@ def test_compare_permalink_restores_runs_and_smoothing(page, server):
     shot(page, "compare-permalink")
 
 
-def test_second_tab_mid_run_sees_full_history(page, browser, server):
+def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
     rid = _start_run(server, norm="layer", steps=4000)
     page.goto(f"{server.url}/run/{rid}")
     page.wait_for_function(f"() => ({POINTS_JS})() > 40", timeout=30000)
@@ -100,7 +98,7 @@ def test_second_tab_mid_run_sees_full_history(page, browser, server):
         second.close()
 
 
-def test_invariance_page_shows_18_computed_cells(page, server):
+def test_invariance_page_shows_18_computed_cells(page, shot, server):
     r = httpx.get(server.url + "/api/invariance", timeout=600)
     if r.status_code != 200:
         pytest.skip(f"the engine's Table 1 is not available from this API yet: {r.text[:200]}")
@@ -113,7 +111,7 @@ def test_invariance_page_shows_18_computed_cells(page, server):
     shot(page, "invariance")
 
 
-def test_preset_starts_runs_and_opens_compare(page, server):
+def test_preset_starts_runs_and_opens_compare(page, shot, server):
     page.goto(server.url + "/presets")
     page.get_by_role("button", name="Start 2 runs and compare").first.click()
     page.wait_for_url(re.compile(r".*/compare\?runs=[0-9a-f]+,[0-9a-f]+.*"), timeout=20000)
@@ -123,7 +121,7 @@ def test_preset_starts_runs_and_opens_compare(page, server):
     shot(page, "preset-compare")
 
 
-def test_presentation_mode_hides_controls_and_enlarges_type(page, server):
+def test_presentation_mode_hides_controls_and_enlarges_type(page, shot, server):
     rid = _start_run(server, norm="layer", steps=200)
     page.goto(f"{server.url}/compare?runs={rid}&present=1")
     page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
@@ -136,7 +134,7 @@ def test_presentation_mode_hides_controls_and_enlarges_type(page, server):
     shot(page, "presentation-mode")
 
 
-def test_sweep_overlays_every_combination_and_runs_page_selects_them(page, server):
+def test_sweep_overlays_every_combination_and_runs_page_selects_them(page, shot, server):
     page.goto(server.url + "/")
     page.get_by_text("Sweep: several normalizers").click()
     page.locator("#lab-sweep-batch").fill("4, 16")

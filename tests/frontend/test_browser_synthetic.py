@@ -7,12 +7,11 @@ import httpx
 import pytest
 
 from frontend import logic
-from tests.frontend.conftest import shot
 
 pytestmark = pytest.mark.browser
 
 
-def test_run_page_draws_hidden_heatmaps_and_fisher_live(page, dev_server):
+def test_run_page_draws_hidden_heatmaps_and_fisher_live(page, shot, dev_server):
     r = httpx.post(dev_server.url + "/api/runs", json={"task": "adding", "seq_len": 30, "steps": 400,
                                                       "probes": {"enabled": True, "trace_every": 10}})
     rid = r.json()["id"]
@@ -27,7 +26,7 @@ def test_run_page_draws_hidden_heatmaps_and_fisher_live(page, dev_server):
     shot(page, "run-probes")
 
 
-def test_invariance_page_renders_a_disagreement(page, dev_server):
+def test_invariance_page_renders_a_disagreement(page, shot, dev_server):
     names = ["weight matrix re-scaling", "weight matrix re-centering", "weight vector re-scaling",
              "dataset re-scaling", "dataset re-centering", "single training case re-scaling"]
     cells = []

@@ -85,6 +85,15 @@ def brute_fisher(model, x, y):
     return fisher, ggn, names, sizes
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny float64 nets: one thread is fastest, and CI's 2 cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=NORMS)
 def norm(request):
     return request.param

@@ -153,8 +153,18 @@ def test_recurrent_fisher_fvp_and_mc_trace(cell, norm_name):
         t = torch.tensor(values)
         assert abs(float(t.mean()) - exact) <= 4 * float(t.std()) / len(t) ** 0.5 + 1e-12, (mod, kinds[mod])
     if norm_name != "batch":  # the recurrent weights decompose per case too (time-major tensors handled)
-        # the tanh RNN multiplies slices of its raw weight, which no hook sees: the sums check catches it
-        recurrent = {"lstm": "rnn.0.hh", "gru": "rnn.0.hh_gates", "tanh": "out"}[cell]
+        recurrent = {"lstm": "rnn.0.hh", "gru": "rnn.0.hh_gates", "tanh": "rnn.0.proj"}[cell]
         assert kinds[recurrent] == kinds["out"] == "per-sample", kinds
-        if cell == "tanh":
-            assert kinds["rnn.0.proj"] == "summed-gradient"
+
+
+def test_weights_used_outside_a_hook_fall_back_to_the_summed_gradient():
+    """A use of a layer's weight the hooks cannot see makes the per-case sums disagree with ∇S."""
+    model, x, y = tiny("layer", seed=8)
+    layer = model.hidden[1]
+    original = layer.normalize
+    layer.normalize = lambda a, step=None: original(a) + 0.1 * layer.weight.sum(1)
+    lik = Likelihood("class")
+    fp = FisherPass(model, lik, x, y)
+    _, est, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(0)))
+    assert est["hidden.1.weight"] == "summed-gradient"
+    assert est["hidden.0.weight"] == est["out.weight"] == "per-sample"

@@ -174,7 +174,11 @@ def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form:
         return {"run_ids": [created["id"]], "errors": {}, "message": f"Started run {created['id']}."}
     except ApiError as exc:
         errors = logic.field_messages(exc.fields, FIELD_NAMES + ["norm"])
-        return {"run_ids": [], "errors": errors, "message": exc.detail}
+        shown = len(errors) >= len(exc.fields) > 0  # every message sits next to its field
+        labels = dict((n, label) for n, label, _ in logic.FORM_FIELDS) | {"norm": "Normalizer"}
+        message = (f"Not started: see the message under {', '.join(labels[f] for f in errors)}."
+                   if shown else exc.detail)
+        return {"run_ids": [], "errors": errors, "message": message}
 
 
 dash.register_page(__name__, path="/", name="Lab", title="normlab · Lab", layout=layout)

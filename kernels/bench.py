@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import triton
 
+    torch.manual_seed(0)  # the same data on every run
     torch._dynamo.config.cache_size_limit = 4096  # one static compile per shape: never fall back to eager
     grid = SMOKE if args.smoke else QUICK if args.quick else FULL
     stream = None

@@ -30,7 +30,8 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
     ln = result["layer_norm"]
     assert {(r["dtype"], r["impl"], r["mode"]) for r in ln} == {
         (d, impl, mode) for d in bench.DTYPES for impl in ("triton", "torch") for mode in bench.MODES}
-    assert all(r["max_err_y"] < 0.05 for r in ln)
+    # |y| stays below 16 here, where one bf16 ulp is 0.0625 (the interpreter truncates to bf16).
+    assert all(r["max_err_y"] < 0.07 for r in ln), [r for r in ln if r["max_err_y"] >= 0.07]
     assert {r["impl"] for r in result["ln_lstm"]} >= {
         "cudnn nn.LSTM (no norm)", "fused LN-LSTM (triton cell)", "plain PyTorch LN-LSTM"}
     assert "lstm_fused_max_x_cudnn (target <= 1.3)" in result["summary"]

@@ -130,41 +130,61 @@ class _LSTMSequence(torch.autograd.Function):
         H = G // 4
         d_hs = d_hs.contiguous()
         f_, i_, o_, g_ = (gates[..., k * H: (k + 1) * H] for k in range(4))
-        c_prev = torch.cat([c0.unsqueeze(0), cells[:-1]])
-        # every step's local derivatives at once, so that one step needs two multiplies for all 4 gates:
-        # ∂a_f = dc·c_{t-1}σ'(f), ∂a_i = dc·tanh(g)σ'(i), ∂a_g = dc·σ(i)tanh'(g), ∂a_o = dh·tanh(·)σ'(o)
-        k = torch.empty_like(gates)
-        kf, ki, ko, kg = (k[..., j * H: (j + 1) * H] for j in range(4))
-        torch.mul(f_, 1 - f_, out=kf).mul_(c_prev)
-        torch.mul(i_, 1 - i_, out=ki).mul_(g_)
-        torch.mul(o_, 1 - o_, out=ko).mul_(tanh_c)
-        torch.mul(g_, g_, out=kg).neg_().add_(1).mul_(i_)
-        o_dtanh = (1 - tanh_c * tanh_c).mul_(o_)  # ∂h/∂(input of the output tanh)
         d_gates = torch.empty_like(gates)  # ∂L/∂a_t: also ∂L/∂xx_t
         d_g4 = d_gates.view(T, B, 4, H)
-        k4 = k.view(T, B, 4, H)
         d_o = d_gates[..., 2 * H: 3 * H]
-        d_yc = torch.empty_like(cells) if ln_c else None  # ∂L/∂LN(c_t)
         d_hh = torch.empty_like(gates) if ln_h else None  # ∂L/∂(W_h h_{t-1})
-        mask = [True, False, False]
+        k = gates.new_empty(B, G)  # one step's local derivatives (see below)
+        k4 = k.view(B, 4, H)
+        kf, ki, ko, kg = (k[:, j * H: (j + 1) * H] for j in range(4))
+        o_dtanh = gates.new_empty(B, H)
+        acc = [torch.zeros_like(p) if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
+        # LN's backward also gives this step's dγ, dβ (data still in cache); it sums rows per thread, so
+        # it always runs on one thread: the gradients must not depend on the thread choice
+        mask = [True, True, True]
+        threads = recurrence_threads()
+
+        def ln_backward(*args):
+            if threads == 1:
+                return _ln_backward(*args, mask)
+            torch.set_num_threads(1)
+            try:
+                return _ln_backward(*args, mask)
+            finally:
+                torch.set_num_threads(threads)
+
         dh_t = d_hs[T - 1]
         dc = torch.zeros_like(c0)
-        with _Threads(recurrence_threads()):
+        # Everything per step, while the step's tensors sit in cache: bulk passes over (T, B, 4H) cost
+        # more than the same arithmetic done step by step here.
+        with _Threads(threads):
             for t in range(T - 1, -1, -1):
+                a, tc = gates[t], tanh_c[t]
+                c_prev = cells[t - 1] if t > 0 else c0
+                # ∂a_f = dc·c_{t-1}σ'(f), ∂a_i = dc·tanh(g)σ'(i), ∂a_g = dc·σ(i)tanh'(g),
+                # ∂a_o = dh·tanh(·)σ'(o)
+                torch.mul(a, a, out=k).neg_().add_(a)  # σ(1 − σ) (the g block is overwritten below)
+                kf.mul_(c_prev)
+                ki.mul_(g_[t])
+                ko.mul_(tc)
+                torch.mul(g_[t], g_[t], out=kg).neg_().add_(1).mul_(i_[t])
+                torch.mul(tc, tc, out=o_dtanh).neg_().add_(1).mul_(o_[t])  # ∂h/∂(input of tanh)
+                dy = dh_t * o_dtanh
                 if ln_c:
-                    dy = torch.mul(dh_t, o_dtanh[t], out=d_yc[t])
                     mean, rstd = stats_c[t]
-                    dy = _ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c, mask)[0]
-                else:
-                    dy = dh_t * o_dtanh[t]
+                    dy, dg, db = ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c)
+                    acc[2].add_(dg)
+                    acc[3].add_(db)
                 dc_t = dy.add_(dc)
-                torch.mul(dc_t.unsqueeze(1), k4[t], out=d_g4[t])  # f, i, g (o overwritten next)
-                torch.mul(dh_t, ko[t], out=d_o[t])
+                torch.mul(dc_t.unsqueeze(1), k4, out=d_g4[t])  # f, i, g (o overwritten next)
+                torch.mul(dh_t, ko, out=d_o[t])
                 dc = dc_t.mul_(f_[t])
                 if ln_h:
                     mean, rstd = stats_h[t]
-                    d_hh[t] = _ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h, mask)[0]
-                    d_raw_t = d_hh[t]
+                    d_raw_t, dg, db = ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h)
+                    d_hh[t] = d_raw_t
+                    acc[0].add_(dg)
+                    acc[1].add_(db)
                 else:
                     d_raw_t = d_gates[t]
                 # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
@@ -172,18 +192,7 @@ class _LSTMSequence(torch.autograd.Function):
         d_raw = d_hh if ln_h else d_gates
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
-        d_gain_h = d_bias_h = d_gain_c = d_bias_c = None
-        # LN gain/bias gradients from the stacked steps, x̂ = (x − μ)·rstd formed in place in one new
-        # buffer (chained broadcast temporaries cost more than the whole loop); the saved buffers stay
-        # intact so a retained graph can be differentiated again
-        if ln_h:
-            h_hat = hh.sub(torch.stack([m for m, _ in stats_h])).mul_(torch.stack([r for _, r in stats_h]))
-            d_gain_h = h_hat.mul_(d_gates).sum((0, 1))
-            d_bias_h = d_gates.sum((0, 1))
-        if ln_c:
-            c_hat = cells.sub(torch.stack([m for m, _ in stats_c])).mul_(torch.stack([r for _, r in stats_c]))
-            d_gain_c = c_hat.mul_(d_yc).sum((0, 1))
-            d_bias_c = d_yc.sum((0, 1))
+        d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
         return d_gates, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 

@@ -84,6 +84,22 @@ class ApiClient:
         return self._call("GET", "/api/invariance", **({"timeout": timeout} if timeout else {}))
 
 
+def _same_server() -> str:
+    """The address this server listens on (from the WSGI environ, not the Host header: behind a
+    reverse proxy the public name may not be reachable from here)."""
+    import flask
+
+    if not flask.has_request_context():
+        return "http://127.0.0.1:8050"
+    env = flask.request.environ
+    host, port = env.get("SERVER_NAME") or "127.0.0.1", env.get("SERVER_PORT") or "80"
+    if host in ("0.0.0.0", "::", "", "localhost"):
+        host = "127.0.0.1"
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 _clients: dict[str, ApiClient] = {}
 _lock = threading.Lock()
 
@@ -91,9 +107,7 @@ _lock = threading.Lock()
 def api_for(base: str) -> ApiClient:
     """The client for `base`; an empty base means the origin that served the current Flask request."""
     if not base:
-        import flask
-
-        base = flask.request.host_url if flask.has_request_context() else "http://127.0.0.1:8050"
+        base = _same_server()
     base = base.rstrip("/")
     with _lock:
         if base not in _clients:

@@ -54,3 +54,16 @@ def test_presets_accept_a_list_or_an_object():
     assert _client(lambda r: httpx.Response(200, json=[{"name": "a"}])).presets() == [{"name": "a"}]
     wrapped = _client(lambda r: httpx.Response(200, json={"presets": [{"name": "b"}]}))
     assert wrapped.presets() == [{"name": "b"}]
+
+
+def test_same_origin_client_talks_to_the_listening_socket_not_the_host_header():
+    import flask
+
+    from frontend.api_client import api_for
+
+    app = flask.Flask("t")
+    # the socket is 0.0.0.0:8050; the Host header is the public name a reverse proxy forwards
+    with app.test_request_context("/", base_url="http://0.0.0.0:8050", headers={"Host": "lab.example.org"}):
+        assert flask.request.host == "lab.example.org"
+        assert api_for("").base == "http://127.0.0.1:8050"
+    assert api_for("http://api:8000/").base == "http://api:8000"

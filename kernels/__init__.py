@@ -17,9 +17,9 @@ import torch
 
 from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
-__all__ = ["backend_for", "layer_norm", "layer_norm_reference", "ln_gru_cell", "ln_gru_cell_reference",
-           "ln_lstm_cell", "ln_lstm_cell_reference", "set_backend", "triton_available", "triton_layer_norm",
-           "triton_ln_gru_cell", "triton_ln_lstm_cell"]
+__all__ = ["backend_for", "get_backend", "layer_norm", "layer_norm_reference", "ln_gru_cell",
+           "ln_gru_cell_reference", "ln_lstm_cell", "ln_lstm_cell_reference", "set_backend",
+           "triton_available", "triton_layer_norm", "triton_ln_gru_cell", "triton_ln_lstm_cell"]
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
@@ -37,6 +37,11 @@ def set_backend(name: str) -> None:
     if name != "torch" and torch.cuda.is_available() and triton_available():
         # Import (and register the ops) now, not inside a torch.compile'd region.
         _ln_op(), _lstm_op(), _module("gru_op")
+
+
+def get_backend() -> str:
+    """The backend setting now in force: 'auto', 'torch' or 'triton' (to restore it after an A/B)."""
+    return _FORCED
 
 
 _TRITON_OK: bool | None = None  # plain globals, not lru_cache/importlib calls: torch.compile traces these

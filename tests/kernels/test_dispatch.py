@@ -78,6 +78,7 @@ def test_set_backend_validates_and_forces_torch(gen):
     with pytest.raises(ValueError, match="use 'auto', 'torch' or 'triton'"):
         kernels.set_backend("cuda")
     kernels.set_backend("torch")
+    assert kernels.get_backend() == "torch"
     assert kernels.backend_for(torch.zeros(2)) == "torch"
     if torch.cuda.is_available():
         assert kernels.backend_for(torch.zeros(2, device="cuda")) == "torch"

@@ -89,9 +89,11 @@ class _LSTMSequence(torch.autograd.Function):
         hs = xx.new_empty(T, B, H)  # h_t, the output
         hh = xx.new_empty(T, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
         # views made once: slicing inside the loop costs as much as a small kernel
-        sig, tng = gates[..., : 3 * H], gates[..., 3 * H:]
+        tng = gates[..., 3 * H:]
         f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
         stats_h, stats_c = [], []
+        if ln_c:
+            gain_c2, bias_c2 = gain_c * 2, bias_c * 2
         h, c = h0, c0
         with _Threads(recurrence_threads()):
             for t in range(T):
@@ -103,17 +105,20 @@ class _LSTMSequence(torch.autograd.Function):
                     torch.add(y, xx[t], out=a)
                 else:
                     torch.addmm(xx[t], h, w_hT, out=a)
-                sig[t].sigmoid_()
-                tng[t].tanh_()
+                # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
+                # three blocks plus torch's tanh (≈ 3 ns per element on this CPU)
+                tng[t].mul_(2)
+                a.sigmoid_()
+                tng[t].mul_(2).sub_(1)
                 c_t = cells[t]
                 torch.mul(f_[t], c, out=c_t)
                 c_t.addcmul_(i_[t], tng[t])
-                if ln_c:
-                    y, mean, rstd = _ln(c_t, (H,), gain_c, bias_c, eps)
+                if ln_c:  # 2·LN(c; γ, β) = LN(c; 2γ, 2β): same statistics, the tanh's 2z for free
+                    y, mean, rstd = _ln(c_t, (H,), gain_c2, bias_c2, eps)
                     stats_c.append((mean, rstd))
-                    torch.tanh(y, out=tanh_c[t])
                 else:
-                    torch.tanh(c_t, out=tanh_c[t])
+                    y = c_t * 2
+                torch.mul(y.sigmoid_(), 2, out=tanh_c[t]).sub_(1)
                 h = torch.mul(o_[t], tanh_c[t], out=hs[t])
                 c = c_t
         ctx.save_for_backward(w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)

@@ -138,10 +138,12 @@ def measure(repeats: int = 3, rate: float = 20.0, window: float = 6.0, panels: s
             page.goto(url + pages["compare"])
             page.wait_for_function(f"() => {READY['compare']}")
             out["live"]["idle"] = _window(page, cdp, window)
-            live = _start(url, 8, 2000)
+            live = _start(url, 8, 4000)
             page.goto(url + f"/compare?panels={panels}&runs=" + ",".join(live))
             page.wait_for_function("() => normlabStream.appended > 50", timeout=30000)
             out["live"]["streaming"] = _window(page, cdp, window)
+            page.evaluate("() => { normlabStream.adaptive = false; }")  # fixed 100 ms tick, same stream
+            out["live"]["streaming_fixed_tick"] = _window(page, cdp, window)
             out["live"]["points_in_graph"] = page.evaluate(
                 "() => document.querySelector('#nl-curves .js-plotly-plot').data"
                 ".reduce((n, t) => n + t.x.length, 0)")
@@ -178,14 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'page':<12}{'meaningful':>12}{'FCP':>10}")
     for name, r in res["pages"].items():
         print(f"{name:<12}{_fmt(r['meaningful_ms'], ' ms', 0):>12}{_fmt(r['fcp_ms'], ' ms', 0):>10}")
-    idle, live = res["live"]["idle"], res["live"]["streaming"]
-    print(f"\nCompare page ({args.panels}), 8 runs, {args.rate:g} events/s each: idle vs streaming")
+    idle, live, fixed = res["live"]["idle"], res["live"]["streaming"], res["live"]["streaming_fixed_tick"]
+    print(f"\nCompare page ({args.panels}), 8 runs, {args.rate:g} events/s each: idle, streaming "
+          "(adaptive throttle), streaming (fixed 100 ms tick)")
     for key, label, d in (("busy_fraction", "main thread busy", 3), ("script_fraction", "  of it script", 3),
                           ("layout_fraction", "  of it layout", 3), ("style_fraction", "  of it style", 3),
                           ("fps", "frames / s", 1), ("points_per_s", "points appended / s", 0),
                           ("redraws_per_s", "redraws / s", 1), ("ms_per_point", "ms main thread / point", 3),
                           ("ms_per_redraw", "ms main thread / redraw", 2)):
-        print(f"{label:<26}{_fmt(idle[key], '', d):>10}{_fmt(live[key], '', d):>12}")
+        print(f"{label:<26}{_fmt(idle[key], '', d):>10}{_fmt(live[key], '', d):>12}"
+              f"{_fmt(fixed[key], '', d):>12}")
     ratio = live["busy_fraction"] / idle["busy_fraction"] if idle["busy_fraction"] else None
     print(f"{'busy ratio streaming/idle':<26}{'':>10}{_fmt(ratio, '×', 1):>12}")
     return 0

@@ -82,8 +82,33 @@
   function ns() { return window.dash_clientside.no_update; }
 
   /* Turn queued scalars into one extendData call for the curves graph (dedup by step, EMA state). */
+  /* Adaptive throttle: at most one redraw in flight, and the main thread spends at most about half
+   * its time redrawing (a slow redraw spaces the next one out; the points just batch up). */
+  S.adaptive = true; S.pendingSince = 0; S.lastRedrawMs = 0; S.lastDone = 0;
+  function hookGraph() {
+    var gd = document.querySelector("#nl-curves .js-plotly-plot");
+    if (gd && !gd.__normlabHooked && gd.on) {
+      gd.__normlabHooked = true;
+      gd.on("plotly_afterplot", function () {
+        if (S.pendingSince) {
+          S.lastDone = performance.now();
+          S.lastRedrawMs = S.lastDone - S.pendingSince;
+          S.pendingSince = 0;
+        }
+      });
+    }
+  }
+  function redrawBudgetLeft() {
+    if (!S.adaptive) { return true; }
+    var now = performance.now();
+    if (S.pendingSince && now - S.pendingSince < 2000) { return false; }  // the last one is still drawing
+    return now - S.lastDone >= S.lastRedrawMs;
+  }
+
   function drainCurves(n, map) {
     if (!map || !map.runs || !S.scalars.length) { return ns(); }
+    hookGraph();
+    if (!redrawBudgetLeft()) { return ns(); }
     var state = S.maps[map.id];
     if (!state) {  // our own copy: the store's data is Dash state and stays untouched
       state = S.maps = {};
@@ -111,6 +136,7 @@
     if (!order.length) { return ns(); }
     S.appended += order.reduce(function (n, i) { return n + xs[i].length; }, 0);
     S.extends += 1;
+    S.pendingSince = performance.now();
     return [{x: order.map(function (i) { return xs[i]; }), y: order.map(function (i) { return ys[i]; })},
             order, state.max_points || 20000];
   }

@@ -17,7 +17,7 @@ from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
 from backend.store import Store
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
-_CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):(\d{1,12})$")
+_CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):([0-9]{1,12})$")  # ASCII digits only
 
 
 class CursorError(ValueError):
@@ -27,7 +27,7 @@ class CursorError(ValueError):
 def parse_single_cursor(value: str | None) -> int:
     if value is None or value == "":
         return 0
-    if not value.isdigit() or len(value) > 12:
+    if not (value.isascii() and value.isdigit()) or len(value) > 12:  # "١٢".isdigit() is True
         raise CursorError(f"Last-Event-ID / after must be an event sequence number (got {value[:40]!r}).")
     return int(value)
 

@@ -232,3 +232,21 @@ def pg_proxy():
     proxy.start()
     yield proxy
     proxy.stop()
+
+
+@pytest.fixture
+def tokens_for():
+    """Tokens in a live stack's store: tokens_for(stack, "ada", "grace") -> {name: headers}."""
+    from backend.store import Store
+
+    stores = []
+
+    def make(stack: LiveStack, *names: str, admin: bool = False) -> dict[str, dict]:
+        url = stack.env.get("NORMLAB_DATABASE_URL") or f"sqlite:///{stack.data_dir / 'normlab.sqlite'}"
+        stores.append(Store(url))
+        ts = TokenStore(stores[-1])
+        return {n: {"Authorization": f"Bearer {ts.create(n, admin=admin)[1]}"} for n in names}
+
+    yield make
+    for s in stores:
+        s.dispose()

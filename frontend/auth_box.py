@@ -1,0 +1,86 @@
+"""A self-contained token box for a shared lab server: paste an API token once (kept in the browser's
+localStorage), see who it identifies. Place `auth_box()` in the layout and call `register(app)`.
+
+Other callbacks read the token as `State(TOKEN_STORE, "data")` and pass `auth_headers(token)` with their
+API calls; EventSource URLs take `?token=` when the server's reading is private (see /api/me).
+With NORMLAB_AUTH=off the box says so and nothing asks for a token.
+"""
+
+from __future__ import annotations
+
+import httpx
+from dash import Input, Output, State, dcc, html, no_update
+
+TOKEN_STORE = "auth-token"  # dcc.Store (localStorage): the token, or None
+TOKEN_INPUT = "auth-token-input"
+TOKEN_SAVE = "auth-token-save"
+TOKEN_FORGET = "auth-token-forget"
+WHOAMI = "auth-whoami"
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """Headers for an API call on behalf of the browser's user (none without a token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def auth_box() -> html.Div:
+    return html.Div(className="auth-box", children=[
+        dcc.Store(id=TOKEN_STORE, storage_type="local"),
+        dcc.Input(id=TOKEN_INPUT, type="password", placeholder="API token", debounce=True,
+                  className="auth-input", autoComplete="off"),
+        html.Button("Use token", id=TOKEN_SAVE, className="btn small"),
+        html.Button("Forget", id=TOKEN_FORGET, className="btn small"),
+        html.Span(id=WHOAMI, className="auth-who", role="status"),
+    ])
+
+
+def describe(me: dict | None, error: str | None = None) -> str:
+    """What the box shows, from GET /api/me (or an error message)."""
+    if error:
+        return error
+    if not me:
+        return ""
+    if me.get("auth") == "off":
+        return "This server needs no token."
+    if me.get("user"):
+        role = " (admin)" if me.get("admin") else ""
+        return f"Signed in as {me['user']}{role}."
+    return "Not signed in: paste an API token to submit runs." + (
+        "" if me.get("public_read", True) else " Reading this server needs one too.")
+
+
+def whoami(api_base: str, token: str | None,
+           http: httpx.Client | None = None) -> tuple[dict | None, str | None]:
+    """(GET /api/me as JSON, None) or (None, a message saying what is wrong)."""
+    if http is None:
+        from frontend.api_client import api_for
+
+        http = httpx.Client(base_url=api_for(api_base).base, timeout=5)
+    try:
+        r = http.get("/api/me", headers=auth_headers(token))
+    except httpx.HTTPError as exc:
+        return None, f"The API did not answer ({exc.__class__.__name__})."
+    if r.status_code == 401:
+        return None, "That token is unknown or revoked; ask the server's admin for a new one."
+    if r.status_code != 200:
+        return None, f"The API answered {r.status_code}."
+    return r.json(), None
+
+
+def register(app) -> None:
+    base = app.server.config.get("NORMLAB_API_BASE", "")
+
+    @app.callback(Output(TOKEN_STORE, "data"), Output(TOKEN_INPUT, "value"),
+                  Input(TOKEN_SAVE, "n_clicks"), Input(TOKEN_INPUT, "n_submit"),
+                  Input(TOKEN_FORGET, "n_clicks"), State(TOKEN_INPUT, "value"), prevent_initial_call=True)
+    def save(_save, _submit, _forget, value):
+        from dash import ctx
+
+        if ctx.triggered_id == TOKEN_FORGET:
+            return None, ""
+        return ((value or "").strip() or None), ""  # the input is cleared: the token stays out of sight
+
+    @app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))
+    def show(token):
+        me, error = whoami(base, token)
+        return describe(me, error) if (me or error) else no_update

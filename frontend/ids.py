@@ -62,7 +62,6 @@ RUN_ID = "run-id"  # dcc.Store with the run id
 RUN_HEADER = "run-header"
 RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by the stream
 RUN_HIDDEN = "run-hidden"
-RUN_GRADS = "run-grads"
 RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
 RUN_MESSAGE = "run-message"

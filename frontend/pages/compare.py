@@ -4,7 +4,7 @@ The URL carries it all (runs, smooth, color, x, panels), so a link reproduces th
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
@@ -87,7 +87,8 @@ def register(app: dash.Dash) -> None:
         Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.URL_STATE, "data", allow_duplicate=True),
         Output("cmp-runs-data", "data"), Output(ids.CMP_MESSAGE, "children"),
         Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"), Input(ids.CMP_COLOR, "value"),
-        Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"), Input(ids.PRESENT, "data"),
+        Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
+        State(ids.PRESENT, "data"),  # State: its update on page load must not rebuild the figure twice
         prevent_initial_call=True)
     def _update(runs, smooth, color, x, panels, present):
         state = logic.compare_state({"runs": runs or [], "smooth": smooth, "color": color, "x": x,

@@ -72,7 +72,7 @@ def test_redis_restart_loses_no_run_and_viewers_resume(live_stack, client, dispo
     assert stack.wait_status(client, done_before, ("completed",), timeout=60)["status"] == "completed"
     history_before = client.get(stack.api(f"api/runs/{done_before}/export"), params={"format": "json"}).json()
 
-    live = stack.submit(client, steps=4000, eval_every=500)
+    live = stack.submit(client, **LONG)  # long enough to be running whatever this machine's speed
     queued = [stack.submit(client, steps=20, seed=i) for i in range(2)]  # behind `live` (one worker)
     seen: list = []
 
@@ -80,17 +80,26 @@ def test_redis_restart_loses_no_run_and_viewers_resume(live_stack, client, dispo
         with httpx.Client() as c:
             seen.extend(iter_sse(c, stack.api(f"api/runs/{live}/events"), timeout=180))
 
+    def scalars_seen() -> int:
+        return sum(m.event == "scalars" for m in list(seen))
+
+    def wait_scalars(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while scalars_seen() < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert scalars_seen() >= n, f"the viewer saw {scalars_seen()} scalars events, not {n}"
+
     t = threading.Thread(target=viewer)
     t.start()
-    deadline = time.monotonic() + 60
-    while sum(m.event == "scalars" for m in list(seen)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_scalars(3)
     assert client.get(stack.api(f"api/runs/{live}")).json()["status"] == "running"
     restart(pause_s=1.0)  # every queued message and every stream in Redis is gone
-    t.join(180)
+    wait_scalars(scalars_seen() + 5)  # the viewer carries on through the restart
+    assert client.post(stack.api(f"api/runs/{live}/cancel")).status_code == 200
+    t.join(60)
 
     run = client.get(stack.api(f"api/runs/{live}")).json()
-    assert run["status"] == "completed", run
+    assert run["status"] == "cancelled", run
     assert [int(m.id) for m in seen] == list(range(1, run["last_seq"] + 1))  # no gap, no duplicate
     for q in queued:  # re-sent to the emptied queue, trained once
         qrun = stack.wait_status(client, q, ("completed", "failed"), timeout=120)
@@ -106,7 +115,8 @@ def test_database_away_answers_503_then_recovers_by_itself(pg_proxy, tmp_path):
     schema = f"nlh_{uuid.uuid4().hex[:10]}"
     with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    url = f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{schema}&connect_timeout=2"
+    url = (f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{schema}"
+           "&connect_timeout=2")
     try:
         with TestClient(create_app(Settings(data_dir=tmp_path, database_url=url, queue="nlhpg"))) as c:
             run_id = c.post("/api/runs", json={"task": "digits", "steps": 10}).json()["id"]

@@ -149,14 +149,15 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over `max_bytes` (by Content-Length, or counted while
-    it streams in), before any route parses it."""
+    """ASGI middleware: 413 for an API request body over `max_bytes` (by Content-Length, or counted
+    while it streams in), before any route parses it."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        # Only the API: the pages mounted at "/" post Dash callback state, which may be large.
+        if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
             return await self.app(scope, receive, send)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":

@@ -146,7 +146,8 @@ def judge(rule: tuple, runs: dict, metric: str, preset: Preset, chance: float | 
         others = [lab for lab in runs if lab != a]
         per_seed = [all(_beats(v[0], o, higher) for o in v[1:]) for v in _paired(runs, a, *others)]
         return {"claim": f"{a} best of {', '.join(runs)}", "all_seeds": bool(per_seed) and all(per_seed),
-                "holds": all(_beats(runs[a]["mean"], runs[o]["mean"], higher) for o in others)}
+                "holds": all(_beats(runs[a]["mean"], runs[o]["mean"], higher) for o in others),
+                "differences": {o: _diff(runs[a]["mean"], runs[o]["mean"]) for o in others}}
     if kind == "trains":
         (a,) = labels
         vals = runs[a]["values"]

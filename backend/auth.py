@@ -18,7 +18,7 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Boolean, Column, Float, MetaData, String, Table, insert, select, update
+from sqlalchemy import Boolean, Column, ColumnElement, Float, MetaData, String, Table, insert, select, update
 
 from backend.store import Store
 
@@ -73,7 +73,7 @@ class TokenStore:
 
     def revoke(self, token_id: str | None = None, user: str | None = None) -> int:
         """Revoke one token (by id) or every token of a user; returns how many were revoked."""
-        cond = [tokens.c.revoked_at.is_(None)]
+        cond: list[ColumnElement[bool]] = [tokens.c.revoked_at.is_(None)]
         if token_id:
             cond.append(tokens.c.id == token_id)
         elif user:

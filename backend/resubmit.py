@@ -4,6 +4,7 @@ with one request; the new run joins the same group and belongs to the caller."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
@@ -13,8 +14,7 @@ from normlab.api_models import ErrorDetail, RunCreated
 from normlab.spec import RunSpec
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
-ERRORS = {404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}, 422: {"model": ErrorDetail},
-          429: {"model": ErrorDetail}}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}
 
 
 @router.post("/{run_id}/resubmit", status_code=201, response_model=RunCreated, responses=ERRORS)

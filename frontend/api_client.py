@@ -7,6 +7,7 @@ per-field messages, ready to show next to the form fields.
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -27,8 +28,17 @@ class ApiClient:
     def __init__(self, base: str, timeout: float = 10.0):
         self.base = base.rstrip("/")
         self._http = httpx.Client(base_url=self.base, timeout=timeout)
+        self.token: str | None = None
+
+    def with_token(self, token: str | None) -> ApiClient:
+        """The same client acting for the browser's user (the token from the Lab's token box)."""
+        other = copy.copy(self)
+        other.token = token or None
+        return other
 
     def _call(self, method: str, path: str, **kw) -> Any:
+        if self.token:
+            kw["headers"] = {**kw.get("headers", {}), "Authorization": f"Bearer {self.token}"}
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import dash
 from dash import ClientsideFunction, Input, Output, State, dcc, html
 
-from frontend import ids
+from frontend import auth_box, ids
 
 HERE = Path(__file__).parent
 PAGES = ["lab", "runs", "compare", "run", "invariance", "presets"]
@@ -33,6 +33,7 @@ def shell() -> html.Div:
             html.Nav(id=ids.NAV, className="nav", children=[
                 dcc.Link(label, href=href, className="nav-link") for label, href in NAV]),
             html.Div(className="share", children=[
+                auth_box.auth_box(),
                 html.Button("Copy link", id=ids.COPY_LINK, className="btn small",
                             title="Copy a link to exactly this view (runs, panels, smoothing)"),
                 html.Span(id=ids.COPY_DONE, className="copied", role="status"),
@@ -55,6 +56,15 @@ def create_app(api_base: str = "") -> dash.Dash:
         importlib.import_module(f"frontend.pages.{name}").register(app)
     app.layout = shell()
     _register_shell(app)
+    auth_box.register(app)  # the token box of a shared lab server (hardening helper's module)
+
+    @app.callback(*[Output(i, "style") for i in (auth_box.TOKEN_INPUT, auth_box.TOKEN_SAVE,
+                                                  auth_box.TOKEN_FORGET, auth_box.WHOAMI)],
+                  Input(auth_box.WHOAMI, "children"))
+    def _auth_visible(text):
+        # On a server without tokens (the default) the box would only be clutter.
+        hidden = {"display": "none"}
+        return (hidden,) * 4 if text == auth_box.describe({"auth": "off"}) or not text else ({},) * 4
     return app
 
 

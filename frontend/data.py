@@ -20,8 +20,9 @@ def api_base() -> str:
     return flask.current_app.config.get("NORMLAB_API_BASE", "") if flask.has_app_context() else ""
 
 
-def api() -> ApiClient:
-    return api_for(api_base())
+def api(token: str | None = None) -> ApiClient:
+    """The API client; with the token box's token for writes on a server that requires one."""
+    return api_for(api_base()).with_token(token)
 
 
 def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[str]]:

@@ -131,6 +131,10 @@ class DevAPI:
         def health():
             return {"ok": True}
 
+        @app.get("/api/me")
+        def me():
+            return {"auth": "off", "user": None, "admin": False, "public_read": True}
+
         @app.get("/api/catalog")
         def catalog():
             return build_catalog(None)

@@ -53,6 +53,9 @@
     if (!live.length) { return; }
     var url = S.apiBase + "/api/events?runs=" + encodeURIComponent(live.join(",")) +
       "&after=" + encodeURIComponent(cursorString(live));
+    var token = null;  // the token box's dcc.Store (localStorage): EventSource cannot send headers
+    try { token = JSON.parse(window.localStorage.getItem("auth-token") || "null"); } catch (err) { token = null; }
+    if (token) { url += "&token=" + encodeURIComponent(token); }
     var es = new EventSource(url);
     KINDS.forEach(function (k) { es.addEventListener(k, onEvent); });
     es.onerror = function () {

@@ -8,6 +8,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
+from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS
 
 FIELD_NAMES = [name for name, _, _ in logic.FORM_FIELDS]
@@ -131,13 +132,14 @@ def register(app: dash.Dash) -> None:
         State(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"), State(ids.LAB_SWEEP, "value"),
         State(ids.LAB_SWEEP_NORMS, "value"), State(ids.LAB_SWEEP_BATCH, "value"),
         State(ids.LAB_SWEEP_SEEDS, "value"), State({"type": ids.LAB_FIELD, "field": ALL}, "value"),
-        State(ids.URL_STATE, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
+        State(ids.URL_STATE, "data"), State(ids.PRESENT, "data"), State(TOKEN_STORE, "data"),
+        prevent_initial_call=True)
     def _submit(_n, task, norm, sweep, sweep_norms, sweep_batch, sweep_seeds, values, url_state,
-                present):
+                present, token):
         error_ids = [o["id"]["field"] for o in ctx.outputs_list[0]]
         field_states = next(s for s in ctx.states_list if isinstance(s, list))  # the ALL wildcard
         form = {o["id"]["field"]: v for o, v in zip(field_states, values, strict=True)}
-        result = submit(task, norm, bool(sweep), sweep_norms, sweep_batch, sweep_seeds, form)
+        result = submit(task, norm, bool(sweep), sweep_norms, sweep_batch, sweep_seeds, form, token)
         errors = [result["errors"].get(f, "") for f in error_ids]
         if not result["run_ids"]:
             return (errors, result["message"], "message error", *([no_update] * 7))
@@ -157,7 +159,8 @@ def register(app: dash.Dash) -> None:
         return components.run_chips(runs, "norm", live)
 
 
-def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form: dict) -> dict:
+def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form: dict,
+           token: str | None = None) -> dict:
     """POST the run (or sweep); {"run_ids", "message", "errors": {field: the API's message}}."""
     spec = logic.build_spec(task, norm, form)
     try:
@@ -166,11 +169,11 @@ def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form:
                 body = logic.sweep_body(spec, sweep_norms, sweep_batch, sweep_seeds)
             except ValueError as exc:
                 return {"run_ids": [], "message": str(exc), "errors": {}}
-            created = data.api().create_sweep(body)
+            created = data.api(token).create_sweep(body)
             ids_ = created["run_ids"]
             return {"run_ids": ids_, "errors": {},
                     "message": f"Started sweep {created['group_id']}: {len(ids_)} runs."}
-        created = data.api().create_run(spec)
+        created = data.api(token).create_run(spec)
         return {"run_ids": [created["id"]], "errors": {}, "message": f"Started run {created['id']}."}
     except ApiError as exc:
         errors = logic.field_messages(exc.fields, FIELD_NAMES + ["norm"])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
+from frontend.auth_box import TOKEN_STORE
 
 
 def preset_card(p: dict) -> html.Div:
@@ -39,12 +40,12 @@ def layout(**_) -> html.Div:
     ])
 
 
-def start_preset(preset: dict) -> tuple[list[str], str]:
+def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str]:
     """POST each of the preset's runs; (run ids, problem message or '')."""
     run_ids, problems = [], []
     for spec in preset["runs"]:
         try:
-            run_ids.append(data.api().create_run(spec)["id"])
+            run_ids.append(data.api(token).create_run(spec)["id"])
         except ApiError as exc:
             problems.append(exc.detail)
     return run_ids, "; ".join(problems)
@@ -52,13 +53,14 @@ def start_preset(preset: dict) -> tuple[list[str], str]:
 
 def register(app: dash.Dash) -> None:
     @app.callback(Output(ids.PRESET_GO, "href"), Output(ids.PRESET_MESSAGE, "children"),
-                  Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), prevent_initial_call=True)
-    def _start(clicks):
+                  Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(TOKEN_STORE, "data"),
+                  prevent_initial_call=True)
+    def _start(clicks, token):
         if not ctx.triggered_id or not any(clicks):
             return no_update, no_update
         name = ctx.triggered_id["name"]
         presets = {p["name"]: p for p in data.api().presets()}
-        run_ids, problem = start_preset(presets[name])
+        run_ids, problem = start_preset(presets[name], token)
         if not run_ids:
             return no_update, f"Could not start {name}: {problem}"
         panels = ["loss", "val", "metric"]

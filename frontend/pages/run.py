@@ -8,6 +8,7 @@ from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
+from frontend.auth_box import TOKEN_STORE
 from normlab.events import TERMINAL_STATUSES
 
 
@@ -112,10 +113,10 @@ def register(app: dash.Dash) -> None:
             return no_update
 
     @app.callback(Output(ids.RUN_MESSAGE, "children"), Input(ids.RUN_CANCEL, "n_clicks"),
-                  State(ids.RUN_ID, "data"), prevent_initial_call=True)
-    def _cancel(_n, run_id):
+                  State(ids.RUN_ID, "data"), State(TOKEN_STORE, "data"), prevent_initial_call=True)
+    def _cancel(_n, run_id, token):
         try:
-            data.api().cancel(run_id)
+            data.api(token).cancel(run_id)
         except ApiError as exc:
             return exc.detail
         return "Cancel requested."

@@ -7,6 +7,7 @@ from dash import ALL, Input, Output, State, ctx, dash_table, dcc, html, no_updat
 
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
+from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS, TASKS
 
 FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
@@ -69,14 +70,14 @@ def register(app: dash.Dash) -> None:
         Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
         Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
         Input(ids.RUNS_DELETE, "n_clicks"),
-        State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"),
+        State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"), State(TOKEN_STORE, "data"),
         prevent_initial_call="initial_duplicate")
-    def _refresh(values, _r, _p, _c, _d, rows, selected):
+    def _refresh(values, _r, _p, _c, _d, rows, selected, token):
         filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
         message = ""
         chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
         if ctx.triggered_id in (ids.RUNS_CANCEL, ids.RUNS_DELETE):
-            message = act(ctx.triggered_id, chosen)
+            message = act(ctx.triggered_id, chosen, token)
         try:
             listing = data.api().runs(**logic.runs_query(filters))
         except ApiError as exc:
@@ -95,7 +96,7 @@ def register(app: dash.Dash) -> None:
         return "/compare" + logic.encode_query({"runs": chosen})
 
 
-def act(which: str, rows: list[dict]) -> str:
+def act(which: str, rows: list[dict], token: str | None = None) -> str:
     """Cancel or delete the selected runs; one line saying what happened."""
     if not rows:
         return "Select runs first (tick the boxes on the left)."
@@ -106,9 +107,9 @@ def act(which: str, rows: list[dict]) -> str:
                 if not logic.can_cancel(r["status"]):
                     problems.append(f"{r['id']} is {r['status']}")
                     continue
-                data.api().cancel(r["id"])
+                data.api(token).cancel(r["id"])
             else:
-                data.api().delete(r["id"])
+                data.api(token).delete(r["id"])
             done += 1
         except ApiError as exc:
             problems.append(f"{r['id']}: {exc.detail}")

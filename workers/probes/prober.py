@@ -7,11 +7,13 @@ The loop calls, each step (contracts.md, "Probes hook"):
     optimizer.step()                                                             at the pre-update weights)
     prober.after_update(step)                          -> [("fisher", payload)]  (with the update's angle)
 
-Cost control (a token bucket): training time earns probe time at the rate `spec.probes.budget`. A due
-Fisher estimate (every `fisher_every` steps at the earliest) runs only when the probes' total so far
-plus its predicted cost (the last one measured; before that PRIOR_COST_STEPS plain steps) fits in the
-Fisher share of the budget; otherwise it waits until training has earned it. Every estimate states its
-cost in plain training steps (median of recent steps without probe work).
+Cost control (two token buckets): training time earns probe time at the rate `spec.probes.budget`,
+FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due Fisher estimate (every
+`fisher_every` steps at the earliest) runs only when the Fisher time so far plus its predicted cost
+(the last one measured; before that PRIOR_COST_STEPS plain steps) fits in its share; otherwise it waits
+until training has earned it. A trace step's cost is the time its capture adds to the step (recording,
+and the unfused recurrent path) over the median plain step; a due trace waits while traces are over
+their share. Every estimate states its cost in plain training steps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
-FISHER_SHARE = 0.6  # of the budget; the rest covers the hidden traces and costs outside the timed hooks
+FISHER_SHARE = 0.6  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 12.0  # predicted cost of the first estimate: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
 
@@ -45,9 +47,10 @@ class Prober:
                                         empirical=p.empirical_fisher, seed=spec.seed)
         self.next_fisher = min(self.fisher_every, FIRST_FISHER)
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
-        self.step_times: deque[float] = deque(maxlen=25)
+        self.step_times: deque[float] = deque(maxlen=25)  # steps without probe work
+        self.any_times: deque[float] = deque(maxlen=25)  # every step (when all steps trace)
         self.train_seconds = 0.0  # plain training time seen so far
-        self.probe_seconds = 0.0  # time spent inside the probes
+        self.spent = {"hidden": 0.0, "fisher": 0.0}  # seconds the probes took, per kind
         self._step_start: float | None = None
         self._step_probe = 0.0
         self._step_flags = (False, False)
@@ -59,19 +62,31 @@ class Prober:
     def _close_step(self, now: float) -> None:
         if self._step_start is None:
             return
-        plain = now - self._step_start - self._step_probe
-        self.train_seconds += max(plain, 0.0)
-        if not self._step_flags[1]:  # a Fisher step's own training time is disturbed by the estimate
+        plain = max(now - self._step_start - self._step_probe, 0.0)
+        hidden, fisher = self._step_flags
+        if hidden and not fisher:  # recording (and the unfused recurrent path) slows the step itself
+            base = self.step_seconds()
+            extra = max(plain - base, 0.0) if base is not None else 0.0
+            self.spent["hidden"] += extra
+            plain -= extra
+        self.train_seconds += plain
+        self.any_times.append(plain)
+        if not (hidden or fisher):
             self.step_times.append(plain)
+
+    @property
+    def probe_seconds(self) -> float:
+        return self.spent["hidden"] + self.spent["fisher"]
 
     def step_seconds(self) -> float | None:
         """Median seconds of a plain training step (None before the first one is timed)."""
-        if not self.step_times:
+        times = self.step_times or self.any_times
+        if not times:
             return None
-        return float(sorted(self.step_times)[len(self.step_times) // 2])
+        return float(sorted(times)[len(times) // 2])
 
     def _within_budget(self) -> bool:
-        return self.probe_seconds <= self.budget * max(self.train_seconds, 1e-9)
+        return self.spent["hidden"] <= (1 - FISHER_SHARE) * self.budget * max(self.train_seconds, 1e-9)
 
     def _affordable(self) -> bool:
         """Whether the next Fisher estimate fits in what training has earned so far."""
@@ -79,7 +94,7 @@ class Prober:
         if step_s is None:
             return False
         predicted = self.last_cost if self.last_cost is not None else PRIOR_COST_STEPS * step_s
-        return self.probe_seconds + predicted <= FISHER_SHARE * self.budget * self.train_seconds
+        return self.spent["fisher"] + predicted <= FISHER_SHARE * self.budget * self.train_seconds
 
     # -- the hook ---------------------------------------------------------------------------------
     def capture_this_step(self, step: int) -> bool:
@@ -101,6 +116,8 @@ class Prober:
             if payload is not None:
                 events.append(("hidden", payload))
                 self.last["hidden"] = payload
+            self.spent["hidden"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
         if fisher:
             lr = float(self.optimizer.param_groups[0]["lr"])
             capture = getattr(self.model, "capture", False)
@@ -108,9 +125,8 @@ class Prober:
             self.model.capture = capture
             params = dict(self.model.named_parameters())
             self._pending = (payload, seconds, snapshot(self.curvature.groups, params))
-        spent = time.perf_counter() - t0
-        self._step_probe += spent
-        self.probe_seconds += spent
+            self.spent["fisher"] += time.perf_counter() - t1
+        self._step_probe += time.perf_counter() - t0
         return events
 
     def after_update(self, step: int) -> list[tuple[str, dict]]:
@@ -135,13 +151,17 @@ class Prober:
         self.last["fisher"] = payload
         spent = time.perf_counter() - t0
         self._step_probe += spent
-        self.probe_seconds += spent
+        self.spent["fisher"] += spent
         return [("fisher", payload)]
 
     def summary(self) -> dict:
-        """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share}."""
-        overhead = self.probe_seconds / self.train_seconds if self.train_seconds > 0 else None
-        return {**self.last, "overhead": overhead}
+        """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share}.
+
+        "overhead" is the probes' time ÷ plain training time, with its parts per kind."""
+        train = self.train_seconds
+        overhead = self.probe_seconds / train if train > 0 else None
+        parts = {k: v / train for k, v in self.spent.items()} if train > 0 else None
+        return {**self.last, "overhead": overhead, "overhead_parts": parts}
 
 
 def finite(value):

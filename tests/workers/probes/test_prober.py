@@ -37,11 +37,11 @@ def _run(**kw):
 
 
 def test_feedforward_run_emits_contract_payloads():
-    result, events = _run(task="digits", norm="batch", hidden_size=16, steps=40, eval_every=1000,
-                          probes=dict(trace_every=10, fisher_every=10, budget=5.0, empirical_fisher=True))
+    result, events = _run(task="digits", norm="batch", hidden_size=16, steps=60, eval_every=1000,
+                          probes=dict(trace_every=20, fisher_every=5, budget=5.0, empirical_fisher=True))
     hidden = [e.payload for e in events if e.kind == "hidden"]
     fisher = [e.payload for e in events if e.kind == "fisher"]
-    assert [e.step for e in events if e.kind == "hidden"] == [1, 10, 20, 30, 40]
+    assert [e.step for e in events if e.kind == "hidden"] == [1, 20, 40, 60]
     assert len(fisher) >= 2
     layer = hidden[-1]["layers"][0]
     assert set(layer) == {"name", "summed_mean", "summed_std", "act_norm", "weight_row_norms", "gain"}

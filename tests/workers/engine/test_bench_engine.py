@@ -33,7 +33,8 @@ def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):
     for task in ("digits", "seq-digits"):
         for norm in ("none", "layer"):
             r = rows[(task, norm)]
-            assert r["status"] == "completed" and r["steps_per_s"] > 0 and r["ms_per_step"] > 0
+            assert r["status"] == "completed", r
+            assert r["steps_per_s"] > 0 and r["ms_per_step"] > 0
             assert r["steps_per_s"] == pytest.approx(1e3 / r["ms_per_step"])
             assert len(r["rounds_ms"]) == 2 and r["ms_per_step"] == min(r["rounds_ms"])  # the best round
     assert rows[("seq-digits", "layer")]["model"].startswith("lstm")

@@ -78,54 +78,61 @@ class _Threads:
             torch.set_num_threads(self.before)
 
 
+def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool):
+    """(h_t for all steps, buffers for the backward). keep=False (no backward coming): the per-step
+    buffers hold one step only, so evaluation of long sequences needs memory for h_t alone."""
+    T, B, G = xx.shape
+    S = T if keep else 1  # steps the work buffers hold
+    H = G // 4
+    ln_h, ln_c = gain_h is not None, gain_c is not None
+    w_hT = w_h.t()
+    gates = xx.new_empty(S, B, G)  # activated gates σ(f), σ(i), σ(o), tanh(g)
+    cells = xx.new_empty(S, B, H)  # c_t
+    tanh_c = xx.new_empty(S, B, H)  # tanh(LN(c_t)) or tanh(c_t)
+    hs = xx.new_empty(T, B, H)  # h_t, the output
+    hh = xx.new_empty(S, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
+    # views made once: slicing inside the loop costs as much as a small kernel
+    tng = gates[..., 3 * H:]
+    f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
+    stats_h, stats_c = [], []
+    if ln_c:
+        gain_c2, bias_c2 = gain_c * 2, bias_c * 2
+    h, c = h0, c0
+    with _Threads(recurrence_threads()):
+        for t in range(T):
+            r = t if keep else 0  # the work buffers' row for this step
+            a = gates[r]
+            if ln_h:
+                torch.mm(h, w_hT, out=hh[r])
+                y, mean, rstd = _ln(hh[r], (G,), gain_h, bias_h, eps)
+                stats_h.append((mean, rstd))
+                torch.add(y, xx[t], out=a)
+            else:
+                torch.addmm(xx[t], h, w_hT, out=a)
+            # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
+            # three blocks plus torch's tanh (≈ 3 ns per element on this CPU)
+            tng[r].mul_(2)
+            a.sigmoid_()
+            tng[r].mul_(2).sub_(1)
+            c_t = cells[r]
+            torch.mul(f_[r], c, out=c_t)
+            c_t.addcmul_(i_[r], tng[r])
+            if ln_c:  # 2·LN(c; γ, β) = LN(c; 2γ, 2β): same statistics, the tanh's 2z for free
+                y, mean, rstd = _ln(c_t, (H,), gain_c2, bias_c2, eps)
+                stats_c.append((mean, rstd))
+            else:
+                y = c_t * 2
+            torch.mul(y.sigmoid_(), 2, out=tanh_c[r]).sub_(1)
+            h = torch.mul(o_[r], tanh_c[r], out=hs[t])
+            c = c_t
+    return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
+
+
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps):
-        T, B, G = xx.shape
-        H = G // 4
-        ln_h, ln_c = gain_h is not None, gain_c is not None
-        w_hT = w_h.t()
-        gates = xx.new_empty(T, B, G)  # activated gates σ(f), σ(i), σ(o), tanh(g)
-        cells = xx.new_empty(T, B, H)  # c_t
-        tanh_c = xx.new_empty(T, B, H)  # tanh(LN(c_t)) or tanh(c_t)
-        hs = xx.new_empty(T, B, H)  # h_t, the output
-        hh = xx.new_empty(T, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
-        # views made once: slicing inside the loop costs as much as a small kernel
-        tng = gates[..., 3 * H:]
-        f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
-        stats_h, stats_c = [], []
-        if ln_c:
-            gain_c2, bias_c2 = gain_c * 2, bias_c * 2
-        h, c = h0, c0
-        with _Threads(recurrence_threads()):
-            for t in range(T):
-                a = gates[t]
-                if ln_h:
-                    torch.mm(h, w_hT, out=hh[t])
-                    y, mean, rstd = _ln(hh[t], (G,), gain_h, bias_h, eps)
-                    stats_h.append((mean, rstd))
-                    torch.add(y, xx[t], out=a)
-                else:
-                    torch.addmm(xx[t], h, w_hT, out=a)
-                # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
-                # three blocks plus torch's tanh (≈ 3 ns per element on this CPU)
-                tng[t].mul_(2)
-                a.sigmoid_()
-                tng[t].mul_(2).sub_(1)
-                c_t = cells[t]
-                torch.mul(f_[t], c, out=c_t)
-                c_t.addcmul_(i_[t], tng[t])
-                if ln_c:  # 2·LN(c; γ, β) = LN(c; 2γ, 2β): same statistics, the tanh's 2z for free
-                    y, mean, rstd = _ln(c_t, (H,), gain_c2, bias_c2, eps)
-                    stats_c.append((mean, rstd))
-                else:
-                    y = c_t * 2
-                torch.mul(y.sigmoid_(), 2, out=tanh_c[t]).sub_(1)
-                h = torch.mul(o_[t], tanh_c[t], out=hs[t])
-                c = c_t
+        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep=True)
         ctx.save_for_backward(w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
-        ctx.buffers = (gates, cells, tanh_c, hh, stats_h, stats_c)
-        ctx.eps = eps
         return hs
 
     @staticmethod
@@ -212,4 +219,8 @@ def lstm_sequence(xx: torch.Tensor, w_h: torch.Tensor, gain_h: torch.Tensor | No
     """
     if (gain_h is None) != (bias_h is None) or (gain_c is None) != (bias_c is None):
         raise ValueError("pass both the gain and the bias of an LN, or neither")
-    return _LSTMSequence.apply(xx.contiguous(), w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps)
+    args = (xx.contiguous(), w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps)
+    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return _LSTMSequence.apply(*args)
+    with torch.no_grad():  # evaluation: no buffers kept for a backward
+        return _forward(*args, keep=False)[0]

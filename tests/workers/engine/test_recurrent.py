@@ -234,3 +234,20 @@ def test_recurrence_thread_choice_never_changes_the_numbers():
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="≥ 1"):
         lstm_seq.set_recurrence_threads(0)
+
+
+def test_lstm_sequence_without_grad_keeps_one_step_of_buffers_and_equal_numbers():
+    from workers.engine import lstm_seq
+
+    g = torch.Generator().manual_seed(4)
+    xx = torch.randn(9, 3, 8, generator=g, dtype=D)
+    w = torch.randn(8, 2, generator=g, dtype=D, requires_grad=True)
+    params = [torch.randn(n, generator=g, dtype=D) for n in (8, 8, 2, 2)]
+    h0 = c0 = torch.zeros(3, 2, dtype=D)
+    with_grad = lstm_sequence(xx, w, *params, h0, c0)
+    assert with_grad.requires_grad
+    with torch.no_grad():
+        lean = lstm_sequence(xx, w, *params, h0, c0)
+    assert torch.equal(lean, with_grad.detach())
+    hs, (gates, cells, _, hh, _, _) = lstm_seq._forward(xx, w.detach(), *params, h0, c0, 1e-5, keep=False)
+    assert gates.shape[0] == cells.shape[0] == hh.shape[0] == 1 and hs.shape[0] == 9

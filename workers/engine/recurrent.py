@@ -14,7 +14,8 @@ Each layer maps a time-major sequence (T, B, D) to its hidden states (T, B, H). 
 The LSTM's forget-gate bias starts at 1 (common practice; the paper does not say), for every normalizer.
 A layer given a ``record`` dict fills it for the probes: "h" / "c" (lists of (B, H), h with
 ``retain_grad``), "summed_mean" / "summed_std" ((T,) batch means of each case's mean / std of the summed
-inputs W_h h_{t-1} + W_x x_t before normalization).
+inputs W_h h_{t-1} + W_x x_t before normalization; the GRU's are those of its z, r gates, and with
+WeightNorm they are v·x, before the division by ‖v‖).
 """
 
 from __future__ import annotations

@@ -57,6 +57,10 @@ def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str =
     """
     client = api()
     runs, missing = fetch_runs(client, run_ids)
+    # runs of one colour group sit together in the legend and the chips
+    other = "norm" if color_by == "batch_size" else "batch_size"
+    runs.sort(key=lambda r: (str(r["spec"].get(color_by)), str(r["spec"].get(other)),
+                             r["spec"].get("seed", 0)))
     histories = fetch_histories(client, runs)
     fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=smoothing,
                                            color_by=color_by, x_mode=x_mode, present=present)

@@ -33,10 +33,11 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
     except ApiError as exc:
         return html.Div([components.error_box(exc.detail), *components.page_stores()])
     missing = bundle["missing"]
+    found = [rid for rid in state["runs"] if rid not in missing]  # the link's order, not the legend's
     controls = components.card("Compare", className="controls", children=[
         html.Div(className="field wide", children=[
             html.Label("Runs", className="label"),
-            dcc.Dropdown(id=ids.CMP_RUNS, options=options, value=[r["id"] for r in bundle["runs"]],
+            dcc.Dropdown(id=ids.CMP_RUNS, options=options, value=found,
                          multi=True, placeholder="Pick runs to overlay"),
         ]),
         html.Div(className="control-row", children=[
@@ -76,7 +77,7 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
             dcc.Store(id="cmp-runs-data", data={"runs": bundle["runs"], "color": state["color"]}),
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
-        *components.page_stores(bundle["watch"], {**state, "runs": [r["id"] for r in bundle["runs"]]}),
+        *components.page_stores(bundle["watch"], {**state, "runs": found}),
     ])
 
 

@@ -171,3 +171,16 @@ def test_api_never_imports_torch():
             "create_app(Settings(data_dir=tempfile.mkdtemp()), frontend=True);"
             "import workers.celery_app; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.slow
+def test_invariance_computed_once_outside_the_api_and_cached(app, client):
+    r = client.get("/api/invariance")
+    assert r.status_code == 200
+    table = r.json()
+    assert table["methods"]["layer"]["single_training_case_rescaling"] is True
+    assert table["methods"]["batch"]["single_training_case_rescaling"] is False
+    assert app.state.store.cache_get("invariance") is not None
+    t0 = time.perf_counter()
+    assert client.get("/api/invariance").json() == table
+    assert time.perf_counter() - t0 < 1.0  # from the cache, no second computation

@@ -32,16 +32,30 @@ def test_task_is_registered_under_its_name():
     assert TRAIN_TASK in app.tasks
 
 
-def test_real_worker_trains_a_queued_run(tmp_path):
-    from workers.tasks import run_training
+def test_real_worker_trains_a_queued_run(tmp_path, monkeypatch):
+    """workers.tasks.train_run itself, in a real worker thread, configured like a `normlab worker`
+    process is: from NORMLAB_* (here a temporary data dir and queue)."""
+    import importlib
 
-    settings = Settings(data_dir=tmp_path, queue=f"nlw-{uuid.uuid4().hex[:6]}")
-    app = make_celery(settings)
+    import workers.celery_app
+    import workers.tasks
+    from normlab.settings import get_settings
 
-    @app.task(name=TRAIN_TASK)
-    def train_run(run_id: str):  # the module's task, bound to this test's settings
-        return run_training(run_id, settings)
+    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("NORMLAB_QUEUE", f"nlw-{uuid.uuid4().hex[:6]}")
+    get_settings.cache_clear()
+    try:
+        importlib.reload(workers.celery_app)
+        importlib.reload(workers.tasks)
+        _train_one(get_settings(), workers.celery_app.app)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        importlib.reload(workers.celery_app)
+        importlib.reload(workers.tasks)
 
+
+def _train_one(settings, app) -> None:
     store = Store(settings.resolved_database_url)
     run_id = new_run_id()
     spec = RunSpec(task="digits", steps=20, hidden_size=16, eval_every=10).resolved()

@@ -58,7 +58,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_request: Request, exc: HTTPException):
-        fields = {}
+        fields: dict[str, str] = {}
         detail = exc.detail
         if isinstance(detail, dict):
             fields, detail = detail.get("fields", {}), detail.get("detail", "")

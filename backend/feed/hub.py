@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -92,7 +93,7 @@ class FeedHub:
     def __init__(self, store: Store, settings: Settings):
         self.store, self.settings = store, settings
         self.channels: dict[str, Channel] = {}
-        self.redis = None
+        self.redis: Any = None
         if settings.uses_redis_feed:
             import redis.asyncio as aioredis
 
@@ -176,7 +177,7 @@ class FeedHub:
                 log.warning("live feed: Redis read failed (%s); reading the store", exc)
                 resp = None
                 await asyncio.sleep(0.5)
-            entries = resp[0][1] if resp else []
+            entries: list[Any] = resp[0][1] if resp else []
             if not entries:  # quiet (or Redis trouble): catch up from the store, then check the run
                 if not await self._from_store(ch):
                     await self._check_ended(ch)
@@ -184,7 +185,7 @@ class FeedHub:
             first = int(entries[0][0].split(b"-")[0])
             if first > ch.last + 1:  # trimmed or missed: the store has everything up to here
                 await self._from_store(ch, limit=first - ch.last - 1)
-            frames = []
+            frames: list[Frame] = []
             for entry_id, fields in entries:
                 seq = int(entry_id.split(b"-")[0])
                 if seq > ch.last + len(frames):

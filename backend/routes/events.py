@@ -7,6 +7,8 @@ EventSource to stop reconnecting).
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from fastapi import APIRouter, Header, HTTPException, Response
 from sse_starlette import EventSourceResponse
@@ -17,7 +19,7 @@ from normlab.api_models import ErrorDetail
 from normlab.events import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/api", tags=["events"])
-ERRORS = {400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
+ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
 MAX_RUNS_PER_STREAM = 50
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -17,7 +17,7 @@ from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, 
 from normlab.spec import RunSpec
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
-ERRORS = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
 
 
 @router.post("", status_code=201, response_model=RunCreated, responses=ERRORS)

@@ -32,7 +32,7 @@ def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user
             values = {**base, "norm": norm, "batch_size": batch_size, "seed": seed}
             specs.append(RunSpec.model_validate(values))
         except ValidationError as exc:
-            fields = validation_fields(list(exc.errors()))
+            fields = validation_fields([dict(e) for e in exc.errors()])
             what = f"norm={norm}, batch_size={batch_size}, seed={seed}"
             raise HTTPException(422, {"detail": f"The sweep's combination {what} is invalid: "
                                                 + "; ".join(fields.values()), "fields": fields}) from exc

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Boolean, Column, ColumnElement, Float, MetaData, String, Table, insert, select, update
 
+from backend.limits import active_runs, limits_public
 from backend.store import Store
 
 TOKEN_PREFIX = "nl_"
@@ -172,8 +173,6 @@ router = APIRouter(prefix="/api", tags=["auth"])
 @router.get("/me")
 def me(request: Request) -> dict:
     """Who the token identifies, whether this server asks for tokens, and its limits."""
-    from backend.limits import active_runs, limits_public  # limits imports nothing from here
-
     settings = request.app.state.settings
     who = principal_of(request)
     out = {"auth": settings.auth, "public_read": settings.public_read,

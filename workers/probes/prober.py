@@ -7,13 +7,13 @@ The loop calls, each step (contracts.md, "Probes hook"):
     optimizer.step()                                                             at the pre-update weights)
     prober.after_update(step)                          -> [("fisher", payload)]  (with the update's angle)
 
-Cost control (two token buckets): training time earns probe time at the rate `spec.probes.budget`,
-FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due Fisher estimate (every
-`fisher_every` steps at the earliest) runs only when the Fisher time so far plus its predicted cost
-(the last one measured; before that PRIOR_COST_STEPS plain steps) fits in its share; otherwise it waits
-until training has earned it. A trace step's cost is the time its capture adds to the step (recording,
-and the unfused recurrent path) over the median plain step; a due trace waits while traces are over
-their share. Every estimate states its cost in plain training steps.
+Cost control (two token buckets): training time earns probe time at the rate TARGET × budget
+(`spec.probes.budget`), FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due
+Fisher estimate (every `fisher_every` steps at the earliest) runs only when the Fisher time so far plus
+its predicted cost (the last one measured; before that PRIOR_COST_STEPS plain steps) fits in its share;
+otherwise it waits until training has earned it. A trace step's cost is the time its capture adds to
+the step (recording, and the unfused recurrent path) over the median plain step; a due trace waits
+while traces are over their share. Every estimate states its cost in plain training steps.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
 FISHER_SHARE = 0.6  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
+TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 12.0  # predicted cost of the first estimate: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
 
@@ -86,7 +87,8 @@ class Prober:
         return float(sorted(times)[len(times) // 2])
 
     def _within_budget(self) -> bool:
-        return self.spent["hidden"] <= (1 - FISHER_SHARE) * self.budget * max(self.train_seconds, 1e-9)
+        earned = TARGET * self.budget * max(self.train_seconds, 1e-9)
+        return self.spent["hidden"] <= (1 - FISHER_SHARE) * earned
 
     def _affordable(self) -> bool:
         """Whether the next Fisher estimate fits in what training has earned so far."""
@@ -94,7 +96,7 @@ class Prober:
         if step_s is None:
             return False
         predicted = self.last_cost if self.last_cost is not None else PRIOR_COST_STEPS * step_s
-        return self.spent["fisher"] + predicted <= FISHER_SHARE * self.budget * self.train_seconds
+        return self.spent["fisher"] + predicted <= FISHER_SHARE * TARGET * self.budget * self.train_seconds
 
     # -- the hook ---------------------------------------------------------------------------------
     def capture_this_step(self, step: int) -> bool:

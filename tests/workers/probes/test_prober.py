@@ -61,7 +61,7 @@ def test_feedforward_run_emits_contract_payloads():
 
 
 def test_recurrent_run_traces_every_time_step():
-    result, events = _run(task="adding", norm="layer", seq_len=12, hidden_size=8, batch_size=4, steps=6,
+    result, events = _run(task="adding", norm="layer", seq_len=12, hidden_size=8, batch_size=4, steps=12,
                           eval_every=1000, probes=dict(trace_every=3, fisher_every=1, budget=5.0))
     h = result.probes["hidden"]
     assert h["time_steps"] == 12

@@ -75,15 +75,19 @@ def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, time
             "runs_per_min": round(60 * len(runs) / wall_s, 1) if wall_s else None}
 
 
-def lost_detection(url: str, headers: dict, worker, timeout: float = 120.0) -> dict:
-    """Start a long run, SIGKILL its worker's process group mid-run, time until the run reads `lost`."""
+def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
+    """Start a long run, SIGKILL the process group of the worker that trains it (the Celery parent
+    and its pool child) mid-run, and time until the run reads `lost`."""
     with httpx.Client(timeout=30) as c:
         rid = c.post(url + "api/runs", json={**TINY, "steps": 20000, "eval_every": 1000},
                      headers=headers).json()["id"]
         deadline = time.monotonic() + timeout
-        while c.get(url + f"api/runs/{rid}").json()["last_seq"] < 3 and time.monotonic() < deadline:
+        run = c.get(url + f"api/runs/{rid}").json()
+        while run["last_seq"] < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        os.killpg(worker.pid, signal.SIGKILL)
+            run = c.get(url + f"api/runs/{rid}").json()
+        child_pid = int(run["worker_host"].rsplit(":", 1)[1])  # "host:pid" of the pool child
+        os.killpg(os.getpgid(child_pid), signal.SIGKILL)
         t_kill = time.monotonic()
         while c.get(url + f"api/runs/{rid}").json()["status"] != "lost" and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -129,7 +133,7 @@ def run_bench(args) -> dict:
         if args.viewers:
             out["viewers"] = measure_feed(url, store, publisher, args.viewers, args.events, args.rate)
         if args.lost:
-            out["lost"] = lost_detection(url, users["ada"], workers[0])
+            out["lost"] = lost_detection(url, users["ada"])
         return out
     finally:
         stop_process(api, timeout=10)

@@ -14,14 +14,11 @@ import argparse
 import json
 import os
 import signal
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 import httpx
 
-from backend.testing import service_env, start_api, start_worker, stop_process
+from backend.testing import bench_service, start_api, start_worker, stop_process
 
 TARGETS = {"queue_lost": 0, "queue_twice": 0, "queue_fifo_violations": 0, "viewers_p95_ms": 1000,
            "viewers_lost": 0, "lost_detect_s": 30}
@@ -98,55 +95,30 @@ def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
 
 
 def run_bench(args) -> dict:
-    import psycopg
-
     from backend.auth import TokenStore
     from backend.bench_stream import measure_feed
-    from backend.feed.redis_feed import RedisPublisher
-    from backend.store import Store
-    from normlab.settings import Settings
 
-    data_dir = Path(tempfile.mkdtemp(prefix="nlfaults-"))
-    queue = f"nlfaults-{uuid.uuid4().hex[:8]}"
-    extra: dict = {"queue": queue, "auth": "tokens", "public_read": True,
-                   "max_active_runs_per_user": max(20, args.runs), "submit_rate_per_minute": 10_000}
-    schema = None
-    if args.form == "redis":
-        schema = f"nlfaults_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        extra.update(database_url=f"{args.pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
-                                  f"?options=-csearch_path%3D{schema}",
-                     broker_url=args.redis_url, redis_url=args.redis_url)
-    settings = Settings(data_dir=data_dir, **extra)
-    store = Store(settings.resolved_database_url)
-    tokens = TokenStore(store)
-    users = {n: {"Authorization": f"Bearer {tokens.create(n)[1]}"} for n in ("ada", "grace")}
-    env = service_env(data_dir, **extra)
-    workers = [start_worker(data_dir, env, f"w{i}") for i in range(args.workers)]
-    url, api = start_api(data_dir, env)
-    publisher = RedisPublisher(settings) if args.form == "redis" else None
-    out: dict = {"form": args.form}
-    try:
-        if args.runs:
-            out["queue"] = queue_load(url, users, args.runs, args.workers)
-        if args.viewers:
-            out["viewers"] = measure_feed(url, store, publisher, args.viewers, args.events, args.rate)
-        if args.lost:
-            out["lost"] = lost_detection(url, users["ada"])
-        return out
-    finally:
-        stop_process(api, timeout=10)
-        for w in workers:
-            stop_process(w, signal.SIGKILL, timeout=5)
-        store.dispose()
-        if schema:
-            with psycopg.connect(args.pg_url, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        if publisher is not None:
-            keys = list(publisher.client.scan_iter(f"{queue}*"))
-            if keys:
-                publisher.client.delete(*keys)
+    limits = {"auth": "tokens", "public_read": True, "max_active_runs_per_user": max(20, args.runs),
+              "submit_rate_per_minute": 10_000}
+    with bench_service(args.form, "nlfaults", args.pg_url, args.redis_url, **limits) as svc:
+        tokens = TokenStore(svc.store)
+        users = {n: {"Authorization": f"Bearer {tokens.create(n)[1]}"} for n in ("ada", "grace")}
+        workers = [start_worker(svc.data_dir, svc.env, f"w{i}") for i in range(args.workers)]
+        url, api = start_api(svc.data_dir, svc.env)
+        out: dict = {"form": args.form}
+        try:
+            if args.runs:
+                out["queue"] = queue_load(url, users, args.runs, args.workers)
+            if args.viewers:
+                out["viewers"] = measure_feed(url, svc.store, svc.publisher, args.viewers, args.events,
+                                              args.rate)
+            if args.lost:
+                out["lost"] = lost_detection(url, users["ada"])
+            return out
+        finally:
+            stop_process(api, timeout=10)
+            for w in workers:
+                stop_process(w, signal.SIGKILL, timeout=5)
 
 
 def main(argv: list[str] | None = None) -> int:

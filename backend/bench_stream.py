@@ -17,15 +17,12 @@ import asyncio
 import json
 import re
 import statistics
-import tempfile
 import threading
 import time
-import uuid
-from pathlib import Path
 
 import httpx
 
-from backend.testing import iter_sse, service_env, start_api, start_worker, stop_process
+from backend.testing import bench_service, iter_sse, start_api, start_worker, stop_process
 
 TARGETS = {"latency_p95_ms_redis": 250, "fanout_p95_ms": 1000, "fanout_lost": 0, "submit_first_event_s": 2.0,
            "history_ms": 300}
@@ -196,47 +193,19 @@ def measure_history(base: str, store, n_points: int, max_points: int, reps: int 
 
 
 def run_form(form: str, args) -> dict:
-    import psycopg
-
-    from backend.feed.redis_feed import RedisPublisher
-    from backend.store import Store
-    from normlab.settings import Settings
-
-    data_dir = Path(tempfile.mkdtemp(prefix=f"nlbench-{form}-"))
-    queue = f"nlbench-{uuid.uuid4().hex[:8]}"
-    extra: dict = {"queue": queue}
-    schema = None
-    if form == "redis":
-        schema = f"nlbench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        extra.update(database_url=f"{args.pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
-                                  f"?options=-csearch_path%3D{schema}",
-                     broker_url=args.redis_url, redis_url=args.redis_url)
-    env = service_env(data_dir, **extra)
-    settings = Settings(data_dir=data_dir, **extra)
-    store = Store(settings.resolved_database_url)
-    publisher = RedisPublisher(settings) if form == "redis" else None
-    worker = start_worker(data_dir, env, "bench")
-    base, api = start_api(data_dir, env)
-    try:
-        result = {"submit_first_event": measure_submit(base, args.submit_reps),
-                  "latency": measure_feed(base, store, publisher, 1, args.events, args.rate)}
-        result["fanout"] = [measure_feed(base, store, publisher, n, args.events, args.rate)
-                            for n in args.clients]
-        result["history"] = measure_history(base, store, args.history_points, 2000)
-        return result
-    finally:
-        stop_process(api, timeout=10)
-        stop_process(worker, timeout=10)
-        store.dispose()
-        if schema:
-            with psycopg.connect(args.pg_url, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        if publisher is not None:
-            keys = list(publisher.client.scan_iter(f"{queue}*"))
-            if keys:
-                publisher.client.delete(*keys)
+    with bench_service(form, "nlbench", args.pg_url, args.redis_url) as svc:
+        worker = start_worker(svc.data_dir, svc.env, "bench")
+        base, api = start_api(svc.data_dir, svc.env)
+        try:
+            result = {"submit_first_event": measure_submit(base, args.submit_reps),
+                      "latency": measure_feed(base, svc.store, svc.publisher, 1, args.events, args.rate)}
+            result["fanout"] = [measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate)
+                                for n in args.clients]
+            result["history"] = measure_history(base, svc.store, args.history_points, 2000)
+            return result
+        finally:
+            stop_process(api, timeout=10)
+            stop_process(worker, timeout=10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -118,6 +119,61 @@ def start_api(data_dir: Path, env: dict[str, str], timeout: float = 60.0) -> tup
 
 def start_worker(data_dir: Path, env: dict[str, str], name: str = "w") -> subprocess.Popen:
     return spawn(["worker", "--name", name, "--loglevel", "warning"], env, data_dir / f"{name}.log")
+
+
+@dataclass
+class BenchService:
+    """A private store (and, in the Redis form, a PostgreSQL schema and a Redis queue) for a benchmark."""
+
+    form: str
+    data_dir: Path
+    queue: str
+    settings: object  # normlab.settings.Settings
+    store: object  # backend.store.Store
+    publisher: object | None  # backend.feed.redis_feed.RedisPublisher in the Redis form
+    env: dict[str, str]
+
+
+@contextlib.contextmanager
+def bench_service(form: str, prefix: str, pg_url: str, redis_url: str, **settings) -> Iterator[BenchService]:
+    """Fresh settings, store and child-process environment for `form` ('redis' or 'embedded').
+
+    The Redis form gets its own PostgreSQL schema and Redis queue name; all of it is dropped on exit.
+    """
+    import uuid
+
+    import psycopg
+
+    from backend.feed.redis_feed import RedisPublisher
+    from backend.store import Store
+    from normlab.settings import Settings
+
+    tag = uuid.uuid4().hex[:8]
+    data_dir = Path(tempfile.mkdtemp(prefix=f"{prefix}-{form}-"))
+    extra: dict = {"queue": f"{prefix}-{tag}", **settings}
+    schema = None
+    if form == "redis":
+        schema = f"{prefix}_{tag}"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        extra.update(database_url=f"{pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
+                                  f"?options=-csearch_path%3D{schema}",
+                     broker_url=redis_url, redis_url=redis_url)
+    resolved = Settings(data_dir=data_dir, **extra)
+    store = Store(resolved.resolved_database_url)
+    publisher = RedisPublisher(resolved) if form == "redis" else None
+    try:
+        yield BenchService(form, data_dir, extra["queue"], resolved, store, publisher,
+                           service_env(data_dir, **extra))
+    finally:
+        store.dispose()
+        if schema:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        if publisher is not None:
+            keys = list(publisher.client.scan_iter(f"{extra['queue']}*"))
+            if keys:
+                publisher.client.delete(*keys)
 
 
 @dataclass

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from normlab.catalog import MNIST_FILES, NORMS, TASKS
 from normlab.cli import main
-from normlab.settings import get_settings
 from normlab.spec import RunSpec
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
-    get_settings.cache_clear()
-    yield tmp_path
-    get_settings.cache_clear()
 
 
 def _catalog(capsys) -> dict:

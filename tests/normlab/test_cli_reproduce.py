@@ -8,17 +8,6 @@ import pytest
 
 from normlab.cli import main
 from normlab.presets import PRESETS
-from normlab.settings import get_settings
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    """Point the CLI's settings (read from the environment) at a private data dir."""
-    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("NORMLAB_KERNEL_BACKEND", "torch")
-    get_settings.cache_clear()
-    yield tmp_path
-    get_settings.cache_clear()
 
 
 def test_json_prints_one_object_with_every_run_side_by_side(data_dir, capsys):

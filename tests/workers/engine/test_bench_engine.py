@@ -7,18 +7,8 @@ import json
 import pytest
 
 from normlab.cli import main
-from normlab.settings import get_settings
 
 TINY_LSTM = ["--lstm-batch", "2", "--lstm-seq-len", "3", "--lstm-hidden", "8", "--lstm-repeats", "1"]
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))  # no MNIST files here: mnist is unavailable
-    monkeypatch.setenv("NORMLAB_KERNEL_BACKEND", "torch")
-    get_settings.cache_clear()
-    yield tmp_path
-    get_settings.cache_clear()
 
 
 def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):

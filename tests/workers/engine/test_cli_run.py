@@ -12,18 +12,7 @@ import pytest
 
 from normlab.cli import main
 from normlab.cli.run import add_spec_options, spec_from_args
-from normlab.settings import get_settings
 from normlab.spec import ProbeSpec, RunSpec
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    """Point the CLI's settings (read from the environment) at a private data dir."""
-    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("NORMLAB_KERNEL_BACKEND", "torch")
-    get_settings.cache_clear()
-    yield tmp_path
-    get_settings.cache_clear()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from dash import Input, Output, dcc, html
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
 
-EXTRA_NAMES = {"rms": "RMSNorm", "none": "No normalization", "group": "Group norm"}
+EXTRA_NAMES = {"rms": "RMSNorm", "none": "None", "group": "Group norm"}
 
 
 def _word(v: bool | None) -> str:
@@ -52,9 +52,11 @@ def render(computed) -> list:
     rows = logic.invariance_table(computed if computed is not None else {})
     n_done = sum(r["computed"] is not None for r in rows)
     disagreements = [r for r in rows if r["agrees"] is False]
-    notes = [html.Li([html.B("Prose vs table. "), logic.PROSE_NOTE + " " + _verdict(rows)])]
+    # The engine explains the prose/table cell itself when it computed the table; say it once.
     engine_notes = computed.get("notes", []) if isinstance(computed, dict) else []
-    notes += [html.Li([html.B("From the computation. "), n]) for n in engine_notes]
+    prose = engine_notes[0] if engine_notes else logic.PROSE_NOTE + " " + _verdict(rows)
+    notes = [html.Li([html.B("Prose vs table. "), prose])]
+    notes += [html.Li([html.B("From the computation. "), n]) for n in engine_notes[1:]]
     for r in disagreements:
         if (r["method"], r["transform"]) != ("weight", "data_scale"):
             where = f"{logic.METHOD_NAMES[r['method']]}, {logic.TRANSFORM_NAMES[r['transform']]}"

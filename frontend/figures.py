@@ -214,6 +214,10 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
     elif index and all(not fig.data[i].x for i in range(index)) and all(
             r.get("status") in TERMINAL_STATUSES for r in runs):
         _empty(fig, "These runs ended without recording any training points.")
+    elif index and all(not fig.data[i].x for i in range(index)):
+        # live runs that have not reported yet; the page's live append removes this note (name "waiting")
+        fig.add_annotation(text="Waiting for the first training points…", name="waiting", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 15, "color": "#555"})
     apply_theme(fig, present, height=380)
     # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
     fig.update_layout(uirevision=f"curves-{x_mode}")

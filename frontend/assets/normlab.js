@@ -108,6 +108,15 @@
     return now - S.lastDone >= S.lastRedrawMs;
   }
 
+  /* The first live points replace the figure's "Waiting for the first training points…" note. */
+  function dropWaitingNote() {
+    var gd = document.querySelector("#nl-curves .js-plotly-plot");
+    var notes = gd && gd.layout && gd.layout.annotations;
+    if (!notes || !window.Plotly) { return; }
+    var kept = notes.filter(function (a) { return a.name !== "waiting"; });
+    if (kept.length !== notes.length) { window.Plotly.relayout(gd, {annotations: kept}); }
+  }
+
   function drainCurves(n, map) {
     if (!map || !map.runs || !S.scalars.length) { return ns(); }
     hookGraph();
@@ -137,6 +146,7 @@
       }
     }
     if (!order.length) { return ns(); }
+    dropWaitingNote();
     S.appended += order.reduce(function (n, i) { return n + xs[i].length; }, 0);
     S.extends += 1;
     S.pendingSince = performance.now();

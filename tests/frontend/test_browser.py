@@ -37,6 +37,10 @@ def test_lab_start_run_streams_points(page, shot, server):
     page.wait_for_function(f"() => ({POINTS_JS})() > {n + 5}", timeout=30000)
     rng = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').layout.xaxis.range")
     assert rng == [0, 40]
+    # the "waiting for the first training points" note went away with the first live points
+    names = page.evaluate("() => (document.querySelector('#nl-curves .js-plotly-plot').layout.annotations"
+                          " || []).map(a => a.name || '')")
+    assert "waiting" not in names
     shot(page, "lab-live")
     assert not page.errors, page.errors
 

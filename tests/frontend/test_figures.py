@@ -161,3 +161,16 @@ def test_log_ticks_get_sparser_as_the_span_grows():
     assert 0.15 not in narrow and any(abs(v - 0.3) < 1e-12 for v in narrow)  # 1-2-3-5 inside a decade
     assert not any(abs(v - 0.002) < 1e-15 for v in wide) and any(abs(v - 0.003) < 1e-15 for v in wide)
     assert figures.log_ticks([])["ticktext"][figures.log_ticks([])["tickvals"].index(1.0)] == "1"
+
+
+def test_live_runs_without_points_say_they_are_waiting_until_points_exist():
+    def waiting(fig):
+        return [a for a in fig["layout"].get("annotations", []) if a.get("name") == "waiting"]
+
+    fig, _ = figures.curves_figure([_run("a")], {}, panels=["loss", "val"])
+    assert len(waiting(fig)) == 1 and "Waiting" in waiting(fig)[0]["text"]
+    fig, _ = figures.curves_figure([_run("a")], {"a": _history([1, 2], [2.0, 1.5])}, panels=["loss"])
+    assert waiting(fig) == []
+    ended = dict(_run("a"), status="completed")
+    fig, _ = figures.curves_figure([ended], {}, panels=["loss"])
+    assert waiting(fig) == []  # an ended run without points says so instead

@@ -12,6 +12,10 @@ import httpx
 from dash import Input, Output, State, dcc, html, no_update
 
 TOKEN_STORE = "auth-token"  # dcc.Store (localStorage): the token, or None
+# The browser also keeps a copy as a same-site cookie: the dashboard's server renders pages (and
+# runs callbacks) for that browser, and reads a private server's API with it.
+TOKEN_COOKIE = "normlab_token"
+TOKEN_COOKIE_SYNC = "auth-token-cookie-sync"
 TOKEN_INPUT = "auth-token-input"
 TOKEN_SAVE = "auth-token-save"
 TOKEN_FORGET = "auth-token-forget"
@@ -26,6 +30,7 @@ def auth_headers(token: str | None) -> dict[str, str]:
 def auth_box() -> html.Div:
     return html.Div(className="auth-box", children=[
         dcc.Store(id=TOKEN_STORE, storage_type="local"),
+        dcc.Store(id=TOKEN_COOKIE_SYNC),
         dcc.Input(id=TOKEN_INPUT, type="password", placeholder="API token", debounce=True,
                   className="auth-input", autoComplete="off"),
         html.Button("Use token", id=TOKEN_SAVE, className="btn small"),
@@ -79,6 +84,27 @@ def register(app) -> None:
         if ctx.triggered_id == TOKEN_FORGET:
             return None, ""
         return ((value or "").strip() or None), ""  # the input is cleared: the token stays out of sight
+
+    # Keep the cookie copy equal to the stored token; when it changes (a token pasted or forgotten),
+    # reload so every panel is fetched again as the new user.
+    app.clientside_callback(
+        f"""function (token) {{
+            var name = "{TOKEN_COOKIE}";
+            var had = document.cookie.split("; ")
+                .find(function (c) {{ return c.indexOf(name + "=") === 0; }}) || "";
+            had = had.slice(name.length + 1);
+            var now = token ? encodeURIComponent(token) : "";
+            if (had === now) {{ return window.dash_clientside.no_update; }}
+            document.cookie = name + "=" + now + "; path=/; SameSite=Strict" + (now ? "" : "; max-age=0");
+            // once per value: a browser that refuses cookies must not reload forever
+            if (window.sessionStorage.getItem("normlab-token-reloaded") === now) {{
+                return window.dash_clientside.no_update;
+            }}
+            window.sessionStorage.setItem("normlab-token-reloaded", now);
+            window.location.reload();
+            return window.dash_clientside.no_update;
+        }}""",
+        Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data"))
 
     @app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))
     def show(token):

@@ -10,6 +10,7 @@ import flask
 
 from frontend import figures, logic
 from frontend.api_client import ApiClient, ApiError, api_for
+from frontend.auth_box import TOKEN_COOKIE
 
 SERIES = ["train_loss", "val_loss", "accuracy", "bpc", "elapsed"]
 HISTORY_POINTS = 1000  # per series: min/max buckets beyond this (the API keeps spikes)
@@ -21,8 +22,16 @@ def api_base() -> str:
 
 
 def api(token: str | None = None) -> ApiClient:
-    """The API client; with the token box's token for writes on a server that requires one."""
-    return api_for(api_base()).with_token(token)
+    """The API client acting for the browser's user: the token box's token when given, else the copy
+    of it the browser sends as a cookie (so pages rendered on the server can read a private server)."""
+    return api_for(api_base()).with_token(token or cookie_token())
+
+
+def cookie_token() -> str | None:
+    """The token box's token as the browser's cookie carries it (None outside a request, or none set)."""
+    if not flask.has_request_context():
+        return None
+    return flask.request.cookies.get(TOKEN_COOKIE) or None
 
 
 def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[str]]:

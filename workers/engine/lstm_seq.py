@@ -10,16 +10,19 @@ switched off):
 
 Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower than `torch.nn.LSTM` on a
 2-core CPU. Here the forward writes into preallocated (T, B, ·) buffers (tanh computed as 2σ(2z) − 1,
-cheaper than torch's tanh on this CPU); the backward runs about a dozen fused ops per step, forming the
-local gate derivatives and LN's dγ/dβ per step while the step's data is in cache, and dW_h once, as one
-large matrix product over all steps.
+cheaper than torch's tanh on this CPU; per-step views made once, no Python scalars wrapped per call). The
+backward forms the local gate derivatives of all steps at once before its loop (they need no recurrence,
+so these bulk passes use every thread), leaving 9 element-wise ops, LN's backward (with this step's
+dγ/dβ) and one product per step; dW_h is one large product over all steps.
 
-Threads: the per-step work is small (B×H×4H multiply-adds and ~30K-element element-wise ops). On an idle
-machine the step's matrix product gains from all cores; on an oversubscribed one (load average above 1.5×
-the cores, e.g. a shared 2-core box), every OpenMP fork/join waits for a descheduled thread and costs
-milliseconds, so the recurrence then runs on one thread (bulk products outside the loop keep all
-threads). MKL's products and LN's row-wise passes are bitwise the same for 1 and 2 threads, and LN's
-backward (which sums dγ/dβ per thread) always runs on one, so this choice never changes the numbers.
+Threads: the per-step work is small (B×H×4H multiply-adds and ~30K-element element-wise ops). Inside the
+loops, element-wise ops and LN always run on one thread (an OpenMP fork/join costs more than a
+30K-element op gains from a second core; switching the thread count costs ~0.1 µs) and only the step's
+matrix product uses `recurrence_threads()`: all threads on an idle machine; one on an oversubscribed one
+(load average above 1.5× the cores, e.g. a shared 2-core box), where every fork/join waits for a
+descheduled thread and costs milliseconds. Bulk work outside the loops keeps all threads. MKL's products
+and LN's row-wise passes are bitwise the same for 1 and 2 threads, and LN's backward (which sums dγ/dβ
+per thread) always runs on one, so this choice never changes the numbers.
 `set_recurrence_threads(n)` fixes it (None: automatic), e.g. for A/B measurements.
 
 LayerNorm here is torch's native kernel (population variance, eq. 15), so the numbers equal the
@@ -63,19 +66,10 @@ def recurrence_threads() -> int:
     return 1 if threads > 1 and machine_busy() else threads
 
 
-class _Threads:
-    """Run a block with `n` intra-op threads, restoring the previous count afterwards."""
-
-    def __init__(self, n: int):
-        self.n, self.before = n, torch.get_num_threads()
-
-    def __enter__(self):
-        if self.n != self.before:
-            torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        if self.n != self.before:
-            torch.set_num_threads(self.before)
+def _steps(buf: torch.Tensor, n: int) -> tuple:
+    """Per-step views of a (S, …) buffer for n steps, made once: indexing in the loop costs a dispatch."""
+    rows = buf.unbind(0)
+    return rows if len(rows) == n else rows * n  # one-step buffer (no backward): every step reuses row 0
 
 
 def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool):
@@ -91,41 +85,71 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool):
     tanh_c = xx.new_empty(S, B, H)  # tanh(LN(c_t)) or tanh(c_t)
     hs = xx.new_empty(T, B, H)  # h_t, the output
     hh = xx.new_empty(S, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
-    # views made once: slicing inside the loop costs as much as a small kernel
-    tng = gates[..., 3 * H:]
-    f_, i_, o_ = gates[..., :H], gates[..., H: 2 * H], gates[..., 2 * H: 3 * H]
+    one = xx.new_ones(())  # a Python scalar would be wrapped into a new tensor on every call
+    A, C, TC, X, HS = (_steps(b, T) for b in (gates, cells, tanh_c, xx, hs))
+    F_, I_, O_, TG = (_steps(gates[..., k * H: (k + 1) * H], T) for k in range(4))
+    HH = _steps(hh, T) if ln_h else None
     stats_h, stats_c = [], []
     if ln_c:
         gain_c2, bias_c2 = gain_c * 2, bias_c * 2
     h, c = h0, c0
-    with _Threads(recurrence_threads()):
+    n, before = recurrence_threads(), torch.get_num_threads()
+    threads = torch.set_num_threads
+    try:
+        threads(1)  # element-wise work and LN: one thread (see the module docstring)
         for t in range(T):
-            r = t if keep else 0  # the work buffers' row for this step
-            a = gates[r]
+            a, tg = A[t], TG[t]
+            if n > 1:
+                threads(n)
             if ln_h:
-                torch.mm(h, w_hT, out=hh[r])
-                y, mean, rstd = _ln(hh[r], (G,), gain_h, bias_h, eps)
+                torch.mm(h, w_hT, out=HH[t])
+                if n > 1:
+                    threads(1)
+                y, mean, rstd = _ln(HH[t], (G,), gain_h, bias_h, eps)
                 stats_h.append((mean, rstd))
-                torch.add(y, xx[t], out=a)
+                torch.add(y, X[t], out=a)
             else:
-                torch.addmm(xx[t], h, w_hT, out=a)
+                torch.addmm(X[t], h, w_hT, out=a)
+                if n > 1:
+                    threads(1)
             # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
-            # three blocks plus torch's tanh (≈ 3 ns per element on this CPU)
-            tng[r].mul_(2)
+            # three blocks plus torch's tanh (≈ 3 ns per element on this CPU); z + z = 2z exactly
+            tg.add_(tg)
             a.sigmoid_()
-            tng[r].mul_(2).sub_(1)
-            c_t = cells[r]
-            torch.mul(f_[r], c, out=c_t)
-            c_t.addcmul_(i_[r], tng[r])
+            tg.add_(tg).sub_(one)
+            c_t = C[t]
+            torch.mul(F_[t], c, out=c_t)
+            c_t.addcmul_(I_[t], tg)
             if ln_c:  # 2·LN(c; γ, β) = LN(c; 2γ, 2β): same statistics, the tanh's 2z for free
                 y, mean, rstd = _ln(c_t, (H,), gain_c2, bias_c2, eps)
                 stats_c.append((mean, rstd))
             else:
-                y = c_t * 2
-            torch.mul(y.sigmoid_(), 2, out=tanh_c[r]).sub_(1)
-            h = torch.mul(o_[r], tanh_c[r], out=hs[t])
+                y = torch.add(c_t, c_t)
+            y.sigmoid_()
+            tc = TC[t]
+            torch.add(y, y, out=tc).sub_(one)
+            h = torch.mul(O_[t], tc, out=HS[t])
             c = c_t
+    finally:
+        threads(before)
     return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
+
+
+def _local_derivatives(gates, cells, tanh_c, c0):
+    """(K, KO, ODT) for all steps at once (no recurrence, so on all threads): K (T, B, 4H) holds
+    ∂a_f = c_{t-1}σ'(f), ∂a_i = tanh(g)σ'(i), ∂a_g = σ(i)tanh'(g) per unit of ∂c_t (its o block is
+    scratch), KO = tanh(·)σ'(o) per unit of ∂h_t, ODT = σ(o)tanh'(·) (∂h_t/∂ the input of the tanh)."""
+    H = cells.shape[-1]
+    f_, i_, o_, g_ = (gates[..., k * H: (k + 1) * H] for k in range(4))
+    k = torch.mul(gates, gates).neg_().add_(gates)  # σ(1 − σ) (the g block is overwritten below)
+    kf, ki, ko, kg = (k[..., j * H: (j + 1) * H] for j in range(4))
+    kf[0].mul_(c0)
+    kf[1:].mul_(cells[:-1])
+    ki.mul_(g_)
+    k_o = torch.mul(ko, tanh_c)
+    torch.mul(g_, g_, out=kg).neg_().add_(1).mul_(i_)
+    o_dtanh = torch.mul(tanh_c, tanh_c).neg_().add_(1).mul_(o_)
+    return k, k_o, o_dtanh
 
 
 class _LSTMSequence(torch.autograd.Function):
@@ -143,71 +167,55 @@ class _LSTMSequence(torch.autograd.Function):
         T, B, G = gates.shape
         H = G // 4
         d_hs = d_hs.contiguous()
-        f_, i_, o_, g_ = (gates[..., k * H: (k + 1) * H] for k in range(4))
-        d_gates = torch.empty_like(gates)  # ∂L/∂a_t: also ∂L/∂xx_t
-        d_g4 = d_gates.view(T, B, 4, H)
-        d_o = d_gates[..., 2 * H: 3 * H]
+        # ∂L/∂a_t (also ∂L/∂xx_t) is written over the local derivatives K, step by step
+        k, k_o, o_dtanh = _local_derivatives(gates, cells, tanh_c, c0)
+        K, K4, KO, ODT = _steps(k, T), _steps(k.view(T, B, 4, H), T), _steps(k_o, T), _steps(o_dtanh, T)
+        D_O, F_ = _steps(k[..., 2 * H: 3 * H], T), _steps(gates[..., :H], T)
         d_hh = torch.empty_like(gates) if ln_h else None  # ∂L/∂(W_h h_{t-1})
-        k = gates.new_empty(B, G)  # one step's local derivatives (see below)
-        k4 = k.view(B, 4, H)
-        kf, ki, ko, kg = (k[:, j * H: (j + 1) * H] for j in range(4))
-        o_dtanh = gates.new_empty(B, H)
+        D_HH, HH, CELLS, D_HS = (_steps(b, T) if b is not None else None for b in (d_hh, hh, cells, d_hs))
         acc = [torch.zeros_like(p) if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
         # LN's backward also gives this step's dγ, dβ (data still in cache); it sums rows per thread, so
-        # it always runs on one thread: the gradients must not depend on the thread choice
+        # it runs on one thread, like all element-wise work here: only the products use `n`
         mask = [True, True, True]
-        threads = recurrence_threads()
-
-        def ln_backward(*args):
-            if threads == 1:
-                return _ln_backward(*args, mask)
-            torch.set_num_threads(1)
-            try:
-                return _ln_backward(*args, mask)
-            finally:
-                torch.set_num_threads(threads)
-
-        dh_t = d_hs[T - 1]
+        n, before = recurrence_threads(), torch.get_num_threads()
+        threads = torch.set_num_threads
+        dh_t = D_HS[T - 1]
         dc = torch.zeros_like(c0)
-        # Everything per step, while the step's tensors sit in cache: bulk passes over (T, B, 4H) cost
-        # more than the same arithmetic done step by step here.
-        with _Threads(threads):
+        try:
+            threads(1)
             for t in range(T - 1, -1, -1):
-                a, tc = gates[t], tanh_c[t]
-                c_prev = cells[t - 1] if t > 0 else c0
-                # ∂a_f = dc·c_{t-1}σ'(f), ∂a_i = dc·tanh(g)σ'(i), ∂a_g = dc·σ(i)tanh'(g),
-                # ∂a_o = dh·tanh(·)σ'(o)
-                torch.mul(a, a, out=k).neg_().add_(a)  # σ(1 − σ) (the g block is overwritten below)
-                kf.mul_(c_prev)
-                ki.mul_(g_[t])
-                ko.mul_(tc)
-                torch.mul(g_[t], g_[t], out=kg).neg_().add_(1).mul_(i_[t])
-                torch.mul(tc, tc, out=o_dtanh).neg_().add_(1).mul_(o_[t])  # ∂h/∂(input of tanh)
-                dy = dh_t * o_dtanh
+                dy = torch.mul(dh_t, ODT[t])
                 if ln_c:
                     mean, rstd = stats_c[t]
-                    dy, dg, db = ln_backward(dy, cells[t], (H,), mean, rstd, gain_c, bias_c)
+                    dy, dg, db = _ln_backward(dy, CELLS[t], (H,), mean, rstd, gain_c, bias_c, mask)
                     acc[2].add_(dg)
                     acc[3].add_(db)
                 dc_t = dy.add_(dc)
-                torch.mul(dc_t.unsqueeze(1), k4, out=d_g4[t])  # f, i, g (o overwritten next)
-                torch.mul(dh_t, ko, out=d_o[t])
-                dc = dc_t.mul_(f_[t])
+                d_a = K[t]
+                torch.mul(dc_t.unsqueeze(1), K4[t], out=K4[t])  # f, i, g (o overwritten next)
+                torch.mul(dh_t, KO[t], out=D_O[t])
+                dc = dc_t.mul_(F_[t])
                 if ln_h:
                     mean, rstd = stats_h[t]
-                    d_raw_t, dg, db = ln_backward(d_gates[t], hh[t], (G,), mean, rstd, gain_h, bias_h)
-                    d_hh[t] = d_raw_t
+                    d_raw_t, dg, db = _ln_backward(d_a, HH[t], (G,), mean, rstd, gain_h, bias_h, mask)
+                    D_HH[t].copy_(d_raw_t)
                     acc[0].add_(dg)
                     acc[1].add_(db)
                 else:
-                    d_raw_t = d_gates[t]
+                    d_raw_t = d_a
                 # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
-                dh_t = torch.addmm(d_hs[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
-        d_raw = d_hh if ln_h else d_gates
+                if n > 1:
+                    threads(n)
+                dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
+                if n > 1:
+                    threads(1)
+        finally:
+            threads(before)
+        d_raw = d_hh if ln_h else k
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
-        return d_gates, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
+        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 
 def lstm_sequence(xx: torch.Tensor, w_h: torch.Tensor, gain_h: torch.Tensor | None,

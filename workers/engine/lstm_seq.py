@@ -38,6 +38,10 @@ import torch
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
 _FIXED_THREADS: int | None = None
+# Work buffers a finished backward handed back, for the next forward of the same shape: a fresh buffer
+# costs a page fault per 4 KiB on its first touch (≈ 1.6 µs each here, 55 µs per step's (B, 4H) row,
+# up to 9 ms per call). One set is kept (the latest shape's), 12·T·B·H values.
+_SPARE: dict = {}
 
 
 def set_recurrence_threads(n: int | None) -> None:
@@ -72,19 +76,25 @@ def _steps(buf: torch.Tensor, n: int) -> tuple:
     return rows if len(rows) == n else rows * n  # one-step buffer (no backward): every step reuses row 0
 
 
-def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool):
+def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None = None):
     """(h_t for all steps, buffers for the backward). keep=False (no backward coming): the per-step
-    buffers hold one step only, so evaluation of long sequences needs memory for h_t alone."""
+    buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
+    buffers of the right shapes to reuse (see `_SPARE`)."""
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
     ln_h, ln_c = gain_h is not None, gain_c is not None
     w_hT = w_h.t()
-    gates = xx.new_empty(S, B, G)  # activated gates σ(f), σ(i), σ(o), tanh(g)
-    cells = xx.new_empty(S, B, H)  # c_t
-    tanh_c = xx.new_empty(S, B, H)  # tanh(LN(c_t)) or tanh(c_t)
+    spare = spare or {}
+
+    def buffer(name, *shape):
+        return spare[name] if spare.get(name) is not None else xx.new_empty(*shape)
+
+    gates = buffer("gates", S, B, G)  # activated gates σ(f), σ(i), σ(o), tanh(g)
+    cells = buffer("cells", S, B, H)  # c_t
+    tanh_c = buffer("tanh_c", S, B, H)  # tanh(LN(c_t)) or tanh(c_t)
     hs = xx.new_empty(T, B, H)  # h_t, the output
-    hh = xx.new_empty(S, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
+    hh = buffer("hh", S, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
     one = xx.new_ones(())  # a Python scalar would be wrapped into a new tensor on every call
     A, C, TC, X, HS = (_steps(b, T) for b in (gates, cells, tanh_c, xx, hs))
     F_, I_, O_, TG = (_steps(gates[..., k * H: (k + 1) * H], T) for k in range(4))
@@ -135,7 +145,7 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool):
     return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
 
 
-def _local_derivatives(gates, cells, tanh_c, c0):
+def _local_derivatives(gates, cells, tanh_c, c0, spare: dict):
     """(K, KO, ODT) for all steps at once (no recurrence, so on all threads): K (T, B, 4H) holds
     ∂a_f = c_{t-1}σ'(f), ∂a_i = tanh(g)σ'(i), ∂a_g = σ(i)tanh'(g) per unit of ∂c_t (its o block is
     scratch), KO = tanh(·)σ'(o) per unit of ∂h_t, ODT = σ(o)tanh'(·) (∂h_t/∂ the input of the tanh)."""
@@ -146,33 +156,40 @@ def _local_derivatives(gates, cells, tanh_c, c0):
     kf[0].mul_(c0)
     kf[1:].mul_(cells[:-1])
     ki.mul_(g_)
-    k_o = torch.mul(ko, tanh_c)
+    k_o = torch.mul(ko, tanh_c, out=spare["k_o"]) if "k_o" in spare else torch.mul(ko, tanh_c)
     torch.mul(g_, g_, out=kg).neg_().add_(1).mul_(i_)
-    o_dtanh = torch.mul(tanh_c, tanh_c).neg_().add_(1).mul_(o_)
+    o_dtanh = spare["o_dtanh"] if "o_dtanh" in spare else torch.empty_like(tanh_c)
+    torch.mul(tanh_c, tanh_c, out=o_dtanh).neg_().add_(1).mul_(o_)
     return k, k_o, o_dtanh
 
 
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps):
-        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep=True)
-        ctx.save_for_backward(w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
+        ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None)
+        ctx.spare = _SPARE.pop(ctx.key, None) or {}
+        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare)
+        ctx.save_for_backward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
+        ctx.eps = eps
         return hs
 
     @staticmethod
     def backward(ctx, d_hs):
-        w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
+        xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
+        if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
+            _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
+        # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
+        # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
         ln_h, ln_c = gain_h is not None, gain_c is not None
         T, B, G = gates.shape
         H = G // 4
         d_hs = d_hs.contiguous()
         # ∂L/∂a_t (also ∂L/∂xx_t) is written over the local derivatives K, step by step
-        k, k_o, o_dtanh = _local_derivatives(gates, cells, tanh_c, c0)
+        k, k_o, o_dtanh = _local_derivatives(gates, cells, tanh_c, c0, ctx.spare)
         K, K4, KO, ODT = _steps(k, T), _steps(k.view(T, B, 4, H), T), _steps(k_o, T), _steps(o_dtanh, T)
         D_O, F_ = _steps(k[..., 2 * H: 3 * H], T), _steps(gates[..., :H], T)
-        d_hh = torch.empty_like(gates) if ln_h else None  # ∂L/∂(W_h h_{t-1})
-        D_HH, HH, CELLS, D_HS = (_steps(b, T) if b is not None else None for b in (d_hh, hh, cells, d_hs))
+        HH, CELLS, D_HS = (_steps(b, T) if b is not None else None for b in (hh, cells, d_hs))
         acc = [torch.zeros_like(p) if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
         # LN's backward also gives this step's dγ, dβ (data still in cache); it sums rows per thread, so
         # it runs on one thread, like all element-wise work here: only the products use `n`
@@ -198,7 +215,7 @@ class _LSTMSequence(torch.autograd.Function):
                 if ln_h:
                     mean, rstd = stats_h[t]
                     d_raw_t, dg, db = _ln_backward(d_a, HH[t], (G,), mean, rstd, gain_h, bias_h, mask)
-                    D_HH[t].copy_(d_raw_t)
+                    HH[t].copy_(d_raw_t)  # ∂L/∂(W_h h_{t-1}), over the consumed W_h h_{t-1}
                     acc[0].add_(dg)
                     acc[1].add_(db)
                 else:
@@ -211,10 +228,13 @@ class _LSTMSequence(torch.autograd.Function):
                     threads(1)
         finally:
             threads(before)
-        d_raw = d_hh if ln_h else k
-        h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
+        d_raw = hh if ln_h else k
+        h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
+        ctx.buffers, ctx.spare = None, {}
+        _SPARE.clear()  # only the latest shape's set, bounding the memory held
+        _SPARE[ctx.key] = dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh)
         return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 

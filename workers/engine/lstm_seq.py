@@ -40,8 +40,9 @@ _ln_backward = torch.ops.aten.native_layer_norm_backward
 _FIXED_THREADS: int | None = None
 # Work buffers a finished backward handed back, for the next forward of the same shape: a fresh buffer
 # costs a page fault per 4 KiB on its first touch (≈ 1.6 µs each here, 55 µs per step's (B, 4H) row,
-# up to 9 ms per call). One set is kept (the latest shape's), 12·T·B·H values.
-_SPARE: dict = {}
+# up to 9 ms per call). Sets of the latest shape only (one per layer of that shape, at most 8): 12·T·B·H
+# values each, held between calls, which the next training step needs anyway; `_SPARE.clear()` frees them.
+_SPARE: dict = {}  # (T, B, 4H, dtype, device, LN on W_h h) -> list of buffer dicts
 
 
 def set_recurrence_threads(n: int | None) -> None:
@@ -167,7 +168,10 @@ class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps):
         ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None)
-        ctx.spare = _SPARE.pop(ctx.key, None) or {}
+        try:
+            ctx.spare = _SPARE.get(ctx.key, []).pop()
+        except IndexError:
+            ctx.spare = {}
         hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare)
         ctx.save_for_backward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
         ctx.eps = eps
@@ -181,6 +185,7 @@ class _LSTMSequence(torch.autograd.Function):
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
+        ctx.buffers = None  # used up from here on, even if this backward fails half-way
         ln_h, ln_c = gain_h is not None, gain_c is not None
         T, B, G = gates.shape
         H = G // 4
@@ -232,9 +237,12 @@ class _LSTMSequence(torch.autograd.Function):
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
-        ctx.buffers, ctx.spare = None, {}
-        _SPARE.clear()  # only the latest shape's set, bounding the memory held
-        _SPARE[ctx.key] = dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh)
+        ctx.spare = {}
+        if ctx.key not in _SPARE:
+            _SPARE.clear()  # only the latest shape's sets, bounding the memory held
+        sets = _SPARE.setdefault(ctx.key, [])
+        if len(sets) < 8:
+            sets.append(dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
         return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 

@@ -42,8 +42,8 @@ def _channel_view(p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return p.view(-1, *([1] * (a.dim() - 2))) if a.dim() > 2 else p
 
 
-class LayerNorm(nn.Module):
-    """LN over one case's summed inputs (eq. 3/15), then per-unit gain and bias.
+class _PerCaseNorm(nn.Module):
+    """A normalizer whose statistics come from one case alone, with a per-feature gain and bias.
 
     ``channels=True`` normalizes a conv map (B, C, …) over all of C×… per case, with a gain per channel.
     """
@@ -54,6 +54,10 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(features))
         self.eps, self.channels = eps, channels
 
+
+class LayerNorm(_PerCaseNorm):
+    """LN over one case's summed inputs (eq. 3/15), then per-unit gain and bias."""
+
     def forward(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
         if self.channels:
             flat = kernels.layer_norm(a.flatten(1), None, None, self.eps).view_as(a)
@@ -61,14 +65,8 @@ class LayerNorm(nn.Module):
         return kernels.layer_norm(a, self.gain, self.bias, self.eps)
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(_PerCaseNorm):
     """a / sqrt(mean(a²) + eps) over one case's summed inputs, then gain and bias (no re-centring)."""
-
-    def __init__(self, features: int, gain_init: float = 1.0, eps: float = EPS, channels: bool = False):
-        super().__init__()
-        self.gain = nn.Parameter(torch.full((features,), float(gain_init)))
-        self.bias = nn.Parameter(torch.zeros(features))
-        self.eps, self.channels = eps, channels
 
     def forward(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
         dims = tuple(range(1, a.dim())) if self.channels else (-1,)

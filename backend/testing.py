@@ -186,6 +186,18 @@ class SSEMessage:
         return json.loads(self.data)
 
 
+def read_until_training(client: httpx.Client, url: str, min_events: int,
+                        timeout: float = 120.0) -> list[SSEMessage]:
+    """A run's events from its start until at least `min_events` have arrived and the latest is a
+    `scalars` event (training is under way); the stream is then closed."""
+    seen: list[SSEMessage] = []
+    for m in iter_sse(client, url, timeout=timeout):
+        seen.append(m)
+        if m.event == "scalars" and len(seen) >= min_events:
+            break
+    return seen
+
+
 def iter_sse(client: httpx.Client, url: str, headers: dict | None = None, timeout: float = 60.0,
              max_events: int | None = None) -> Iterator[SSEMessage]:
     """Parse an SSE response into messages (comments and retry lines skipped) until it ends, until

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from backend.testing import iter_sse
+from backend.testing import iter_sse, read_until_training
 
 pytestmark = pytest.mark.slow
 
@@ -139,11 +139,7 @@ def test_killed_worker_run_becomes_lost(fresh_stack, client, form):
     stack = fresh_stack(form)
     run_id = stack.submit(client, steps=20000, eval_every=1000)
     url = stack.api(f"api/runs/{run_id}/events")
-    before_kill = []
-    for m in iter_sse(client, url, timeout=120):
-        before_kill.append(m)
-        if m.event == "scalars" and len(before_kill) >= 5:
-            break
+    before_kill = read_until_training(client, url, 5)
     worker = stack.procs[0]
     os.killpg(worker.pid, signal.SIGKILL)  # the Celery parent and its pool child, no goodbye
     t_kill = time.monotonic()

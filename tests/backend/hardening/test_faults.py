@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
-from backend.testing import iter_sse
+from backend.testing import iter_sse, read_until_training
 from normlab.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -27,11 +27,7 @@ def test_killed_worker_lost_within_30s_events_kept_and_resubmitted_with_one_requ
     stack = live_stack(workers=1)
     run_id = stack.submit(client, **LONG)
     url = stack.api(f"api/runs/{run_id}/events")
-    before = []
-    for m in iter_sse(client, url, timeout=120):
-        before.append(m)
-        if m.event == "scalars" and len(before) >= 4:
-            break
+    before = read_until_training(client, url, 4)
     os.killpg(stack.workers[0].pid, signal.SIGKILL)  # the Celery parent and its pool child
     t_kill = time.monotonic()
     run = stack.wait_status(client, run_id, ("lost",), timeout=30)

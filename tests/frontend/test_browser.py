@@ -23,7 +23,7 @@ def _start_run(server, **spec) -> str:
 def test_lab_start_run_streams_points(page, shot, server):
     page.goto(server.url + "/")
     steps = page.locator('[id*="lab-field"][id*="steps"]')
-    steps.fill("1500")
+    steps.fill("20000")  # long enough to still be running after the zoom (quiet_queue cancels it)
     steps.press("Tab")
     page.get_by_role("button", name="Start run").click()
     page.wait_for_selector(".run-chip", timeout=15000)
@@ -77,7 +77,9 @@ def test_compare_permalink_restores_runs_and_smoothing(page, shot, server):
 
 
 def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
-    rid = _start_run(server, norm="layer", steps=4000)
+    # 20,000 steps (the most allowed): a digits run of 4,000 steps ended here in about 5 s, before the
+    # reconnect below; quiet_queue cancels this one when the test ends
+    rid = _start_run(server, norm="layer", steps=20000)
     page.goto(f"{server.url}/run/{rid}")
     page.wait_for_function(f"() => ({POINTS_JS})() > 40", timeout=30000)
     second = browser.new_page()

@@ -74,7 +74,7 @@ def _register_shell(app: dash.Dash) -> None:
                             Output(ids.TICK, "disabled", allow_duplicate=True), Input(ids.WATCH, "data"),
                             prevent_initial_call="initial_duplicate")
     app.clientside_callback(ClientsideFunction("normlab", "drainCurves"),
-                            Output(ids.CURVES, "extendData"), Input(ids.TICK, "n_intervals"),
+                            Output(ids.CURVES_SINK, "children"), Input(ids.TICK, "n_intervals"),
                             State(ids.CURVES_MAP, "data"), prevent_initial_call=True)
     app.clientside_callback(ClientsideFunction("normlab", "status"),
                             Output(ids.LIVE_STATUS, "data"),

@@ -3,7 +3,7 @@
 1. First meaningful paint of each page: navigation start → the page's main content drawn (the curves
    with their traces, the runs table rows, Table 1, the preset gallery); also the browser's own
    first-contentful-paint. Median of --repeats loads.
-2. Live appends with 8 runs streaming on one Compare page (one EventSource, 100 ms extendData tick), side
+2. Live appends with 8 runs streaming on one Compare page (one EventSource, 100 ms append tick), side
    by side with the same page idle: main-thread busy fraction (Chrome's TaskDuration), frames per second,
    points appended per second, and main-thread milliseconds per appended point and per redraw.
 

@@ -32,7 +32,8 @@ def svg_button(graph_id: str) -> html.Button:
 
 def curves_graph(figure: dict, trace_map: dict) -> list:
     return [dcc.Graph(id=ids.CURVES, figure=figure, config=GRAPH_CONFIG, className="graph curves"),
-            dcc.Store(id=ids.CURVES_MAP, data=trace_map), svg_button(ids.CURVES)]
+            dcc.Store(id=ids.CURVES_MAP, data=trace_map), html.Span(id=ids.CURVES_SINK, hidden=True),
+            svg_button(ids.CURVES)]
 
 
 def run_chip(run: dict, status: str | None = None, color: str | None = None) -> html.Div:

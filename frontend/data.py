@@ -74,6 +74,8 @@ def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str =
     fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=smoothing,
                                            color_by=color_by, x_mode=x_mode, present=present)
     trace_map["id"] = uuid.uuid4().hex
+    # the page appends live points only once the graph shows this very figure (assets/normlab.js)
+    fig.setdefault("layout", {})["meta"] = {"normlab_map": trace_map["id"]}
     cursor = {r["id"]: 0 for r in runs} if from_start else logic.cursor_of(runs)
     return {"figure": fig, "map": trace_map, "runs": runs, "missing": missing,
             "watch": {"cursor": cursor, "api_base": api_base()}}

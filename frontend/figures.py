@@ -37,7 +37,7 @@ PANELS = {  # panel key -> (title, how to pick the series of a run)
 }
 METRIC_TITLES = {"accuracy": "Validation accuracy", "bpc": "Validation bits per character",
                  "mse": "Validation MSE"}
-MAX_POINTS = 20_000  # extendData keeps at most this many points per trace
+MAX_POINTS = 20_000  # live appends (Plotly.extendTraces) keep at most this many points per trace
 
 
 def log_ticks(values: Iterable[float | None]) -> dict:

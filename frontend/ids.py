@@ -15,6 +15,7 @@ NAV = "nl-nav"
 
 # the live curves graph (Lab, Compare, Run)
 CURVES = "nl-curves"  # dcc.Graph
+CURVES_SINK = "nl-curves-sink"  # dummy output of the clientside drain (it extends the graph itself)
 CURVES_MAP = "nl-curves-map"  # dcc.Store: trace map {runs: {run_id: {series: trace index, ...}}, ...}
 WATCH = "nl-watch"  # dcc.Store {runs: [...], cursor: {run_id: seq}}: what this tab's stream follows
 WATCH_SINK = "nl-watch-sink"  # dummy output of the clientside "watch" callback

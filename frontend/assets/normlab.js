@@ -84,7 +84,6 @@
 
   function ns() { return window.dash_clientside.no_update; }
 
-  /* Turn queued scalars into one extendData call for the curves graph (dedup by step, EMA state). */
   /* Adaptive throttle: at most one redraw in flight, and the main thread spends at most about half
    * its time redrawing (a slow redraw spaces the next one out; the points just batch up). */
   S.adaptive = true; S.pendingSince = 0; S.lastRedrawMs = 0; S.lastDone = 0;
@@ -117,13 +116,21 @@
     if (kept.length !== notes.length) { window.Plotly.relayout(gd, {annotations: kept}); }
   }
 
+  /* Append the queued points to the curves graph with Plotly.extendTraces, here and now. Not through
+   * dcc.Graph's extendData prop: the Graph keeps a batch queued until its asynchronous redraw resolves,
+   * and a batch that arrives before then is queued beside it, so the earlier one is drawn twice. */
   function drainCurves(n, map) {
     if (!map || !map.runs || !S.scalars.length) { return ns(); }
+    var gd = document.querySelector("#nl-curves .js-plotly-plot");
+    // Only onto the figure this map describes: a new figure (other runs, smoothing, x units) may still
+    // be plotting; the points wait in the queue until it is drawn.
+    var meta = gd && gd.layout && gd.layout.meta;
+    if (!gd || !gd.data || !window.Plotly || !meta || meta.normlab_map !== map.id) { return ns(); }
     hookGraph();
     if (!redrawBudgetLeft()) { return ns(); }
     var state = S.maps[map.id];
     if (!state) {  // our own copy: the store's data is Dash state and stays untouched
-      state = S.maps = {};
+      S.maps = {};
       state = S.maps[map.id] = JSON.parse(JSON.stringify(map));
     }
     var evs = S.scalars; S.scalars = [];
@@ -150,8 +157,11 @@
     S.appended += order.reduce(function (n, i) { return n + xs[i].length; }, 0);
     S.extends += 1;
     S.pendingSince = performance.now();
-    return [{x: order.map(function (i) { return xs[i]; }), y: order.map(function (i) { return ys[i]; })},
-            order, state.max_points || 20000];
+    // extendTraces concatenates gd.data at once (the redraw may finish later): no batch is drawn twice
+    window.Plotly.extendTraces(gd, {x: order.map(function (i) { return xs[i]; }),
+                                    y: order.map(function (i) { return ys[i]; })},
+                               order, state.max_points || 20000);
+    return ns();
   }
 
   // "Download SVG" buttons (the mode bar's camera saves PNG).

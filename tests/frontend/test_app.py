@@ -17,7 +17,7 @@ def test_create_app_registers_every_page_and_can_be_built_twice():
     assert b.server.config["NORMLAB_API_BASE"] == "http://api.example:8000"
     for app in (a, b):
         outputs = " ".join(app.callback_map)
-        assert "nl-curves.extendData" in outputs and "nl-live-status.data" in outputs
+        assert "nl-curves-sink.children" in outputs and "nl-live-status.data" in outputs
     html = a.server.test_client().get("/").get_data(as_text=True)
     assert "normlab" in html and "_dash-config" in html
 

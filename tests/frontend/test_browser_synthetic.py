@@ -47,3 +47,29 @@ def test_invariance_page_renders_a_disagreement(page, shot, dev_server):
         shot(page, "invariance-synthetic")
     finally:
         dev_server.api.invariance = None
+
+
+def test_live_appends_never_repeat_a_point(page, dev_server):
+    """Six runs streaming into one Compare page, drained every 100 ms with the redraw throttle off: every
+    trace's x keeps strictly increasing. (Dash's extendData queues a batch until its async redraw
+    resolves; a batch that came before that was applied again on top of the next one.)"""
+    ids = [httpx.post(dev_server.url + "/api/runs", json={"task": "digits", "norm": norm, "steps": 1000,
+                                                         "eval_every": 10}, timeout=10).json()["id"]
+           for norm in ("layer", "batch", "none", "rms", "weight", "layer")]
+    try:
+        page.goto(f"{dev_server.url}/compare?runs={','.join(ids)}&panels=loss,val,metric")
+        page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
+        page.evaluate("() => { normlabStream.adaptive = false; }")
+        # a slow machine (a talk's laptop, a loaded CI box): each redraw outlasts the 100 ms tick
+        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 8})
+        page.wait_for_function("() => window.normlabStream.appended > 1500", timeout=60000)
+        xs = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data"
+                           ".filter(t => t.fill !== 'toself').map(t => Array.from(t.x || []))")
+        assert len(xs) == 18
+        for x in xs:
+            repeats = [(a, b) for a, b in zip(x, x[1:], strict=False) if b <= a]
+            assert not repeats, f"points drawn twice or out of order: {repeats[:5]}"
+        assert not page.errors, page.errors
+    finally:
+        for rid in ids:
+            httpx.post(f"{dev_server.url}/api/runs/{rid}/cancel", timeout=10)

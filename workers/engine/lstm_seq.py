@@ -35,6 +35,8 @@ import os
 
 import torch
 
+from workers.engine import onednn
+
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
 _FIXED_THREADS: int | None = None
@@ -86,6 +88,8 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     H = G // 4
     ln_h, ln_c = gain_h is not None, gain_c is not None
     w_hT = w_h.t()
+    # float32 on the CPU: oneDNN's product, W_h packed once for all steps (see workers.engine.onednn)
+    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) else None
     spare = spare or {}
 
     def buffer(name, *shape):
@@ -113,14 +117,20 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
             if n > 1:
                 threads(n)
             if ln_h:
-                torch.mm(h, w_hT, out=HH[t])
+                if packed is not None:
+                    HH[t].copy_(onednn.linear(h, packed))
+                else:
+                    torch.mm(h, w_hT, out=HH[t])
                 if n > 1:
                     threads(1)
                 y, mean, rstd = _ln(HH[t], (G,), gain_h, bias_h, eps)
                 stats_h.append((mean, rstd))
                 torch.add(y, X[t], out=a)
             else:
-                torch.addmm(X[t], h, w_hT, out=a)
+                if packed is not None:
+                    a.copy_(onednn.linear_add(h, X[t], packed))
+                else:
+                    torch.addmm(X[t], h, w_hT, out=a)
                 if n > 1:
                     threads(1)
             # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
@@ -203,6 +213,8 @@ class _LSTMSequence(torch.autograd.Function):
         threads = torch.set_num_threads
         dh_t = D_HS[T - 1]
         dc = torch.zeros_like(c0)
+        fast = onednn.applies(k, w_h)
+        packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for ∂L/∂h_{t-1}
         try:
             threads(1)
             for t in range(T - 1, -1, -1):
@@ -228,14 +240,21 @@ class _LSTMSequence(torch.autograd.Function):
                 # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
                 if n > 1:
                     threads(n)
-                dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
+                if fast:
+                    dh_t = (onednn.linear_add(d_raw_t, D_HS[t - 1], packed) if t > 0
+                            else onednn.linear(d_raw_t, packed))
+                else:
+                    dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
                 if n > 1:
                     threads(1)
         finally:
             threads(before)
         d_raw = hh if ln_h else k
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
-        d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
+        if fast:
+            d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
+        else:
+            d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
         ctx.spare = {}
         if ctx.key not in _SPARE:

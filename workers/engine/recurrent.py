@@ -27,6 +27,7 @@ from torch import nn
 import kernels
 from workers.engine.lstm_seq import lstm_sequence
 from workers.engine.norms import EPS, NormLinear, make_linear, make_normalizer
+from workers.engine.onednn import fast_linear
 
 
 def _raw_weight(layer: nn.Module) -> torch.Tensor:
@@ -116,7 +117,7 @@ class LSTMLayer(_RecurrentBase):
                 xx = kernels.layer_norm(self.ih.summed(x), self.ih.norm.gain, self.ih.norm.bias + self.bias,
                                         EPS)
             else:
-                xx = F.linear(x, self.ih.weight, self.bias)
+                xx = fast_linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
             gain_c, bias_c = ((self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None
                               else (None, None))

@@ -9,33 +9,42 @@ switched off):
     h_t   = o ⊙ tanh(LN(c_t; α3, β3))               (or o ⊙ tanh(c_t))
 
 Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower than `torch.nn.LSTM` on a
-2-core CPU. Here the forward writes into preallocated (T, B, ·) buffers (tanh computed as 2σ(2z) − 1,
-cheaper than torch's tanh on this CPU; per-step views made once, no Python scalars wrapped per call). The
-backward forms the local gate derivatives of all steps at once before its loop (they need no recurrence,
-so these bulk passes use every thread), leaving 9 element-wise ops, LN's backward (with this step's
-dγ/dβ) and one product per step; dW_h is one large product over all steps.
+2-core CPU. Two implementations of the same equations:
 
-Threads: the per-step work is small (B×H×4H multiply-adds and ~30K-element element-wise ops). Inside the
-loops, element-wise ops and LN always run on one thread (an OpenMP fork/join costs more than a
-30K-element op gains from a second core; switching the thread count costs ~0.1 µs) and only the step's
-matrix product uses `recurrence_threads()`: all threads on an idle machine; one on an oversubscribed one
-(load average above 1.5× the cores, e.g. a shared 2-core box), where every fork/join waits for a
-descheduled thread and costs milliseconds. Bulk work outside the loops keeps all threads. MKL's products
-and LN's row-wise passes are bitwise the same for 1 and 2 threads, and LN's backward (which sums dγ/dβ
-per thread) always runs on one, so this choice never changes the numbers.
-`set_recurrence_threads(n)` fixes it (None: automatic), e.g. for A/B measurements.
+- float32 on the CPU (training here): per step, the product through oneDNN (`workers.engine.onednn`:
+  2× MKL's speed on the project's AMD machines) and everything element-wise (LNs, gates, c_t, h_t, and
+  in the backward their derivatives and dγ/dβ) in one call of a compiled C function
+  (`workers.engine.native`, `lstm_step.c`) that works row by row while the row is in cache and
+  splits the batch rows over the threads. dW_h is one large product over all steps.
+- anything else (float64, which the exactness tests use; CUDA tensors; no C compiler): torch ops into
+  preallocated (T, B, ·) buffers (tanh as 2σ(2z) − 1), the backward's local gate derivatives formed for
+  all steps at once before its loop, then 9 element-wise ops, LN's backward and one product per step.
 
-LayerNorm here is torch's native kernel (population variance, eq. 15), so the numbers equal the
-`kernels.layer_norm` torch path; the float64 tests check them against a hand-written eq. 20 and gradcheck.
+Threads: the per-step work is small (B×H×4H multiply-adds, ~40K elements). `recurrence_threads()` is
+all threads on an idle machine and one on an oversubscribed one (load average above 1.5× the cores,
+e.g. a shared 2-core box), where every fork/join waits for a descheduled thread and costs milliseconds.
+In the C path the step's product and its element-wise call use it (the C library's OpenMP is torch's
+own libgomp, so its threads are already awake); each batch row belongs to one thread and dγ/dβ are
+summed per row, then over the rows in order, so the numbers do not depend on the count. In the torch
+path only the product uses it and element-wise work stays on one thread (a fork/join costs more than a
+30K-element torch op gains); MKL's products and LN's row-wise passes are bitwise the same for 1 and 2
+threads. `set_recurrence_threads(n)` fixes it (None: automatic), e.g. for A/B measurements.
+
+LayerNorm: population variance (eq. 15); the torch path uses torch's native kernel, so its numbers equal
+the `kernels.layer_norm` torch path. Float64 tests and gradcheck pin the torch path to a hand-written
+eq. 20; float32 tests pin the C path to the float64 numbers.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
 
-from workers.engine import onednn
+from workers.engine import allocator, native, onednn
+
+allocator.keep_freed_memory()  # no page faults for the per-step (T, B, 4H) tensors (see allocator)
 
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
@@ -83,6 +92,8 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     """(h_t for all steps, buffers for the backward). keep=False (no backward coming): the per-step
     buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
     buffers of the right shapes to reuse (see `_SPARE`)."""
+    if native.applies(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0):
+        return _forward_native(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare)
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
@@ -156,6 +167,105 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
 
 
+def _forward_native(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool,
+                    spare: dict | None = None):
+    """`_forward` with each step's element-wise work in one C call over the batch rows (see
+    workers.engine.native) between the products (oneDNN, or torch). Buffers: (gates, cells, tanh_c, hh,
+    stats, "native"), stats the (4, S, B) LN means and inverse deviations of W_h h and c_t."""
+    T, B, G = xx.shape
+    S, H = (T if keep else 1), G // 4
+    spare = spare or {}
+
+    def buffer(name, *shape):
+        return spare[name] if spare.get(name) is not None else xx.new_empty(*shape)
+
+    gates, cells, tanh_c = buffer("gates", S, B, G), buffer("cells", S, B, H), buffer("tanh_c", S, B, H)
+    hh = buffer("hh", S, B, G) if gain_h is not None else None
+    stats = buffer("stats", 4, S, B)
+    hs = xx.new_empty(T, B, H)
+    params = [p.detach() if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
+    n, before = recurrence_threads(), torch.get_num_threads()
+    ctx = native.context(T, B, H, S, n, eps, xx=xx, gh=params[0], bh=params[1], gc=params[2], bc=params[3],
+                         c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh, mean_h=stats[0],
+                         rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3])
+    step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
+    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) else None
+    w_hT = w_h.detach().t()
+    HS = _steps(hs, T)
+    h = h0
+    try:
+        torch.set_num_threads(n)  # the products and the C step (over batch rows) use n threads
+        for t in range(T):
+            raw = onednn.linear(h, packed) if packed is not None else torch.mm(h, w_hT)
+            step(ref, t, raw.data_ptr())
+            h = HS[t]
+    finally:
+        torch.set_num_threads(before)
+    return hs, (gates, cells, tanh_c, hh, stats, "native")
+
+
+def _backward_native(ctx, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs):
+    gates, cells, tanh_c, hh, stats, _ = ctx.buffers
+    ctx.buffers = None
+    T, B, G = gates.shape
+    H = G // 4
+    d_a = torch.empty_like(gates)  # dL/da_t, also returned as dL/dxx_t
+    dc = torch.zeros_like(c0)
+    every = (gain_h, bias_h, gain_c, bias_c)
+    # gain and bias gradients summed per batch row (each row belongs to one thread), then over the rows
+    # in a fixed order: the same numbers for any thread count
+    acc = [p.new_zeros(B, p.shape[0]) if p is not None else None for p in every]
+    params = [p.detach() if p is not None else None for p in every]
+    scratch = xx.new_empty(B, H)  # a name of its own: the context holds only its address
+    n, before = recurrence_threads(), torch.get_num_threads()
+    cctx = native.context(T, B, H, T, n, ctx.eps, xx=xx, gh=params[0], bh=params[1], gc=params[2],
+                          bc=params[3], c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh,
+                          mean_h=stats[0], rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3], d_a=d_a, dc=dc,
+                          d_gh=acc[0], d_bh=acc[1], d_gc=acc[2], d_bc=acc[3], scratch=scratch)
+    step, ref = native.library().lstm_bwd_step, ctypes.byref(cctx)
+    fast = onednn.applies(d_a, w_h)
+    packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for dL/dh_{t-1}
+    w = w_h.detach()
+    D_HS, RAW = _steps(d_hs, T), _steps(hh if hh is not None else d_a, T)
+    dh = D_HS[T - 1]
+    try:
+        torch.set_num_threads(n)
+        for t in range(T - 1, -1, -1):
+            step(ref, t, dh.data_ptr())
+            # dL/dh_{t-1} = the output's gradient + the recurrent part, in one fused product
+            if fast:
+                dh = (onednn.linear_add(RAW[t], D_HS[t - 1], packed) if t > 0
+                      else onednn.linear(RAW[t], packed))
+            else:
+                dh = torch.addmm(D_HS[t - 1], RAW[t], w) if t > 0 else RAW[t].mm(w)
+    finally:
+        torch.set_num_threads(before)
+    d_raw = hh if hh is not None else d_a
+    h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
+    if fast:
+        d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
+    else:
+        d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
+    _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, stats=stats))
+    sums = []
+    for rows in acc:
+        if rows is not None:
+            total = rows.new_empty(rows.shape[1])
+            native.library().lstm_sum_rows(rows.data_ptr(), B, rows.shape[1], total.data_ptr())
+            rows = total
+        sums.append(rows)
+    return d_a, d_w, *sums, dh, dc, None
+
+
+def _give_back(key, buffers: dict) -> None:
+    """Hand a finished backward's work buffers to the next forward of the same shape (see `_SPARE`)."""
+    if key not in _SPARE:
+        _SPARE.clear()  # only the latest shape's sets, bounding the memory held
+    sets = _SPARE.setdefault(key, [])
+    if len(sets) < 8:
+        sets.append(buffers)
+
+
 def _local_derivatives(gates, cells, tanh_c, c0, spare: dict):
     """(K, KO, ODT) for all steps at once (no recurrence, so on all threads): K (T, B, 4H) holds
     ∂a_f = c_{t-1}σ'(f), ∂a_i = tanh(g)σ'(i), ∂a_g = σ(i)tanh'(g) per unit of ∂c_t (its o block is
@@ -177,7 +287,7 @@ def _local_derivatives(gates, cells, tanh_c, c0, spare: dict):
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps):
-        ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None)
+        ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None, native.applies(xx, w_h))
         try:
             ctx.spare = _SPARE.get(ctx.key, []).pop()
         except IndexError:
@@ -192,6 +302,9 @@ class _LSTMSequence(torch.autograd.Function):
         xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
         if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
             _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
+        if ctx.buffers[-1] == "native":
+            return _backward_native(ctx, d_hs.contiguous(), xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0,
+                                    hs)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
@@ -257,11 +370,7 @@ class _LSTMSequence(torch.autograd.Function):
             d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
         ctx.spare = {}
-        if ctx.key not in _SPARE:
-            _SPARE.clear()  # only the latest shape's sets, bounding the memory held
-        sets = _SPARE.setdefault(ctx.key, [])
-        if len(sets) < 8:
-            sets.append(dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
+        _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
         return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 

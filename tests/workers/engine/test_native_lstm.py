@@ -1,0 +1,108 @@
+"""The LSTM's C step (float32): eq. 20 / 29 / 17 to float32 rounding against a float64 reference, the same
+numbers for any thread count, the no-grad path, a retained second backward, NaN, and the fallback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workers.engine import lstm_seq, native
+from workers.engine.lstm_seq import lstm_sequence
+from workers.engine.recurrent import LSTMLayer
+
+needs_native = pytest.mark.skipif(native.library() is None, reason=f"no C step: {native.status()}")
+COMBOS = [(True, True), (True, False), (False, True), (False, False)]
+
+
+def _args(ln_h: bool, ln_c: bool, T=7, B=5, H=12, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+
+    def mk(*shape, scale=1.0, shift=0.0):
+        t = torch.randn(*shape, generator=g, dtype=torch.float64) * scale + shift
+        return t.to(dtype).requires_grad_()
+
+    G = 4 * H
+    return [mk(T, B, G), mk(G, H, scale=0.3), mk(G, shift=1.0) if ln_h else None, mk(G) if ln_h else None,
+            mk(H, shift=1.0) if ln_c else None, mk(H) if ln_c else None, mk(B, H), mk(B, H)]
+
+
+def _run(args, d_out):
+    out = lstm_sequence(*args)
+    leaves = [a for a in args if a is not None]
+    grads = torch.autograd.grad((out * d_out).sum(), leaves)
+    return out.detach(), grads
+
+
+@needs_native
+@pytest.mark.parametrize("ln_h,ln_c", COMBOS)
+def test_c_step_matches_float64_definition(ln_h, ln_c):
+    args32 = _args(ln_h, ln_c)
+    assert native.applies(*[a for a in args32 if a is not None])
+    args64 = [None if a is None else a.detach().double().requires_grad_() for a in args32]
+    d = torch.randn(7, 5, 12, generator=torch.Generator().manual_seed(9))
+    out32, g32 = _run(args32, d)
+    out64, g64 = _run(args64, d.double())  # float64 takes the torch path, itself pinned by gradcheck
+    torch.testing.assert_close(out32.double(), out64, rtol=0, atol=2e-6)
+    for a, b in zip(g32, g64, strict=True):
+        assert a.dtype == torch.float32 and a.shape == b.shape
+        assert ((a.double() - b).norm() / b.norm()).item() < 5e-6
+
+
+@needs_native
+def test_c_step_gives_the_same_bits_for_one_and_two_threads_and_without_grad():
+    torch.manual_seed(0)
+    layer = LSTMLayer(16, 32, "layer")
+    x = torch.randn(9, 8, 16)
+    results = []
+    for n in (1, 2):
+        lstm_seq.set_recurrence_threads(n)
+        try:
+            layer.zero_grad()
+            out = layer(x)
+            out.square().sum().backward()
+            results.append([out.detach()] + [p.grad.clone() for p in layer.parameters()])
+            with torch.no_grad():
+                assert torch.equal(layer(x), out.detach())  # one step of buffers, the same numbers
+        finally:
+            lstm_seq.set_recurrence_threads(None)
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
+@needs_native
+def test_c_step_survives_a_retained_second_backward():
+    args = _args(True, True, seed=3)
+    out = lstm_sequence(*args).square().sum()
+    leaves = [a for a in args if a is not None]
+    first = torch.autograd.grad(out, leaves, retain_graph=True)
+    second = torch.autograd.grad(out, leaves)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+@needs_native
+def test_c_step_saturates_cleanly_and_passes_nan_on():
+    args = _args(True, True, seed=4)
+    with torch.no_grad():
+        xx = args[0].detach() * 1e4  # gates far into saturation: exp over/underflows, σ must not
+        out = lstm_sequence(xx, *args[1:])
+        assert torch.isfinite(out).all() and out.abs().max() <= 1
+        xx[3, 1, 0] = float("nan")  # a diverged run must stay visibly diverged
+        out = lstm_sequence(xx, *args[1:])
+    assert torch.isnan(out[3:, 1]).all() and torch.isfinite(out[:3]).all()
+
+
+def test_without_a_compiler_the_torch_path_runs(tmp_path):
+    code = ("import torch; from workers.engine import native;"
+            "from workers.engine.lstm_seq import lstm_sequence;"
+            "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
+            "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"
+            "print(native.library() is None, tuple(out.shape), '|', native.status())")
+    env = {**os.environ, "CC": "/bin/false", "NORMLAB_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True (3, 2, 2) |") and "failed" in out.stdout

@@ -68,6 +68,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     ended = run.get("status") in TERMINAL_STATUSES
     note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
                               "panels: start a run with probes on (Lab → Probes) to see them.")
+    fisher_note = ((run.get("summary") or {}).get("probes") or {}).get("fisher_note") or ""
     return html.Div(className="run-page", children=[
         html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
         html.Div(className="card", children=[html.H2("Curves"),
@@ -82,6 +83,8 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
             html.H2("Fisher curvature"),
             dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
+            html.P(fisher_note, className="muted fisher-note",
+                   style={} if fisher_note else {"display": "none"}),
             components.svg_button(ids.RUN_FISHER)]),
         html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
         dcc.Store(id=ids.RUN_ID, data=run["id"]),

@@ -10,7 +10,9 @@ The loop calls, each step (contracts.md, "Probes hook"):
 Cost control (two token buckets): training time earns probe time at the rate TARGET × budget
 (`spec.probes.budget`), FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due
 Fisher estimate (every `fisher_every` steps at the earliest) runs only when the Fisher time so far plus
-its predicted cost (the last one measured; before that PRIOR_COST_STEPS plain steps) fits in its share;
+its predicted cost (the last one measured; before that PRIOR_COST_STEPS steps as a traced step takes
+them — on recurrent nets the estimate's passes take the same step-by-step path as a traced step, ≈ 5×
+a plain fused step) fits in its share;
 otherwise it waits until training has earned it. A trace step's cost is the time its capture adds to
 the step (recording, and the unfused recurrent path) over the median plain step; a due trace waits
 while traces are over their share. Every estimate states its cost in plain training steps.
@@ -32,7 +34,7 @@ from workers.probes.likelihood import Likelihood
 FISHER_SHARE = 0.6  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
 TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
-PRIOR_COST_STEPS = 12.0  # predicted cost of the first estimate: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
+PRIOR_COST_STEPS = 12.0  # first estimate, in traced steps: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
 
 
 class Prober:
@@ -50,6 +52,7 @@ class Prober:
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
         self.step_times: deque[float] = deque(maxlen=25)  # steps without probe work
         self.any_times: deque[float] = deque(maxlen=25)  # every step (when all steps trace)
+        self.capture_times: deque[float] = deque(maxlen=25)  # whole traced steps
         self.train_seconds = 0.0  # plain training time seen so far
         self.spent = {"hidden": 0.0, "fisher": 0.0}  # seconds the probes took, per kind
         self._step_start: float | None = None
@@ -66,6 +69,7 @@ class Prober:
         plain = max(now - self._step_start - self._step_probe, 0.0)
         hidden, fisher = self._step_flags
         if hidden and not fisher:  # recording (and the unfused recurrent path) slows the step itself
+            self.capture_times.append(plain)  # the smallest is used: step 1's warm-up counts only alone
             base = self.step_seconds()
             extra = max(plain - base, 0.0) if base is not None else 0.0
             self.spent["hidden"] += extra
@@ -95,7 +99,11 @@ class Prober:
         step_s = self.step_seconds()
         if step_s is None:
             return False
-        predicted = self.last_cost if self.last_cost is not None else PRIOR_COST_STEPS * step_s
+        if self.last_cost is not None:
+            predicted = self.last_cost
+        else:  # in traced steps: the estimate's passes take the traced step's (unfused) path
+            traced = min(self.capture_times) if self.capture_times else step_s
+            predicted = PRIOR_COST_STEPS * max(step_s, traced)
         return self.spent["fisher"] + predicted <= FISHER_SHARE * TARGET * self.budget * self.train_seconds
 
     # -- the hook ---------------------------------------------------------------------------------
@@ -156,14 +164,30 @@ class Prober:
         self.spent["fisher"] += spent
         return [("fisher", payload)]
 
+    def fisher_note(self) -> str | None:
+        """Why the run has no Fisher estimate (None when it has one): its predicted cost never fitted."""
+        if self.last["fisher"] is not None:
+            return None
+        step_s = self.step_seconds()
+        if step_s is None or self.train_seconds <= 0:
+            return "No Fisher estimate: the run ended before a training step was timed."
+        traced = min(self.capture_times) if self.capture_times else step_s
+        predicted = self.last_cost or PRIOR_COST_STEPS * max(step_s, traced)
+        room = FISHER_SHARE * TARGET * self.budget * self.train_seconds
+        return (f"No Fisher estimate fitted the probe budget ({self.budget:.0%} of training time): one was "
+                f"predicted to cost ≈ {predicted / step_s:.0f} training steps and this run earned room for "
+                f"{room / step_s:.0f}. Raise the probe budget (probes.budget, --probe-budget) or train "
+                "longer to see curvature for this model.")
+
     def summary(self) -> dict:
-        """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share}.
+        """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share,
+        "fisher_note": why there is no Fisher estimate, or None}.
 
         "overhead" is the probes' time ÷ plain training time, with its parts per kind."""
         train = self.train_seconds
         overhead = self.probe_seconds / train if train > 0 else None
         parts = {k: v / train for k, v in self.spent.items()} if train > 0 else None
-        return {**self.last, "overhead": overhead, "overhead_parts": parts}
+        return {**self.last, "overhead": overhead, "overhead_parts": parts, "fisher_note": self.fisher_note()}
 
 
 def finite(value):

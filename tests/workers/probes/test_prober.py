@@ -84,6 +84,24 @@ def test_default_budget_holds_on_a_short_run():
     assert result.probes["overhead"] <= 0.15 * 1.5  # measured by the prober itself, against training time
 
 
+def test_first_estimate_is_priced_in_traced_steps_and_a_skipped_one_says_why():
+    # The fused LN-LSTM step is several times cheaper than the step-by-step path that traces and Fisher
+    # passes take; pricing the first estimate in plain steps let one run overshoot the budget (1.25x).
+    result, events = _run(task="adding", norm="layer", hidden_size=32, seq_len=40, steps=60,
+                          eval_every=1000)
+    assert result.probes["overhead"] <= 0.15 * 1.5
+    # 60 steps earn room for ≈ 4 plain steps of Fisher work; an estimate costs ≥ 12: none, and it says why
+    assert not [e for e in events if e.kind == "fisher"]
+    note = result.probes["fisher_note"]
+    assert "probe budget" in note and "--probe-budget" in note
+    logs = [e.payload["message"] for e in events if e.kind == "log" and e.payload["level"] == "warning"]
+    assert note in logs
+    # and with room to spare the same run gets its estimate
+    result, events = _run(task="adding", norm="layer", hidden_size=32, seq_len=40, steps=60,
+                          eval_every=1000, probes={"budget": 5.0, "fisher_every": 10})
+    assert [e for e in events if e.kind == "fisher"] and result.probes["fisher_note"] is None
+
+
 @pytest.mark.parametrize("norm", ["layer", "batch", "weight"])
 def test_plain_sgd_grows_scale_invariant_weights_by_eta_squared_grad_squared(norm):
     model, x, y = tiny(norm, seed=4, batch=8)

@@ -106,6 +106,24 @@ static void ln_back_sums(const float *dy, const float *g, const float *x, float 
     *s2 = t2;
 }
 
+/* LayerNorm's backward over one row of n: x its input (mean m, inverse deviation r), dy the gradient of
+ * its output. Adds the row's dγ, dβ and writes dL/dx to dx, which may be dy or x itself (each element is
+ * read before it is written). */
+static void ln_back_row(const float *dy, const float *g, const float *x, float m, float r, int64_t n,
+                        float *d_g, float *d_b, float *dx) {
+    float s1, s2;
+    ln_back_sums(dy, g, x, m, r, n, &s1, &s2);
+    s1 /= (float)n;
+    s2 /= (float)n;
+#pragma GCC ivdep /* element j reads and writes index j only */
+    for (int64_t j = 0; j < n; ++j) {
+        float xh = (x[j] - m) * r, d = dy[j];
+        d_g[j] += d * xh;
+        d_b[j] += d;
+        dx[j] = r * (d * g[j] - s1 - xh * s2);
+    }
+}
+
 void lstm_fwd_step(lstm_ctx *c, int64_t t, const float *hh_raw) {
     const int64_t B = c->B, H = c->H, G = 4 * H;
     const int64_t s = c->S == 1 ? 0 : t, sp = c->S == 1 ? 0 : t - 1;
@@ -166,18 +184,8 @@ void lstm_bwd_step(lstm_ctx *c, int64_t t, const float *dh) {
             da[2 * H + k] = dhr[k] * tk * ok * (1.0f - ok);
             dy[k] = dhr[k] * ok * (1.0f - tk * tk);
         }
-        if (c->gc) {  /* LN(c_t) backward; dy becomes dL/dc_t from this step */
-            float m = c->mean_c[t * B + b], r = c->rstd_c[t * B + b], s1, s2;
-            ln_back_sums(dy, c->gc, cr, m, r, H, &s1, &s2);
-            s1 /= (float)H;
-            s2 /= (float)H;
-            for (int64_t k = 0; k < H; ++k) {
-                float xh = (cr[k] - m) * r;
-                d_gc[k] += dy[k] * xh;
-                d_bc[k] += dy[k];
-                dy[k] = r * (dy[k] * c->gc[k] - s1 - xh * s2);
-            }
-        }
+        if (c->gc)  /* LN(c_t) backward; dy becomes dL/dc_t from this step */
+            ln_back_row(dy, c->gc, cr, c->mean_c[t * B + b], c->rstd_c[t * B + b], H, d_gc, d_bc, dy);
 #pragma GCC ivdep /* the rows written (da's f, i, g blocks; dc) overlap nothing read */
         for (int64_t k = 0; k < H; ++k) {
             float d = dy[k] + dcr[k], fk = f[k], ik = in[k], gk = g[k];
@@ -188,16 +196,7 @@ void lstm_bwd_step(lstm_ctx *c, int64_t t, const float *dh) {
         }
         if (c->gh) {  /* LN(W_h h) backward: dL/d(W_h h_{t-1}) over the stored W_h h_{t-1} */
             float *hr = c->hh + (t * B + b) * G;
-            float m = c->mean_h[t * B + b], r = c->rstd_h[t * B + b], s1, s2;
-            ln_back_sums(da, c->gh, hr, m, r, G, &s1, &s2);
-            s1 /= (float)G;
-            s2 /= (float)G;
-            for (int64_t j = 0; j < G; ++j) {
-                float xh = (hr[j] - m) * r;
-                d_gh[j] += da[j] * xh;
-                d_bh[j] += da[j];
-                hr[j] = r * (da[j] * c->gh[j] - s1 - xh * s2);
-            }
+            ln_back_row(da, c->gh, hr, c->mean_h[t * B + b], c->rstd_h[t * B + b], G, d_gh, d_bh, hr);
         }
     }
 }

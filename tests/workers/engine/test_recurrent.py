@@ -215,6 +215,7 @@ def test_make_layer_refuses_unknown_combinations():
 
 def test_recurrence_thread_choice_never_changes_the_numbers():
     # the loop runs on one thread on a busy machine and on all threads otherwise: bitwise the same
+    # (float32: the C step where a compiler exists, its batch rows split over the threads)
     from workers.engine import lstm_seq
 
     torch.manual_seed(0)
@@ -228,6 +229,8 @@ def test_recurrence_thread_choice_never_changes_the_numbers():
             out = layer(x)
             out.square().sum().backward()
             results.append([out.detach()] + [p.grad.clone() for p in layer.parameters()])
+            with torch.no_grad():  # evaluation keeps one step of buffers: the same numbers
+                assert torch.equal(layer(x), out.detach())
         finally:
             lstm_seq.set_recurrence_threads(None)
     for a, b in zip(*results, strict=True):

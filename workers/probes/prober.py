@@ -10,9 +10,9 @@ The loop calls, each step (contracts.md, "Probes hook"):
 Cost control (two token buckets): training time earns probe time at the rate TARGET × budget
 (`spec.probes.budget`), FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due
 Fisher estimate (every `fisher_every` steps at the earliest) runs only when the Fisher time so far plus
-its predicted cost (the last one measured; before that PRIOR_COST_STEPS steps as a traced step takes
-them — on recurrent nets the estimate's passes take the same step-by-step path as a traced step, ≈ 5×
-a plain fused step) fits in its share;
+its predicted cost (the last one measured; before that COLD × PRIOR_COST_STEPS plain steps, or traced steps
+where a layer has a fused sequence path: the estimate's passes then take the step-by-step path, as a
+traced step does, ≈ 5× a plain fused LSTM step) fits in its share;
 otherwise it waits until training has earned it. A trace step's cost is the time its capture adds to
 the step (recording, and the unfused recurrent path) over the median plain step; a due trace waits
 while traces are over their share. Every estimate states its cost in plain training steps.
@@ -34,7 +34,8 @@ from workers.probes.likelihood import Likelihood
 FISHER_SHARE = 0.6  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
 TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
-PRIOR_COST_STEPS = 12.0  # first estimate, in traced steps: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
+PRIOR_COST_STEPS = 12.0  # a warm estimate, in steps of its path: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
+COLD = 1.5  # the first estimate costs more (graphs and buffers built once): 1.25–1.64× the warm ones measured
 
 
 class Prober:
@@ -53,6 +54,8 @@ class Prober:
         self.step_times: deque[float] = deque(maxlen=25)  # steps without probe work
         self.any_times: deque[float] = deque(maxlen=25)  # every step (when all steps trace)
         self.capture_times: deque[float] = deque(maxlen=25)  # whole traced steps
+        # layers that train through a fused sequence path (LSTMLayer) but are probed step by step
+        self.fused = any(callable(getattr(m, "_fused_ok", None)) and m._fused_ok() for m in model.modules())
         self.train_seconds = 0.0  # plain training time seen so far
         self.spent = {"hidden": 0.0, "fisher": 0.0}  # seconds the probes took, per kind
         self._step_start: float | None = None
@@ -61,6 +64,7 @@ class Prober:
         self._pending: tuple | None = None
         self.last_cost: float | None = None  # seconds of the latest Fisher estimate
         self.last_fisher_step = 0
+        self._unpriced: float | None = None  # a traced step seen before any plain step (step 1)
 
     # -- timing ---------------------------------------------------------------------------------
     def _close_step(self, now: float) -> None:
@@ -71,6 +75,9 @@ class Prober:
         if hidden and not fisher:  # recording (and the unfused recurrent path) slows the step itself
             self.capture_times.append(plain)  # the smallest is used: step 1's warm-up counts only alone
             base = self.step_seconds()
+            if base is None and self._unpriced is None:
+                self._unpriced = plain  # priced once a plain step is timed (it must not earn budget)
+                return
             extra = max(plain - base, 0.0) if base is not None else 0.0
             self.spent["hidden"] += extra
             plain -= extra
@@ -78,6 +85,18 @@ class Prober:
         self.any_times.append(plain)
         if not (hidden or fisher):
             self.step_times.append(plain)
+        self._settle()
+
+    def _settle(self, final: bool = False) -> None:
+        """Charge the held traced step 1: what it took beyond a plain step was the trace's."""
+        if self._unpriced is None or not (self.step_times or final or len(self.any_times) > 1):
+            return
+        base = self.step_seconds() if self.step_times else None
+        extra = max(self._unpriced - base, 0.0) if base is not None else 0.0
+        self.spent["hidden"] += extra
+        self.train_seconds += self._unpriced - extra
+        self.any_times.append(self._unpriced - extra)
+        self._unpriced = None
 
     @property
     def probe_seconds(self) -> float:
@@ -94,16 +113,20 @@ class Prober:
         earned = TARGET * self.budget * max(self.train_seconds, 1e-9)
         return self.spent["hidden"] <= (1 - FISHER_SHARE) * earned
 
+    def _predicted_cost(self, step_s: float) -> float:
+        """Seconds the next Fisher estimate should take: the last one's, or the prior in steps of its path."""
+        if self.last_cost is not None:
+            return self.last_cost
+        if self.fused and self.capture_times:  # the estimate's passes take the traced step's path
+            return COLD * PRIOR_COST_STEPS * max(step_s, min(self.capture_times))
+        return COLD * PRIOR_COST_STEPS * step_s
+
     def _affordable(self) -> bool:
         """Whether the next Fisher estimate fits in what training has earned so far."""
         step_s = self.step_seconds()
         if step_s is None:
             return False
-        if self.last_cost is not None:
-            predicted = self.last_cost
-        else:  # in traced steps: the estimate's passes take the traced step's (unfused) path
-            traced = min(self.capture_times) if self.capture_times else step_s
-            predicted = PRIOR_COST_STEPS * max(step_s, traced)
+        predicted = self._predicted_cost(step_s)
         return self.spent["fisher"] + predicted <= FISHER_SHARE * TARGET * self.budget * self.train_seconds
 
     # -- the hook ---------------------------------------------------------------------------------
@@ -171,8 +194,7 @@ class Prober:
         step_s = self.step_seconds()
         if step_s is None or self.train_seconds <= 0:
             return "No Fisher estimate: the run ended before a training step was timed."
-        traced = min(self.capture_times) if self.capture_times else step_s
-        predicted = self.last_cost or PRIOR_COST_STEPS * max(step_s, traced)
+        predicted = self._predicted_cost(step_s)
         room = FISHER_SHARE * TARGET * self.budget * self.train_seconds
         return (f"No Fisher estimate fitted the probe budget ({self.budget:.0%} of training time): one was "
                 f"predicted to cost ≈ {predicted / step_s:.0f} training steps and this run earned room for "
@@ -184,6 +206,7 @@ class Prober:
         "fisher_note": why there is no Fisher estimate, or None}.
 
         "overhead" is the probes' time ÷ plain training time, with its parts per kind."""
+        self._settle(final=True)
         train = self.train_seconds
         overhead = self.probe_seconds / train if train > 0 else None
         parts = {k: v / train for k, v in self.spent.items()} if train > 0 else None

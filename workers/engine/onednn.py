@@ -101,15 +101,17 @@ class _Linear(torch.autograd.Function):
         return d_x, d_w, d_b
 
 
-# Below this many multiply-adds a product is faster through F.linear: a oneDNN call costs ≈ 10 µs of fixed
-# overhead (torch.mm 1.7 µs) and this autograd Function more. Measured: digits' MLP (≤ 2M per product)
-# 1,624 vs 1,243 steps/s through F.linear; the LSTMs' 8M-537M products gain 1.1-2.5x through oneDNN.
-MIN_MACS = 1 << 22
+# Products with fewer rows than this go through F.linear: a oneDNN call costs ≈ 10 µs of fixed overhead
+# (torch.mm 1.7 µs) and this autograd Function more, which a batch of 32 rows does not earn back
+# (digits' MLP: 1,624 steps/s through F.linear, 1,243 through oneDNN); the LSTMs' products over all time
+# steps (T·B rows) gain 1.2-2.5x, even adding's 2-wide input (62 vs 49 steps/s), where a threshold on
+# multiply-adds would have sent it to F.linear.
+MIN_ROWS = 256
 
 
 def fast_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN (forward and backward) for large float32 CPU products."""
     if (not applies(x, weight) or (bias is not None and not applies(bias))
-            or x.numel() * weight.shape[0] < MIN_MACS):
+            or x.numel() < MIN_ROWS * x.shape[-1]):
         return F.linear(x, weight, bias)
     return _Linear.apply(x, weight, bias)

@@ -83,7 +83,7 @@ PRESETS: dict[str, Preset] = {
             "LayerNorm keeps hidden-state dynamics stable over long sequences with small batches; "
             "recurrent BN has no statistics past its trained length.",
             tuple(RunSpec(task="adding", norm=n, cell="lstm", seq_len=200, eval_seq_len=400, batch_size=8,
-                          steps=200, eval_every=50)  # cut from 400 when that took > 30 min; now 123 s
+                          steps=200, eval_every=50)  # cut from 400 when that took > 30 min; now ≈ 2 min
                                                      # for the whole preset (REPRODUCTIONS.md)
                   for n in ("none", "layer", "batch")),
             "val_loss", expect="LN lowest loss at 2× length",

@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     sse_heartbeat_s: float = Field(10.0, gt=0)
     # Kernels: 'auto' = the Triton kernel on CUDA tensors, torch otherwise; 'torch' forces torch (A/B).
     kernel_backend: Literal["auto", "torch", "triton"] = "auto"
+    # CPU engine (float32): products over all time steps through oneDNN; the LSTM's per-step work in a C
+    # function built on first use with `cc` (compiler: empty = cc/gcc on PATH) into cache_dir; malloc told
+    # to keep freed blocks in worker processes. Each off = torch's own path (A/B runs, odd platforms).
+    onednn: bool = True
+    native_step: bool = True
+    cc: str = ""
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "normlab")
+    malloc_tune: bool = True
     # Workers
     worker_heartbeat_s: float = Field(2.0, gt=0)
     lost_after_s: float = Field(20.0, gt=0)  # no heartbeat for this long -> the run is 'lost'

@@ -8,14 +8,16 @@ ceiling (32 MiB) and the trim threshold to 1 GiB keeps those blocks in the heap 
 The cost: the process keeps its peak heap (as a training worker does anyway).
 
 `keep_freed_memory()` runs once, when the engine's LSTM module is imported (workers only: the API does
-not import the engine); `NORMLAB_MALLOC_TUNE=0` leaves malloc alone. A no-op off glibc.
+not import the engine); NORMLAB_MALLOC_TUNE=false (Settings.malloc_tune) leaves malloc alone. A no-op off
+glibc.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
+
+from normlab.settings import get_settings
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -31,7 +33,7 @@ def keep_freed_memory() -> bool:
     if _done is not None:
         return _done
     _done = False
-    if os.environ.get("NORMLAB_MALLOC_TUNE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not get_settings().malloc_tune:
         return False
     name = ctypes.util.find_library("c")
     try:

@@ -4,10 +4,10 @@ Per step the torch path makes ~12 forward and ~15 backward element-wise calls on
 dispatch plus a pass over memory; the C step does them in one call, row by row while the row is in
 cache. Only float32 CPU tensors take it; float64 (the exactness tests) and other devices keep torch.
 
-The library is built with the machine's C compiler (`cc`, or $CC) as `-O3 -march=native` into a cache
-directory (`$NORMLAB_CACHE_DIR`, else ~/.cache/normlab) named by a hash of the source, the flags and the
-CPU, written atomically so concurrent workers do not race. Without a compiler, or with
-`NORMLAB_NATIVE=0`, everything runs on the torch path and `status()` says why.
+The library is built with the machine's C compiler (`cc`, or Settings.cc = NORMLAB_CC) as
+`-O3 -march=native` into Settings.cache_dir (NORMLAB_CACHE_DIR, default ~/.cache/normlab), named by a hash
+of the source, the flags and the CPU, written atomically so concurrent workers do not race. Without a
+compiler, or with NORMLAB_NATIVE_STEP=false, everything runs on the torch path and `status()` says why.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+
+from normlab.settings import get_settings
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("lstm_step.c")
@@ -59,20 +61,16 @@ def _cpu_key() -> str:
     return platform.machine() + "|" + "|".join(lines)
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("NORMLAB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "normlab")
-    return Path(root) / "native"
-
-
 def _build() -> tuple[ctypes.CDLL | None, str]:
-    if os.environ.get("NORMLAB_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None, "switched off (NORMLAB_NATIVE=0)"
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    settings = get_settings()
+    if not settings.native_step:
+        return None, "switched off (NORMLAB_NATIVE_STEP=false)"
+    cc = settings.cc or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         return None, "no C compiler (cc/gcc) on this machine: the torch path runs instead"
     key = SOURCE.read_bytes() + " ".join([cc, *FLAGS, "-fopenmp", _cpu_key()]).encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
-    target = _cache_dir() / f"lstm_step-{digest}.so"
+    target = Path(settings.cache_dir) / "native" / f"lstm_step-{digest}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,21 +9,21 @@ for its per-step products; a product used once takes the weight as it is.
 Only float32 CPU tensors take this path; float64 (the engine's exactness tests) and every other dtype or
 device use torch's own products. Results differ from MKL's in the last bits (another summation order)
 but are bitwise the same run to run and for 1 or 2 threads (tested), so the engine stays deterministic.
-`NORMLAB_ONEDNN=0` turns the path off (A/B runs); `available()` says whether it is on.
+NORMLAB_ONEDNN=false (Settings.onednn) turns the path off (A/B runs); `available()` says whether it is on.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
+
+from normlab.settings import get_settings
 
 _OPS = getattr(torch.ops, "mkldnn", None)
 
 
 def _probe() -> bool:
-    if os.environ.get("NORMLAB_ONEDNN", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not get_settings().onednn:
         return False
     if not torch.backends.mkldnn.is_available():
         return False

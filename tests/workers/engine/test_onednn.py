@@ -66,7 +66,7 @@ def test_other_dtypes_small_products_and_switch_off_use_torch():
     assert torch.equal(onednn.fast_linear(x, w, b), F.linear(x, w, b))  # float64: torch's own product
     small = torch.randn(32, 64), torch.randn(256, 64)  # a batch of 32 rows: a oneDNN call would cost more
     assert torch.equal(onednn.fast_linear(*small), F.linear(*small))
-    env = {**os.environ, "NORMLAB_ONEDNN": "0"}
+    env = {**os.environ, "NORMLAB_ONEDNN": "false"}
     code = "from workers.engine import onednn; print(onednn.available())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr

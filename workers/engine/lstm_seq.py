@@ -37,12 +37,11 @@ eq. 20; float32 tests pin the C path to the float64 numbers.
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 import torch
 
-from workers.engine import allocator, native, onednn
+from workers.engine import allocator, lstm_native, native, onednn
 
 allocator.keep_freed_memory()  # no page faults for the per-step (T, B, 4H) tensors (see allocator)
 
@@ -93,7 +92,8 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
     buffers of the right shapes to reuse (see `_SPARE`)."""
     if native.applies(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0):
-        return _forward_native(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare)
+        return lstm_native.forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare,
+                                   recurrence_threads())
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
@@ -167,96 +167,6 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
 
 
-def _forward_native(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool,
-                    spare: dict | None = None):
-    """`_forward` with each step's element-wise work in one C call over the batch rows (see
-    workers.engine.native) between the products (oneDNN, or torch). Buffers: (gates, cells, tanh_c, hh,
-    stats, "native"), stats the (4, S, B) LN means and inverse deviations of W_h h and c_t."""
-    T, B, G = xx.shape
-    S, H = (T if keep else 1), G // 4
-    spare = spare or {}
-
-    def buffer(name, *shape):
-        return spare[name] if spare.get(name) is not None else xx.new_empty(*shape)
-
-    gates, cells, tanh_c = buffer("gates", S, B, G), buffer("cells", S, B, H), buffer("tanh_c", S, B, H)
-    hh = buffer("hh", S, B, G) if gain_h is not None else None
-    stats = buffer("stats", 4, S, B)
-    hs = xx.new_empty(T, B, H)
-    params = [p.detach() if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
-    n, before = recurrence_threads(), torch.get_num_threads()
-    ctx = native.context(T, B, H, S, n, eps, xx=xx, gh=params[0], bh=params[1], gc=params[2], bc=params[3],
-                         c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh, mean_h=stats[0],
-                         rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3])
-    step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
-    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) else None
-    w_hT = w_h.detach().t()
-    HS = _steps(hs, T)
-    h = h0
-    try:
-        torch.set_num_threads(n)  # the products and the C step (over batch rows) use n threads
-        for t in range(T):
-            raw = onednn.linear(h, packed) if packed is not None else torch.mm(h, w_hT)
-            step(ref, t, raw.data_ptr())
-            h = HS[t]
-    finally:
-        torch.set_num_threads(before)
-    return hs, (gates, cells, tanh_c, hh, stats, "native")
-
-
-def _backward_native(ctx, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs):
-    gates, cells, tanh_c, hh, stats, _ = ctx.buffers
-    ctx.buffers = None
-    T, B, G = gates.shape
-    H = G // 4
-    d_a = torch.empty_like(gates)  # dL/da_t, also returned as dL/dxx_t
-    dc = torch.zeros_like(c0)
-    every = (gain_h, bias_h, gain_c, bias_c)
-    # gain and bias gradients summed per batch row (each row belongs to one thread), then over the rows
-    # in a fixed order: the same numbers for any thread count
-    acc = [p.new_zeros(B, p.shape[0]) if p is not None else None for p in every]
-    params = [p.detach() if p is not None else None for p in every]
-    scratch = xx.new_empty(B, H)  # a name of its own: the context holds only its address
-    n, before = recurrence_threads(), torch.get_num_threads()
-    cctx = native.context(T, B, H, T, n, ctx.eps, xx=xx, gh=params[0], bh=params[1], gc=params[2],
-                          bc=params[3], c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh,
-                          mean_h=stats[0], rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3], d_a=d_a, dc=dc,
-                          d_gh=acc[0], d_bh=acc[1], d_gc=acc[2], d_bc=acc[3], scratch=scratch)
-    step, ref = native.library().lstm_bwd_step, ctypes.byref(cctx)
-    fast = onednn.applies(d_a, w_h)
-    packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for dL/dh_{t-1}
-    w = w_h.detach()
-    D_HS, RAW = _steps(d_hs, T), _steps(hh if hh is not None else d_a, T)
-    dh = D_HS[T - 1]
-    try:
-        torch.set_num_threads(n)
-        for t in range(T - 1, -1, -1):
-            step(ref, t, dh.data_ptr())
-            # dL/dh_{t-1} = the output's gradient + the recurrent part, in one fused product
-            if fast:
-                dh = (onednn.linear_add(RAW[t], D_HS[t - 1], packed) if t > 0
-                      else onednn.linear(RAW[t], packed))
-            else:
-                dh = torch.addmm(D_HS[t - 1], RAW[t], w) if t > 0 else RAW[t].mm(w)
-    finally:
-        torch.set_num_threads(before)
-    d_raw = hh if hh is not None else d_a
-    h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
-    if fast:
-        d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
-    else:
-        d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
-    _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, stats=stats))
-    sums = []
-    for rows in acc:
-        if rows is not None:
-            total = rows.new_empty(rows.shape[1])
-            native.library().lstm_sum_rows(rows.data_ptr(), B, rows.shape[1], total.data_ptr())
-            rows = total
-        sums.append(rows)
-    return d_a, d_w, *sums, dh, dc, None
-
-
 def _give_back(key, buffers: dict) -> None:
     """Hand a finished backward's work buffers to the next forward of the same shape (see `_SPARE`)."""
     if key not in _SPARE:
@@ -303,8 +213,11 @@ class _LSTMSequence(torch.autograd.Function):
         if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
             _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
         if ctx.buffers[-1] == "native":
-            return _backward_native(ctx, d_hs.contiguous(), xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0,
-                                    hs)
+            buffers, ctx.buffers = ctx.buffers, None
+            grads, spent = lstm_native.backward(buffers, d_hs.contiguous(), xx, w_h, gain_h, bias_h, gain_c,
+                                                bias_c, h0, c0, hs, ctx.eps, recurrence_threads())
+            _give_back(ctx.key, spent)
+            return (*grads, None)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers

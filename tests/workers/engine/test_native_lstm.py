@@ -81,7 +81,8 @@ def test_without_a_compiler_the_torch_path_runs(tmp_path):
             "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
             "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"
             "print(native.library() is None, tuple(out.shape), '|', native.status())")
-    env = {**os.environ, "NORMLAB_CC": "/bin/false", "NORMLAB_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "NORMLAB_CC": "/bin/false", "NORMLAB_CACHE_DIR": str(tmp_path),
+           "NORMLAB_NATIVE_STEP": "true"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("True (3, 2, 2) |") and "failed" in out.stdout

@@ -11,11 +11,11 @@ switched off):
 Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower than `torch.nn.LSTM` on a
 2-core CPU. Two implementations of the same equations:
 
-- float32 on the CPU (training here): per step, the product through oneDNN (`workers.engine.onednn`:
-  2× MKL's speed on the project's AMD machines) and everything element-wise (LNs, gates, c_t, h_t, and
-  in the backward their derivatives and dγ/dβ) in one call of a compiled C function
-  (`workers.engine.native`, `lstm_step.c`) that works row by row while the row is in cache and
-  splits the batch rows over the threads. dW_h is one large product over all steps.
+- float32 on the CPU (training here; `workers.engine.lstm_native`): per step, the product through oneDNN
+  (`workers.engine.onednn`: 2× MKL's speed on the project's AMD machines) and everything element-wise
+  (LNs, gates, c_t, h_t, and in the backward their derivatives and dγ/dβ) in one call of a compiled C
+  function (`workers.engine.native`, `lstm_step.c`) that works row by row while the row is in cache
+  and splits the batch rows over the threads. dW_h is one large product over all steps.
 - anything else (float64, which the exactness tests use; CUDA tensors; no C compiler): torch ops into
   preallocated (T, B, ·) buffers (tanh as 2σ(2z) − 1), the backward's local gate derivatives formed for
   all steps at once before its loop, then 9 element-wise ops, LN's backward and one product per step.

@@ -78,11 +78,11 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
             os.close(fd)
             # OpenMP over the batch rows; the library then shares torch's libgomp (same soname, already
             # loaded), so its threads are torch's own. Without OpenMP the pragmas are ignored: one thread.
-            out = subprocess.run([cc, *FLAGS, "-fopenmp", "-o", tmp, str(SOURCE), "-lm"], capture_output=True,
-                                 text=True, timeout=120)
-            if out.returncode != 0:
-                out = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True,
-                                     text=True, timeout=120)
+            for openmp in (["-fopenmp"], []):
+                out = subprocess.run([cc, *FLAGS, *openmp, "-o", tmp, str(SOURCE), "-lm"],
+                                     capture_output=True, text=True, timeout=120)
+                if out.returncode == 0:
+                    break
             if out.returncode != 0:
                 os.unlink(tmp)
                 return None, f"compiling {SOURCE.name} failed: {out.stderr.strip()[:400]}"

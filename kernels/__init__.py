@@ -18,8 +18,9 @@ import torch
 from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
 __all__ = ["backend_for", "get_backend", "layer_norm", "layer_norm_reference", "ln_gru_cell",
-           "ln_gru_cell_reference", "ln_lstm_cell", "ln_lstm_cell_reference", "set_backend",
-           "triton_available", "triton_layer_norm", "triton_ln_gru_cell", "triton_ln_lstm_cell"]
+           "ln_gru_cell_reference", "ln_lstm_cell", "ln_lstm_cell_reference", "ln_lstm_sequence",
+           "set_backend", "triton_available", "triton_layer_norm", "triton_ln_gru_cell",
+           "triton_ln_lstm_cell", "triton_ln_lstm_sequence"]
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
@@ -36,7 +37,7 @@ def set_backend(name: str) -> None:
     _FORCED = name
     if name != "torch" and torch.cuda.is_available() and triton_available():
         # Import (and register the ops) now, not inside a torch.compile'd region.
-        _ln_op(), _lstm_op(), _module("gru_op")
+        _ln_op(), _lstm_op(), _module("gru_op"), _module("lstm_seq_op")
 
 
 def get_backend() -> str:
@@ -117,6 +118,31 @@ def triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, ga
     """(h, c) by the fused Triton LN-LSTM kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
     return _lstm_op().triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
                                           bias_c, eps)
+
+
+def ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0,
+                     eps: float = 1e-5):
+    """h_t of every step (T, B, H) of an LN-LSTM over ax = x W_xᵀ (T, B, 4H), from h0, c0 (B, H).
+
+    On CUDA the whole recurrence is one autograd node over the fused Triton kernels (one product and one
+    launch per step each way; `lstm_seq_op`); otherwise the torch reference cell, step by step.
+    """
+    if backend_for(ax) == "triton":
+        return _module("lstm_seq_op").triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias,
+                                                              gain_c, bias_c, h0, c0, eps)
+    h, c, hs = h0, c0, []
+    for t in range(ax.shape[0]):
+        h, c = ln_lstm_cell_reference(h @ w_h.t(), ax[t], c, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
+                                      bias_c, eps)
+        hs.append(h)
+    return torch.stack(hs) if hs else ax.new_empty(0, ax.shape[1], ax.shape[2] // 4)
+
+
+def triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0,
+                            eps: float = 1e-5):
+    """The LN-LSTM recurrence by the fused Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
+    return _module("lstm_seq_op").triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias,
+                                                          gain_c, bias_c, h0, c0, eps)
 
 
 def ln_gru_cell(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx,

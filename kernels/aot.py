@@ -88,8 +88,11 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
            "Stats": "*fp32", "DHH": f"*{x}", "DXX": f"*{x}", "DC_prev": f"*{x}", "Part": "*fp32",
            "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "B": "i32", "H": "i32"}
     label = f"H={H} x={x} w={w}"
+    bwd_warps = min(16, warps_for(16 * block))
+    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
     return [Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, warps_for(8 * block), label),
-            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block}, min(16, warps_for(16 * block)), label)]
+            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
+            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
 
 
 def _gru_specs(x: str, w: str, H: int) -> list[Spec]:

@@ -91,7 +91,7 @@ def ln_lstm_bwd(dh: torch.Tensor, dc: torch.Tensor, hh: torch.Tensor, xx: torch.
     part = torch.empty((B, 14 * H), dtype=torch.float32, device=hh.device)
     block = triton.next_power_of_2(H)
     K._ln_lstm_bwd[(P,)](dh, dc, hh, xx, c_prev, *params, stats, dhh, dxx, dcp, part, hh.stride(0),
-                         xx.stride(0), c_prev.stride(0), B, H, BLOCK_H=block,
+                         xx.stride(0), c_prev.stride(0), B, H, BLOCK_H=block, ACC=False,
                          num_warps=min(16, warps_for(16 * block)))
     return dhh, dxx, dcp, column_sum(part, torch.float32)
 

@@ -55,6 +55,22 @@ def _store4(ptr, cols, ok, H, v0, v1, v2, v3):
 
 
 @triton.jit
+def _put(ptr, cols, ok, v, ACC: tl.constexpr):
+    """Store v, or add it to what is there (ACC: a fp32 partial summed over launches in stream order)."""
+    if ACC:
+        v = v + tl.load(ptr + cols, mask=ok, other=0.0)
+    tl.store(ptr + cols, v, mask=ok)
+
+
+@triton.jit
+def _put4(ptr, cols, ok, H, v0, v1, v2, v3, ACC: tl.constexpr):
+    _put(ptr, cols, ok, v0, ACC)
+    _put(ptr + H, cols, ok, v1, ACC)
+    _put(ptr + 2 * H, cols, ok, v2, ACC)
+    _put(ptr + 3 * H, cols, ok, v3, ACC)
+
+
+@triton.jit
 def _normalize4(ptr, cols, ok, H, eps):
     """x̂ blocks of one 4H row plus its fp32 μ and rstd (centred two-pass on the resident row)."""
     a0, a1, a2, a3 = _load4(ptr, cols, ok, H)
@@ -155,6 +171,7 @@ def _ln_lstm_bwd(
     Part,  # fp32 (B, 14H): row r = batch row r's [dγ_h | dγ_x | db | dγ_c | dβ_c] contributions
     stride_hh, stride_xx, stride_cp, B, H,
     BLOCK_H: tl.constexpr,
+    ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -180,8 +197,8 @@ def _ln_lstm_bwd(
         dc_next = tl.load(DC + r64 * H + cols, mask=ok, other=0.0).to(tl.float32)
         dl = dh * o * (1.0 - th * th)
         part = Part + r64 * (14 * H)
-        tl.store(part + 12 * H + cols, dl * nc, mask=ok)  # dγ_c
-        tl.store(part + 13 * H + cols, dl, mask=ok)  # dβ_c
+        _put(part + 12 * H, cols, ok, dl * nc, ACC)  # dγ_c
+        _put(part + 13 * H, cols, ok, dl, ACC)  # dβ_c
         dn = dl * gc
         m1 = tl.sum(dn, axis=0) / H
         m2 = tl.sum(dn * nc, axis=0) / H
@@ -191,9 +208,9 @@ def _ln_lstm_bwd(
         da1 = dct * g * i * (1.0 - i)
         da2 = dh * th * o * (1.0 - o)
         da3 = dct * i * (1.0 - g * g)
-        _store4(part, cols, ok, H, da0 * nh0, da1 * nh1, da2 * nh2, da3 * nh3)  # dγ_h
-        _store4(part + 4 * H, cols, ok, H, da0 * nx0, da1 * nx1, da2 * nx2, da3 * nx3)  # dγ_x
-        _store4(part + 8 * H, cols, ok, H, da0, da1, da2, da3)  # db = dβ_h = dβ_x
+        _put4(part, cols, ok, H, da0 * nh0, da1 * nh1, da2 * nh2, da3 * nh3, ACC)  # dγ_h
+        _put4(part + 4 * H, cols, ok, H, da0 * nx0, da1 * nx1, da2 * nx2, da3 * nx3, ACC)  # dγ_x
+        _put4(part + 8 * H, cols, ok, H, da0, da1, da2, da3, ACC)  # db = dβ_h = dβ_x
         gh0, gh1, gh2, gh3 = _load4(GH, cols, ok, H)
         e0, e1, e2, e3 = _ln_dx4(da0 * gh0, da1 * gh1, da2 * gh2, da3 * gh3, nh0, nh1, nh2, nh3, rstd_h, H)
         _store4(DHH + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)

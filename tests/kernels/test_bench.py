@@ -32,8 +32,9 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
         (d, impl, mode) for d in bench.DTYPES for impl in ("triton", "torch") for mode in bench.MODES}
     # |y| stays below 16 here, where one bf16 ulp is 0.0625 (the interpreter truncates to bf16).
     assert all(r["max_err_y"] < 0.07 for r in ln), [r for r in ln if r["max_err_y"] >= 0.07]
-    assert {r["impl"] for r in result["ln_lstm"]} >= {
-        "cudnn nn.LSTM (no norm)", "fused LN-LSTM (triton cell)", "plain PyTorch LN-LSTM"}
-    assert "lstm_fused_max_x_cudnn (target <= 1.3)" in result["summary"]
+    assert {r["impl"] for r in result["ln_lstm"]} == {
+        "cudnn nn.LSTM (no norm)", bench.SEQUENCE, "fused LN-LSTM (triton cell per step)",
+        "plain PyTorch LN-LSTM", "engine LN-LSTM (triton backend)", "engine LN-LSTM (torch backend)"}
+    assert "lstm_fused_sequence_max_x_cudnn (target <= 1.3)" in result["summary"]
     streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
     assert len(streamed) == len(ln) + len(result["ln_lstm"])

@@ -161,3 +161,73 @@ def test_torch_compile_keeps_one_graph_with_both_ops():
     out = compiled(x, w)
     out.backward()
     torch.testing.assert_close(out, f(x, w), atol=1e-3, rtol=1e-4)
+
+
+def _sequence_inputs(T, B, H, dtype, seed=3):
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+
+    def r(*shape, s=1.0, m=0.0):
+        return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
+
+    acts = [r(T, B, 4 * H, s=2, m=0.5), r(4 * H, H, s=H ** -0.5)]
+    params = [r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.5),
+              r(H, s=0.3, m=1), r(H, s=0.2)]
+    state = [r(B, H, s=0.5), r(B, H)]
+    return [t.to(dtype) for t in acts] + [p.float() for p in params] + [t.to(dtype) for t in state]
+
+
+@pytest.mark.parametrize("T,B,H", [(16, 32, 256), (5, 7, 1000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_lstm_sequence_vs_float64_reference(T, B, H, dtype):
+    inputs = _sequence_inputs(T, B, H, dtype)
+    d_out = torch.randn(T, B, H, device=CUDA, dtype=torch.float64)
+
+    def ref_seq(ax, w_h, *rest):
+        *ps, h, c = rest[:-1]
+        hs = []
+        for t in range(ax.shape[0]):
+            h, c = ln_lstm_cell_reference(h @ w_h.t(), ax[t], c, *ps, rest[-1])
+            hs.append(h)
+        return torch.stack(hs)
+
+    def run(fn, ins):
+        leaves = [t.detach().clone().requires_grad_() for t in ins]
+        hs = fn(*leaves, 1e-5)
+        (hs.double() * d_out).sum().backward()
+        return [hs] + [t.grad for t in leaves]
+
+    got = run(kernels.triton_ln_lstm_sequence, inputs)
+    ref = run(ref_seq, [t.double() for t in inputs])
+    # bf16: the products W_h h run in bf16 too and the error compounds over the steps
+    atol = 2e-4 if dtype == torch.float32 else 1e-1
+    for k, (a, c) in enumerate(zip(got, ref, strict=True)):
+        scale = 1 + c.abs().max().item()
+        torch.testing.assert_close(a.double() / scale, c / scale, atol=atol, rtol=atol,
+                                   msg=lambda m, k=k: f"output/grad #{k}: {m}")
+    again = run(kernels.triton_ln_lstm_sequence, inputs)
+    assert all(torch.equal(a, c) for a, c in zip(got, again, strict=True))
+
+
+def test_engine_lstm_layer_takes_the_fused_sequence_on_cuda(monkeypatch):
+    import kernels.lstm_seq_op as seq_op
+
+    LSTMLayer = pytest.importorskip("workers.engine.recurrent").LSTMLayer
+
+    torch.manual_seed(0)
+    layer = LSTMLayer(64, 128, norm="layer").to(CUDA)
+    x = torch.randn(12, 16, 64, device=CUDA)
+    calls = []
+    real = seq_op.triton_ln_lstm_sequence
+    monkeypatch.setattr(seq_op, "triton_ln_lstm_sequence", lambda *a: calls.append(1) or real(*a))
+
+    def run(backend):
+        kernels.set_backend(backend)
+        layer.zero_grad()
+        out = layer(x)
+        (out * torch.linspace(-1, 1, out.numel(), device=CUDA).view_as(out)).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
+
+    got, ref = run("auto"), run("torch")
+    assert len(calls) == 1
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

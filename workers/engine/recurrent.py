@@ -123,7 +123,13 @@ class LSTMLayer(_RecurrentBase):
                               else (None, None))
             return lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS)
         ax = self.ih.summed(x)  # (T, B, 4H)
-        xx = _normalize_all(self.ih, ax, self.per_step) + self.bias
+        if use_kernel and record is None:
+            # the whole recurrence as one autograd node over the fused CUDA kernels: one product and one
+            # launch per step each way (the per-step cell below costs a custom-op dispatch per step)
+            return kernels.ln_lstm_sequence(ax, self.hh.weight, self.hh.norm.gain, self.hh.norm.bias,
+                                            self.ih.norm.gain, self.ih.norm.bias, self.bias,
+                                            self.norm_c.gain, self.norm_c.bias, h, c, EPS)
+        xx = None if use_kernel else _normalize_all(self.ih, ax, self.per_step) + self.bias
         _start_record(record, lstm=True)
         outs = []
         for t in range(T):

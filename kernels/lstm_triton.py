@@ -15,7 +15,9 @@ Backward (dh, dc from the future), per row:
     dhh = rstd_h · (da γ_h − mean(da γ_h) − n_h ⊙ mean(da γ_h ⊙ n_h)) over 4H, dxx likewise.
 Parameter gradients: per-row fp32 partials [B, 14H] = [dγ_h | dγ_x | db | dγ_c | dβ_c] (LSTM batches are
 small and these stay in L2; carrying 14 accumulators across rows spilled registers at H = 1024), then the
-fixed-order column sum of ln_triton.py: deterministic, no atomics.
+fixed-order column sum of ln_triton.py: deterministic, no atomics. With ACC the backward adds to the
+partials instead of overwriting them: a whole sequence (lstm_seq_op) launches its steps in order on one
+stream into one [B, 14H] buffer and sums its columns once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
-"""`triton_layer_norm(x, weight, bias, eps)`: the Triton LayerNorm as torch custom ops with autograd.
+"""`triton_layer_norm(x, weight, bias, eps)`: the Triton LayerNorm with autograd, eager and compiled.
 
 Importing this module imports triton and registers `normlab::layer_norm_fwd` / `normlab::layer_norm_bwd`
 (torch.library.custom_op + register_fake + register_autograd), so `torch.compile` keeps them in one
-graph. Launch heuristics (tier, rows per program, warps, persistent grid size) live here; the kernels and
+graph. Outside torch.compile, `triton_layer_norm` skips the custom-op dispatch (tens of µs of Python a
+call) and goes through `_LayerNormFunction`, a plain torch.autograd.Function. Both call the same launch
+functions, `_forward_into` and `_backward_into`, so both run the same kernels with the same launches and
+give the same bits. Launch heuristics (tier, rows per program, warps, persistent grid size) live here,
+computed once per shape (`_fwd_launch` / `_bwd_launch` / `_sum_launch` are cached); the kernels and
 their maths live in `ln_triton.py`. On CPU tensors the kernels run only under TRITON_INTERPRET=1 (set
 before this module is imported).
 """
@@ -10,6 +14,7 @@ before this module is imported).
 # No `from __future__ import annotations`: older torch (2.11 on the GPU machine) infers custom-op
 # schemas more reliably from real annotation objects.
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -18,6 +23,8 @@ from kernels import ln_triton as K
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TIERS = {"auto": 0, "resident": 1, "looped": 2}
+SUM_BLOCK_P = 32  # partial rows per step of `_column_sum`
+SUM_BLOCK_C = 128  # widest column strip of one `_column_sum` program (narrower when that adds programs)
 
 
 @functools.lru_cache(maxsize=8)
@@ -43,38 +50,88 @@ def warps_for(elems: int) -> int:
     return 32
 
 
-def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
-    """The forward launch: {'kernel': 'resident'|'looped', 'BLOCK_N', 'ROWS', 'num_warps', 'grid'}."""
+class Launch(NamedTuple):
+    """One LayerNorm kernel launch; `grid` is the program count (the backward's P, its partial rows)."""
+
+    kernel: str  # 'resident' | 'looped'
+    BLOCK_N: int
+    ROWS: int
+    num_warps: int
+    grid: int
+
+
+class SumLaunch(NamedTuple):
+    """One `_column_sum` launch over `slabs` (P, N) partial slabs: grid (cdiv(N, BLOCK_C), slabs)."""
+
+    BLOCK_P: int
+    BLOCK_C: int
+    num_warps: int
+    grid: tuple
+
+
+@functools.lru_cache(maxsize=512)
+def _fwd_launch(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> Launch:
     block = triton.next_power_of_2(N)
     if tier == TIERS["looped"] or (tier == 0 and block > max_resident):
         chunk = min(K.LOOP_BLOCK, max(16, block // 4))
-        return {"kernel": "looped", "BLOCK_N": chunk, "ROWS": 1, "num_warps": warps_for(chunk), "grid": M}
+        return Launch("looped", chunk, 1, warps_for(chunk), M)
     rows = max(1, min(K.SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
-    return {"kernel": "resident", "BLOCK_N": block, "ROWS": rows, "num_warps": warps_for(block * rows),
-            "grid": triton.cdiv(M, rows)}
+    return Launch("resident", block, rows, warps_for(block * rows), triton.cdiv(M, rows))
+
+
+@functools.lru_cache(maxsize=512)
+def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
+    cfg = _fwd_launch(M, N, tier, K.MAX_RESIDENT_BWD)
+    warps = cfg.num_warps
+    if cfg.kernel == "resident":
+        # x, dy, γ and two partial rows stay resident: about four times the forward's register need.
+        warps = warps_for(4 * cfg.BLOCK_N * cfg.ROWS)
+    units = M if cfg.kernel == "looped" else triton.cdiv(M, cfg.ROWS)
+    # grid ≤ units: every program owns at least one row (the looped tier's first-write rule needs it).
+    return cfg._replace(num_warps=warps, grid=max(1, min(persistent_programs(device), units)))
+
+
+@functools.lru_cache(maxsize=512)
+def _sum_launch(P: int, N: int, slabs: int, device: torch.device) -> SumLaunch:
+    """Column strips narrow enough (≥ 32 columns: a 128-byte line per partial row) that even a wide-N
+    sum spreads over ≥ one program per persistent slot. 4096×8192 on an H200 (P = 264, dγ and dβ): one
+    launch of 256 strips × 2 slabs = 512 programs of 32 columns, where two launches of 8 programs each
+    walked all 264 partial rows of 1024 columns (77 µs each)."""
+    block_c = min(SUM_BLOCK_C, max(16, triton.next_power_of_2(N)))
+    target = persistent_programs(device)
+    while block_c > 32 and triton.cdiv(N, block_c) * slabs < target:
+        block_c //= 2
+    block_p = min(SUM_BLOCK_P, triton.next_power_of_2(P))
+    return SumLaunch(block_p, block_c, 4, (triton.cdiv(N, block_c), slabs))
+
+
+def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
+    """The forward launch: {'kernel': 'resident'|'looped', 'BLOCK_N', 'ROWS', 'num_warps', 'grid'}."""
+    return _fwd_launch(M, N, tier, max_resident)._asdict()
 
 
 def bwd_config(M: int, N: int, device: torch.device, tier: int = 0) -> dict:
     """The backward launch; 'grid' is the persistent program count P (also the partial buffer's rows)."""
-    cfg = fwd_config(M, N, tier, K.MAX_RESIDENT_BWD)
-    if cfg["kernel"] == "resident":
-        # x, dy, γ and two partial rows stay resident: about four times the forward's register need.
-        cfg["num_warps"] = warps_for(4 * cfg["BLOCK_N"] * cfg["ROWS"])
-    units = M if cfg["kernel"] == "looped" else triton.cdiv(M, cfg["ROWS"])
-    cfg["grid"] = max(1, min(persistent_programs(device), units))
-    return cfg
+    return _bwd_launch(M, N, device, tier)._asdict()
+
+
+def sum_config(P: int, N: int, slabs: int = 1, device: torch.device = torch.device("cpu")) -> dict:
+    """The `_column_sum` launch: {'BLOCK_P', 'BLOCK_C', 'num_warps', 'grid'} (for kernels.aot)."""
+    return _sum_launch(P, N, slabs, device)._asdict()
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+    """Raises with what to change; a handful of attribute reads when the inputs are fine."""
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"triton_layer_norm supports float32/float16/bfloat16 inputs, got {x.dtype}")
-    if x.dim() == 0 or x.shape[-1] == 0:
-        raise ValueError(f"triton_layer_norm needs a non-empty last dimension, got shape {tuple(x.shape)}")
+    shape = x.shape
+    if not shape or shape[-1] == 0:
+        raise ValueError(f"triton_layer_norm needs a non-empty last dimension, got shape {tuple(shape)}")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is None:
             continue
-        if p.shape != (x.shape[-1],):
-            raise ValueError(f"{name} must have shape ({x.shape[-1]},) to match x's last dimension, "
+        if p.shape != shape[-1:]:
+            raise ValueError(f"{name} must have shape ({shape[-1]},) to match x's last dimension, "
                              f"got {tuple(p.shape)}")
         if p.device != x.device:
             raise ValueError(f"{name} is on {p.device} but x is on {x.device}; move them to one device")
@@ -84,33 +141,105 @@ def _check(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
     """(M, N) view with a contiguous last dimension (copies only when it has to)."""
+    if t.dim() == 2 and t.stride(1) == 1:
+        return t  # what reshape would return, without its dispatch
     t2 = t.reshape(-1, t.shape[-1])
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
+
+def _dense_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised row-major tensor of t's shape (row stride N): the kernels' y and dx."""
+    if t.dtype == dtype and t.is_contiguous():
+        return torch.empty_like(t)  # the cheapest allocation call (~1 µs less than torch.empty(shape))
+    return torch.empty(t.shape, dtype=dtype, device=t.device)
+
+
+# ---- launch functions: the only code that launches the LayerNorm kernels (custom ops and eager) ----
+
+def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                  tier: int, y: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor) -> None:
+    """Fills y (row-major, M·N elements, any shape) and the fp32 (M,) mean / rstd from the rows x2."""
+    M, N = x2.shape
+    if M == 0:
+        return
+    cfg = _fwd_launch(M, N, tier)
+    w = weight.contiguous() if weight is not None else x2  # a dummy pointer when absent
+    b = bias.contiguous() if bias is not None else x2
+    if cfg.kernel == "resident":
+        K._ln_fwd_resident[(cfg.grid,)](x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps,
+                                        BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=weight is not None,
+                                        HAS_B=bias is not None, num_warps=cfg.num_warps)
+    else:
+        K._ln_fwd_looped[(cfg.grid,)](x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps,
+                                      BLOCK_N=cfg.BLOCK_N, HAS_W=weight is not None, HAS_B=bias is not None,
+                                      num_warps=cfg.num_warps)
+
+
+def _sum_into(part: torch.Tensor, slabs: int, P: int, N: int, out: torch.Tensor, out2: torch.Tensor) -> None:
+    """One launch: out = Σ_p part[0, p, :] and, when slabs = 2, out2 = Σ_p part[1, p, :]; part is a
+    contiguous fp32 buffer of slabs·P·N elements (any shape), out / out2 any float dtype."""
+    cfg = _sum_launch(P, N, slabs, part.device)
+    K._column_sum[cfg.grid](part, out, out2, P, N, BLOCK_P=cfg.BLOCK_P, BLOCK_C=cfg.BLOCK_C,
+                            num_warps=cfg.num_warps)
+
+
+def column_sum(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Σ over the rows of a contiguous fp32 (P, N) partial buffer, in a fixed order, cast to `dtype`."""
+    P, N = part.shape
+    out = torch.empty(N, dtype=dtype, device=part.device)
+    _sum_into(part, 1, P, N, out, out)
+    return out
+
+
+def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
+                   rstd: torch.Tensor, dx: torch.Tensor, has_bias: bool,
+                   bias_dtype: torch.dtype, tier: int) -> tuple:
+    """Fills dx (row-major, M·N elements, any shape); returns (dweight or None, dbias or None), summed
+    from one fp32 (S, P, N) partial buffer (S = 1 or 2, never zero-filled) by one `_column_sum` launch."""
+    M, N = x2.shape
+    has_w = weight is not None
+    dev = x2.device
+    if M == 0:
+        return (torch.zeros(N, dtype=weight.dtype, device=dev) if has_w else None,
+                torch.zeros(N, dtype=bias_dtype, device=dev) if has_bias else None)
+    cfg = _bwd_launch(M, N, dev, tier)
+    P = cfg.grid
+    slabs = int(has_w) + int(has_bias)
+    part = torch.empty((slabs, P, N), dtype=torch.float32, device=dev) if slabs else mean
+    # Slab 0 is dγ's when there is a weight, else dβ's; a dummy (mean) pointer for an absent one.
+    dw_part = part if has_w else mean
+    db_part = (part[1] if has_w else part) if has_bias else mean
+    args = (dy2, x2, weight.contiguous() if has_w else x2, mean, rstd, dx, dw_part, db_part,
+            dy2.stride(0), x2.stride(0), N, M, N)
+    if cfg.kernel == "looped":
+        K._ln_bwd_looped[(P,)](*args, BLOCK_N=cfg.BLOCK_N, HAS_W=has_w, HAS_B=has_bias,
+                               num_warps=cfg.num_warps)
+    else:
+        K._ln_bwd_resident[(P,)](*args, BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_bias,
+                                 num_warps=cfg.num_warps)
+    if not slabs:
+        return None, None
+    dw = torch.empty(N, dtype=weight.dtype, device=dev) if has_w else None
+    db = torch.empty(N, dtype=bias_dtype, device=dev) if has_bias else None
+    first = dw if has_w else db
+    _sum_into(part, slabs, P, N, first, db if has_w and has_bias else first)
+    return dw, db
+
+
+# ---- the custom ops (torch.compile keeps these in its graph) ----
 
 @torch.library.custom_op("normlab::layer_norm_fwd", mutates_args=())
 def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                    eps: float, tier: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): y like x; mean and rstd fp32 of shape (M,) with M = x.numel() // N."""
     x2 = _rows(x)
-    M, N = x2.shape
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    M = x2.shape[0]
+    y = _dense_like(x, x.dtype)
+    # Two allocations, not one (2, M) buffer as the eager path has: custom-op outputs must not alias.
     mean = torch.empty(M, dtype=torch.float32, device=x.device)
     rstd = torch.empty(M, dtype=torch.float32, device=x.device)
-    if M == 0:
-        return y.view(x.shape), mean, rstd
-    cfg = fwd_config(M, N, tier)
-    w = weight.contiguous() if weight is not None else x2  # a dummy pointer when absent
-    b = bias.contiguous() if bias is not None else x2
-    common = dict(BLOCK_N=cfg["BLOCK_N"], HAS_W=weight is not None, HAS_B=bias is not None,
-                  num_warps=cfg["num_warps"])
-    if cfg["kernel"] == "resident":
-        K._ln_fwd_resident[(cfg["grid"],)](x2, y, w, b, mean, rstd, x2.stride(0), y.stride(0), M, N, eps,
-                                           ROWS=cfg["ROWS"], **common)
-    else:
-        K._ln_fwd_looped[(cfg["grid"],)](x2, y, w, b, mean, rstd, x2.stride(0), y.stride(0), M, N, eps,
-                                         **common)
-    return y.view(x.shape), mean, rstd
+    _forward_into(x2, weight, bias, eps, tier, y, mean, rstd)
+    return y, mean, rstd
 
 
 @layer_norm_fwd.register_fake
@@ -119,45 +248,16 @@ def _(x, weight, bias, eps, tier):
     return (torch.empty_like(x), x.new_empty(M, dtype=torch.float32), x.new_empty(M, dtype=torch.float32))
 
 
-def column_sum(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Σ over the rows of a fp32 (P, N) partial buffer, in a fixed order, cast to `dtype`."""
-    P, N = part.shape
-    out = torch.empty(N, dtype=dtype, device=part.device)
-    block_c = min(1024, triton.next_power_of_2(N))
-    K._column_sum[(triton.cdiv(N, block_c),)](part, out, P, N, BLOCK_P=8, BLOCK_C=block_c, num_warps=4)
-    return out
-
-
 @torch.library.custom_op("normlab::layer_norm_bwd", mutates_args=())
 def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
                    rstd: torch.Tensor, has_bias: bool, bias_dtype: torch.dtype,
                    tier: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dweight, dbias); dweight / dbias are empty tensors when weight / bias are absent."""
     x2, dy2 = _rows(x), _rows(dy)
-    M, N = x2.shape
-    dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    has_w = weight is not None
-    cfg = bwd_config(M, N, x.device, tier)
-    P = cfg["grid"]
-    looped = cfg["kernel"] == "looped"
-    alloc = torch.zeros if looped else torch.empty  # looped programs read-modify-write their rows
-    dw_part = alloc((P, N), dtype=torch.float32, device=x.device) if has_w else mean
-    db_part = alloc((P, N), dtype=torch.float32, device=x.device) if has_bias else mean
-    w = weight.contiguous() if has_w else x2
-    if M > 0:
-        common = dict(BLOCK_N=cfg["BLOCK_N"], HAS_W=has_w, HAS_B=has_bias, num_warps=cfg["num_warps"])
-        args = (dy2, x2, w, mean, rstd, dx, dw_part, db_part, dy2.stride(0), x2.stride(0), dx.stride(0), M, N)
-        if looped:
-            K._ln_bwd_looped[(P,)](*args, **common)
-        else:
-            K._ln_bwd_resident[(P,)](*args, ROWS=cfg["ROWS"], **common)
-    dw = x.new_empty(0)  # two distinct tensors: custom-op outputs must not alias
-    db = x.new_empty(0)
-    if has_w:
-        dw = column_sum(dw_part, weight.dtype) if M > 0 else torch.zeros_like(weight)
-    if has_bias:
-        db = column_sum(db_part, bias_dtype) if M > 0 else torch.zeros(N, dtype=bias_dtype, device=x.device)
-    return dx.view(x.shape), dw, db
+    dx = _dense_like(x, x.dtype)
+    dw, db = _backward_into(dy2, x2, weight, mean, rstd, dx, has_bias, bias_dtype, tier)
+    # Distinct empty tensors for absent parameters: custom-op outputs must not alias.
+    return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
 
 @layer_norm_bwd.register_fake
@@ -186,11 +286,57 @@ def _backward(ctx, dy, _dmean, _drstd):
 layer_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ---- the eager path: no custom-op dispatch ----
+
+class _LayerNormFunction(torch.autograd.Function):
+    """Eager autograd for `triton_layer_norm`: the same launch functions as the custom ops."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, tier):
+        x2 = _rows(x)
+        y, stats = _forward_eager(x, x2, weight, bias, eps, tier)
+        ctx.save_for_backward(x2, weight)
+        ctx.stats = stats  # an intermediate (not an input or output): a plain attribute is enough
+        ctx.tier = tier
+        ctx.x_dtype = x.dtype
+        ctx.bias_dtype = bias.dtype if bias is not None else None
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x2, weight = ctx.saved_tensors
+        mean, rstd = ctx.stats
+        dx = _dense_like(dy, ctx.x_dtype)  # dy has x's shape
+        # dβ only when asked for (it costs the kernel a partial row); dγ comes with γ itself (HAS_W).
+        has_bias = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
+        dw, db = _backward_into(_rows(dy), x2, weight, mean, rstd, dx, has_bias, ctx.bias_dtype, ctx.tier)
+        return dx, dw, db, None, None
+
+
+def _forward_eager(x, x2, weight, bias, eps, tier):
+    """(y, (mean, rstd)) with mean and rstd the two rows of one fp32 (2, M) allocation."""
+    y = _dense_like(x, x.dtype)
+    stats = torch.empty((2, x2.shape[0]), dtype=torch.float32, device=x.device)
+    rstd = stats[1]
+    _forward_into(x2, weight, bias, eps, tier, y, stats, rstd)  # stats' pointer is row 0's: mean
+    return y, (stats, rstd)
+
+
 def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                       eps: float = 1e-5, *, tier: str = "auto") -> torch.Tensor:
-    """LayerNorm over the last dimension by the Triton kernels (differentiable; `tier` for tests/bench)."""
+    """LayerNorm over the last dimension by the Triton kernels (differentiable; `tier` for tests/bench).
+
+    Under torch.compile: the custom op `normlab::layer_norm_fwd` (one graph node, autograd registered).
+    Eagerly: `_LayerNormFunction`, or no autograd at all when nothing needs a gradient.
+    """
     _check(x, weight, bias)
-    if tier not in TIERS:
+    t = TIERS.get(tier)
+    if t is None:
         raise ValueError(f"unknown tier {tier!r}; use one of {sorted(TIERS)}")
-    y, _, _ = layer_norm_fwd(x, weight, bias, float(eps), TIERS[tier])
-    return y
+    if torch.compiler.is_compiling():
+        return layer_norm_fwd(x, weight, bias, float(eps), t)[0]
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
+        return _LayerNormFunction.apply(x, weight, bias, float(eps), t)
+    return _forward_eager(x, _rows(x), weight, bias, float(eps), t)[0]

@@ -12,9 +12,11 @@ activations. Tiers by N:
   * looped (larger N): one row per program walked in chunks; the statistics merge chunk by chunk with
     Chan's parallel formula (stable), then a second walk normalizes (the row is then mostly in L2).
 The backward is a persistent grid of P programs: each owns rows pid, pid+P, … and keeps its own fp32
-dγ/dβ partial (registers in the resident tier, its own row of the [P, N] buffer in the looped tier);
-a second kernel sums the P partials column by column in a fixed order. No atomics, no locks: the
-result is bitwise identical on repeats for a given device and shape.
+dγ/dβ partial (registers in the resident tier, its own row of the [P, N] slab in the looped tier);
+dγ and dβ partials share one fp32 (2, P, N) buffer, and one launch of `_column_sum` (a 2-D grid of
+narrow column strips × the two slabs) sums the P partials column by column in a fixed order. No atomics,
+no locks, no zero fill (each program's first write to its partial row does not read it): the result is
+bitwise identical on repeats for a given device and shape, whatever the buffer held before.
 Masked tails (cols < N) keep every N on the same code path.
 """
 
@@ -169,15 +171,18 @@ def _ln_bwd_looped(
     Mean,  # fp32 (M,) saved μ
     Rstd,  # fp32 (M,) saved rstd
     DX,  # output dx (M, N), row stride stride_dx
-    DW_part,  # fp32 (P, N), zero-initialised: row pid is owned by program pid (read-modify-write)
-    DB_part,  # fp32 (P, N), zero-initialised, same ownership
+    DW_part,  # fp32 (P, N), uninitialised: row pid is owned by program pid (written, then read-modify-write)
+    DB_part,  # fp32 (P, N), uninitialised, same ownership
     stride_dy, stride_x, stride_dx, M, N,
     BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
+    # The grid is at most M programs, so row pid is every program's first row: there the partial row is
+    # written without being read (n_read = 0 columns), so the buffer needs no zero fill.
     for row in range(pid, M, n_prog):
+        n_read = tl.where(row > pid, N, 0)
         x_row = X + tl.cast(row, tl.int64) * stride_x
         dy_row = DY + tl.cast(row, tl.int64) * stride_dy
         dx_row = DX + tl.cast(row, tl.int64) * stride_dx
@@ -207,27 +212,36 @@ def _ln_bwd_looped(
             if HAS_W:
                 g = dy * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
                 p = DW_part + pid * N + off + cols
-                tl.store(p, tl.load(p, mask=ok, other=0.0) + dy * xhat, mask=ok)
+                tl.store(p, tl.load(p, mask=off + cols < n_read, other=0.0) + dy * xhat, mask=ok)
             if HAS_B:
                 p = DB_part + pid * N + off + cols
-                tl.store(p, tl.load(p, mask=ok, other=0.0) + dy, mask=ok)
+                tl.store(p, tl.load(p, mask=off + cols < n_read, other=0.0) + dy, mask=ok)
             dx = (g - (xhat * c1 + c2)) * rstd
             tl.store(dx_row + off + cols, dx.to(DX.dtype.element_ty), mask=ok)
 
 
 @triton.jit
 def _column_sum(
-    Part,  # fp32 (P, N) partials, row-major
-    Out,  # (N,) output in the parameter's dtype: Σ_p Part[p, :]
+    Part,  # fp32 (S, P, N) partials, row-major: S = grid axis 1 (1 or 2) slabs of P rows each
+    Out,  # (N,) Σ_p Part[0, p, :] in its own dtype
+    Out2,  # (N,) Σ_p Part[1, p, :] in its own dtype (axis-1 program 1); unused when S = 1
     P, N,
     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    # Fixed-order reduction over the P partial rows: same inputs ⇒ same bits.
+    # A narrow strip of BLOCK_C columns per program (many programs: N / BLOCK_C × S), walked down the P
+    # partial rows BLOCK_P at a time into a (BLOCK_P, BLOCK_C) accumulator, then one tree sum over its
+    # rows. The order is fixed by the shape alone: same inputs ⇒ same bits. No atomics.
+    slab = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < N
-    acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    base = Part + slab.to(tl.int64) * P * N
+    acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
     for p0 in range(0, P, BLOCK_P):
         ps = p0 + tl.arange(0, BLOCK_P)
         mask = (ps < P)[:, None] & col_ok[None, :]
-        acc += tl.sum(tl.load(Part + ps[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
-    tl.store(Out + cols, acc.to(Out.dtype.element_ty), mask=col_ok)
+        acc += tl.load(base + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=mask, other=0.0)
+    total = tl.sum(acc, axis=0)
+    if slab == 0:
+        tl.store(Out + cols, total.to(Out.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(Out2 + cols, total.to(Out2.dtype.element_ty), mask=col_ok)

@@ -104,3 +104,22 @@ def test_package_imports_and_falls_back_without_triton():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused: kernel backend 'triton' needs the triton package" in out.stdout
+
+
+def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
+    # Plain Python (no kernel runs): the launch heuristics of kernels.layer_norm_op.
+    pytest.importorskip("triton")
+    from kernels import layer_norm_op as op
+
+    assert op._fwd_launch(4096, 8192, 0) is op._fwd_launch(4096, 8192, 0)  # computed once per shape
+    cfg = op.fwd_config(4096, 8192)
+    cfg["grid"] = -1  # callers get a copy: the cached launch stays as it was
+    assert op.fwd_config(4096, 8192)["grid"] == op._fwd_launch(4096, 8192, 0).grid > 0
+    # The H200 case that took 2 × 77 µs (8 programs each walking all 264 partial rows): one launch now,
+    # dγ and dβ slabs side by side, with at least a program per persistent slot.
+    monkeypatch.setattr(op, "persistent_programs", lambda device: 264)
+    s = op._sum_launch.__wrapped__(264, 8192, 2, torch.device("cuda"))
+    assert s.grid[1] == 2 and s.grid[0] * s.BLOCK_C >= 8192 and (s.grid[0] - 1) * s.BLOCK_C < 8192
+    assert s.grid[0] * s.grid[1] >= 264 and s.BLOCK_C <= 128 and s.BLOCK_P == 32
+    tiny = op._sum_launch.__wrapped__(3, 7, 1, torch.device("cuda"))
+    assert tiny.BLOCK_P == 4 and tiny.BLOCK_C == 16 and tiny.grid == (1, 1)

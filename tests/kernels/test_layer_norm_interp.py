@@ -143,3 +143,122 @@ def test_opcheck_of_the_registered_ops(gen):
 
     x, w, b, _ = _data(gen, 3, 20, torch.float32)
     torch.library.opcheck(layer_norm_fwd, (x.requires_grad_(), w.requires_grad_(), b, 1e-5, 0))
+
+
+# ---- the eager path (autograd.Function) against the custom ops: same launch functions, same bits ----
+
+def _op_path(tier):
+    from kernels.layer_norm_op import TIERS, layer_norm_fwd
+
+    return lambda x, w, b: layer_norm_fwd(x, w, b, 1e-5, TIERS[tier])[0]
+
+
+@pytest.mark.parametrize("tier", ["resident", "looped"])
+@pytest.mark.parametrize("N", [37, 1000])
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True), (False, False)])
+def test_eager_path_is_bitwise_the_custom_op_path(gen, tier, N, weight, bias):
+    x, w, b, dy = _data(gen, 5, N, torch.float32, weight=weight, bias=bias)
+    eager = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), x, w, b, dy)
+    op = _grads(_op_path(tier), x, w, b, dy)
+    for e, o in zip(eager, op, strict=True):
+        assert (e is None and o is None) or torch.equal(e, o)
+    with torch.no_grad():  # the no-autograd shortcut of the eager path
+        assert torch.equal(kernels.triton_layer_norm(x, w, b, 1e-5, tier=tier), op[0])
+
+
+def test_eager_path_skips_the_custom_ops(gen, monkeypatch):
+    from kernels import layer_norm_op
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the eager path called a custom op")
+
+    x, w, b, dy = _data(gen, 4, 37, torch.float32)
+    want = _grads(_op_path("auto"), x, w, b, dy)
+    monkeypatch.setattr(layer_norm_op, "layer_norm_fwd", refuse)
+    monkeypatch.setattr(layer_norm_op, "layer_norm_bwd", refuse)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert all(torch.equal(g, r) for g, r in zip(got, want, strict=True))
+    y = kernels.triton_layer_norm(x.requires_grad_(), w, b)
+    assert type(y.grad_fn).__name__ == "_LayerNormFunctionBackward"
+
+
+def test_compiled_graph_holds_the_custom_op(gen):
+    from kernels.layer_norm_op import layer_norm_fwd
+
+    targets = []
+
+    def recording_backend(gm, example_inputs):
+        targets.extend(node.target for node in gm.graph.nodes)
+        return gm.forward
+
+    x, w, b, _ = _data(gen, 4, 37, torch.float32)
+    compiled = torch.compile(lambda x, w, b: kernels.triton_layer_norm(x, w, b, 1e-5), fullgraph=True,
+                             backend=recording_backend)
+    torch._dynamo.reset()
+    y = compiled(x, w, b)
+    assert torch.ops.normlab.layer_norm_fwd.default in targets, targets
+    assert torch.equal(y, layer_norm_fwd(x, w, b, 1e-5, 0)[0])
+
+
+def test_eager_path_on_batched_and_strided_inputs(gen):
+    # (2, 3, 40) goes through reshape; a transposed (40, 6)ᵀ view is copied to rows; dy non-contiguous too.
+    w, b = torch.randn(40, generator=gen), torch.randn(40, generator=gen)
+    for x in (torch.randn(2, 3, 40, generator=gen), torch.randn(40, 6, generator=gen).t()):
+        dy = torch.randn(x.shape[::-1], generator=gen).transpose(0, -1)
+        eager = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+        op = _grads(_op_path("auto"), x, w, b, dy)
+        assert eager[0].shape == eager[1].shape == x.shape and eager[0].is_contiguous()
+        assert all(torch.equal(e, o) for e, o in zip(eager, op, strict=True))
+        torch.testing.assert_close(eager[0].double(), _f64(x, w, b), atol=2e-5, rtol=2e-5)
+
+
+# ---- the backward's partial buffers: never zero-filled, so nothing may depend on what they held ----
+
+@pytest.mark.parametrize("tier", ["looped", "resident"])
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True)])
+def test_gradients_do_not_depend_on_uninitialised_buffers(gen, tol, monkeypatch, tier, weight, bias):
+    # 29 rows over 4 persistent programs: every program's partial row takes a first write, then sums.
+    x, w, b, dy = _data(gen, 29, 300, torch.float32, weight=weight, bias=bias)
+    clean = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), x, w, b, dy)
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):  # every torch.empty of the LayerNorm path comes back full of NaN
+        t = real_empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    def no_zeros(*args, **kwargs):
+        raise AssertionError("torch.zeros on the LayerNorm hot path")
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    monkeypatch.setattr(torch, "zeros", no_zeros)
+    for fn in (lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), _op_path(tier)):
+        dirty = _grads(fn, x, w, b, dy)
+        for c, d in zip(clean, dirty, strict=True):
+            assert (c is None and d is None) or torch.equal(c, d)
+    monkeypatch.undo()
+    _assert_all_close(clean, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+
+
+@pytest.mark.parametrize("P,N", [(37, 200), (4, 7), (1, 1000)])
+def test_column_sum_is_exact_on_integers_and_bitwise_repeatable(gen, P, N):
+    from kernels.layer_norm_op import column_sum
+
+    # Small integers sum exactly in any order, and |Σ| ≤ 185 < 2⁸ is exact in bf16 too (so no rounding
+    # mode is tested; the interpreter's bf16 cast truncates): a missed or doubled row/column tile shows.
+    part = torch.randint(-5, 6, (P, N), generator=gen).float()
+    assert torch.equal(column_sum(part, torch.float32), part.sum(0))
+    assert torch.equal(column_sum(part, torch.bfloat16), part.sum(0).to(torch.bfloat16))
+    noisy = torch.randn(P, N, generator=gen)
+    first = column_sum(noisy, torch.float32)
+    assert torch.equal(first, column_sum(noisy.clone(), torch.float32))
+    torch.testing.assert_close(first.double(), noisy.double().sum(0), atol=1e-5, rtol=1e-5)
+
+
+def test_two_slab_sum_writes_each_output_in_its_own_dtype(gen):
+    from kernels.layer_norm_op import _sum_into
+
+    part = torch.randint(-5, 6, (2, 45, 130), generator=gen).float()  # exact sums, as above
+    out, out2 = torch.full((130,), float("nan")), torch.full((130,), float("nan"), dtype=torch.bfloat16)
+    _sum_into(part, 2, 45, 130, out, out2)  # one launch: grid (column strips, 2 slabs)
+    assert torch.equal(out, part[0].sum(0))
+    assert torch.equal(out2, part[1].sum(0).to(torch.bfloat16))

@@ -128,10 +128,14 @@ def specializations(full: bool = False) -> list[Spec]:
     for k, H in enumerate(LSTM_HIDDEN):
         for x, w in DTYPES if full else (DTYPES[3 * k],):
             specs += _gru_specs(x, w, H)
+    from kernels.layer_norm_op import SUM_BLOCK_C, SUM_BLOCK_P
+
     sum_sig = {"Part": "*fp32", "P": "i32", "N": "i32"}
-    for out in ("fp32", "bf16", "fp16") if full else ("fp32", "bf16"):
-        specs.append(Spec("_column_sum", {**sum_sig, "Out": f"*{out}"}, {"BLOCK_P": 8, "BLOCK_C": 1024}, 4,
-                          f"out={out}"))
+    # The widest strip, and the narrowest that many SMs bring (an H200's 4096×8192 dγ/dβ: 32 columns)
+    for k, out in enumerate(("fp32", "bf16", "fp16") if full else ("fp32", "bf16")):
+        block_c = (SUM_BLOCK_C, 32, 64)[k]
+        specs.append(Spec("_column_sum", {**sum_sig, "Out": f"*{out}", "Out2": f"*{out}"},
+                          {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": block_c}, 4, f"out={out} BLOCK_C={block_c}"))
     return specs
 
 

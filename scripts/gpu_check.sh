@@ -2,7 +2,8 @@
 # One prepared GPU check for the kernels: the `gpu` tests, then `normlab bench kernel`, with JSON and
 # logs written into the results folder given as $1. Installs nothing (the GPU machine has no network):
 # it runs on whatever python3 has torch + triton + pytest there. Fits one 10-minute call:
-# tests ≤ 180 s, benchmark ≤ 360 s (results stream to kernel_bench.jsonl, so a cut leaves figures).
+# tests ≤ 180 s, benchmark ≤ 330 s (results stream to kernel_bench.jsonl, so a cut leaves figures),
+# then scripts/gpu_overhead.py ≤ 60 s (overhead.txt).
 #   usage: scripts/gpu_check.sh RESULTS_DIR [bench options, default: none = full matrix; e.g. --quick]
 set -uo pipefail
 out="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [bench options]}"
@@ -25,9 +26,13 @@ timeout 180 "$PY" -m pytest -m gpu tests/kernels -q -p no:cacheprovider --confcu
 tests_rc=$?
 tail -5 "$out/gpu_tests.log"
 
-timeout 360 "$PY" -m kernels.bench --out "$out" "$@" >"$out/bench.log" 2>&1
+timeout 330 "$PY" -m kernels.bench --out "$out" "$@" >"$out/bench.log" 2>&1
 bench_rc=$?
 tail -25 "$out/bench.log"
+
+# Where host and GPU time go (host µs per call, profiles); its figures are diagnostics, not targets.
+timeout 60 "$PY" scripts/gpu_overhead.py "$out" >"$out/overhead.log" 2>&1
+tail -12 "$out/overhead.txt" 2>/dev/null
 
 printf '{"tests_rc": %d, "bench_rc": %d, "seconds": %d, "bench_args": "%s"}\n' \
   "$tests_rc" "$bench_rc" "$(($(date +%s) - t0))" "$*" >"$out/status.json"

@@ -1,6 +1,7 @@
 """Where the Triton LayerNorm's time goes on a GPU: host time per call (small shapes, where the kernel is
-microseconds) and the CUDA kernels of one backward (large shapes). Diagnostic for issue 7; writes a text
-report to the folder given as its argument. Run on the GPU machine:  python scripts/gpu_overhead.py OUT"""
+microseconds), the CUDA kernels of one backward (large shapes), and host vs GPU time per step of the fused
+LN-LSTM sequence. Diagnostic for issue 7; writes a text report to the folder given as its argument. Run on
+the GPU machine:  python scripts/gpu_overhead.py OUT  (scripts/gpu_check.sh runs it last)"""
 
 from __future__ import annotations
 
@@ -83,6 +84,37 @@ try:
     cell = lambda: kernels.triton_ln_lstm_cell(hh, xx, c, *p4, *p4, p4[1], *ph, 1e-5)  # noqa: E731
     h_us, total = host_us(cell, 200)
     say(f"ln_lstm_cell fwd B=32 H=256: host {h_us:.1f} us/call, with sync {total:.1f} us/call")
+except Exception:  # noqa: BLE001
+    say(traceback.format_exc())
+
+try:  # the whole recurrence as one node (what the engine runs on CUDA): host and GPU time per step
+    T, Bt, H = 64, 32, 256
+    ax = torch.randn(T, Bt, 4 * H, device=dev, requires_grad=True)
+    w_h = (torch.randn(4 * H, H, device=dev) / H ** 0.5).requires_grad_()
+    ps = [torch.ones(4 * H, device=dev, requires_grad=True) for _ in range(5)]
+    ps += [torch.ones(H, device=dev, requires_grad=True) for _ in range(2)]
+    h0 = torch.zeros(Bt, H, device=dev)
+    lstm = torch.nn.LSTM(H, H).to(dev)
+    xs = torch.randn(T, Bt, H, device=dev)
+
+    def seq_fwd():
+        with torch.no_grad():
+            kernels.triton_ln_lstm_sequence(ax, w_h, *ps, h0, h0, 1e-5)
+
+    def seq_fwd_bwd():
+        kernels.triton_ln_lstm_sequence(ax, w_h, *ps, h0, h0, 1e-5).sum().backward()
+
+    for name, fn, n in (("sequence fwd", seq_fwd, 20), ("sequence fwd+bwd", seq_fwd_bwd, 10),
+                        ("cuDNN nn.LSTM fwd+bwd", lambda: lstm(xs)[0].sum().backward(), 20)):
+        h_us, total = host_us(fn, n)
+        say(f"{name} T={T} B={Bt} H={H}: host {h_us / T:.1f} us/step, with sync {total / T:.1f} us/step "
+            f"({total / 1e3:.2f} ms/call)")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            seq_fwd_bwd()
+        torch.cuda.synchronize()
+    say(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 except Exception:  # noqa: BLE001
     say(traceback.format_exc())
 

@@ -18,9 +18,9 @@ import torch
 from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
 __all__ = ["backend_for", "get_backend", "layer_norm", "layer_norm_reference", "ln_gru_cell",
-           "ln_gru_cell_reference", "ln_lstm_cell", "ln_lstm_cell_reference", "ln_lstm_sequence",
-           "set_backend", "triton_available", "triton_layer_norm", "triton_ln_gru_cell",
-           "triton_ln_lstm_cell", "triton_ln_lstm_sequence"]
+           "ln_gru_cell_reference", "ln_gru_sequence", "ln_lstm_cell", "ln_lstm_cell_reference",
+           "ln_lstm_sequence", "set_backend", "triton_available", "triton_layer_norm", "triton_ln_gru_cell",
+           "triton_ln_gru_sequence", "triton_ln_lstm_cell", "triton_ln_lstm_sequence"]
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
@@ -37,7 +37,8 @@ def set_backend(name: str) -> None:
     _FORCED = name
     if name != "torch" and torch.cuda.is_available() and triton_available():
         # Import (and register the ops) now, not inside a torch.compile'd region.
-        _ln_op(), _lstm_op(), _module("gru_op"), _module("lstm_seq_op")
+        for module in ("layer_norm_op", "lstm_op", "gru_op", "lstm_seq_op", "gru_seq_op"):
+            _module(module)
 
 
 def get_backend() -> str:
@@ -162,3 +163,28 @@ def ln_gru_cell(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bia
 def triton_ln_gru_cell(*args, **kwargs):
     """h by the fused Triton LN-GRU kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
     return _module("gru_op").triton_ln_gru_cell(*args, **kwargs)
+
+
+def ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh,
+                    h0, eps: float = 1e-5):
+    """h_t of every step (T, B, H) of an LN-GRU over ax = x [W_x; W]ᵀ (T, B, 3H), with w_rec = [W_h; U].
+
+    On CUDA the whole recurrence is one autograd node over the fused Triton kernels (`gru_seq_op`);
+    otherwise the torch reference cell, step by step.
+    """
+    params = (gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh)
+    if backend_for(ax) == "triton":
+        return _module("gru_seq_op").triton_ln_gru_sequence(ax, w_rec, *params, h0, eps)
+    H = ax.shape[-1] // 3
+    h, hs = h0, []
+    for t in range(ax.shape[0]):
+        rec = h @ w_rec.t()
+        h = ln_gru_cell_reference(rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H:], rec[:, 2 * H:], h,
+                                  *params, eps)
+        hs.append(h)
+    return torch.stack(hs) if hs else ax.new_empty(0, ax.shape[1], H)
+
+
+def triton_ln_gru_sequence(*args, **kwargs):
+    """The LN-GRU recurrence by the fused Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
+    return _module("gru_seq_op").triton_ln_gru_sequence(*args, **kwargs)

@@ -103,12 +103,16 @@ def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
     params = {n: f"*{w}" for n in ("G1", "B1", "G2", "B2", "G3", "B3", "G4", "B4")}
     strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
     fwd = {**acts, **params, "H_out": f"*{x}", "Stats": "*fp32", **strides, "H": "i32", "eps": "fp32"}
+    d_strides = {n: "i32" for n in ("stride_dzrh", "stride_dzrx", "stride_dwx", "stride_duh")}
     bwd = {"DH": f"*{x}", **acts, **params, "Stats": "*fp32", "DZRH": f"*{x}", "DZRX": f"*{x}",
-           "DWX": f"*{x}", "DUH": f"*{x}", "DH_prev": f"*{x}", "Part": "*fp32", **strides, "B": "i32",
-           "H": "i32"}
+           "DWX": f"*{x}", "DUH": f"*{x}", "DH_prev": f"*{x}", "Part": "*fp32", **strides, **d_strides,
+           "B": "i32", "H": "i32"}
     label = f"H={H} x={x} w={w}"
+    bwd_warps = min(16, warps_for(12 * block))
+    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
     return [Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, warps_for(6 * block), label),
-            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block}, min(16, warps_for(12 * block)), label)]
+            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
+            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
 
 
 def specializations(full: bool = False) -> list[Spec]:

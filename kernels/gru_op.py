@@ -83,7 +83,7 @@ def ln_gru_bwd(dh: torch.Tensor, zr_h: torch.Tensor, zr_x: torch.Tensor, wx: tor
     block = triton.next_power_of_2(H)
     P = max(1, min(B, persistent_programs(dev)))
     K._ln_gru_bwd[(P,)](dh.contiguous(), *acts, *params, stats, dzrh, dzrx, dwx, duh, dhp, part,
-                        *[t.stride(0) for t in acts], B, H, BLOCK_H=block,
+                        *[t.stride(0) for t in acts], 2 * H, 2 * H, H, H, B, H, BLOCK_H=block, ACC=False,
                         num_warps=min(16, warps_for(12 * block)))
     return dzrh, dzrx, dwx, duh, dhp, column_sum(part, torch.float32)
 

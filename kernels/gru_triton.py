@@ -11,13 +11,15 @@ Saved per row: the four (μ, rstd) pairs in fp32. Backward (dh), per row:
     dh_{t-1} = dh (1 − z);  dγ₃ = dℓ₃ n₃, dβ₃ = dℓ₃;  dγ₄ = dℓ₄ n₄, dβ₄ = dℓ₄;  dβ₁ = dβ₂ = da;  dγ₁ = da n₁ …
     and each LN input gradient rstd·(dn − mean(dn) − n ⊙ mean(dn ⊙ n)) with dn = dℓ γ.
 Parameter gradients: per-row fp32 partials [B, 10H] = [dγ₁ | dγ₂ | dβ₁₂ | dγ₃ | dβ₃ | dγ₄ | dβ₄], then the
-fixed-order column sum of ln_triton.py (deterministic, no atomics).
+fixed-order column sum of ln_triton.py (deterministic, no atomics). With ACC the backward adds to them, and
+its outputs take row strides: a whole sequence (gru_seq_op) writes ∂L/∂[zr_h | uh] and ∂L/∂[zr_x | wx] into
+(B, 3H) rows, one product each way, and sums the partials once.
 """
 
 import triton
 import triton.language as tl
 
-from kernels.lstm_triton import _sigmoid, _tanh
+from kernels.lstm_triton import _put, _sigmoid, _tanh
 
 
 @triton.jit
@@ -118,11 +120,14 @@ def _ln_gru_bwd(
     ZRH, ZRX, WX, UH, H_prev,  # forward inputs, row strides as in the forward
     G1, B1, G2, B2, G3, B3, G4, B4,  # parameters as in the forward
     Stats,  # fp32 (B, 8) saved by the forward
-    DZRH, DZRX,  # (B, 2H) outputs, contiguous
-    DWX, DUH, DH_prev,  # (B, H) outputs, contiguous
+    DZRH, DZRX,  # (B, 2H) outputs, row strides stride_dzrh / stride_dzrx
+    DWX, DUH,  # (B, H) outputs, row strides stride_dwx / stride_duh
+    DH_prev,  # (B, H) output, contiguous: the direct part dh ⊙ (1 − z) of ∂L/∂h_{t-1}
     Part,  # fp32 (B, 10H): row r = batch row r's parameter-gradient contributions
-    stride_zrh, stride_zrx, stride_wx, stride_uh, stride_hp, B, H,
+    stride_zrh, stride_zrx, stride_wx, stride_uh, stride_hp, stride_dzrh, stride_dzrx, stride_dwx, stride_duh,
+    B, H,
     BLOCK_H: tl.constexpr,
+    ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -154,22 +159,22 @@ def _ln_gru_bwd(
         da_r = dp * l4 * r * (1.0 - r)
         tl.store(DH_prev + r64 * H + cols, (dh * (1.0 - z)).to(DH_prev.dtype.element_ty), mask=ok)
         part = Part + r64 * (10 * H)
-        tl.store(part + cols, da_z * n1z, mask=ok)  # dγ₁ (z half)
-        tl.store(part + H + cols, da_r * n1r, mask=ok)  # dγ₁ (r half)
-        tl.store(part + 2 * H + cols, da_z * n2z, mask=ok)  # dγ₂
-        tl.store(part + 3 * H + cols, da_r * n2r, mask=ok)
-        tl.store(part + 4 * H + cols, da_z, mask=ok)  # dβ₁ = dβ₂
-        tl.store(part + 5 * H + cols, da_r, mask=ok)
-        tl.store(part + 6 * H + cols, dp * n3, mask=ok)  # dγ₃
-        tl.store(part + 7 * H + cols, dp, mask=ok)  # dβ₃
-        tl.store(part + 8 * H + cols, dl4 * n4, mask=ok)  # dγ₄
-        tl.store(part + 9 * H + cols, dl4, mask=ok)  # dβ₄
+        _put(part, cols, ok, da_z * n1z, ACC)  # dγ₁ (z half)
+        _put(part + H, cols, ok, da_r * n1r, ACC)  # dγ₁ (r half)
+        _put(part + 2 * H, cols, ok, da_z * n2z, ACC)  # dγ₂
+        _put(part + 3 * H, cols, ok, da_r * n2r, ACC)
+        _put(part + 4 * H, cols, ok, da_z, ACC)  # dβ₁ = dβ₂
+        _put(part + 5 * H, cols, ok, da_r, ACC)
+        _put(part + 6 * H, cols, ok, dp * n3, ACC)  # dγ₃
+        _put(part + 7 * H, cols, ok, dp, ACC)  # dβ₃
+        _put(part + 8 * H, cols, ok, dl4 * n4, ACC)  # dγ₄
+        _put(part + 9 * H, cols, ok, dl4, ACC)  # dβ₄
         ty = DWX.dtype.element_ty
-        tl.store(DWX + r64 * H + cols, _ln_dx1(dp * g3, n3, s3, H).to(ty), mask=ok)
-        tl.store(DUH + r64 * H + cols, _ln_dx1(dl4 * g4, n4, s4, H).to(ty), mask=ok)
+        tl.store(DWX + r64 * stride_dwx + cols, _ln_dx1(dp * g3, n3, s3, H).to(ty), mask=ok)
+        tl.store(DUH + r64 * stride_duh + cols, _ln_dx1(dl4 * g4, n4, s4, H).to(ty), mask=ok)
         e0, e1 = _ln_dx2(da_z * _vec(G1, cols, ok), da_r * _vec(G1 + H, cols, ok), n1z, n1r, s1, H)
-        tl.store(DZRH + r64 * (2 * H) + cols, e0.to(ty), mask=ok)
-        tl.store(DZRH + r64 * (2 * H) + H + cols, e1.to(ty), mask=ok)
+        tl.store(DZRH + r64 * stride_dzrh + cols, e0.to(ty), mask=ok)
+        tl.store(DZRH + r64 * stride_dzrh + H + cols, e1.to(ty), mask=ok)
         e0, e1 = _ln_dx2(da_z * _vec(G2, cols, ok), da_r * _vec(G2 + H, cols, ok), n2z, n2r, s2, H)
-        tl.store(DZRX + r64 * (2 * H) + cols, e0.to(ty), mask=ok)
-        tl.store(DZRX + r64 * (2 * H) + H + cols, e1.to(ty), mask=ok)
+        tl.store(DZRX + r64 * stride_dzrx + cols, e0.to(ty), mask=ok)
+        tl.store(DZRX + r64 * stride_dzrx + H + cols, e1.to(ty), mask=ok)

@@ -11,6 +11,10 @@ Each layer maps a time-major sequence (T, B, D) to its hidden states (T, B, H). 
 - 'rms': as 'layer' with RMSNorm. 'weight': W_h, W_x weight-normalized rows (no data statistics, so
   nothing on c_t). 'none': eq. 17 / eq. 23 / a plain tanh RNN.
 
+On CUDA with the Triton kernels, the LN-LSTM ('layer', placement 'full') and the LN-GRU run their whole
+recurrence as one autograd node over the fused cell kernels (`kernels.ln_lstm_sequence` /
+`kernels.ln_gru_sequence`), unless the probes record this pass (then the per-step path below).
+
 The LSTM's forget-gate bias starts at 1 (common practice; the paper does not say), for every normalizer.
 A layer given a ``record`` dict fills it for the probes: "h" / "c" (lists of (B, H), h with
 ``retain_grad``), "summed_mean" / "summed_std" ((T,) batch means of each case's mean / std of the summed
@@ -166,6 +170,18 @@ class GRULayer(_RecurrentBase):
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, _ = x.shape
+        if (record is None and self.norm_name == "layer" and hasattr(kernels, "ln_gru_sequence")
+                and kernels.backend_for(x) == "triton"):
+            # CUDA: the whole recurrence as one autograd node over the fused kernels (eq. 26), with the
+            # input products [W_x; W] x_t of every step in one product and the recurrent [W_h; U] h_{t-1}
+            # in one product per step
+            ax = F.linear(x, torch.cat([self.ih_gates.weight, self.ih_cand.weight]))
+            w_rec = torch.cat([self.hh_gates.weight, self.hh_cand.weight])
+            return kernels.ln_gru_sequence(ax, w_rec, self.hh_gates.norm.gain, self.hh_gates.norm.bias,
+                                           self.ih_gates.norm.gain, self.ih_gates.norm.bias,
+                                           self.ih_cand.norm.gain, self.ih_cand.norm.bias,
+                                           self.hh_cand.norm.gain, self.hh_cand.norm.bias,
+                                           x.new_zeros(B, self.hidden_size), EPS)
         ax_g = self.ih_gates.summed(x)
         xg = _normalize_all(self.ih_gates, ax_g, self.per_step)
         xc = _normalize_all(self.ih_cand, self.ih_cand.summed(x), self.per_step)

@@ -1,0 +1,138 @@
+"""`triton_ln_gru_sequence(...) -> hs`: a whole LN-GRU recurrence (eq. 26) as one autograd node.
+
+The GRU counterpart of `lstm_seq_op` (see there for why: per-step custom ops are bound by host time).
+The caller passes ax = x [W_x; W]ᵀ for every step, (T, B, 3H) = [zr_x | wx], and the recurrent weights
+stacked as w_rec = [W_h; U] (3H, H), so that
+
+- forward, per step: one product rec_t = h_{t-1} w_recᵀ = [zr_h | uh] into a (T, B, 3H) buffer and one
+  launch of the fused cell (`gru_triton._ln_gru_fwd`: the four LNs, z, r, ĥ, h_t) reading the four
+  blocks through row strides;
+- backward, per step: one launch of `_ln_gru_bwd` (ACC: each batch row's parameter contributions added to
+  its row of one fp32 (B, 10H) buffer, in stream order) writing ∂L/∂[zr_h | uh] and ∂L/∂[zr_x | wx] into
+  (T, B, 3H) buffers, then ∂L/∂h_{t-1} = ∂L/∂out_{t-1} + dh ⊙ (1 − z) + ∂L/∂rec_t · w_rec (one addmm, one
+  add); once for the sequence: ∂L/∂w_rec as one (3H × T·B) · (T·B × H) product and one column sum.
+
+Deterministic (no atomics); launch configurations cached per shape; not twice differentiable.
+"""
+
+# No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
+import functools
+
+import torch
+import triton
+from torch.autograd.function import once_differentiable
+
+from kernels import gru_triton as K
+from kernels.gru_op import PARAM_NAMES
+from kernels.layer_norm_op import SUPPORTED_DTYPES, column_sum, persistent_programs, warps_for
+
+
+@functools.lru_cache(maxsize=64)
+def _config(B: int, H: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(BLOCK_H, forward warps, backward programs, backward warps) of one shape."""
+    block = triton.next_power_of_2(H)
+    return (block, warps_for(6 * block), max(1, min(B, persistent_programs(device))),
+            min(16, warps_for(12 * block)))
+
+
+def _blocks(t: torch.Tensor, H: int) -> tuple:
+    """Per-step views of a (T, B, 3H) buffer's [0, 2H) and [2H, 3H) column blocks (row stride 3H)."""
+    return t[..., : 2 * H].unbind(0), t[..., 2 * H:].unbind(0)
+
+
+class _LNGRUSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps):
+        T, B, G = ax.shape
+        H = G // 3
+        block, fwd_warps, _, _ = _config(B, H, ax.device)
+        params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
+        rec = ax.new_empty(T, B, G)  # [zr_h | uh] = h_{t-1} w_recᵀ per step, kept for the backward
+        hs = ax.new_empty(T, B, H)
+        stats = ax.new_empty(T, B, 8, dtype=torch.float32)
+        (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
+        REC, HS, ST = rec.unbind(0), hs.unbind(0), stats.unbind(0)
+        w_recT = w_rec.t()
+        h = h0
+        kernel = K._ln_gru_fwd[(B,)]
+        for t in range(T):
+            torch.mm(h, w_recT, out=REC[t])
+            kernel(ZRH[t], ZRX[t], WX[t], UH[t], h, *params, HS[t], ST[t], G, G, G, G, h.stride(0), H, eps,
+                   BLOCK_H=block, num_warps=fwd_warps)
+            h = HS[t]
+        ctx.save_for_backward(ax, w_rec, *params, h0, rec, hs, stats)
+        ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
+        return hs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_hs):
+        ax, w_rec, *rest = ctx.saved_tensors
+        params, (h0, rec, hs, stats) = rest[:8], rest[8:]
+        T, B, G = ax.shape
+        H = G // 3
+        block, _, P, bwd_warps = _config(B, H, ax.device)
+        d_hs = d_hs.contiguous()
+        d_rec = torch.empty_like(rec)  # ∂L/∂[zr_h | uh] per step
+        d_ax = torch.empty_like(ax)  # ∂L/∂[zr_x | wx] per step
+        part = ax.new_empty(B, 10 * H, dtype=torch.float32)
+        dh = torch.empty_like(h0)  # ∂L/∂h_t read by the step's launch
+        dhp = torch.empty_like(h0)  # its direct part dh ⊙ (1 − z), written by the launch
+        (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
+        (DZRH, DUH), (DZRX, DWX) = _blocks(d_rec, H), _blocks(d_ax, H)
+        DREC, HS, ST, DHS = d_rec.unbind(0), hs.unbind(0), stats.unbind(0), d_hs.unbind(0)
+        grid = (P,)
+        dh_t = DHS[T - 1]
+        for t in range(T - 1, -1, -1):
+            h_prev = HS[t - 1] if t > 0 else h0
+            K._ln_gru_bwd[grid](dh_t, ZRH[t], ZRX[t], WX[t], UH[t], h_prev, *params, ST[t], DZRH[t], DZRX[t],
+                                DWX[t], DUH[t], dhp, part, G, G, G, G, h_prev.stride(0), G, G, G, G, B, H,
+                                BLOCK_H=block, ACC=t != T - 1, num_warps=bwd_warps)
+            if t > 0:
+                dh_t = torch.addmm(DHS[t - 1], DREC[t], w_rec, out=dh).add_(dhp)
+        dh0 = torch.addmm(dhp, DREC[0], w_rec)
+        h_prev_all = torch.cat([h0.unsqueeze(0), hs[:-1]])
+        d_w_rec = d_rec.view(-1, G).t().mm(h_prev_all.view(-1, H))
+        dp = column_sum(part, torch.float32)
+        g1, g2, b12 = dp[: 2 * H], dp[2 * H: 4 * H], dp[4 * H: 6 * H]
+        g3, b3, g4, b4 = dp[6 * H: 7 * H], dp[7 * H: 8 * H], dp[8 * H: 9 * H], dp[9 * H:]
+        grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient
+        return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None)
+
+
+def _check_sequence(ax, w_rec, h0, params) -> None:
+    if ax.dim() != 3 or ax.shape[2] % 3:
+        raise ValueError(f"ln_gru_sequence expects ax (T, B, 3H) = [W_x x | W x], got shape "
+                         f"{tuple(ax.shape)}")
+    T, B, G = ax.shape
+    H = G // 3
+    if w_rec.shape != (G, H):
+        raise ValueError(f"w_rec must be [W_h; U] of shape (3H, H) = ({G}, {H}), got {tuple(w_rec.shape)}")
+    if h0.shape != (B, H):
+        raise ValueError(f"h0 must be (B, H) = ({B}, {H}), got {tuple(h0.shape)}")
+    if ax.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"ax must be float32/float16/bfloat16, got {ax.dtype}")
+    for name, t in (("w_rec", w_rec), ("h0", h0)):
+        if t.dtype != ax.dtype or t.device != ax.device:
+            raise TypeError(f"{name} must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
+                            f"{t.dtype} on {t.device}")
+    for name, p in zip(PARAM_NAMES, params, strict=True):
+        want = (2 * H,) if "zr" in name else (H,)
+        if p.shape != want:
+            raise ValueError(f"{name} must have shape {want}, got {tuple(p.shape)}")
+        if p.device != ax.device:
+            raise ValueError(f"{name} is on {p.device} but ax is on {ax.device}; use one device")
+
+
+def triton_ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh,
+                           bias_uh, h0, eps: float = 1e-5):
+    """h_t for every step, (T, B, H), of an LN-GRU (eq. 26, gates z, r) over ax = x [W_x; W]ᵀ (T, B, 3H).
+
+    w_rec = [W_h; U] (3H, H); gain/bias of LN(zr_h), LN(zr_x) (2H,), of LN(wx), LN(uh) (H,); h0 (B, H).
+    Differentiable (once) with respect to all of them.
+    """
+    params = (gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh)
+    _check_sequence(ax, w_rec, h0, params)
+    if ax.shape[0] == 0:
+        return ax.new_empty(0, ax.shape[1], ax.shape[2] // 3)
+    return _LNGRUSequence.apply(ax.contiguous(), w_rec, *params, h0.contiguous(), float(eps))

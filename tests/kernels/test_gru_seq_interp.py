@@ -1,0 +1,116 @@
+"""The fused LN-GRU sequence (one autograd node over T steps) under TRITON_INTERPRET=1 on CPU.
+
+Against the torch reference cell unrolled in float64 (values and every gradient, including those carried
+across steps through h_t and the partials added over steps), the per-step fused cell, bitwise repeats,
+the engine's GRU layer, and the errors a caller gets for wrong shapes.
+"""
+
+import pytest
+import torch
+
+import kernels
+from kernels.reference import ln_gru_cell_reference
+
+pytestmark = pytest.mark.usefixtures("interp")
+
+
+def _inputs(gen, T, B, H, dtype=torch.float64):
+    """ax (T, B, 3H), w_rec (3H, H), the eight LN-GRU parameters, h0 — float64 draws, off-centre."""
+    def draw(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
+
+    ax = draw(T, B, 3 * H, scale=2, shift=0.5)
+    w_rec = draw(3 * H, H, scale=H ** -0.5)
+    params = [draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
+              draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
+              draw(H, scale=0.3, shift=1), draw(H, scale=0.2)]
+    return [t.to(dtype) for t in (ax, w_rec, *params, draw(B, H, scale=0.5))]
+
+
+def _unrolled(cell):
+    def run(ax, w_rec, *rest):
+        *params, h, eps = rest
+        H = h.shape[1]
+        hs = []
+        for t in range(ax.shape[0]):
+            rec = h @ w_rec.t()
+            h = cell(rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H:], rec[:, 2 * H:], h, *params, eps)
+            hs.append(h)
+        return torch.stack(hs)
+    return run
+
+
+def _run(fn, inputs, d_out):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    hs = fn(*leaves, 1e-5)
+    (hs.double() * d_out).sum().backward()
+    return [hs.detach()] + [t.grad for t in leaves]
+
+
+NAMES = ["hs", "ax", "w_rec", "gain_zr_h", "bias_zr_h", "gain_zr_x", "bias_zr_x", "gain_wx", "bias_wx",
+         "gain_uh", "bias_uh", "h0"]
+
+
+@pytest.mark.parametrize("T,B,H", [(5, 3, 8), (4, 9, 12), (1, 2, 4)])
+def test_sequence_matches_float64_reference(gen, T, B, H):
+    inputs = _inputs(gen, T, B, H)
+    d_out = torch.randn(T, B, H, generator=gen, dtype=torch.float64)
+    got = _run(kernels.triton_ln_gru_sequence, [t.float() for t in inputs], d_out)
+    ref = _run(_unrolled(ln_gru_cell_reference), inputs, d_out)
+    for name, g, r in zip(NAMES, got, ref, strict=True):
+        assert g.dtype == torch.float32, name
+        torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_sequence_equals_the_per_step_cell_and_repeats_bitwise(gen):
+    inputs = [t.float() for t in _inputs(gen, 4, 9, 8)]  # 9 rows over 4 persistent programs
+    d_out = torch.randn(4, 9, 8, generator=gen, dtype=torch.float64)
+    seq = _run(kernels.triton_ln_gru_sequence, inputs, d_out)
+    cell = _run(_unrolled(kernels.triton_ln_gru_cell), inputs, d_out)
+    assert torch.equal(seq[0], cell[0])
+    for name, a, b in zip(NAMES[1:], seq[1:], cell[1:], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    again = _run(kernels.triton_ln_gru_sequence, inputs, d_out)
+    for name, a, b in zip(NAMES, seq, again, strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_engine_gru_layer_runs_the_fused_sequence(gen, monkeypatch):
+    import kernels.gru_seq_op as seq_op
+    from workers.engine.recurrent import GRULayer
+
+    torch.manual_seed(0)
+    layer = GRULayer(6, 8, norm="layer")
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    x = torch.randn(5, 3, 6, generator=gen)
+
+    def run():
+        layer.zero_grad()
+        out = layer(x)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
+
+    ref = run()
+    calls = []
+    real = seq_op.triton_ln_gru_sequence
+    monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
+    monkeypatch.setattr(seq_op, "triton_ln_gru_sequence", lambda *a: calls.append(1) or real(*a))
+    got = run()
+    assert calls, "the fused sequence was not used"
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+
+
+def test_reference_dispatch_and_shape_errors(gen):
+    ax, w_rec, *params, h0 = [t.float() for t in _inputs(gen, 3, 2, 4)]
+    with torch.no_grad():
+        torch.testing.assert_close(kernels.triton_ln_gru_sequence(ax, w_rec, *params, h0),
+                                   kernels.ln_gru_sequence(ax, w_rec, *params, h0), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"w_rec must be \[W_h; U\]"):
+        kernels.triton_ln_gru_sequence(ax, w_rec[:8], *params, h0)
+    with pytest.raises(ValueError, match=r"expects ax \(T, B, 3H\)"):
+        kernels.triton_ln_gru_sequence(ax[..., :-1], w_rec, *params, h0)
+    with pytest.raises(ValueError, match="gain_wx must have shape"):
+        kernels.triton_ln_gru_sequence(ax, w_rec, *params[:4], params[0], *params[5:], h0)

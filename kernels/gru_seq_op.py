@@ -23,8 +23,8 @@ import triton
 from torch.autograd.function import once_differentiable
 
 from kernels import gru_triton as K
-from kernels.gru_op import PARAM_NAMES
-from kernels.layer_norm_op import SUPPORTED_DTYPES, column_sum, persistent_programs, warps_for
+from kernels.gru_op import _check
+from kernels.layer_norm_op import column_sum, persistent_programs, warps_for
 
 
 @functools.lru_cache(maxsize=64)
@@ -106,22 +106,15 @@ def _check_sequence(ax, w_rec, h0, params) -> None:
                          f"{tuple(ax.shape)}")
     T, B, G = ax.shape
     H = G // 3
-    if w_rec.shape != (G, H):
-        raise ValueError(f"w_rec must be [W_h; U] of shape (3H, H) = ({G}, {H}), got {tuple(w_rec.shape)}")
     if h0.shape != (B, H):
         raise ValueError(f"h0 must be (B, H) = ({B}, {H}), got {tuple(h0.shape)}")
-    if ax.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"ax must be float32/float16/bfloat16, got {ax.dtype}")
-    for name, t in (("w_rec", w_rec), ("h0", h0)):
-        if t.dtype != ax.dtype or t.device != ax.device:
-            raise TypeError(f"{name} must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
-                            f"{t.dtype} on {t.device}")
-    for name, p in zip(PARAM_NAMES, params, strict=True):
-        want = (2 * H,) if "zr" in name else (H,)
-        if p.shape != want:
-            raise ValueError(f"{name} must have shape {want}, got {tuple(p.shape)}")
-        if p.device != ax.device:
-            raise ValueError(f"{name} is on {p.device} but ax is on {ax.device}; use one device")
+    step = ax[0] if T else ax.new_empty(B, G)
+    _check((step[:, : 2 * H], step[:, : 2 * H], step[:, 2 * H:], step[:, 2 * H:], h0), params)
+    if w_rec.shape != (G, H):
+        raise ValueError(f"w_rec must be [W_h; U] of shape (3H, H) = ({G}, {H}), got {tuple(w_rec.shape)}")
+    if w_rec.dtype != ax.dtype or w_rec.device != ax.device:
+        raise TypeError(f"w_rec must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
+                        f"{w_rec.dtype} on {w_rec.device}")
 
 
 def triton_ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh,

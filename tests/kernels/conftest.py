@@ -65,3 +65,33 @@ def _auto_backend():
     kernels.set_backend("auto")
     yield
     kernels.set_backend("auto")
+
+
+@pytest.fixture
+def fused_vs_torch(monkeypatch):
+    """run(layer, x, seq_module, fn_name, force=False, repeats=1) -> (fused runs, torch run, fused calls).
+
+    Runs an engine recurrent layer once with the kernels forced to torch and `repeats` times with the
+    default backend, counting calls of `seq_module.fn_name` (the fused sequence); each run is
+    [output, every parameter's grad] for a fixed non-uniform upstream gradient. `force`: CPU tensors under
+    the interpreter, where the fused path is taken only if `backend_for` is made to say 'triton'.
+    """
+    import kernels
+
+    def run_both(layer, x, seq_module, fn_name, force=False, repeats=1):
+        def once(backend):
+            kernels.set_backend(backend)
+            layer.zero_grad()
+            out = layer(x)
+            (out * torch.linspace(-1, 1, out.numel(), device=x.device).view_as(out)).sum().backward()
+            return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
+
+        ref = once("torch")
+        calls = []
+        real = getattr(seq_module, fn_name)
+        monkeypatch.setattr(seq_module, fn_name, lambda *a: calls.append(1) or real(*a))
+        if force:
+            monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
+        return [once("auto") for _ in range(repeats)], ref, len(calls)
+
+    return run_both

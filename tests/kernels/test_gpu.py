@@ -208,55 +208,22 @@ def test_fused_lstm_sequence_vs_float64_reference(T, B, H, dtype):
     assert all(torch.equal(a, c) for a, c in zip(got, again, strict=True))
 
 
-def test_engine_lstm_layer_takes_the_fused_sequence_on_cuda(monkeypatch):
-    import kernels.lstm_seq_op as seq_op
-
-    LSTMLayer = pytest.importorskip("workers.engine.recurrent").LSTMLayer
-
-    torch.manual_seed(0)
-    layer = LSTMLayer(64, 128, norm="layer").to(CUDA)
-    x = torch.randn(12, 16, 64, device=CUDA)
-    calls = []
-    real = seq_op.triton_ln_lstm_sequence
-    monkeypatch.setattr(seq_op, "triton_ln_lstm_sequence", lambda *a: calls.append(1) or real(*a))
-
-    def run(backend):
-        kernels.set_backend(backend)
-        layer.zero_grad()
-        out = layer(x)
-        (out * torch.linspace(-1, 1, out.numel(), device=CUDA).view_as(out)).sum().backward()
-        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
-
-    got, ref = run("auto"), run("torch")
-    assert len(calls) == 1
-    for a, b in zip(got, ref, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.parametrize("H", [256, 1000])
-def test_fused_gru_sequence_and_engine_layer_on_cuda(H, monkeypatch):
-    import kernels.gru_seq_op as seq_op
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("H", [128, 1000])
+def test_engine_layers_take_the_fused_sequences_on_cuda(cell, H, fused_vs_torch):
+    import kernels.gru_seq_op
+    import kernels.lstm_seq_op
 
     recurrent = pytest.importorskip("workers.engine.recurrent")
     torch.manual_seed(0)
-    layer = recurrent.GRULayer(64, H, norm="layer").to(CUDA)
+    layer = (recurrent.LSTMLayer if cell == "lstm" else recurrent.GRULayer)(64, H, norm="layer").to(CUDA)
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    x = torch.randn(12, 16, 64, device=CUDA)
-    calls = []
-    real = seq_op.triton_ln_gru_sequence
-    monkeypatch.setattr(seq_op, "triton_ln_gru_sequence", lambda *a: calls.append(1) or real(*a))
-
-    def run(backend):
-        kernels.set_backend(backend)
-        layer.zero_grad()
-        out = layer(x)
-        (out * torch.linspace(-1, 1, out.numel(), device=CUDA).view_as(out)).sum().backward()
-        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
-
-    got, again, ref = run("auto"), run("auto"), run("torch")  # fused sequence twice, then per-step torch
-    assert len(calls) == 2
-    assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))
+    seq_op = kernels.lstm_seq_op if cell == "lstm" else kernels.gru_seq_op
+    (got, again), ref, calls = fused_vs_torch(layer, torch.randn(12, 16, 64, device=CUDA), seq_op,
+                                              f"triton_ln_{cell}_sequence", repeats=2)
+    assert calls == 2
+    assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))  # deterministic
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

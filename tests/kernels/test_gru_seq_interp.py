@@ -75,7 +75,7 @@ def test_sequence_equals_the_per_step_cell_and_repeats_bitwise(gen):
         assert torch.equal(a, b), name
 
 
-def test_engine_gru_layer_runs_the_fused_sequence(gen, monkeypatch):
+def test_engine_gru_layer_runs_the_fused_sequence(gen, fused_vs_torch):
     import kernels.gru_seq_op as seq_op
     from workers.engine.recurrent import GRULayer
 
@@ -84,21 +84,9 @@ def test_engine_gru_layer_runs_the_fused_sequence(gen, monkeypatch):
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    x = torch.randn(5, 3, 6, generator=gen)
-
-    def run():
-        layer.zero_grad()
-        out = layer(x)
-        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
-
-    ref = run()
-    calls = []
-    real = seq_op.triton_ln_gru_sequence
-    monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
-    monkeypatch.setattr(seq_op, "triton_ln_gru_sequence", lambda *a: calls.append(1) or real(*a))
-    got = run()
-    assert calls, "the fused sequence was not used"
+    (got,), ref, calls = fused_vs_torch(layer, torch.randn(5, 3, 6, generator=gen), seq_op,
+                                        "triton_ln_gru_sequence", force=True)
+    assert calls == 1, "the fused sequence was not used"
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
 

@@ -119,9 +119,10 @@ def test_sequence_shape_errors_say_what_to_change(gen):
         kernels.triton_ln_lstm_sequence(ax, w_h.double(), *params, h0, c0)
 
 
-def test_engine_lstm_layer_runs_the_fused_sequence(gen, monkeypatch):
+def test_engine_lstm_layer_runs_the_fused_sequence(gen, fused_vs_torch):
     # The engine's LN-LSTM takes the fused sequence when the kernels' backend is Triton (CUDA tensors; here
     # forced for CPU tensors under the interpreter): same numbers as its torch path.
+    import kernels.lstm_seq_op as seq_op
     from workers.engine.recurrent import LSTMLayer
 
     torch.manual_seed(0)
@@ -129,22 +130,8 @@ def test_engine_lstm_layer_runs_the_fused_sequence(gen, monkeypatch):
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    x = torch.randn(5, 3, 6, generator=gen)
-
-    def run():
-        layer.zero_grad()
-        out = layer(x)
-        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        return [out.detach()] + [p.grad.clone() for p in layer.parameters()]
-
-    ref = run()
-    import kernels.lstm_seq_op as seq_op
-
-    calls = []
-    real = seq_op.triton_ln_lstm_sequence
-    monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
-    monkeypatch.setattr(seq_op, "triton_ln_lstm_sequence", lambda *a: calls.append(1) or real(*a))
-    got = run()
-    assert calls, "the fused sequence was not used"
+    (got,), ref, calls = fused_vs_torch(layer, torch.randn(5, 3, 6, generator=gen), seq_op,
+                                        "triton_ln_lstm_sequence", force=True)
+    assert calls == 1, "the fused sequence was not used"
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)

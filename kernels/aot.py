@@ -26,7 +26,9 @@ import triton
 TARGETS = ((80, "sm_80"), (90, "sm_90"))
 # (x dtype, parameter dtype) as the kernels see them: fp32 weights with bf16 activations included.
 DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"))
-LN_SIZES = (7, 1000, 4096, 8192, 16384, 65536)  # one N per launch configuration (see fwd_config)
+# One N per launch configuration (see fwd_config); N a multiple of 16 compiles the 16-byte-load case
+# (Triton specializes on it at run time), the others the scalar-load case of the same tier.
+LN_SIZES = (7, 1000, 4096, 4099, 8192, 16384, 20001, 65536)
 LSTM_HIDDEN = (256, 1024)
 CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
 
@@ -38,6 +40,7 @@ class Spec:
     constexprs: dict
     num_warps: int
     label: str
+    aligned: tuple = ()  # integer arguments compiled as multiples of 16 (as Triton specializes them)
 
 
 def load_jit_modules() -> dict[str, ModuleType]:
@@ -72,7 +75,11 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
         flags = {"BLOCK_N": cfg["BLOCK_N"], "HAS_W": has_w, "HAS_B": has_b}
         if cfg["kernel"] == "resident":
             flags["ROWS"] = cfg["ROWS"]
-        specs.append(Spec(f"_ln_{kind}_{cfg['kernel']}", sig, flags, cfg["num_warps"], label))
+        if kind == "bwd":
+            flags["STAGES"] = cfg["STAGES"]
+        aligned = tuple(n for n in sig if n == "N" or n.startswith("stride")) if N % 16 == 0 else ()
+        specs.append(Spec(f"_ln_{kind}_{cfg['kernel']}", sig, flags, cfg["num_warps"],
+                          label + (f" S={cfg['STAGES']}" if kind == "bwd" else ""), aligned))
     return specs
 
 
@@ -155,9 +162,9 @@ def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in spec.constexprs]
     if missing:
         raise ValueError(f"{spec.kernel}: no type or constexpr value for {missing}")
-    # Pointers and the row strides are 16-byte aligned in the common case: compile that fast path.
+    # Pointers are 16-byte aligned in the common case (and N, the strides where `aligned` says so).
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if signature[n].startswith("*")}
+             if signature[n].startswith("*") or n in spec.aligned}
     src = ASTSource(fn=fn, signature=signature, constexprs=spec.constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": spec.num_warps})
 

@@ -58,6 +58,7 @@ class Launch(NamedTuple):
     ROWS: int
     num_warps: int
     grid: int
+    STAGES: int = 1  # backward only: software-pipelining depth of its loops (see ln_triton.STAGES)
 
 
 class SumLaunch(NamedTuple):
@@ -88,7 +89,10 @@ def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
         warps = warps_for(4 * cfg.BLOCK_N * cfg.ROWS)
     units = M if cfg.kernel == "looped" else triton.cdiv(M, cfg.ROWS)
     # grid ≤ units: every program owns at least one row (the looped tier's first-write rule needs it).
-    return cfg._replace(num_warps=warps, grid=max(1, min(persistent_programs(device), units)))
+    # Pipelined loops where N (so the row stride, usually) is a multiple of 16: 16-byte loads, no spills
+    # (ptxas -v, sm_90); otherwise (scalar loads) pipelining spilled 80-100 bytes, so those stay plain.
+    return cfg._replace(num_warps=warps, grid=max(1, min(persistent_programs(device), units)),
+                        STAGES=K.STAGES.value if N % 16 == 0 else 1)
 
 
 @functools.lru_cache(maxsize=512)
@@ -212,11 +216,11 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
     args = (dy2, x2, weight.contiguous() if has_w else x2, mean, rstd, dx, dw_part, db_part,
             dy2.stride(0), x2.stride(0), N, M, N)
     if cfg.kernel == "looped":
-        K._ln_bwd_looped[(P,)](*args, BLOCK_N=cfg.BLOCK_N, HAS_W=has_w, HAS_B=has_bias,
+        K._ln_bwd_looped[(P,)](*args, BLOCK_N=cfg.BLOCK_N, HAS_W=has_w, HAS_B=has_bias, STAGES=cfg.STAGES,
                                num_warps=cfg.num_warps)
     else:
         K._ln_bwd_resident[(P,)](*args, BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_bias,
-                                 num_warps=cfg.num_warps)
+                                 STAGES=cfg.STAGES, num_warps=cfg.num_warps)
     if not slabs:
         return None, None
     dw = torch.empty(N, dtype=weight.dtype, device=dev) if has_w else None

@@ -31,6 +31,15 @@ MAX_RESIDENT = 16384
 MAX_RESIDENT_BWD = 8192
 LOOP_BLOCK = 4096  # chunk of the looped tier
 SMALL_ROW_ELEMS = 4096  # a resident program handles about this many elements (ROWS rows × BLOCK_N)
+# Software pipelining of the loops in the persistent kernels (the backward tiers, the column sum): the next
+# row's (or chunk's, or tile's) loads go to shared memory by cp.async while this one is worked on. The H200
+# profile showed the resident backward at ≈ 50 % of peak with one 32-warp program per SM: nothing was in
+# flight during each row's reductions and stores. ptxas -v (sm_90) with 16-byte loads (N a multiple of
+# 16): no spills, 33-82 KB of shared memory; with scalar loads (other N) 80-100 bytes of spills, so the
+# backward launches those with STAGES=1 (layer_norm_op._bwd_launch). The forward's looped tier runs many
+# programs per SM and is left unpipelined.
+STAGES = tl.constexpr(2)  # the backward's depth where N % 16 == 0
+SUM_STAGES = tl.constexpr(2)  # the column sum's (no spills either way)
 
 
 @triton.jit
@@ -126,6 +135,7 @@ def _ln_bwd_resident(
     DB_part,  # fp32 (P, N): this program's Σ dy over its rows; unused if not HAS_B
     stride_dy, stride_x, stride_dx, M, N,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the row loop (1: none)
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -138,7 +148,7 @@ def _ln_bwd_resident(
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     # Persistent loop: this program's rows in a fixed order ⇒ deterministic partials.
-    for start in range(pid * ROWS, M, n_prog * ROWS):
+    for start in tl.range(pid * ROWS, M, n_prog * ROWS, num_stages=STAGES):
         rows = start + tl.arange(0, ROWS)
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
@@ -175,6 +185,7 @@ def _ln_bwd_looped(
     DB_part,  # fp32 (P, N), uninitialised, same ownership
     stride_dy, stride_x, stride_dx, M, N,
     BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the chunk loops (1: none)
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -191,7 +202,7 @@ def _ln_bwd_looped(
         # Pass 1: the two row reductions c1 = mean(g ⊙ x̂), c2 = mean(g).
         s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
         s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for off in range(0, N, BLOCK_N):
+        for off in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             ok = off + cols < N
             x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + off + cols, mask=ok, other=0.0).to(tl.float32)
@@ -203,7 +214,7 @@ def _ln_bwd_looped(
         c1 = tl.sum(s1, axis=0) / N
         c2 = tl.sum(s2, axis=0) / N
         # Pass 2: dx and this program's partials.
-        for off in range(0, N, BLOCK_N):
+        for off in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             ok = off + cols < N
             x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + off + cols, mask=ok, other=0.0).to(tl.float32)
@@ -236,7 +247,7 @@ def _column_sum(
     col_ok = cols < N
     base = Part + slab.to(tl.int64) * P * N
     acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
-    for p0 in range(0, P, BLOCK_P):
+    for p0 in tl.range(0, P, BLOCK_P, num_stages=SUM_STAGES):
         ps = p0 + tl.arange(0, BLOCK_P)
         mask = (ps < P)[:, None] & col_ok[None, :]
         acc += tl.load(base + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=mask, other=0.0)

@@ -123,3 +123,8 @@ def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
     assert s.grid[0] * s.grid[1] >= 264 and s.BLOCK_C <= 128 and s.BLOCK_P == 32
     tiny = op._sum_launch.__wrapped__(3, 7, 1, torch.device("cuda"))
     assert tiny.BLOCK_P == 4 and tiny.BLOCK_C == 16 and tiny.grid == (1, 1)
+    # The backward pipelines its loops only where 16-byte loads apply (N a multiple of 16): with scalar
+    # loads the pipelined kernels spilled (ptxas -v); the forward takes no such flag.
+    cpu = torch.device("cpu")
+    assert [op._bwd_launch(64, n, cpu).STAGES for n in (4096, 1000, 65536, 20001)] == [2, 1, 2, 1]
+    assert op._bwd_launch(64, 20001, cpu).kernel == "looped"

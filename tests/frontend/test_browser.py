@@ -82,6 +82,15 @@ def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
     rid = _start_run(server, norm="layer", steps=20000)
     page.goto(f"{server.url}/run/{rid}")
     page.wait_for_function(f"() => ({POINTS_JS})() > 40", timeout=30000)
+    # The second tab's history comes from the store, and the count above is over all of the first tab's
+    # traces (train loss and the validation curves): wait until the store holds > 40 train-loss steps
+    # (a CI run once opened the second tab when it held 30).
+    for _ in range(150):
+        held = httpx.get(f"{server.url}/api/runs/{rid}/metrics", params={"names": "train_loss"},
+                         timeout=10).json()["series"].get("train_loss", {}).get("step", [])
+        if len(held) > 40:
+            break
+        time.sleep(0.2)
     second = browser.new_page()
     try:
         second.goto(f"{server.url}/compare?runs={rid}&panels=loss")

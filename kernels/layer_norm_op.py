@@ -319,7 +319,8 @@ class _LayerNormFunction(torch.autograd.Function):
 
 
 def _forward_eager(x, x2, weight, bias, eps, tier):
-    """(y, (mean, rstd)) with mean and rstd the two rows of one fp32 (2, M) allocation."""
+    """(y, (stats, rstd)): stats is one fp32 (2, M) allocation whose row 0 holds the means and row 1 (the
+    view rstd) the reciprocal deviations; the kernels take stats' pointer as the means'."""
     y = _dense_like(x, x.dtype)
     stats = torch.empty((2, x2.shape[0]), dtype=torch.float32, device=x.device)
     rstd = stats[1]

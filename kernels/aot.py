@@ -75,6 +75,8 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
         flags = {"BLOCK_N": cfg["BLOCK_N"], "HAS_W": has_w, "HAS_B": has_b}
         if cfg["kernel"] == "resident":
             flags["ROWS"] = cfg["ROWS"]
+        if cfg["kernel"] == "shifted":
+            flags["VEC"] = 4 if x == "fp32" else 8  # elements in 16 bytes
         if kind == "bwd":
             flags["STAGES"] = cfg["STAGES"]
         aligned = tuple(n for n in sig if n == "N" or n.startswith("stride")) if N % 16 == 0 else ()

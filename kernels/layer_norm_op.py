@@ -71,18 +71,24 @@ class SumLaunch(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
-def _fwd_launch(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> Launch:
+def _fwd_launch(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT,
+                shifted: bool = True) -> Launch:
     block = triton.next_power_of_2(N)
     if tier == TIERS["looped"] or (tier == 0 and block > max_resident):
         chunk = min(K.LOOP_BLOCK, max(16, block // 4))
         return Launch("looped", chunk, 1, warps_for(chunk), M)
+    if shifted and tier == 0 and N % 16 and N >= K.MIN_SHIFTED:
+        # N not a multiple of 16: one row per program, read as head + 16-byte-aligned body + tail
+        # (_ln_fwd_shifted; the launcher falls back to the resident kernel, one row per program, when the
+        # rows do not share X's and Y's 16-byte alignment)
+        return Launch("shifted", block, 1, warps_for(block), M)
     rows = max(1, min(K.SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
     return Launch("resident", block, rows, warps_for(block * rows), triton.cdiv(M, rows))
 
 
 @functools.lru_cache(maxsize=512)
 def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
-    cfg = _fwd_launch(M, N, tier, K.MAX_RESIDENT_BWD)
+    cfg = _fwd_launch(M, N, tier, K.MAX_RESIDENT_BWD, shifted=False)
     warps = cfg.num_warps
     if cfg.kernel == "resident":
         # x, dy, γ and two partial rows stay resident: about four times the forward's register need.
@@ -110,7 +116,8 @@ def _sum_launch(P: int, N: int, slabs: int, device: torch.device) -> SumLaunch:
 
 
 def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
-    """The forward launch: {'kernel': 'resident'|'looped', 'BLOCK_N', 'ROWS', 'num_warps', 'grid'}."""
+    """The forward launch: {'kernel': 'resident' / 'shifted' / 'looped', 'BLOCK_N', 'ROWS', 'num_warps',
+    'grid'}."""
     return _fwd_launch(M, N, tier, max_resident)._asdict()
 
 
@@ -169,6 +176,13 @@ def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     cfg = _fwd_launch(M, N, tier)
     w = weight.contiguous() if weight is not None else x2  # a dummy pointer when absent
     b = bias.contiguous() if bias is not None else x2
+    if cfg.kernel == "shifted":
+        if x2.stride(0) == N and x2.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+            K._ln_fwd_shifted[(cfg.grid,)](x2, y, w, b, mean, rstd, N, N, M, N, eps, BLOCK_N=cfg.BLOCK_N,
+                                           VEC=16 // x2.element_size(), HAS_W=weight is not None,
+                                           HAS_B=bias is not None, num_warps=cfg.num_warps)
+            return
+        cfg = cfg._replace(kernel="resident")  # same launch, one row per program
     if cfg.kernel == "resident":
         K._ln_fwd_resident[(cfg.grid,)](x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps,
                                         BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=weight is not None,

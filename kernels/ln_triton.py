@@ -9,6 +9,9 @@ activations. Tiers by N:
   * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT; MAX_RESIDENT_BWD in the backward): the whole row
     stays in registers, the variance is the centred two-pass on the resident row; for small N each
     program takes ROWS rows at once.
+  * shifted (forward, resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): one row per program read as
+    an unaligned head, a 16-byte-aligned body and a tail, so odd N keeps 16-byte loads and stores (the
+    resident kernel, compiled for such N, loads element by element: `ptxas`/PTX shows it).
   * looped (larger N): one row per program walked in chunks; the statistics merge chunk by chunk with
     Chan's parallel formula (stable), then a second walk normalizes (the row is then mostly in L2).
 The backward is a persistent grid of P programs: each owns rows pid, pid+P, … and keeps its own fp32
@@ -17,7 +20,8 @@ dγ and dβ partials share one fp32 (2, P, N) buffer, and one launch of `_column
 narrow column strips × the two slabs) sums the P partials column by column in a fixed order. No atomics,
 no locks, no zero fill (each program's first write to its partial row does not read it): the result is
 bitwise identical on repeats for a given device and shape, whatever the buffer held before.
-Masked tails (cols < N) keep every N on the same code path.
+Masked tails (cols < N) keep every N correct on one code path; the backward still loads element by
+element where N is not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ MAX_RESIDENT = 16384
 MAX_RESIDENT_BWD = 8192
 LOOP_BLOCK = 4096  # chunk of the looped tier
 SMALL_ROW_ELEMS = 4096  # a resident program handles about this many elements (ROWS rows × BLOCK_N)
+MIN_SHIFTED = 512  # forward rows at least this long whose N is not a multiple of 16 take _ln_fwd_shifted
 # Software pipelining of the loops in the persistent kernels (the backward tiers, the column sum): the next
 # row's (or chunk's, or tile's) loads go to shared memory by cp.async while this one is worked on. The H200
 # profile showed the resident backward at ≈ 50 % of peak with one 32-warp program per SM: nothing was in
@@ -75,6 +80,64 @@ def _ln_fwd_resident(
     tl.store(Y + rows64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(Mean + rows, mean, mask=row_ok)
     tl.store(Rstd + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def _ln_fwd_shifted(
+    X,  # input rows (M, N), row stride stride_x, 16-byte aligned
+    Y,  # output rows, the same row stride (stride_y == stride_x) and 16-byte aligned
+    W,  # gain γ (N,) or unused
+    B,  # bias β (N,) or unused
+    Mean,  # fp32 (M,) μ
+    Rstd,  # fp32 (M,) rstd
+    stride_x, stride_y, M, N, eps,
+    BLOCK_N: tl.constexpr,  # ≥ N
+    VEC: tl.constexpr,  # elements in 16 bytes (8 for fp16/bf16, 4 for fp32)
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+):
+    # One row per program, for N not a multiple of 16, where Triton can prove neither the rows' 16-byte
+    # alignment nor that the `cols < N` mask is constant over a vector, and so loads element by element.
+    # Each row is read in three parts: an unaligned head (< VEC elements), a 16-byte-aligned body whose
+    # length is a multiple of VEC (both facts given to the compiler by tl.multiple_of, so the body moves in
+    # 16-byte vectors), and a tail (< VEC). X and Y share the row stride and alignment (the launcher
+    # checks), so one split serves both. Same maths as _ln_fwd_resident (centred two-pass).
+    row = tl.program_id(0)
+    start = tl.cast(row, tl.int64) * stride_x  # the row's first element, in X and in Y
+    head = tl.minimum((VEC - start % VEC) % VEC, N).to(tl.int32)
+    body = tl.multiple_of(((N - head) // VEC) * VEC, VEC)
+    tail = N - head - body
+    at = tl.multiple_of(start + head, VEC)  # the body's first element: on a 16-byte boundary
+    cols = tl.arange(0, BLOCK_N)
+    ends = tl.arange(0, VEC)
+    b_ok = cols < body
+    h_ok = ends < head
+    t_ok = ends < tail
+    xb = tl.load(X + at + cols, mask=b_ok, other=0.0).to(tl.float32)
+    xh = tl.load(X + start + ends, mask=h_ok, other=0.0).to(tl.float32)
+    xt = tl.load(X + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    mean = (tl.sum(xb, axis=0) + tl.sum(xh, axis=0) + tl.sum(xt, axis=0)) / N
+    cb = tl.where(b_ok, xb - mean, 0.0)
+    ch = tl.where(h_ok, xh - mean, 0.0)
+    ct = tl.where(t_ok, xt - mean, 0.0)
+    var = (tl.sum(cb * cb, axis=0) + tl.sum(ch * ch, axis=0) + tl.sum(ct * ct, axis=0)) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    yb = cb * rstd
+    yh = ch * rstd
+    yt = ct * rstd
+    if HAS_W:  # γ's column of body element k is head + k: these loads stay element-wise (from cache)
+        yb = yb * tl.load(W + head + cols, mask=b_ok, other=0.0).to(tl.float32)
+        yh = yh * tl.load(W + ends, mask=h_ok, other=0.0).to(tl.float32)
+        yt = yt * tl.load(W + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        yb = yb + tl.load(B + head + cols, mask=b_ok, other=0.0).to(tl.float32)
+        yh = yh + tl.load(B + ends, mask=h_ok, other=0.0).to(tl.float32)
+        yt = yt + tl.load(B + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    ty = Y.dtype.element_ty
+    tl.store(Y + at + cols, yb.to(ty), mask=b_ok)
+    tl.store(Y + start + ends, yh.to(ty), mask=h_ok)
+    tl.store(Y + at + body + ends, yt.to(ty), mask=t_ok)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
 
 
 @triton.jit

@@ -262,3 +262,48 @@ def test_two_slab_sum_writes_each_output_in_its_own_dtype(gen):
     _sum_into(part, 2, 45, 130, out, out2)  # one launch: grid (column strips, 2 slabs)
     assert torch.equal(out, part[0].sum(0))
     assert torch.equal(out2, part[1].sum(0).to(torch.bfloat16))
+
+
+class _Counting:
+    """Wraps a Triton kernel object: counts `kernel[grid](...)` launches, then launches it."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("N", [517, 1001, 2041])
+@pytest.mark.parametrize("affine", [True, False])
+def test_odd_rows_take_the_shifted_forward_and_match_float64(gen, tol, monkeypatch, dtype, N, affine):
+    # 9 rows of an N that is no multiple of 16 (nor of 4 or 8): each row starts at a different offset
+    # from a 16-byte boundary, so heads and tails of every length 0..VEC-1 occur.
+    from kernels import ln_triton
+
+    counting = _Counting(ln_triton._ln_fwd_shifted)
+    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", counting)
+    x, w, b, _ = _data(gen, 9, N, dtype, weight=affine, bias=affine)
+    y = kernels.triton_layer_norm(x, w, b, 1e-5)
+    assert counting.launches == 1
+    torch.testing.assert_close(y.double(), _f64(x, w, b), atol=tol[dtype][0], rtol=tol[dtype][1])
+    resident = kernels.triton_layer_norm(x, w, b, 1e-5, tier="resident")
+    # same sums in another order: equal to a rounding of the activation dtype
+    torch.testing.assert_close(y, resident, atol=tol[dtype][0], rtol=tol[dtype][1])
+
+
+def test_shifted_forward_falls_back_when_rows_do_not_share_alignment(gen, tol, monkeypatch):
+    from kernels import ln_triton
+
+    counting = _Counting(ln_triton._ln_fwd_shifted)
+    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", counting)
+    base, w, b, _ = _data(gen, 6, 1002, torch.float32)
+    offset = base[:, 1:]  # rows strided by 1002 elements: x and y (dense, 1001) differ in alignment
+    unaligned = base.reshape(-1)[1:1 + 5 * 1001].view(5, 1001)  # dense, but 4 bytes past a boundary
+    for x in (offset, unaligned):
+        y = kernels.triton_layer_norm(x, w[1:], b[1:], 1e-5)
+        torch.testing.assert_close(y.double(), _f64(x, w[1:], b[1:]), atol=tol[torch.float32][0],
+                                   rtol=tol[torch.float32][1])
+    assert counting.launches == 0

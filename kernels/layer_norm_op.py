@@ -93,6 +93,13 @@ def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
     if cfg.kernel == "resident":
         # x, dy, γ and two partial rows stay resident: about four times the forward's register need.
         warps = warps_for(4 * cfg.BLOCK_N * cfg.ROWS)
+    if tier == 0 and cfg.kernel == "resident" and N % 16 and N >= K.MIN_SHIFTED:
+        # N not a multiple of 16: _ln_bwd_shifted (16-byte loads of the rows' aligned bodies). Its grid is
+        # a multiple of 8 (or M itself), so all rows of a program share their offset from a 16-byte
+        # boundary; at most 16 warps (ptxas -v: 32 warps spilled up to 108 bytes at 4099, 16 do not).
+        programs = persistent_programs(device)
+        return Launch("shifted", cfg.BLOCK_N, 1, min(16, warps_for(4 * cfg.BLOCK_N)),
+                      min(M, max(8, programs // 8 * 8)), K.STAGES.value)
     units = M if cfg.kernel == "looped" else triton.cdiv(M, cfg.ROWS)
     # grid ≤ units: every program owns at least one row (the looped tier's first-write rule needs it).
     # Pipelined loops where N (so the row stride, usually) is a multiple of 16: 16-byte loads, no spills
@@ -221,6 +228,9 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
         return (torch.zeros(N, dtype=weight.dtype, device=dev) if has_w else None,
                 torch.zeros(N, dtype=bias_dtype, device=dev) if has_bias else None)
     cfg = _bwd_launch(M, N, dev, tier)
+    if cfg.kernel == "shifted" and not (dy2.stride(0) == x2.stride(0) == N and dy2.data_ptr() % 16 == 0
+                                        and x2.data_ptr() % 16 == 0 and dx.data_ptr() % 16 == 0):
+        cfg = _bwd_launch(M, N, dev, TIERS["resident"])  # rows that do not share one alignment
     P = cfg.grid
     slabs = int(has_w) + int(has_bias)
     part = torch.empty((slabs, P, N), dtype=torch.float32, device=dev) if slabs else mean
@@ -229,7 +239,10 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
     db_part = (part[1] if has_w else part) if has_bias else mean
     args = (dy2, x2, weight.contiguous() if has_w else x2, mean, rstd, dx, dw_part, db_part,
             dy2.stride(0), x2.stride(0), N, M, N)
-    if cfg.kernel == "looped":
+    if cfg.kernel == "shifted":
+        K._ln_bwd_shifted[(P,)](*args, BLOCK_N=cfg.BLOCK_N, VEC=16 // x2.element_size(), HAS_W=has_w,
+                                HAS_B=has_bias, STAGES=cfg.STAGES, num_warps=cfg.num_warps)
+    elif cfg.kernel == "looped":
         K._ln_bwd_looped[(P,)](*args, BLOCK_N=cfg.BLOCK_N, HAS_W=has_w, HAS_B=has_bias, STAGES=cfg.STAGES,
                                num_warps=cfg.num_warps)
     else:

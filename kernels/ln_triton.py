@@ -9,9 +9,11 @@ activations. Tiers by N:
   * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT; MAX_RESIDENT_BWD in the backward): the whole row
     stays in registers, the variance is the centred two-pass on the resident row; for small N each
     program takes ROWS rows at once.
-  * shifted (forward, resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): one row per program read as
-    an unaligned head, a 16-byte-aligned body and a tail, so odd N keeps 16-byte loads and stores (the
-    resident kernel, compiled for such N, loads element by element: `ptxas`/PTX shows it).
+  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): rows read as an unaligned head, a
+    16-byte-aligned body and a tail, so odd N keeps 16-byte loads and stores (the resident kernels,
+    compiled for such N, load element by element: the PTX shows it). Forward one row per program;
+    backward persistent like the resident tier, its grid a multiple of 8 so a program's rows share one
+    alignment.
   * looped (larger N): one row per program walked in chunks; the statistics merge chunk by chunk with
     Chan's parallel formula (stable), then a second walk normalizes (the row is then mostly in L2).
 The backward is a persistent grid of P programs: each owns rows pid, pid+P, … and keeps its own fp32
@@ -20,8 +22,8 @@ dγ and dβ partials share one fp32 (2, P, N) buffer, and one launch of `_column
 narrow column strips × the two slabs) sums the P partials column by column in a fixed order. No atomics,
 no locks, no zero fill (each program's first write to its partial row does not read it): the result is
 bitwise identical on repeats for a given device and shape, whatever the buffer held before.
-Masked tails (cols < N) keep every N correct on one code path; the backward still loads element by
-element where N is not a multiple of 16.
+Masked tails (cols < N) keep every N correct; the looped tier still loads element by element where N is
+not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -234,6 +236,94 @@ def _ln_bwd_resident(
         tl.store(DW_part + pid * N + cols, dw_acc, mask=col_ok)
     if HAS_B:
         tl.store(DB_part + pid * N + cols, db_acc, mask=col_ok)
+
+
+@triton.jit
+def _ln_bwd_shifted(
+    DY,  # upstream gradient (M, N), row stride N, 16-byte aligned
+    X,  # forward input (M, N), row stride N, 16-byte aligned
+    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    DX,  # output dx (M, N), row stride N, 16-byte aligned
+    DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
+    DB_part,  # fp32 (P, N): this program's Σ dy; unused if not HAS_B
+    stride_dy, stride_x, stride_dx, M, N,  # the strides all equal N (the launcher checks)
+    BLOCK_N: tl.constexpr,  # ≥ N
+    VEC: tl.constexpr,  # elements in 16 bytes
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the row loop
+):
+    # The resident backward for N not a multiple of 16, with 16-byte loads and stores: rows are read as
+    # head + aligned body + tail as in _ln_fwd_shifted. The grid P is a multiple of VEC (or ≥ M), so the
+    # rows pid, pid + P, … of one program all start at the same offset from a 16-byte boundary: one split
+    # serves them all, and the dγ/dβ accumulators keep one column layout (body lane k ↔ column head + k).
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    first = tl.cast(pid, tl.int64) * stride_x
+    head = tl.minimum((VEC - first % VEC) % VEC, N).to(tl.int32)
+    body = tl.multiple_of(((N - head) // VEC) * VEC, VEC)
+    tail = N - head - body
+    cols = tl.arange(0, BLOCK_N)
+    ends = tl.arange(0, VEC)
+    b_ok = cols < body
+    h_ok = ends < head
+    t_ok = ends < tail
+    if HAS_W:
+        wb = tl.load(W + head + cols, mask=b_ok, other=0.0).to(tl.float32)
+        wh = tl.load(W + ends, mask=h_ok, other=0.0).to(tl.float32)
+        wt = tl.load(W + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    else:
+        wb = tl.where(b_ok, 1.0, 0.0)
+        wh = tl.where(h_ok, 1.0, 0.0)
+        wt = tl.where(t_ok, 1.0, 0.0)
+    dwb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dwh = tl.zeros([VEC], dtype=tl.float32)
+    dwt = tl.zeros([VEC], dtype=tl.float32)
+    dbb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dbh = tl.zeros([VEC], dtype=tl.float32)
+    dbt = tl.zeros([VEC], dtype=tl.float32)
+    for row in tl.range(pid, M, n_prog, num_stages=STAGES):
+        start = tl.cast(row, tl.int64) * stride_x
+        at = tl.multiple_of(start + head, VEC)
+        mean = tl.load(Mean + row)
+        rstd = tl.load(Rstd + row)
+        xb = tl.load(X + at + cols, mask=b_ok, other=0.0).to(tl.float32)
+        xh = tl.load(X + start + ends, mask=h_ok, other=0.0).to(tl.float32)
+        xt = tl.load(X + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+        yb = tl.load(DY + at + cols, mask=b_ok, other=0.0).to(tl.float32)
+        yh = tl.load(DY + start + ends, mask=h_ok, other=0.0).to(tl.float32)
+        yt = tl.load(DY + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+        nb = tl.where(b_ok, (xb - mean) * rstd, 0.0)
+        nh = tl.where(h_ok, (xh - mean) * rstd, 0.0)
+        nt = tl.where(t_ok, (xt - mean) * rstd, 0.0)
+        gb = yb * wb
+        gh = yh * wh
+        gt = yt * wt
+        c1 = (tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)) / N
+        c2 = (tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)) / N
+        ty = DX.dtype.element_ty
+        tl.store(DX + at + cols, ((gb - (nb * c1 + c2)) * rstd).to(ty), mask=b_ok)
+        tl.store(DX + start + ends, ((gh - (nh * c1 + c2)) * rstd).to(ty), mask=h_ok)
+        tl.store(DX + at + body + ends, ((gt - (nt * c1 + c2)) * rstd).to(ty), mask=t_ok)
+        if HAS_W:
+            dwb += yb * nb
+            dwh += yh * nh
+            dwt += yt * nt
+        if HAS_B:
+            dbb += yb
+            dbh += yh
+            dbt += yt
+    if HAS_W:
+        part = DW_part + pid * N
+        tl.store(part + head + cols, dwb, mask=b_ok)
+        tl.store(part + ends, dwh, mask=h_ok)
+        tl.store(part + head + body + ends, dwt, mask=t_ok)
+    if HAS_B:
+        part = DB_part + pid * N
+        tl.store(part + head + cols, dbb, mask=b_ok)
+        tl.store(part + ends, dbh, mask=h_ok)
+        tl.store(part + head + body + ends, dbt, mask=t_ok)
 
 
 @triton.jit

@@ -123,8 +123,15 @@ def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
     assert s.grid[0] * s.grid[1] >= 264 and s.BLOCK_C <= 128 and s.BLOCK_P == 32
     tiny = op._sum_launch.__wrapped__(3, 7, 1, torch.device("cuda"))
     assert tiny.BLOCK_P == 4 and tiny.BLOCK_C == 16 and tiny.grid == (1, 1)
-    # The backward pipelines its loops only where 16-byte loads apply (N a multiple of 16): with scalar
-    # loads the pipelined kernels spilled (ptxas -v); the forward takes no such flag.
+    # The backward pipelines its loops where 16-byte loads apply: N a multiple of 16, or odd N up to the
+    # resident limit through the shifted kernel; the looped tier at odd N loads element by element, where
+    # pipelining spilled (ptxas -v), so it stays unpipelined. The forward takes no such flag.
     cpu = torch.device("cpu")
-    assert [op._bwd_launch(64, n, cpu).STAGES for n in (4096, 1000, 65536, 20001)] == [2, 1, 2, 1]
-    assert op._bwd_launch(64, 20001, cpu).kernel == "looped"
+    launches = [op._bwd_launch(64, n, cpu) for n in (4096, 1000, 4099, 65536, 20001, 7)]
+    assert [c.kernel for c in launches] == ["resident", "shifted", "shifted", "looped", "looped", "resident"]
+    assert [c.STAGES for c in launches] == [2, 2, 2, 2, 1, 1]
+    # the shifted backward's grid: a multiple of 8 (rows of a program share their alignment) or M itself
+    monkeypatch.setattr(op, "persistent_programs", lambda device: 132)
+    assert op._bwd_launch.__wrapped__(4096, 4099, cpu).grid == 128
+    assert op._bwd_launch.__wrapped__(5, 4099, cpu).grid == 5
+    assert op._bwd_launch(64, 4099, cpu, op.TIERS["resident"]).kernel == "resident"  # the fallback

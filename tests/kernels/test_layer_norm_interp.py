@@ -278,32 +278,51 @@ class _Counting:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("N", [517, 1001, 2041])
 @pytest.mark.parametrize("affine", [True, False])
-def test_odd_rows_take_the_shifted_forward_and_match_float64(gen, tol, monkeypatch, dtype, N, affine):
-    # 9 rows of an N that is no multiple of 16 (nor of 4 or 8): each row starts at a different offset
-    # from a 16-byte boundary, so heads and tails of every length 0..VEC-1 occur.
+def test_odd_rows_take_the_shifted_kernels_and_match_float64(gen, tol, monkeypatch, dtype, N, affine):
+    # 19 rows of an N that is no multiple of 16 (nor of 4 or 8): rows start at every offset from a
+    # 16-byte boundary, so heads and tails of every length 0..VEC-1 occur; the backward's 8 programs own
+    # 2-3 rows each, all at one offset, and accumulate dγ/dβ over them.
     from kernels import ln_triton
 
-    counting = _Counting(ln_triton._ln_fwd_shifted)
-    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", counting)
-    x, w, b, _ = _data(gen, 9, N, dtype, weight=affine, bias=affine)
-    y = kernels.triton_layer_norm(x, w, b, 1e-5)
-    assert counting.launches == 1
-    torch.testing.assert_close(y.double(), _f64(x, w, b), atol=tol[dtype][0], rtol=tol[dtype][1])
-    resident = kernels.triton_layer_norm(x, w, b, 1e-5, tier="resident")
-    # same sums in another order: equal to a rounding of the activation dtype
-    torch.testing.assert_close(y, resident, atol=tol[dtype][0], rtol=tol[dtype][1])
+    fwd, bwd = _Counting(ln_triton._ln_fwd_shifted), _Counting(ln_triton._ln_bwd_shifted)
+    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", fwd)
+    monkeypatch.setattr(ln_triton, "_ln_bwd_shifted", bwd)
+    x, w, b, dy = _data(gen, 19, N, dtype, weight=affine, bias=affine)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (fwd.launches, bwd.launches) == (1, 1)
+    want = _grads(_f64, x, w, b, dy.double())
+    atol, rtol = tol[dtype]
+    _assert_all_close(got[:2], want[:2], atol, rtol)
+    for g, r in zip(got[2:], want[2:], strict=True):  # dγ/dβ sum 19 rows: relative to their scale
+        if r is not None:
+            scale = r.abs().max().item() + 1
+            torch.testing.assert_close(g.double() / scale, r.double() / scale, atol=atol, rtol=0)
+    resident = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier="resident"), x, w, b, dy)
+    assert (fwd.launches, bwd.launches) == (1, 1)  # the forced tier takes the resident kernels
+    for g, r in zip(got, resident, strict=True):  # same sums in another order
+        if r is not None:
+            torch.testing.assert_close(g.double(), r.double(), atol=4 * atol, rtol=4 * rtol)
+    again = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert all(a is None or torch.equal(a, c) for a, c in zip(got, again, strict=True))  # deterministic
 
 
-def test_shifted_forward_falls_back_when_rows_do_not_share_alignment(gen, tol, monkeypatch):
+def test_shifted_kernels_fall_back_when_rows_do_not_share_alignment(gen, tol, monkeypatch):
     from kernels import ln_triton
 
-    counting = _Counting(ln_triton._ln_fwd_shifted)
-    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", counting)
-    base, w, b, _ = _data(gen, 6, 1002, torch.float32)
-    offset = base[:, 1:]  # rows strided by 1002 elements: x and y (dense, 1001) differ in alignment
-    unaligned = base.reshape(-1)[1:1 + 5 * 1001].view(5, 1001)  # dense, but 4 bytes past a boundary
-    for x in (offset, unaligned):
-        y = kernels.triton_layer_norm(x, w[1:], b[1:], 1e-5)
-        torch.testing.assert_close(y.double(), _f64(x, w[1:], b[1:]), atol=tol[torch.float32][0],
-                                   rtol=tol[torch.float32][1])
-    assert counting.launches == 0
+    fwd, bwd = _Counting(ln_triton._ln_fwd_shifted), _Counting(ln_triton._ln_bwd_shifted)
+    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", fwd)
+    monkeypatch.setattr(ln_triton, "_ln_bwd_shifted", bwd)
+    base, w, b, dy = _data(gen, 6, 1002, torch.float32)
+    w, b = w[1:], b[1:]
+    views = [  # (x from the leaf, dy): neither lets x, dy and the dense y / dx share one alignment
+        (lambda t: t[:, 1:], dy[:, 1:]),  # rows strided by 1002 elements (dy too)
+        (lambda t: t.reshape(-1)[1:1 + 5 * 1001].view(5, 1001), dy[:5, 1:].contiguous()),  # 4 bytes off
+    ]
+    for view, d in views:
+        leaf = base.detach().clone().requires_grad_()
+        x = view(leaf)
+        y = kernels.triton_layer_norm(x, w, b, 1e-5)
+        y.backward(d)
+        want_y, want_dx = _grads(_f64, view(base), w, b, d.double())[:2]
+        _assert_all_close([y.detach(), view(leaf.grad)], [want_y, want_dx], *tol[torch.float32])
+    assert (fwd.launches, bwd.launches) == (0, 0)

@@ -3,8 +3,10 @@
 Side by side in one process: the Triton LayerNorm, `F.layer_norm` eager and `torch.compile`d, over the
 matrix of the kernel notes (M × N × dtype × forward / backward / forward+backward), as median time,
 GB/s on model bytes (forward 2·M·N·s, backward 3·M·N·s, both 5·M·N·s) and % of the H200's 4.8 TB/s,
-with the max error against a float64 reference; then the LN-LSTM fused cell vs cuDNN `nn.LSTM` vs the
-plain PyTorch LN-LSTM (fwd+bwd). Without CUDA it prints why and exits 0 with {"skipped": reason}.
+with the max error against a float64 reference; then, fwd+bwd against cuDNN `nn.LSTM`, the fused LN-LSTM
+sequence (one autograd node; the row issue 7's target is checked on), the fused cell called per step, the
+plain PyTorch LN-LSTM and the engine's LN-LSTM layer with each backend. Without CUDA it prints why and
+exits 0 with {"skipped": reason}.
 Results stream to DIR/kernel_bench.jsonl as they come, so a run cut short still leaves its figures.
 """
 

@@ -86,9 +86,9 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
 
 
 def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
-    from kernels.layer_norm_op import warps_for
+    from kernels.lstm_op import launch
 
-    block = triton.next_power_of_2(H)
+    block, fwd_warps, _, bwd_warps = launch(1, H, CPU)
     params = {n: f"*{w}" for n in ("GH", "BH", "GX", "BX", "Bias", "GC", "BC")}
     fwd = {"HH": f"*{x}", "XX": f"*{x}", "C_prev": f"*{x}", **params, "H_out": f"*{x}", "C_out": f"*{x}",
            "Stats": "*fp32", "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "H": "i32",
@@ -97,17 +97,16 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
            "Stats": "*fp32", "DHH": f"*{x}", "DXX": f"*{x}", "DC_prev": f"*{x}", "Part": "*fp32",
            "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "B": "i32", "H": "i32"}
     label = f"H={H} x={x} w={w}"
-    bwd_warps = min(16, warps_for(16 * block))
     # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
-    return [Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, warps_for(8 * block), label),
+    return [Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
             Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
             Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
 
 
 def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
-    from kernels.layer_norm_op import warps_for
+    from kernels.gru_op import launch
 
-    block = triton.next_power_of_2(H)
+    block, fwd_warps, _, bwd_warps = launch(1, H, CPU)
     acts = {"ZRH": f"*{x}", "ZRX": f"*{x}", "WX": f"*{x}", "UH": f"*{x}", "H_prev": f"*{x}"}
     params = {n: f"*{w}" for n in ("G1", "B1", "G2", "B2", "G3", "B3", "G4", "B4")}
     strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
@@ -117,9 +116,8 @@ def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
            "DWX": f"*{x}", "DUH": f"*{x}", "DH_prev": f"*{x}", "Part": "*fp32", **strides, **d_strides,
            "B": "i32", "H": "i32"}
     label = f"H={H} x={x} w={w}"
-    bwd_warps = min(16, warps_for(12 * block))
     # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
-    return [Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, warps_for(6 * block), label),
+    return [Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
             Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
             Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
 

@@ -12,27 +12,17 @@ stacked as w_rec = [W_h; U] (3H, H), so that
   (T, B, 3H) buffers, then ∂L/∂h_{t-1} = ∂L/∂out_{t-1} + dh ⊙ (1 − z) + ∂L/∂rec_t · w_rec (one addmm, one
   add); once for the sequence: ∂L/∂w_rec as one (3H × T·B) · (T·B × H) product and one column sum.
 
-Deterministic (no atomics); launch configurations cached per shape; not twice differentiable.
+Deterministic (no atomics); the fused cell's launch configurations (`gru_op.launch`, cached per
+shape); not twice differentiable.
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
-import functools
-
 import torch
-import triton
 from torch.autograd.function import once_differentiable
 
 from kernels import gru_triton as K
-from kernels.gru_op import _check
-from kernels.layer_norm_op import column_sum, persistent_programs, warps_for
-
-
-@functools.lru_cache(maxsize=64)
-def _config(B: int, H: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(BLOCK_H, forward warps, backward programs, backward warps) of one shape."""
-    block = triton.next_power_of_2(H)
-    return (block, warps_for(6 * block), max(1, min(B, persistent_programs(device))),
-            min(16, warps_for(12 * block)))
+from kernels.gru_op import _check, launch
+from kernels.layer_norm_op import column_sum
 
 
 def _blocks(t: torch.Tensor, H: int) -> tuple:
@@ -45,7 +35,7 @@ class _LNGRUSequence(torch.autograd.Function):
     def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps):
         T, B, G = ax.shape
         H = G // 3
-        block, fwd_warps, _, _ = _config(B, H, ax.device)
+        block, fwd_warps, _, _ = launch(B, H, ax.device)
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         rec = ax.new_empty(T, B, G)  # [zr_h | uh] = h_{t-1} w_recᵀ per step, kept for the backward
         hs = ax.new_empty(T, B, H)
@@ -71,7 +61,7 @@ class _LNGRUSequence(torch.autograd.Function):
         params, (h0, rec, hs, stats) = rest[:8], rest[8:]
         T, B, G = ax.shape
         H = G // 3
-        block, _, P, bwd_warps = _config(B, H, ax.device)
+        block, _, P, bwd_warps = launch(B, H, ax.device)
         d_hs = d_hs.contiguous()
         d_rec = torch.empty_like(rec)  # ∂L/∂[zr_h | uh] per step
         d_ax = torch.empty_like(ax)  # ∂L/∂[zr_x | wx] per step

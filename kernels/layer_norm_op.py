@@ -122,6 +122,24 @@ def _sum_launch(P: int, N: int, slabs: int, device: torch.device) -> SumLaunch:
     return SumLaunch(block_p, block_c, 4, (triton.cdiv(N, block_c), slabs))
 
 
+class CellLaunch(NamedTuple):
+    """The launches of a fused recurrent cell (lstm_op, gru_op and their sequences)."""
+
+    BLOCK_H: int
+    fwd_warps: int
+    programs: int  # the backward's persistent grid (rows pid, pid + programs, …)
+    bwd_warps: int
+
+
+@functools.lru_cache(maxsize=256)
+def cell_launch(B: int, H: int, device: torch.device, fwd_rows: int, bwd_rows: int) -> CellLaunch:
+    """For a cell whose forward holds about `fwd_rows` and backward `bwd_rows` fp32 rows of BLOCK_H values
+    per program (the backward capped at 16 warps)."""
+    block = triton.next_power_of_2(H)
+    return CellLaunch(block, warps_for(fwd_rows * block), max(1, min(B, persistent_programs(device))),
+                      min(16, warps_for(bwd_rows * block)))
+
+
 def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
     """The forward launch: {'kernel': 'resident' / 'shifted' / 'looped', 'BLOCK_N', 'ROWS', 'num_warps',
     'grid'}."""

@@ -8,12 +8,16 @@ Launch heuristics and shape checks live here; the kernels and their maths in `ls
 # No `from __future__ import annotations`: older torch (2.11 on the GPU machine) infers custom-op
 # schemas more reliably from real annotation objects.
 import torch
-import triton
 
 from kernels import lstm_triton as K
-from kernels.layer_norm_op import SUPPORTED_DTYPES, column_sum, persistent_programs, warps_for
+from kernels.layer_norm_op import SUPPORTED_DTYPES, CellLaunch, cell_launch, column_sum
 
 PARAM_NAMES = ("gain_h", "bias_h", "gain_x", "bias_x", "bias", "gain_c", "bias_c")
+
+
+def launch(B: int, H: int, device: torch.device) -> CellLaunch:
+    """The LN-LSTM kernels' launches (forward ≈ 8 H-rows live per program, backward ≈ 16)."""
+    return cell_launch(B, H, device, 8, 16)
 
 
 def _check(hh, xx, c_prev, params) -> int:
@@ -54,9 +58,9 @@ def ln_lstm_fwd(hh: torch.Tensor, xx: torch.Tensor, c_prev: torch.Tensor, gain_h
     c = torch.empty((B, H), dtype=hh.dtype, device=hh.device)
     stats = torch.empty((B, 6), dtype=torch.float32, device=hh.device)
     if B > 0:
-        block = triton.next_power_of_2(H)
+        cfg = launch(B, H, hh.device)
         K._ln_lstm_fwd[(B,)](hh, xx, c_prev, *params, h, c, stats, hh.stride(0), xx.stride(0),
-                             c_prev.stride(0), H, eps, BLOCK_H=block, num_warps=warps_for(8 * block))
+                             c_prev.stride(0), H, eps, BLOCK_H=cfg.BLOCK_H, num_warps=cfg.fwd_warps)
     return h, c, stats
 
 
@@ -65,11 +69,6 @@ def _(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps)
     B = c_prev.shape[0]
     return (torch.empty_like(c_prev, dtype=hh.dtype), torch.empty_like(c_prev, dtype=hh.dtype),
             hh.new_empty((B, 6), dtype=torch.float32))
-
-
-def bwd_programs(B: int, device: torch.device) -> int:
-    """Persistent program count of the backward (rows of the partial buffer)."""
-    return max(1, min(B, persistent_programs(device)))
 
 
 @torch.library.custom_op("normlab::ln_lstm_bwd", mutates_args=())
@@ -87,12 +86,11 @@ def ln_lstm_bwd(dh: torch.Tensor, dc: torch.Tensor, hh: torch.Tensor, xx: torch.
     dcp = torch.empty((B, H), dtype=hh.dtype, device=hh.device)
     if B == 0:
         return dhh, dxx, dcp, torch.zeros(14 * H, dtype=torch.float32, device=hh.device)
-    P = bwd_programs(B, hh.device)
+    cfg = launch(B, H, hh.device)
     part = torch.empty((B, 14 * H), dtype=torch.float32, device=hh.device)
-    block = triton.next_power_of_2(H)
-    K._ln_lstm_bwd[(P,)](dh, dc, hh, xx, c_prev, *params, stats, dhh, dxx, dcp, part, hh.stride(0),
-                         xx.stride(0), c_prev.stride(0), B, H, BLOCK_H=block, ACC=False,
-                         num_warps=min(16, warps_for(16 * block)))
+    K._ln_lstm_bwd[(cfg.programs,)](dh, dc, hh, xx, c_prev, *params, stats, dhh, dxx, dcp, part, hh.stride(0),
+                                    xx.stride(0), c_prev.stride(0), B, H, BLOCK_H=cfg.BLOCK_H, ACC=False,
+                                    num_warps=cfg.bwd_warps)
     return dhh, dxx, dcp, column_sum(part, torch.float32)
 
 

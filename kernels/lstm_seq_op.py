@@ -16,28 +16,17 @@ kernel takes microseconds. Here the time loop runs inside one `torch.autograd.Fu
 
 The input side has no recurrence: the caller passes ax = x W_xᵀ for all steps (one product), and the
 kernel normalizes ax_t itself (LN over 4H with γ_x, β_x), so ∂L/∂ax comes back through the same launch.
-Launch configurations are cached per (B, H, device). Not twice differentiable (the probes' curvature
-products switch the kernels to torch).
+Launch configurations: the fused cell's own (`lstm_op.launch`, cached per shape). Not twice
+differentiable (the probes' curvature products switch the kernels to torch).
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
-import functools
-
 import torch
-import triton
 from torch.autograd.function import once_differentiable
 
 from kernels import lstm_triton as K
-from kernels.layer_norm_op import column_sum, persistent_programs, warps_for
-from kernels.lstm_op import PARAM_NAMES, _check
-
-
-@functools.lru_cache(maxsize=64)
-def _config(B: int, H: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(BLOCK_H, forward warps, backward programs, backward warps) of one shape."""
-    block = triton.next_power_of_2(H)
-    return block, warps_for(8 * block), max(1, min(B, persistent_programs(device))), min(16,
-                                                                                       warps_for(16 * block))
+from kernels.layer_norm_op import column_sum
+from kernels.lstm_op import PARAM_NAMES, _check, launch
 
 
 class _LNLSTMSequence(torch.autograd.Function):
@@ -45,7 +34,7 @@ class _LNLSTMSequence(torch.autograd.Function):
     def forward(ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps):
         T, B, G = ax.shape
         H = G // 4
-        block, fwd_warps, _, _ = _config(B, H, ax.device)
+        block, fwd_warps, _, _ = launch(B, H, ax.device)
         params = [p.contiguous() for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         hh = ax.new_empty(T, B, G)  # raw h_{t-1} W_hᵀ per step, kept for the backward
         hs = ax.new_empty(T, B, H)
@@ -72,7 +61,7 @@ class _LNLSTMSequence(torch.autograd.Function):
         params = (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)
         T, B, G = ax.shape
         H = G // 4
-        block, _, P, bwd_warps = _config(B, H, ax.device)
+        block, _, P, bwd_warps = launch(B, H, ax.device)
         d_hs = d_hs.contiguous()
         d_hh = torch.empty_like(hh)  # ∂L/∂(h_{t-1} W_hᵀ) per step
         d_ax = torch.empty_like(ax)

@@ -85,6 +85,34 @@ def _ln_fwd_resident(
 
 
 @triton.jit
+def _split(first, N, VEC: tl.constexpr):
+    """(head, body, tail) of a row starting at element offset `first` of a 16-byte-aligned base: head < VEC
+    elements up to the first 16-byte boundary, a body of whole 16-byte vectors (the compiler is told so),
+    the rest in tail. N ≥ VEC, so the body starts on the boundary."""
+    head = tl.minimum((VEC - first % VEC) % VEC, N).to(tl.int32)
+    body = tl.multiple_of(((N - head) // VEC) * VEC, VEC)
+    return head, body, N - head - body
+
+
+@triton.jit
+def _load3(ptr, start, at, body, cols, ends, b_ok, h_ok, t_ok):
+    """The head (from `start`), body (from `at`) and tail (from `at + body`) of one row, as fp32. The body
+    moves in 16-byte vectors when the caller has told the compiler that `at` is on a boundary."""
+    return (tl.load(ptr + start + ends, mask=h_ok, other=0.0).to(tl.float32),
+            tl.load(ptr + at + cols, mask=b_ok, other=0.0).to(tl.float32),
+            tl.load(ptr + at + body + ends, mask=t_ok, other=0.0).to(tl.float32))
+
+
+@triton.jit
+def _store3(ptr, start, at, body, cols, ends, b_ok, h_ok, t_ok, vh, vb, vt):
+    """Stores head, body and tail values of one row (positions as in _load3), in ptr's dtype."""
+    ty = ptr.dtype.element_ty
+    tl.store(ptr + start + ends, vh.to(ty), mask=h_ok)
+    tl.store(ptr + at + cols, vb.to(ty), mask=b_ok)
+    tl.store(ptr + at + body + ends, vt.to(ty), mask=t_ok)
+
+
+@triton.jit
 def _ln_fwd_shifted(
     X,  # input rows (M, N), row stride stride_x, 16-byte aligned
     Y,  # output rows, the same row stride (stride_y == stride_x) and 16-byte aligned
@@ -105,39 +133,30 @@ def _ln_fwd_shifted(
     # checks), so one split serves both. Same maths as _ln_fwd_resident (centred two-pass).
     row = tl.program_id(0)
     start = tl.cast(row, tl.int64) * stride_x  # the row's first element, in X and in Y
-    head = tl.minimum((VEC - start % VEC) % VEC, N).to(tl.int32)
-    body = tl.multiple_of(((N - head) // VEC) * VEC, VEC)
-    tail = N - head - body
-    at = tl.multiple_of(start + head, VEC)  # the body's first element: on a 16-byte boundary
+    head, body, tail = _split(start, N, VEC)
     cols = tl.arange(0, BLOCK_N)
     ends = tl.arange(0, VEC)
     b_ok = cols < body
     h_ok = ends < head
     t_ok = ends < tail
-    xb = tl.load(X + at + cols, mask=b_ok, other=0.0).to(tl.float32)
-    xh = tl.load(X + start + ends, mask=h_ok, other=0.0).to(tl.float32)
-    xt = tl.load(X + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    at = tl.multiple_of(start + head, VEC)  # the body's first element: on a 16-byte boundary
+    xh, xb, xt = _load3(X, start, at, body, cols, ends, b_ok, h_ok, t_ok)
     mean = (tl.sum(xb, axis=0) + tl.sum(xh, axis=0) + tl.sum(xt, axis=0)) / N
     cb = tl.where(b_ok, xb - mean, 0.0)
     ch = tl.where(h_ok, xh - mean, 0.0)
     ct = tl.where(t_ok, xt - mean, 0.0)
     var = (tl.sum(cb * cb, axis=0) + tl.sum(ch * ch, axis=0) + tl.sum(ct * ct, axis=0)) / N
     rstd = 1.0 / tl.sqrt(var + eps)
-    yb = cb * rstd
     yh = ch * rstd
+    yb = cb * rstd
     yt = ct * rstd
     if HAS_W:  # γ's column of body element k is head + k: these loads stay element-wise (from cache)
-        yb = yb * tl.load(W + head + cols, mask=b_ok, other=0.0).to(tl.float32)
-        yh = yh * tl.load(W + ends, mask=h_ok, other=0.0).to(tl.float32)
-        yt = yt * tl.load(W + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+        wh, wb, wt = _load3(W, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
+        yh, yb, yt = yh * wh, yb * wb, yt * wt
     if HAS_B:
-        yb = yb + tl.load(B + head + cols, mask=b_ok, other=0.0).to(tl.float32)
-        yh = yh + tl.load(B + ends, mask=h_ok, other=0.0).to(tl.float32)
-        yt = yt + tl.load(B + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
-    ty = Y.dtype.element_ty
-    tl.store(Y + at + cols, yb.to(ty), mask=b_ok)
-    tl.store(Y + start + ends, yh.to(ty), mask=h_ok)
-    tl.store(Y + at + body + ends, yt.to(ty), mask=t_ok)
+        bh, bb, bt = _load3(B, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
+        yh, yb, yt = yh + bh, yb + bb, yt + bt
+    _store3(Y, start, at, body, cols, ends, b_ok, h_ok, t_ok, yh, yb, yt)
     tl.store(Mean + row, mean)
     tl.store(Rstd + row, rstd)
 
@@ -260,70 +279,49 @@ def _ln_bwd_shifted(
     # serves them all, and the dγ/dβ accumulators keep one column layout (body lane k ↔ column head + k).
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
-    first = tl.cast(pid, tl.int64) * stride_x
-    head = tl.minimum((VEC - first % VEC) % VEC, N).to(tl.int32)
-    body = tl.multiple_of(((N - head) // VEC) * VEC, VEC)
-    tail = N - head - body
+    head, body, tail = _split(tl.cast(pid, tl.int64) * stride_x, N, VEC)
     cols = tl.arange(0, BLOCK_N)
     ends = tl.arange(0, VEC)
     b_ok = cols < body
     h_ok = ends < head
     t_ok = ends < tail
-    if HAS_W:
-        wb = tl.load(W + head + cols, mask=b_ok, other=0.0).to(tl.float32)
-        wh = tl.load(W + ends, mask=h_ok, other=0.0).to(tl.float32)
-        wt = tl.load(W + head + body + ends, mask=t_ok, other=0.0).to(tl.float32)
+    if HAS_W:  # column of body element k: head + k (element-wise loads, once per program)
+        wh, wb, wt = _load3(W, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
     else:
-        wb = tl.where(b_ok, 1.0, 0.0)
-        wh = tl.where(h_ok, 1.0, 0.0)
-        wt = tl.where(t_ok, 1.0, 0.0)
-    dwb = tl.zeros([BLOCK_N], dtype=tl.float32)
+        wh, wb, wt = tl.where(h_ok, 1.0, 0.0), tl.where(b_ok, 1.0, 0.0), tl.where(t_ok, 1.0, 0.0)
     dwh = tl.zeros([VEC], dtype=tl.float32)
+    dwb = tl.zeros([BLOCK_N], dtype=tl.float32)
     dwt = tl.zeros([VEC], dtype=tl.float32)
-    dbb = tl.zeros([BLOCK_N], dtype=tl.float32)
     dbh = tl.zeros([VEC], dtype=tl.float32)
+    dbb = tl.zeros([BLOCK_N], dtype=tl.float32)
     dbt = tl.zeros([VEC], dtype=tl.float32)
     for row in tl.range(pid, M, n_prog, num_stages=STAGES):
-        start = tl.cast(row, tl.int64) * stride_x
+        start = tl.cast(row, tl.int64) * stride_x  # the same offset from a boundary as row pid's
         at = tl.multiple_of(start + head, VEC)
         mean = tl.load(Mean + row)
         rstd = tl.load(Rstd + row)
-        xb = tl.load(X + at + cols, mask=b_ok, other=0.0).to(tl.float32)
-        xh = tl.load(X + start + ends, mask=h_ok, other=0.0).to(tl.float32)
-        xt = tl.load(X + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
-        yb = tl.load(DY + at + cols, mask=b_ok, other=0.0).to(tl.float32)
-        yh = tl.load(DY + start + ends, mask=h_ok, other=0.0).to(tl.float32)
-        yt = tl.load(DY + at + body + ends, mask=t_ok, other=0.0).to(tl.float32)
-        nb = tl.where(b_ok, (xb - mean) * rstd, 0.0)
+        xh, xb, xt = _load3(X, start, at, body, cols, ends, b_ok, h_ok, t_ok)
+        yh, yb, yt = _load3(DY, start, at, body, cols, ends, b_ok, h_ok, t_ok)
         nh = tl.where(h_ok, (xh - mean) * rstd, 0.0)
+        nb = tl.where(b_ok, (xb - mean) * rstd, 0.0)
         nt = tl.where(t_ok, (xt - mean) * rstd, 0.0)
-        gb = yb * wb
-        gh = yh * wh
-        gt = yt * wt
+        gh, gb, gt = yh * wh, yb * wb, yt * wt
         c1 = (tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)) / N
         c2 = (tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)) / N
-        ty = DX.dtype.element_ty
-        tl.store(DX + at + cols, ((gb - (nb * c1 + c2)) * rstd).to(ty), mask=b_ok)
-        tl.store(DX + start + ends, ((gh - (nh * c1 + c2)) * rstd).to(ty), mask=h_ok)
-        tl.store(DX + at + body + ends, ((gt - (nt * c1 + c2)) * rstd).to(ty), mask=t_ok)
+        _store3(DX, start, at, body, cols, ends, b_ok, h_ok, t_ok, (gh - (nh * c1 + c2)) * rstd,
+                (gb - (nb * c1 + c2)) * rstd, (gt - (nt * c1 + c2)) * rstd)
         if HAS_W:
-            dwb += yb * nb
             dwh += yh * nh
+            dwb += yb * nb
             dwt += yt * nt
         if HAS_B:
-            dbb += yb
             dbh += yh
+            dbb += yb
             dbt += yt
-    if HAS_W:
-        part = DW_part + pid * N
-        tl.store(part + head + cols, dwb, mask=b_ok)
-        tl.store(part + ends, dwh, mask=h_ok)
-        tl.store(part + head + body + ends, dwt, mask=t_ok)
+    if HAS_W:  # columns as γ's above
+        _store3(DW_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dwh, dwb, dwt)
     if HAS_B:
-        part = DB_part + pid * N
-        tl.store(part + head + cols, dbb, mask=b_ok)
-        tl.store(part + ends, dbh, mask=h_ok)
-        tl.store(part + head + body + ends, dbt, mask=t_ok)
+        _store3(DB_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dbh, dbb, dbt)
 
 
 @triton.jit

@@ -69,16 +69,29 @@ def _auto_backend():
 
 @pytest.fixture
 def fused_vs_torch(monkeypatch):
-    """run(layer, x, seq_module, fn_name, force=False, repeats=1) -> (fused runs, torch run, fused calls).
+    """run(cell, x, hidden, force=False, repeats=1) -> (fused runs, torch run, fused calls).
 
-    Runs an engine recurrent layer once with the kernels forced to torch and `repeats` times with the
-    default backend, counting calls of `seq_module.fn_name` (the fused sequence); each run is
-    [output, every parameter's grad] for a fixed non-uniform upstream gradient. `force`: CPU tensors under
-    the interpreter, where the fused path is taken only if `backend_for` is made to say 'triton'.
+    Builds the engine's LN-LSTM or LN-GRU layer ('lstm' / 'gru') for x (T, B, D) on x's device, its
+    parameters moved off their initial values by a seeded 0.1·N(0, 1), runs it once with the kernels
+    forced to torch and `repeats` times with the default backend, counting calls of the fused sequence
+    (`kernels.<cell>_seq_op.triton_ln_<cell>_sequence`); each run is [output, every parameter's grad] for a
+    fixed non-uniform upstream gradient. `force`: CPU tensors under the interpreter, where the fused path
+    is taken only if `backend_for` is made to say 'triton'.
     """
+    import importlib
+
     import kernels
 
-    def run_both(layer, x, seq_module, fn_name, force=False, repeats=1):
+    def run_both(cell, x, hidden, force=False, repeats=1):
+        recurrent = pytest.importorskip("workers.engine.recurrent")
+        seq_op = importlib.import_module(f"kernels.{cell}_seq_op")
+        torch.manual_seed(0)
+        layer = {"lstm": recurrent.LSTMLayer, "gru": recurrent.GRULayer}[cell](x.shape[-1], hidden,
+                                                                               norm="layer").to(x.device)
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(0.1 * torch.randn(p.shape).to(x.device))
+
         def once(backend):
             kernels.set_backend(backend)
             layer.zero_grad()
@@ -88,8 +101,9 @@ def fused_vs_torch(monkeypatch):
 
         ref = once("torch")
         calls = []
-        real = getattr(seq_module, fn_name)
-        monkeypatch.setattr(seq_module, fn_name, lambda *a: calls.append(1) or real(*a))
+        name = f"triton_ln_{cell}_sequence"
+        real = getattr(seq_op, name)
+        monkeypatch.setattr(seq_op, name, lambda *a: calls.append(1) or real(*a))
         if force:
             monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
         return [once("auto") for _ in range(repeats)], ref, len(calls)

@@ -211,18 +211,7 @@ def test_fused_lstm_sequence_vs_float64_reference(T, B, H, dtype):
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 @pytest.mark.parametrize("H", [128, 1000])
 def test_engine_layers_take_the_fused_sequences_on_cuda(cell, H, fused_vs_torch):
-    import kernels.gru_seq_op
-    import kernels.lstm_seq_op
-
-    recurrent = pytest.importorskip("workers.engine.recurrent")
-    torch.manual_seed(0)
-    layer = (recurrent.LSTMLayer if cell == "lstm" else recurrent.GRULayer)(64, H, norm="layer").to(CUDA)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    seq_op = kernels.lstm_seq_op if cell == "lstm" else kernels.gru_seq_op
-    (got, again), ref, calls = fused_vs_torch(layer, torch.randn(12, 16, 64, device=CUDA), seq_op,
-                                              f"triton_ln_{cell}_sequence", repeats=2)
+    (got, again), ref, calls = fused_vs_torch(cell, torch.randn(12, 16, 64, device=CUDA), H, repeats=2)
     assert calls == 2
     assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))  # deterministic
     for a, b in zip(got, ref, strict=True):

@@ -76,16 +76,7 @@ def test_sequence_equals_the_per_step_cell_and_repeats_bitwise(gen):
 
 
 def test_engine_gru_layer_runs_the_fused_sequence(gen, fused_vs_torch):
-    import kernels.gru_seq_op as seq_op
-    from workers.engine.recurrent import GRULayer
-
-    torch.manual_seed(0)
-    layer = GRULayer(6, 8, norm="layer")
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    (got,), ref, calls = fused_vs_torch(layer, torch.randn(5, 3, 6, generator=gen), seq_op,
-                                        "triton_ln_gru_sequence", force=True)
+    (got,), ref, calls = fused_vs_torch("gru", torch.randn(5, 3, 6, generator=gen), 8, force=True)
     assert calls == 1, "the fused sequence was not used"
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)

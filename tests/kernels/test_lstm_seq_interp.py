@@ -122,16 +122,7 @@ def test_sequence_shape_errors_say_what_to_change(gen):
 def test_engine_lstm_layer_runs_the_fused_sequence(gen, fused_vs_torch):
     # The engine's LN-LSTM takes the fused sequence when the kernels' backend is Triton (CUDA tensors; here
     # forced for CPU tensors under the interpreter): same numbers as its torch path.
-    import kernels.lstm_seq_op as seq_op
-    from workers.engine.recurrent import LSTMLayer
-
-    torch.manual_seed(0)
-    layer = LSTMLayer(6, 8, norm="layer")
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    (got,), ref, calls = fused_vs_torch(layer, torch.randn(5, 3, 6, generator=gen), seq_op,
-                                        "triton_ln_lstm_sequence", force=True)
+    (got,), ref, calls = fused_vs_torch("lstm", torch.randn(5, 3, 6, generator=gen), 8, force=True)
     assert calls == 1, "the fused sequence was not used"
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)

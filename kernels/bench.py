@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels import graphs
 
 PEAK_TBS = 4.8  # H200 HBM3e, vendor datasheet
 FULL = {"M": (512, 4096, 16384, 32768, 65536),
@@ -33,6 +34,7 @@ BYTES_PER_ELEM = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}
 LSTM_GRID = {"B": (8, 32, 128), "T": (64, 512), "H": (256, 512, 1024)}
 LSTM_QUICK = {"B": (32,), "T": (64,), "H": (256, 1024)}
 SEQUENCE = "fused LN-LSTM (triton sequence)"  # the row issue 7's ≤ 1.3× cuDNN target is checked on
+SEQUENCE_EAGER = "fused LN-LSTM (sequence, no CUDA graph)"  # the same launches from Python, for comparison
 # --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures.
 SMOKE = {"M": (8,), "N": (37,)}
 LSTM_SMOKE = {"B": (2,), "T": (3,), "H": (8,)}
@@ -147,13 +149,20 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
     cudnn = torch.nn.LSTM(D, H).to(dev)
     h0 = xs.new_zeros(B, H)
 
-    def sequence():  # one product for every step's W_x x_t, then the fused recurrence (one autograd node)
-        hs = kernels.triton_ln_lstm_sequence(xs @ params["w_x"].t(), w_h, *params["ln"], h0, h0, 1e-5)
-        hs.sum().backward()
+    def sequence(graphed=True):  # one product for every step's W_x x_t, then the fused recurrence (one node)
+        def run():
+            graphs.set_enabled(graphed)
+            try:
+                hs = kernels.triton_ln_lstm_sequence(xs @ params["w_x"].t(), w_h, *params["ln"], h0, h0, 1e-5)
+                hs.sum().backward()
+            finally:
+                graphs.set_enabled(True)
+        return run
 
     cases = {
         "cudnn nn.LSTM (no norm)": lambda: cudnn(xs)[0].sum().backward(),
-        SEQUENCE: sequence,
+        SEQUENCE: sequence(),
+        SEQUENCE_EAGER: sequence(graphed=False),
         "fused LN-LSTM (triton cell per step)": lambda: _lstm_step_loop(kernels.triton_ln_lstm_cell, xs, w_h,
                                                                         params, H),
         "plain PyTorch LN-LSTM": lambda: _lstm_step_loop(kernels.ln_lstm_cell_reference, xs, w_h, params, H),
@@ -191,16 +200,25 @@ def _run_lstm(args, stream) -> list[dict]:
     """The LN-LSTM part over its grid, printed and streamed as it goes."""
     lgrid = LSTM_SMOKE if args.smoke else LSTM_QUICK if args.quick else LSTM_GRID
     out = []
-    for B in lgrid["B"]:
-        for T in lgrid["T"]:
-            for H in lgrid["H"]:
-                rows = _bench_lstm(B, T, H, max(args.rep_ms, 50.0))
-                out += rows
-                for r in rows:
-                    _emit(stream, "ln_lstm", r)
-                    if not args.json:
-                        print(f"LSTM B={B:3d} T={T:3d} H={H:4d} {r['impl']:28s} {r['ms']:9.3f} ms "
-                              f"x{r['x_cudnn']:.2f} of cuDNN", flush=True)
+    # One matmul precision for every row: cuDNN's LSTM uses TF32 by default (torch.backends.cudnn.allow_tf32)
+    # while torch's matmuls do not (torch.backends.cuda.matmul.allow_tf32), so the flags are set alike.
+    tf32 = args.lstm_precision == "tf32"
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        for B in lgrid["B"]:
+            for T in lgrid["T"]:
+                for H in lgrid["H"]:
+                    rows = _bench_lstm(B, T, H, max(args.rep_ms, 50.0))
+                    out += rows
+                    for r in rows:
+                        r["precision"] = args.lstm_precision
+                        _emit(stream, "ln_lstm", r)
+                        if not args.json:
+                            print(f"LSTM B={B:3d} T={T:3d} H={H:4d} {r['impl']:40s} {r['ms']:9.3f} ms "
+                                  f"x{r['x_cudnn']:.2f} of cuDNN", flush=True)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     return out
 
 
@@ -239,6 +257,8 @@ def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:
                                                               else None),
         "triton_slower_than_a_baseline (target: none)": slower,
         "lstm_fused_sequence_max_x_cudnn (target <= 1.3)": max((r["x_cudnn"] for r in fused), default=None),
+        "lstm_sequence_without_cuda_graph_max_x_cudnn": max(
+            (r["x_cudnn"] for r in lstm_rows if r["impl"] == SEQUENCE_EAGER), default=None),
     }
 
 
@@ -249,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a subset of the matrix (about a minute)")
     p.add_argument("--rep-ms", type=float, default=20.0, help="timed milliseconds per measurement (median)")
     p.add_argument("--no-lstm", action="store_true", help="skip the LN-LSTM part")
+    p.add_argument("--lstm-precision", choices=("tf32", "fp32"), default="tf32",
+                   help="fp32 matmuls in the LN-LSTM part: TF32 (cuDNN's default) or full fp32, alike for "
+                        "every row (default: tf32)")
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     global DEVICE
@@ -299,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
               "quick": args.quick, "seconds": round(time.time() - t0, 1), "layer_norm": ln_rows,
-              "ln_lstm": lstm_rows, "summary": summarize(ln_rows, lstm_rows)}
+              "ln_lstm": lstm_rows, "cuda_graphs": dict(graphs.stats),
+              "summary": summarize(ln_rows, lstm_rows)}
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result) if args.json else json.dumps(result["summary"], indent=1))

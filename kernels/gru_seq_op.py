@@ -14,12 +14,20 @@ stacked as w_rec = [W_h; U] (3H, H), so that
 
 Deterministic (no atomics); the fused cell's launch configurations (`gru_op.launch`, cached per
 shape); not twice differentiable.
+
+On CUDA each direction's loop (`_forward`, `_backward`) is captured once per shape as a CUDA graph and
+replayed (`kernels.graphs`): one host call instead of 2T launches from Python, on copies of the inputs;
+the same launches in the same order, which the `gpu` tests check bit for bit against the eager loop
+(that one runs when graphs are off, under someone else's capture, and on CPU).
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
 
+from kernels import graphs
 from kernels import gru_triton as K
 from kernels.gru_op import _check, launch
 from kernels.layer_norm_op import column_sum
@@ -30,64 +38,81 @@ def _blocks(t: torch.Tensor, H: int) -> tuple:
     return t[..., : 2 * H].unbind(0), t[..., 2 * H:].unbind(0)
 
 
+def _forward(ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, *, eps):
+    """The recurrence's launches: (rec, hs, stats) per step, from contiguous ax, params and h0."""
+    T, B, G = ax.shape
+    H = G // 3
+    block, fwd_warps, _, _ = launch(B, H, ax.device)
+    params = (g1, b1, g2, b2, g3, b3, g4, b4)
+    rec = ax.new_empty(T, B, G)  # [zr_h | uh] = h_{t-1} w_recᵀ per step, kept for the backward
+    hs = ax.new_empty(T, B, H)
+    stats = ax.new_empty(T, B, 8, dtype=torch.float32)
+    (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
+    REC, HS, ST = rec.unbind(0), hs.unbind(0), stats.unbind(0)
+    w_recT = w_rec.t()
+    h = h0
+    kernel = K._ln_gru_fwd[(B,)]
+    for t in range(T):
+        torch.mm(h, w_recT, out=REC[t])
+        kernel(ZRH[t], ZRX[t], WX[t], UH[t], h, *params, HS[t], ST[t], G, G, G, G, h.stride(0), H, eps,
+               BLOCK_H=block, num_warps=fwd_warps)
+        h = HS[t]
+    return rec, hs, stats
+
+
+def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stats):
+    """The backward's launches: (d_ax, d_w_rec, dparams fp32 (10H,), dh0)."""
+    params = (g1, b1, g2, b2, g3, b3, g4, b4)
+    T, B, G = ax.shape
+    H = G // 3
+    block, _, P, bwd_warps = launch(B, H, ax.device)
+    d_rec = torch.empty_like(rec)  # ∂L/∂[zr_h | uh] per step
+    d_ax = torch.empty_like(ax)  # ∂L/∂[zr_x | wx] per step
+    part = ax.new_empty(B, 10 * H, dtype=torch.float32)
+    dh = torch.empty_like(h0)  # ∂L/∂h_t read by the step's launch
+    dhp = torch.empty_like(h0)  # its direct part dh ⊙ (1 − z), written by the launch
+    (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
+    (DZRH, DUH), (DZRX, DWX) = _blocks(d_rec, H), _blocks(d_ax, H)
+    DREC, HS, ST, DHS = d_rec.unbind(0), hs.unbind(0), stats.unbind(0), d_hs.unbind(0)
+    grid = (P,)
+    dh_t = DHS[T - 1]
+    for t in range(T - 1, -1, -1):
+        h_prev = HS[t - 1] if t > 0 else h0
+        K._ln_gru_bwd[grid](dh_t, ZRH[t], ZRX[t], WX[t], UH[t], h_prev, *params, ST[t], DZRH[t], DZRX[t],
+                            DWX[t], DUH[t], dhp, part, G, G, G, G, h_prev.stride(0), G, G, G, G, B, H,
+                            BLOCK_H=block, ACC=t != T - 1, num_warps=bwd_warps)
+        if t > 0:
+            dh_t = torch.addmm(DHS[t - 1], DREC[t], w_rec, out=dh).add_(dhp)
+    dh0 = torch.addmm(dhp, DREC[0], w_rec)
+    h_prev_all = torch.cat([h0.unsqueeze(0), hs[:-1]])
+    d_w_rec = d_rec.view(-1, G).t().mm(h_prev_all.view(-1, H))
+    return d_ax, d_w_rec, column_sum(part, torch.float32), dh0
+
+
 class _LNGRUSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps):
-        T, B, G = ax.shape
-        H = G // 3
-        block, fwd_warps, _, _ = launch(B, H, ax.device)
+    def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving):
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
-        rec = ax.new_empty(T, B, G)  # [zr_h | uh] = h_{t-1} w_recᵀ per step, kept for the backward
-        hs = ax.new_empty(T, B, H)
-        stats = ax.new_empty(T, B, 8, dtype=torch.float32)
-        (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
-        REC, HS, ST = rec.unbind(0), hs.unbind(0), stats.unbind(0)
-        w_recT = w_rec.t()
-        h = h0
-        kernel = K._ln_gru_fwd[(B,)]
-        for t in range(T):
-            torch.mm(h, w_recT, out=REC[t])
-            kernel(ZRH[t], ZRX[t], WX[t], UH[t], h, *params, HS[t], ST[t], G, G, G, G, h.stride(0), H, eps,
-                   BLOCK_H=block, num_warps=fwd_warps)
-            h = HS[t]
-        ctx.save_for_backward(ax, w_rec, *params, h0, rec, hs, stats)
+        inputs = (ax, w_rec, *params, h0)
+        # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
+        rec, hs, stats = graphs.call("ln_gru_fwd", functools.partial(_forward, eps=eps), inputs, eps,
+                                    keep=None if saving else (1,))
+        if saving:
+            ctx.save_for_backward(*inputs, rec, hs, stats)
         ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_hs):
-        ax, w_rec, *rest = ctx.saved_tensors
-        params, (h0, rec, hs, stats) = rest[:8], rest[8:]
-        T, B, G = ax.shape
-        H = G // 3
-        block, _, P, bwd_warps = launch(B, H, ax.device)
-        d_hs = d_hs.contiguous()
-        d_rec = torch.empty_like(rec)  # ∂L/∂[zr_h | uh] per step
-        d_ax = torch.empty_like(ax)  # ∂L/∂[zr_x | wx] per step
-        part = ax.new_empty(B, 10 * H, dtype=torch.float32)
-        dh = torch.empty_like(h0)  # ∂L/∂h_t read by the step's launch
-        dhp = torch.empty_like(h0)  # its direct part dh ⊙ (1 − z), written by the launch
-        (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
-        (DZRH, DUH), (DZRX, DWX) = _blocks(d_rec, H), _blocks(d_ax, H)
-        DREC, HS, ST, DHS = d_rec.unbind(0), hs.unbind(0), stats.unbind(0), d_hs.unbind(0)
-        grid = (P,)
-        dh_t = DHS[T - 1]
-        for t in range(T - 1, -1, -1):
-            h_prev = HS[t - 1] if t > 0 else h0
-            K._ln_gru_bwd[grid](dh_t, ZRH[t], ZRX[t], WX[t], UH[t], h_prev, *params, ST[t], DZRH[t], DZRX[t],
-                                DWX[t], DUH[t], dhp, part, G, G, G, G, h_prev.stride(0), G, G, G, G, B, H,
-                                BLOCK_H=block, ACC=t != T - 1, num_warps=bwd_warps)
-            if t > 0:
-                dh_t = torch.addmm(DHS[t - 1], DREC[t], w_rec, out=dh).add_(dhp)
-        dh0 = torch.addmm(dhp, DREC[0], w_rec)
-        h_prev_all = torch.cat([h0.unsqueeze(0), hs[:-1]])
-        d_w_rec = d_rec.view(-1, G).t().mm(h_prev_all.view(-1, H))
-        dp = column_sum(part, torch.float32)
+        saved = (d_hs.contiguous(), *ctx.saved_tensors)
+        ax = saved[1]
+        d_ax, d_w_rec, dp, dh0 = graphs.call("ln_gru_bwd", _backward, saved)
+        H = ax.shape[2] // 3
         g1, g2, b12 = dp[: 2 * H], dp[2 * H: 4 * H], dp[4 * H: 6 * H]
         g3, b3, g4, b4 = dp[6 * H: 7 * H], dp[7 * H: 8 * H], dp[8 * H: 9 * H], dp[9 * H:]
         grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient
-        return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None)
+        return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None, None)
 
 
 def _check_sequence(ax, w_rec, h0, params) -> None:
@@ -118,4 +143,5 @@ def triton_ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x
     _check_sequence(ax, w_rec, h0, params)
     if ax.shape[0] == 0:
         return ax.new_empty(0, ax.shape[1], ax.shape[2] // 3)
-    return _LNGRUSequence.apply(ax.contiguous(), w_rec, *params, h0.contiguous(), float(eps))
+    saving = torch.is_grad_enabled() and any(t.requires_grad for t in (ax, w_rec, h0, *params))
+    return _LNGRUSequence.apply(ax.contiguous(), w_rec, *params, h0.contiguous(), float(eps), saving)

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     sse_heartbeat_s: float = Field(10.0, gt=0)
     # Kernels: 'auto' = the Triton kernel on CUDA tensors, torch otherwise; 'torch' forces torch (A/B).
     kernel_backend: Literal["auto", "torch", "triton"] = "auto"
+    # CUDA: replay each fused LN-LSTM / LN-GRU recurrence (2T launches a step) as one captured CUDA graph
+    # per shape (kernels.graphs); off = the same launches from Python (same results, more host time).
+    cuda_graphs: bool = True
     # CPU engine (float32): products over all time steps through oneDNN; the LSTM's per-step work in a C
     # function built on first use with `cc` (compiler: empty = cc/gcc on PATH) into cache_dir; malloc told
     # to keep freed blocks in worker processes. Each off = torch's own path (A/B runs, odd platforms).

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels import graphs
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,15 @@ try:  # the whole recurrence as one node (what the engine runs on CUDA): host an
     def seq_fwd_bwd():
         kernels.triton_ln_lstm_sequence(ax, w_h, *ps, h0, h0, 1e-5).sum().backward()
 
+    def seq_fwd_bwd_eager():  # the same launches from Python, no CUDA graph
+        graphs.set_enabled(False)
+        try:
+            seq_fwd_bwd()
+        finally:
+            graphs.set_enabled(True)
+
     for name, fn, n in (("sequence fwd", seq_fwd, 20), ("sequence fwd+bwd", seq_fwd_bwd, 10),
+                        ("sequence fwd+bwd without CUDA graph", seq_fwd_bwd_eager, 10),
                         ("cuDNN nn.LSTM fwd+bwd", lambda: lstm(xs)[0].sum().backward(), 20)):
         h_us, total = host_us(fn, n)
         say(f"{name} T={T} B={Bt} H={H}: host {h_us / T:.1f} us/step, with sync {total / T:.1f} us/step "
@@ -115,6 +124,7 @@ try:  # the whole recurrence as one node (what the engine runs on CUDA): host an
             seq_fwd_bwd()
         torch.cuda.synchronize()
     say(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    say(f"kernels.graphs: {graphs.stats}")
 except Exception:  # noqa: BLE001
     say(traceback.format_exc())
 

@@ -21,7 +21,7 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and HAS_TRITON and not H
 # Not interpreted here: the child pytest of test_interpreter_suite.py runs these files (on CPU), or the gpu
 # tests cover the compiled kernels (on CUDA). Left out of this collection instead of skip lines.
 INTERP_FILES = ["test_layer_norm_interp.py", "test_lstm_interp.py", "test_lstm_seq_interp.py",
-                "test_gru_interp.py", "test_gru_seq_interp.py"]
+                "test_gru_interp.py", "test_gru_seq_interp.py", "test_graphs_interp.py"]
 collect_ignore = [] if INTERPRETED else INTERP_FILES
 
 

@@ -33,8 +33,10 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
     # |y| stays below 16 here, where one bf16 ulp is 0.0625 (the interpreter truncates to bf16).
     assert all(r["max_err_y"] < 0.07 for r in ln), [r for r in ln if r["max_err_y"] >= 0.07]
     assert {r["impl"] for r in result["ln_lstm"]} == {
-        "cudnn nn.LSTM (no norm)", bench.SEQUENCE, "fused LN-LSTM (triton cell per step)",
-        "plain PyTorch LN-LSTM", "engine LN-LSTM (triton backend)", "engine LN-LSTM (torch backend)"}
+        "cudnn nn.LSTM (no norm)", bench.SEQUENCE, bench.SEQUENCE_EAGER,
+        "fused LN-LSTM (triton cell per step)", "plain PyTorch LN-LSTM", "engine LN-LSTM (triton backend)",
+        "engine LN-LSTM (torch backend)"}
+    assert {r["precision"] for r in result["ln_lstm"]} == {"tf32"}  # one matmul precision for every row
     assert "lstm_fused_sequence_max_x_cudnn (target <= 1.3)" in result["summary"]
     streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
     assert len(streamed) == len(ln) + len(result["ln_lstm"])

@@ -211,8 +211,69 @@ def test_fused_lstm_sequence_vs_float64_reference(T, B, H, dtype):
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 @pytest.mark.parametrize("H", [128, 1000])
 def test_engine_layers_take_the_fused_sequences_on_cuda(cell, H, fused_vs_torch):
-    (got, again), ref, calls = fused_vs_torch(cell, torch.randn(12, 16, 64, device=CUDA), H, repeats=2)
-    assert calls == 2
-    assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))  # deterministic
-    for a, b in zip(got, ref, strict=True):
+    # three training steps: eager, CUDA-graph capture, replay (kernels.graphs) - all the same bits
+    runs, ref, calls = fused_vs_torch(cell, torch.randn(12, 16, 64, device=CUDA), H, repeats=3)
+    assert calls == 3
+    for again in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], again, strict=True))  # deterministic
+    for a, b in zip(runs[0], ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def _gru_sequence_inputs(T, B, H, seed=5):
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+
+    def r(*shape, s=1.0, m=0.0):
+        return torch.randn(*shape, device=CUDA, generator=g) * s + m
+
+    return [r(T, B, 3 * H, s=2, m=0.5), r(3 * H, H, s=H ** -0.5), r(2 * H, s=0.3, m=1), r(2 * H, s=0.2),
+            r(2 * H, s=0.3, m=1), r(2 * H, s=0.2), r(H, s=0.3, m=1), r(H, s=0.2), r(H, s=0.3, m=1),
+            r(H, s=0.2), r(B, H, s=0.5)]
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
+    # Calls 1-4 with new data each: 1 runs eagerly, 2 captures the forward and backward graphs, 3-4 replay.
+    # Every output and gradient must equal the eager launches bit for bit, including when two calls'
+    # forwards run before their backwards (each keeps its own saved tensors).
+    from kernels import graphs
+
+    fn = kernels.triton_ln_lstm_sequence if cell == "lstm" else kernels.triton_ln_gru_sequence
+    make = ((lambda s: _sequence_inputs(24, 16, 256, torch.float32, seed=s)) if cell == "lstm"
+            else (lambda s: _gru_sequence_inputs(24, 16, 256, seed=s)))
+    d = torch.randn(24, 16, 256, device=CUDA)
+    calls = [make(s) for s in range(5)]
+
+    def leaves(ins):
+        return [t.detach().clone().requires_grad_() for t in ins]
+
+    def eager(ins):
+        graphs.set_enabled(False)
+        try:
+            ls = leaves(ins)
+            hs = fn(*ls, 1e-5)
+            (hs * d).sum().backward()
+            return [hs.detach()] + [t.grad for t in ls]
+        finally:
+            graphs.set_enabled(True)
+
+    graphs.clear()
+    before = dict(graphs.stats)
+    got = []
+    for ins in calls[:3]:
+        ls = leaves(ins)
+        hs = fn(*ls, 1e-5)
+        (hs * d).sum().backward()
+        got.append([hs.detach()] + [t.grad for t in ls])
+    la, lb = leaves(calls[3]), leaves(calls[4])
+    ha, hb = fn(*la, 1e-5), fn(*lb, 1e-5)
+    (hb * d).sum().backward()
+    (ha * d).sum().backward()
+    got += [[ha.detach()] + [t.grad for t in la], [hb.detach()] + [t.grad for t in lb]]
+    torch.cuda.synchronize()
+    assert graphs.stats["captures"] - before["captures"] == 2
+    assert graphs.stats["replays"] - before["replays"] == 8
+    for k, (ins, g) in enumerate(zip(calls, got, strict=True)):
+        want = eager(ins)
+        assert all(torch.equal(a, b) for a, b in zip(g, want, strict=True)), f"call {k + 1}"
+    graphs.clear()

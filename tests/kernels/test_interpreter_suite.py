@@ -10,7 +10,7 @@ import pytest
 import torch
 
 INTERP_FILES = ("test_layer_norm_interp.py", "test_lstm_interp.py", "test_lstm_seq_interp.py",
-                "test_gru_interp.py", "test_gru_seq_interp.py")
+                "test_gru_interp.py", "test_gru_seq_interp.py", "test_graphs_interp.py")
 HAS_CUDA = torch.cuda.is_available()
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 import kernels
+from kernels import graphs
 from normlab.events import Event, EventCounter, RunResult, Scalars, StatusPayload
 from normlab.settings import Settings, get_settings
 from normlab.spec import RunSpec
@@ -90,7 +91,9 @@ class _Run:
             threads = choose_threads(n_params, spec.batch_size * (data.seq_len or 1))
             where = f"{threads} CPU thread{'' if threads == 1 else 's'}"
         self.log(f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
-                 f"LayerNorm kernel backend: {self.kernel_backend}.")
+                 f"LayerNorm kernel backend: {self.kernel_backend}"
+                 + (f"; CUDA graphs {'on' if self.settings.cuda_graphs else 'off'}."
+                    if device.type == "cuda" and self.kernel_backend == "triton" else "."))
         if data.info.kind == "sequence" and spec.norm == "batch" and data.eval_seq_len > data.seq_len:
             self.log(f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
                      f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
@@ -184,13 +187,15 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
-    should be cheap. The kernel backend is taken from `settings.kernel_backend`.
+    should be cheap. The kernel backend is taken from `settings.kernel_backend`, CUDA-graph replay of the
+    fused recurrences from `settings.cuda_graphs`.
     """
     settings = settings or get_settings()
     events = EventCounter(emit or (lambda event: None), run_id)
     wall_start = time.perf_counter()
     spec = spec.resolved()
     kernels.set_backend(settings.kernel_backend)
+    graphs.set_enabled(settings.cuda_graphs)
     run = _Run(spec, events, should_stop, settings)
     events("status", 0, {"status": "running"})
     error = None
@@ -201,6 +206,7 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         message = f"Failed at step {run.step}: {error}"
         run.log(message, "error", traceback=traceback.format_exc(limit=20))
+    graphs.clear()  # the worker's next run has shapes of its own: free this run's captured graphs now
     metrics = _finite_or_none(run.metrics)
     probes = None
     if run.prober is not None:

@@ -154,6 +154,17 @@ def test_kernel_backend_comes_from_settings_and_is_recorded(tiny_model, settings
     assert chosen == ["torch"] and result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1))
 
 
+def test_cuda_graphs_setting_reaches_the_kernels_and_graphs_are_freed_after_the_run(tiny_model, settings,
+                                                                                   monkeypatch):
+    calls = []
+    monkeypatch.setattr(train_module.graphs, "set_enabled", lambda on: calls.append(("set", on)))
+    monkeypatch.setattr(train_module.graphs, "clear", lambda: calls.append(("clear",)))
+    for on in (False, True):
+        result, _ = run(RunSpec(task="digits", steps=2), settings.model_copy(update={"cuda_graphs": on}))
+        assert result.status == "completed"
+    assert calls == [("set", False), ("clear",), ("set", True), ("clear",)]
+
+
 def _matrix() -> list:
     """Every task × applicable normalizer × cell (and the LSTM's eq. 29 placement), tiny sizes."""
     from normlab.catalog import TASKS

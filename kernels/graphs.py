@@ -1,0 +1,204 @@
+"""CUDA graphs for the fused recurrences: a T-step loop of small launches replayed as one.
+
+The LN-LSTM / LN-GRU sequences launch, per time step, one product and one fused-cell kernel each way.
+Each kernel takes microseconds on a GPU, but every launch from Python costs host time (a torch op
+≈ 5 µs, a Triton launch more), so an eager 64-step recurrence is bound by the host, not the GPU. Here
+such a loop is captured once per shape into a `torch.cuda.CUDAGraph` and replayed with one call.
+
+`run(key, fn, inputs, keep)`:
+- `fn(*static_inputs) -> tuple of tensors` is the loop itself (kernel launches, torch ops; no host
+  syncs, no data-dependent control flow). It runs on fixed "static" copies of the inputs, so the graph's
+  pointers never change: every call copies `inputs` into them (one `_foreach_copy_`) and clones the
+  outputs it returns (those listed in `keep`), since the next replay overwrites the graph's own.
+  Nothing is keyed on tensor addresses, so a parameter updated or replaced between calls is simply
+  copied in again; the copies are memory-bound and small next to the loop they replace.
+- The first call for a key runs `fn` eagerly (a shape used once, such as a last short batch, costs no
+  capture; it also compiles the Triton kernels). The second runs it once more on a side stream (cuBLAS
+  creates its per-stream handle there, which a capture could not), captures it on that stream and
+  replays. A capture that fails marks the key eager for good (with a warning) and the call runs
+  eagerly: a graph never costs a result.
+- Entries hold their static tensors and graph memory: at most `MAX_ENTRIES` and `MAX_TOTAL_BYTES` of
+  static tensors (the least recently used go first), and none above `MAX_STATIC_BYTES` (a loop over
+  that much data is GPU-bound anyway: the launches' host time hides behind the kernels).
+
+Off with `set_enabled(False)` (the engine: setting NORMLAB_CUDA_GRAPHS=false). On a CPU there is no
+graph: `emulate(True)` (for tests under TRITON_INTERPRET=1) replays by running `fn` again on the static
+inputs and copying its results into the first call's outputs, so the copy-in / clone-out bookkeeping
+is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+
+MAX_ENTRIES = 8
+MAX_STATIC_BYTES = 1 << 30  # one entry's static inputs and outputs
+MAX_TOTAL_BYTES = 4 << 30  # all entries together (least recently used go first)
+_ENABLED = True
+_EMULATE = False
+_LOCK = threading.Lock()
+_ENTRIES: OrderedDict = OrderedDict()
+_SEEN: set = set()  # keys called before (the second call captures)
+_FAILED: set = set()
+stats = {"captures": 0, "replays": 0, "eager": 0, "failed": 0}
+
+
+def set_enabled(on: bool) -> None:
+    """Turn graph replay on or off for this process (the eager loop always gives the same results)."""
+    global _ENABLED
+    _ENABLED = bool(on)
+
+
+def emulate(on: bool) -> None:
+    """Tests only: on CPU tensors, replay by re-running the loop on the static copies (no CUDA graph)."""
+    global _EMULATE
+    _EMULATE = bool(on)
+
+
+def clear() -> None:
+    """Forget every captured graph (frees their memory) and every key's history."""
+    with _LOCK:
+        _ENTRIES.clear()
+        _SEEN.clear()
+        _FAILED.clear()
+
+
+def applies(device: torch.device) -> bool:
+    """Whether `run` would replay a graph for tensors on this device (else the caller runs eagerly)."""
+    if not _ENABLED:
+        return False
+    if device.type == "cuda":
+        return not torch.cuda.is_current_stream_capturing()
+    return _EMULATE and device.type == "cpu"
+
+
+_STREAMS: dict = {}
+
+
+def _capture_stream(device: torch.device):
+    """One side stream per device for warm-ups and captures (cuBLAS handles are per stream: warming up on
+    the capture stream creates them before the capture, which could not)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _STREAMS:
+        _STREAMS[index] = torch.cuda.Stream(device=index)
+    return _STREAMS[index]
+
+
+class _Entry:
+    def __init__(self, fn: Callable, inputs: Sequence[torch.Tensor]):
+        self.fn = fn
+        self.statics = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
+        _copy_in(self.statics, inputs)
+        self.graph = None
+        self.outs: tuple = ()
+        self.lock = threading.Lock()  # copy-in, replay and clone-out of one call stay together
+        self.nbytes = 0
+
+    def capture(self) -> None:
+        if self.statics[0].is_cuda:
+            s = _capture_stream(self.statics[0].device)
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                self.fn(*self.statics)  # warm-up on the capture stream; its results are dropped
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s, capture_error_mode="thread_local"):
+                self.outs = tuple(self.fn(*self.statics))
+            self.graph = g
+        else:  # emulation: the "graph" is the loop run again on the statics
+            self.outs = tuple(t.clone() for t in self.fn(*self.statics))
+
+    def replay(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            for out, new in zip(self.outs, self.fn(*self.statics), strict=True):
+                out.copy_(new)
+
+
+def _copy_in(dst: list, src: Sequence[torch.Tensor]) -> None:
+    if dst:
+        torch._foreach_copy_(dst, list(src))
+
+
+def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] | None = None) -> tuple:
+    """fn(*inputs), by a replayed CUDA graph when this key was seen before (see the module docstring).
+
+    Returns fresh tensors for the outputs listed in `keep` (all by default) and None for the others.
+    Call only when `applies(device)` holds; `key` must determine every shape, dtype and constant of `fn`.
+    """
+    key = (key, _math_mode())
+    with _LOCK:
+        entry = _ENTRIES.get(key)
+        if entry is not None:
+            _ENTRIES.move_to_end(key)
+        elif key not in _SEEN or key in _FAILED or _nbytes(inputs) > MAX_STATIC_BYTES:
+            _SEEN.add(key)  # seen once: eager (a shape used once, e.g. a last short batch, costs no capture)
+            entry = None
+        else:
+            entry = _capture(key, fn, inputs)  # under the lock: one capture at a time
+    if entry is None:
+        stats["eager"] += 1
+        return _select(tuple(fn(*inputs)), keep)
+    with entry.lock:
+        _copy_in(entry.statics, inputs)
+        entry.replay()
+        stats["replays"] += 1
+        return _select(entry.outs, keep, clone=True)
+
+
+def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor]) -> _Entry | None:
+    entry = _Entry(fn, inputs)
+    try:
+        entry.capture()
+    except Exception as exc:  # noqa: BLE001 - any capture problem: this key runs eagerly from now on
+        _FAILED.add(key)
+        stats["failed"] += 1
+        warnings.warn(f"CUDA graph capture failed for {key!r} ({type(exc).__name__}: {exc}); this shape runs "
+                      "its launches eagerly", RuntimeWarning, stacklevel=3)
+        if entry.statics[0].is_cuda:
+            torch.cuda.synchronize()
+        return None
+    stats["captures"] += 1
+    entry.nbytes = _nbytes(entry.statics) + _nbytes(entry.outs)
+    if entry.nbytes > MAX_STATIC_BYTES:
+        _FAILED.add(key)  # too big to keep: eager from now on (this capture is dropped)
+        return None
+    _ENTRIES[key] = entry
+    while len(_ENTRIES) > MAX_ENTRIES or sum(e.nbytes for e in _ENTRIES.values()) > MAX_TOTAL_BYTES:
+        _ENTRIES.popitem(last=False)
+    return entry
+
+
+def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep: Sequence[int] | None = None):
+    """fn(*inputs) as a tuple: replayed from a CUDA graph keyed on (name, consts, the inputs' shapes, dtypes
+    and device) where `applies`, else run directly. `consts` must hold every constant fn closes over."""
+    if not applies(inputs[0].device):
+        return tuple(fn(*inputs))
+    return run(graph_key(name, inputs, *consts), fn, inputs, keep)
+
+
+def graph_key(name: str, tensors: Sequence[torch.Tensor], *consts) -> tuple:
+    """A key for `run`: the loop's name, its constants and each input's shape, dtype and device."""
+    return (name, *consts) + tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
+
+
+def _math_mode() -> tuple:
+    """The matmul settings a capture bakes in (cuBLAS picks its kernels then): part of every key."""
+    m = torch.backends.cuda.matmul
+    return (torch.get_float32_matmul_precision(), m.allow_tf32, m.allow_fp16_reduced_precision_reduction,
+            m.allow_bf16_reduced_precision_reduction)
+
+
+def _select(outs: tuple, keep, clone: bool = False) -> tuple:
+    return tuple((o.clone() if clone else o) if keep is None or i in keep else None
+                 for i, o in enumerate(outs))

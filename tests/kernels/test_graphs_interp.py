@@ -1,0 +1,137 @@
+"""The fused sequences through `kernels.graphs` (CUDA-graph replay) under TRITON_INTERPRET=1 on CPU.
+
+There is no CUDA graph on a CPU: `graphs.emulate(True)` makes a "replay" run the loop again on the
+entry's static copies and copy its results into the outputs of the capture, which is exactly the
+bookkeeping a real replay relies on (inputs copied in, outputs cloned out, saved tensors private to
+each call). Every result here must equal, bit for bit, the same call with graphs off. The same checks
+run with real graphs in the `gpu` tests.
+"""
+
+import pytest
+import torch
+
+import kernels
+from kernels import graphs
+
+pytestmark = pytest.mark.usefixtures("interp")
+
+
+@pytest.fixture(autouse=True)
+def emulated_graphs():
+    graphs.clear()
+    graphs.emulate(True)
+    before = dict(graphs.stats)
+    yield lambda: {k: graphs.stats[k] - before[k] for k in before}
+    graphs.emulate(False)
+    graphs.clear()
+
+
+def _lstm_inputs(gen, T, B, H):
+    def draw(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen) * scale + shift
+
+    return [draw(T, B, 4 * H, scale=2, shift=0.5), draw(4 * H, H, scale=H ** -0.5),
+            draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
+            draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
+            draw(B, H, scale=0.5), draw(B, H)]
+
+
+def _gru_inputs(gen, T, B, H):
+    def draw(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen) * scale + shift
+
+    return [draw(T, B, 3 * H, scale=2, shift=0.5), draw(3 * H, H, scale=H ** -0.5),
+            draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
+            draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
+            draw(H, scale=0.3, shift=1), draw(H, scale=0.2), draw(B, H, scale=0.5)]
+
+
+SEQUENCES = {"lstm": (kernels.triton_ln_lstm_sequence, _lstm_inputs),
+             "gru": (kernels.triton_ln_gru_sequence, _gru_inputs)}
+
+
+def _leaves(inputs):
+    return [t.detach().clone().requires_grad_() for t in inputs]
+
+
+def _grads(fn, inputs, d_out):
+    leaves = _leaves(inputs)
+    hs = fn(*leaves, 1e-5)
+    (hs * d_out).sum().backward()
+    return [hs.detach()] + [t.grad for t in leaves]
+
+
+def _eager(fn, inputs, d_out):
+    graphs.set_enabled(False)
+    try:
+        return _grads(fn, inputs, d_out)
+    finally:
+        graphs.set_enabled(True)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_replayed_calls_equal_eager_calls_bit_for_bit(gen, cell, emulated_graphs):
+    fn, make = SEQUENCES[cell]
+    calls = [(make(gen, 3, 2, 4), torch.randn(3, 2, 4, generator=gen)) for _ in range(3)]
+    # call 1 runs eagerly, call 2 captures, call 3 replays: new data every time (the static copies must
+    # take each call's inputs, parameters included)
+    got = [_grads(fn, ins, d) for ins, d in calls]
+    counts = emulated_graphs()
+    assert counts["captures"] == 2 and counts["replays"] == 4, counts  # forward and backward graphs
+    for (ins, d), g in zip(calls, got, strict=True):
+        want = _eager(fn, ins, d)
+        assert all(torch.equal(a, b) for a, b in zip(g, want, strict=True))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_interleaved_forwards_keep_their_own_saved_tensors(gen, cell, emulated_graphs):
+    # Two layers of one shape share a graph: both forwards replay before either backward, so each call's
+    # saved tensors (and returned hs) must be its own, not the graph's buffers.
+    fn, make = SEQUENCES[cell]
+    warm = make(gen, 3, 2, 4)
+    for _ in range(2):
+        fn(*_leaves(warm), 1e-5).sum().backward()
+    a, b = make(gen, 3, 2, 4), make(gen, 3, 2, 4)
+    d = torch.randn(3, 2, 4, generator=gen)
+    la, lb = _leaves(a), _leaves(b)
+    ha = fn(*la, 1e-5)
+    ha_before = ha.detach().clone()
+    hb = fn(*lb, 1e-5)
+    assert torch.equal(ha.detach(), ha_before)  # the second replay did not overwrite the first output
+    (hb * d).sum().backward()
+    (ha * d).sum().backward()
+    assert emulated_graphs()["replays"] >= 4
+    for leaves, ins, h in ((la, a, ha), (lb, b, hb)):
+        want = _eager(fn, ins, d)
+        assert torch.equal(h.detach(), want[0])
+        assert all(torch.equal(x.grad, w) for x, w in zip(leaves, want[1:], strict=True))
+
+
+def test_no_grad_forward_replays_and_returns_fresh_outputs(gen, emulated_graphs):
+    fn, make = SEQUENCES["lstm"]
+    ins = [make(gen, 4, 3, 4) for _ in range(3)]
+    with torch.no_grad():
+        outs = [fn(*x, 1e-5) for x in ins]
+    assert emulated_graphs()["replays"] == 2
+    graphs.set_enabled(False)
+    try:
+        with torch.no_grad():
+            want = [fn(*x, 1e-5) for x in ins]
+    finally:
+        graphs.set_enabled(True)
+    assert all(torch.equal(o, w) for o, w in zip(outs, want, strict=True))
+    assert outs[1].data_ptr() != outs[2].data_ptr()
+
+
+def test_each_shape_and_eps_has_its_own_graph(gen, emulated_graphs):
+    fn, make = SEQUENCES["lstm"]
+    with torch.no_grad():
+        for T, eps in ((3, 1e-5), (3, 1e-5), (5, 1e-5), (5, 1e-5), (3, 1e-3), (3, 1e-3)):
+            ins = make(gen, T, 2, 4)
+            got = fn(*ins, eps)
+            graphs.set_enabled(False)
+            try:
+                assert torch.equal(got, fn(*ins, eps))
+            finally:
+                graphs.set_enabled(True)
+    assert emulated_graphs()["captures"] == 3

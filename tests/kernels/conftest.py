@@ -109,3 +109,17 @@ def fused_vs_torch(monkeypatch):
         return [once("auto") for _ in range(repeats)], ref, len(calls)
 
     return run_both
+
+
+@pytest.fixture
+def emulated_graphs():
+    """kernels.graphs with emulated replays on CPU tensors and no entries; yields counts() -> the change in
+    graphs.stats (captures, replays, eager, failed) since the test began. Cleared and switched off after."""
+    from kernels import graphs
+
+    graphs.clear()
+    graphs.emulate(True)
+    before = dict(graphs.stats)
+    yield lambda: {k: graphs.stats[k] - before[k] for k in before}
+    graphs.emulate(False)
+    graphs.clear()

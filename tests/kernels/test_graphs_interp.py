@@ -13,17 +13,7 @@ import torch
 import kernels
 from kernels import graphs
 
-pytestmark = pytest.mark.usefixtures("interp")
-
-
-@pytest.fixture(autouse=True)
-def emulated_graphs():
-    graphs.clear()
-    graphs.emulate(True)
-    before = dict(graphs.stats)
-    yield lambda: {k: graphs.stats[k] - before[k] for k in before}
-    graphs.emulate(False)
-    graphs.clear()
+pytestmark = pytest.mark.usefixtures("interp", "emulated_graphs")
 
 
 def _lstm_inputs(gen, T, B, H):

@@ -17,9 +17,9 @@ such a loop is captured once per shape into a `torch.cuda.CUDAGraph` and replaye
   creates its per-stream handle there, which a capture could not), captures it on that stream and
   replays. A capture that fails marks the key eager for good (with a warning) and the call runs
   eagerly: a graph never costs a result.
-- Entries hold their static tensors and graph memory: at most `MAX_ENTRIES` and `MAX_TOTAL_BYTES` of
-  static tensors (the least recently used go first), and none above `MAX_STATIC_BYTES` (a loop over
-  that much data is GPU-bound anyway: the launches' host time hides behind the kernels).
+- Entries hold their static tensors and graph memory: at most `MAX_ENTRIES`, and static tensors up to a
+  total (least recently used go first) and a per-entry limit (a bigger loop runs eagerly), both a
+  share of the GPU's memory with floors of `MAX_TOTAL_BYTES` and `MAX_STATIC_BYTES`.
 
 Off with `set_enabled(False)` (the engine: setting NORMLAB_CUDA_GRAPHS=false). On a CPU there is no
 graph: `emulate(True)` (for tests under TRITON_INTERPRET=1) replays by running `fn` again on the static
@@ -37,8 +37,12 @@ from collections.abc import Callable, Sequence
 import torch
 
 MAX_ENTRIES = 8
-MAX_STATIC_BYTES = 1 << 30  # one entry's static inputs and outputs
-MAX_TOTAL_BYTES = 4 << 30  # all entries together (least recently used go first)
+# Static inputs and outputs kept: per entry and for all entries together (least recently used go first).
+# On a GPU the larger of these and a share of its memory (10 % / 25 %: on an H200, 14 / 35 GB, so even a
+# T=512, B=128, H=1024 fp32 LN-LSTM — 1 GiB of ax alone — keeps its graphs).
+MAX_STATIC_BYTES = 1 << 30
+MAX_TOTAL_BYTES = 4 << 30
+GPU_SHARE = (0.10, 0.25)
 _ENABLED = True
 _EMULATE = False
 _LOCK = threading.Lock()
@@ -141,7 +145,7 @@ def run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] |
         entry = _ENTRIES.get(key)
         if entry is not None:
             _ENTRIES.move_to_end(key)
-        elif key not in _SEEN or key in _FAILED or _nbytes(inputs) > MAX_STATIC_BYTES:
+        elif key not in _SEEN or key in _FAILED or _nbytes(inputs) > _limits(inputs[0].device)[0]:
             _SEEN.add(key)  # seen once: eager (a shape used once, e.g. a last short batch, costs no capture)
             entry = None
         else:
@@ -170,13 +174,22 @@ def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor]) -> _Entry | None
         return None
     stats["captures"] += 1
     entry.nbytes = _nbytes(entry.statics) + _nbytes(entry.outs)
-    if entry.nbytes > MAX_STATIC_BYTES:
+    per_entry, total = _limits(entry.statics[0].device)
+    if entry.nbytes > per_entry:
         _FAILED.add(key)  # too big to keep: eager from now on (this capture is dropped)
         return None
     _ENTRIES[key] = entry
-    while len(_ENTRIES) > MAX_ENTRIES or sum(e.nbytes for e in _ENTRIES.values()) > MAX_TOTAL_BYTES:
+    while len(_ENTRIES) > MAX_ENTRIES or sum(e.nbytes for e in _ENTRIES.values()) > total:
         _ENTRIES.popitem(last=False)
     return entry
+
+
+def _limits(device: torch.device) -> tuple[int, int]:
+    """(bytes one entry may keep, bytes all entries may keep) for graphs on this device."""
+    if device.type != "cuda":
+        return MAX_STATIC_BYTES, MAX_TOTAL_BYTES
+    memory = torch.cuda.get_device_properties(device).total_memory
+    return max(MAX_STATIC_BYTES, int(GPU_SHARE[0] * memory)), max(MAX_TOTAL_BYTES, int(GPU_SHARE[1] * memory))
 
 
 def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep: Sequence[int] | None = None):

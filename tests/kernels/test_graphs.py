@@ -128,3 +128,15 @@ def test_threads_replaying_one_entry_each_get_their_own_result():
     for t in threads:
         t.join()
     assert all(torch.equal(g, loop(x, w)[0]) for g, x in zip(got, xs, strict=True))
+
+
+def test_gpu_limits_scale_with_device_memory(monkeypatch):
+    class Props:
+        total_memory = 141 * 10 ** 9  # an H200
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props)
+    per_entry, total = graphs._limits(torch.device("cuda", 0))
+    assert (per_entry, total) == (int(0.10 * Props.total_memory), int(0.25 * Props.total_memory))
+    Props.total_memory = 4 << 30  # a small GPU keeps the floors
+    assert graphs._limits(torch.device("cuda", 0)) == (graphs.MAX_STATIC_BYTES, graphs.MAX_TOTAL_BYTES)
+    assert graphs._limits(torch.device("cpu")) == (graphs.MAX_STATIC_BYTES, graphs.MAX_TOTAL_BYTES)

@@ -3,8 +3,9 @@
 There is no CUDA graph on a CPU: `graphs.emulate(True)` makes a "replay" run the loop again on the
 entry's static copies and copy its results into the outputs of the capture, which is exactly the
 bookkeeping a real replay relies on (inputs copied in, outputs cloned out, saved tensors private to
-each call). Every result here must equal, bit for bit, the same call with graphs off. The same checks
-run with real graphs in the `gpu` tests.
+each call). Every result here must equal, bit for bit, the same call with graphs off. The `gpu` tests
+run real graphs: replays bit for bit, against the eager loop to rounding (cuBLAS may choose another
+algorithm on the capture stream).
 """
 
 import pytest

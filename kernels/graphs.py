@@ -29,6 +29,7 @@ is tested without a GPU.
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections import OrderedDict
@@ -198,6 +199,22 @@ def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep:
     if not applies(inputs[0].device):
         return tuple(fn(*inputs))
     return run(graph_key(name, inputs, *consts), fn, inputs, keep)
+
+
+def sequence_forward(ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool,
+                     out: int) -> tuple:
+    """A fused sequence's autograd forward: fn(*inputs, eps=eps) through `call`. When `saving`, every
+    output is kept and the inputs and outputs are saved on ctx for `sequence_backward`; otherwise only
+    output `out` (the hidden states returned) is cloned out of a replayed graph."""
+    outs = call(name, functools.partial(fn, eps=eps), inputs, eps, keep=None if saving else (out,))
+    if saving:
+        ctx.save_for_backward(*inputs, *outs)
+    return outs
+
+
+def sequence_backward(ctx, name: str, fn: Callable, grad: torch.Tensor) -> tuple:
+    """The matching backward: fn(grad, *inputs, *outputs of the forward) through `call`."""
+    return call(name, fn, (grad.contiguous(), *ctx.saved_tensors))
 
 
 def graph_key(name: str, tensors: Sequence[torch.Tensor], *consts) -> tuple:

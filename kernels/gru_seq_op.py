@@ -23,8 +23,6 @@ loop runs when graphs are off, under someone else's capture, and on CPU.
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
-import functools
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -94,22 +92,17 @@ class _LNGRUSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving):
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
-        inputs = (ax, w_rec, *params, h0)
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        rec, hs, stats = graphs.call("ln_gru_fwd", functools.partial(_forward, eps=eps), inputs, eps,
-                                    keep=None if saving else (1,))
-        if saving:
-            ctx.save_for_backward(*inputs, rec, hs, stats)
+        _, hs, _ = graphs.sequence_forward(ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving,
+                                           out=1)
         ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_hs):
-        saved = (d_hs.contiguous(), *ctx.saved_tensors)
-        ax = saved[1]
-        d_ax, d_w_rec, dp, dh0 = graphs.call("ln_gru_bwd", _backward, saved)
-        H = ax.shape[2] // 3
+        d_ax, d_w_rec, dp, dh0 = graphs.sequence_backward(ctx, "ln_gru_bwd", _backward, d_hs)
+        H = d_ax.shape[2] // 3
         g1, g2, b12 = dp[: 2 * H], dp[2 * H: 4 * H], dp[4 * H: 6 * H]
         g3, b3, g4, b4 = dp[6 * H: 7 * H], dp[7 * H: 8 * H], dp[8 * H: 9 * H], dp[9 * H:]
         grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient

@@ -27,8 +27,6 @@ loop runs when graphs are off, under someone else's capture, and on CPU.
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
-import functools
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -93,22 +91,17 @@ class _LNLSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, saving):
         params = [p.contiguous() for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
-        inputs = (ax, w_h, *params, h0, c0)
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        hh, hs, cs, stats = graphs.call("ln_lstm_fwd", functools.partial(_forward, eps=eps), inputs, eps,
-                                        keep=None if saving else (1,))
-        if saving:
-            ctx.save_for_backward(*inputs, hh, hs, cs, stats)
+        _, hs, _, _ = graphs.sequence_forward(ctx, "ln_lstm_fwd", _forward, (ax, w_h, *params, h0, c0), eps,
+                                              saving, out=1)
         ctx.dtypes = [p.dtype for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_hs):
-        saved = (d_hs.contiguous(), *ctx.saved_tensors)
-        ax = saved[1]
-        d_ax, d_w_h, dp, dh0, dc = graphs.call("ln_lstm_bwd", _backward, saved)
-        H = ax.shape[2] // 4
+        d_ax, d_w_h, dp, dh0, dc = graphs.sequence_backward(ctx, "ln_lstm_bwd", _backward, d_hs)
+        H = d_ax.shape[2] // 4
         d_gain_h, d_gain_x, d_b = dp[: 4 * H], dp[4 * H: 8 * H], dp[8 * H: 12 * H]
         d_gain_c, d_bias_c = dp[12 * H: 13 * H], dp[13 * H:]
         dt = ctx.dtypes

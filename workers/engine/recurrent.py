@@ -170,8 +170,7 @@ class GRULayer(_RecurrentBase):
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, _ = x.shape
-        if (record is None and self.norm_name == "layer" and hasattr(kernels, "ln_gru_sequence")
-                and kernels.backend_for(x) == "triton"):
+        if record is None and self.norm_name == "layer" and kernels.backend_for(x) == "triton":
             # CUDA: the whole recurrence as one autograd node over the fused kernels (eq. 26), with the
             # input products [W_x; W] x_t of every step in one product and the recurrent [W_h; U] h_{t-1}
             # in one product per step

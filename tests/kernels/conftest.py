@@ -112,6 +112,31 @@ def fused_vs_torch(monkeypatch):
 
 
 @pytest.fixture
+def sequence_inputs(gen):
+    """make(cell, T, B, H, dtype=float64) -> the inputs of `triton_ln_<cell>_sequence`, drawn from `gen` in
+    float64 (off-centre, scaled like trained values), then cast to dtype:
+    'lstm': ax (T, B, 4H), w_h (4H, H), its seven parameters, h0, c0;
+    'gru': ax (T, B, 3H) = [zr_x | wx], w_rec = [W_h; U] (3H, H), its eight parameters, h0."""
+    def draw(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
+
+    def make(cell, T, B, H, dtype=torch.float64):
+        if cell == "lstm":
+            ins = [draw(T, B, 4 * H, scale=2, shift=0.5), draw(4 * H, H, scale=H ** -0.5),
+                   draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
+                   draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1),
+                   draw(H, scale=0.2), draw(B, H, scale=0.5), draw(B, H)]
+        else:
+            ins = [draw(T, B, 3 * H, scale=2, shift=0.5), draw(3 * H, H, scale=H ** -0.5),
+                   draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
+                   draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
+                   draw(H, scale=0.3, shift=1), draw(H, scale=0.2), draw(B, H, scale=0.5)]
+        return [t.to(dtype) for t in ins]
+
+    return make
+
+
+@pytest.fixture
 def emulated_graphs():
     """kernels.graphs with emulated replays on CPU tensors and no entries; yields counts() -> the change in
     graphs.stats (captures, replays, eager, failed) since the test began. Cleared and switched off after."""

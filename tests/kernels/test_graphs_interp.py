@@ -17,28 +17,8 @@ from kernels import graphs
 pytestmark = pytest.mark.usefixtures("interp", "emulated_graphs")
 
 
-def _lstm_inputs(gen, T, B, H):
-    def draw(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=gen) * scale + shift
-
-    return [draw(T, B, 4 * H, scale=2, shift=0.5), draw(4 * H, H, scale=H ** -0.5),
-            draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
-            draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
-            draw(B, H, scale=0.5), draw(B, H)]
-
-
-def _gru_inputs(gen, T, B, H):
-    def draw(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=gen) * scale + shift
-
-    return [draw(T, B, 3 * H, scale=2, shift=0.5), draw(3 * H, H, scale=H ** -0.5),
-            draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
-            draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
-            draw(H, scale=0.3, shift=1), draw(H, scale=0.2), draw(B, H, scale=0.5)]
-
-
-SEQUENCES = {"lstm": (kernels.triton_ln_lstm_sequence, _lstm_inputs),
-             "gru": (kernels.triton_ln_gru_sequence, _gru_inputs)}
+F32 = torch.float32
+SEQUENCES = {"lstm": kernels.triton_ln_lstm_sequence, "gru": kernels.triton_ln_gru_sequence}
 
 
 def _leaves(inputs):
@@ -61,9 +41,9 @@ def _eager(fn, inputs, d_out):
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_replayed_calls_equal_eager_calls_bit_for_bit(gen, cell, emulated_graphs):
-    fn, make = SEQUENCES[cell]
-    calls = [(make(gen, 3, 2, 4), torch.randn(3, 2, 4, generator=gen)) for _ in range(3)]
+def test_replayed_calls_equal_eager_calls_bit_for_bit(gen, sequence_inputs, cell, emulated_graphs):
+    fn = SEQUENCES[cell]
+    calls = [(sequence_inputs(cell, 3, 2, 4, F32), torch.randn(3, 2, 4, generator=gen)) for _ in range(3)]
     # call 1 runs eagerly, call 2 captures, call 3 replays: new data every time (the static copies must
     # take each call's inputs, parameters included)
     got = [_grads(fn, ins, d) for ins, d in calls]
@@ -75,14 +55,14 @@ def test_replayed_calls_equal_eager_calls_bit_for_bit(gen, cell, emulated_graphs
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_interleaved_forwards_keep_their_own_saved_tensors(gen, cell, emulated_graphs):
+def test_interleaved_forwards_keep_their_own_saved_tensors(gen, sequence_inputs, cell, emulated_graphs):
     # Two layers of one shape share a graph: both forwards replay before either backward, so each call's
     # saved tensors (and returned hs) must be its own, not the graph's buffers.
-    fn, make = SEQUENCES[cell]
-    warm = make(gen, 3, 2, 4)
+    fn = SEQUENCES[cell]
+    warm = sequence_inputs(cell, 3, 2, 4, F32)
     for _ in range(2):
         fn(*_leaves(warm), 1e-5).sum().backward()
-    a, b = make(gen, 3, 2, 4), make(gen, 3, 2, 4)
+    a, b = sequence_inputs(cell, 3, 2, 4, F32), sequence_inputs(cell, 3, 2, 4, F32)
     d = torch.randn(3, 2, 4, generator=gen)
     la, lb = _leaves(a), _leaves(b)
     ha = fn(*la, 1e-5)
@@ -98,9 +78,9 @@ def test_interleaved_forwards_keep_their_own_saved_tensors(gen, cell, emulated_g
         assert all(torch.equal(x.grad, w) for x, w in zip(leaves, want[1:], strict=True))
 
 
-def test_no_grad_forward_replays_and_returns_fresh_outputs(gen, emulated_graphs):
-    fn, make = SEQUENCES["lstm"]
-    ins = [make(gen, 4, 3, 4) for _ in range(3)]
+def test_no_grad_forward_replays_and_returns_fresh_outputs(sequence_inputs, emulated_graphs):
+    fn = SEQUENCES["lstm"]
+    ins = [sequence_inputs("lstm", 4, 3, 4, F32) for _ in range(3)]
     with torch.no_grad():
         outs = [fn(*x, 1e-5) for x in ins]
     assert emulated_graphs()["replays"] == 2
@@ -114,11 +94,11 @@ def test_no_grad_forward_replays_and_returns_fresh_outputs(gen, emulated_graphs)
     assert outs[1].data_ptr() != outs[2].data_ptr()
 
 
-def test_each_shape_and_eps_has_its_own_graph(gen, emulated_graphs):
-    fn, make = SEQUENCES["lstm"]
+def test_each_shape_and_eps_has_its_own_graph(sequence_inputs, emulated_graphs):
+    fn = SEQUENCES["lstm"]
     with torch.no_grad():
         for T, eps in ((3, 1e-5), (3, 1e-5), (5, 1e-5), (5, 1e-5), (3, 1e-3), (3, 1e-3)):
-            ins = make(gen, T, 2, 4)
+            ins = sequence_inputs("lstm", T, 2, 4, F32)
             got = fn(*ins, eps)
             graphs.set_enabled(False)
             try:

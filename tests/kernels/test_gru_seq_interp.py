@@ -14,19 +14,6 @@ from kernels.reference import ln_gru_cell_reference
 pytestmark = pytest.mark.usefixtures("interp")
 
 
-def _inputs(gen, T, B, H, dtype=torch.float64):
-    """ax (T, B, 3H), w_rec (3H, H), the eight LN-GRU parameters, h0 — float64 draws, off-centre."""
-    def draw(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
-
-    ax = draw(T, B, 3 * H, scale=2, shift=0.5)
-    w_rec = draw(3 * H, H, scale=H ** -0.5)
-    params = [draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
-              draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
-              draw(H, scale=0.3, shift=1), draw(H, scale=0.2)]
-    return [t.to(dtype) for t in (ax, w_rec, *params, draw(B, H, scale=0.5))]
-
-
 def _unrolled(cell):
     def run(ax, w_rec, *rest):
         *params, h, eps = rest
@@ -52,8 +39,8 @@ NAMES = ["hs", "ax", "w_rec", "gain_zr_h", "bias_zr_h", "gain_zr_x", "bias_zr_x"
 
 
 @pytest.mark.parametrize("T,B,H", [(5, 3, 8), (4, 9, 12), (1, 2, 4)])
-def test_sequence_matches_float64_reference(gen, T, B, H):
-    inputs = _inputs(gen, T, B, H)
+def test_sequence_matches_float64_reference(gen, sequence_inputs, T, B, H):
+    inputs = sequence_inputs("gru", T, B, H)
     d_out = torch.randn(T, B, H, generator=gen, dtype=torch.float64)
     got = _run(kernels.triton_ln_gru_sequence, [t.float() for t in inputs], d_out)
     ref = _run(_unrolled(ln_gru_cell_reference), inputs, d_out)
@@ -62,8 +49,8 @@ def test_sequence_matches_float64_reference(gen, T, B, H):
         torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_sequence_equals_the_per_step_cell_and_repeats_bitwise(gen):
-    inputs = [t.float() for t in _inputs(gen, 4, 9, 8)]  # 9 rows over 4 persistent programs
+def test_sequence_equals_the_per_step_cell_and_repeats_bitwise(gen, sequence_inputs):
+    inputs = [t.float() for t in sequence_inputs("gru", 4, 9, 8)]  # 9 rows over 4 persistent programs
     d_out = torch.randn(4, 9, 8, generator=gen, dtype=torch.float64)
     seq = _run(kernels.triton_ln_gru_sequence, inputs, d_out)
     cell = _run(_unrolled(kernels.triton_ln_gru_cell), inputs, d_out)
@@ -82,8 +69,8 @@ def test_engine_gru_layer_runs_the_fused_sequence(gen, fused_vs_torch):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
 
 
-def test_reference_dispatch_and_shape_errors(gen):
-    ax, w_rec, *params, h0 = [t.float() for t in _inputs(gen, 3, 2, 4)]
+def test_reference_dispatch_and_shape_errors(sequence_inputs):
+    ax, w_rec, *params, h0 = [t.float() for t in sequence_inputs("gru", 3, 2, 4)]
     with torch.no_grad():
         torch.testing.assert_close(kernels.triton_ln_gru_sequence(ax, w_rec, *params, h0),
                                    kernels.ln_gru_sequence(ax, w_rec, *params, h0), atol=1e-5, rtol=1e-5)

@@ -14,19 +14,6 @@ from kernels.reference import ln_lstm_cell_reference
 pytestmark = pytest.mark.usefixtures("interp")
 
 
-def _inputs(gen, T, B, H, dtype=torch.float64):
-    """ax (T, B, 4H), w_h, the seven LN-LSTM parameters, h0, c0 — float64 draws, off-centre."""
-    def draw(*shape, scale=1.0, shift=0.0):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
-
-    ax = draw(T, B, 4 * H, scale=2, shift=0.5)
-    w_h = draw(4 * H, H, scale=H ** -0.5)
-    params = [draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
-              draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1), draw(H, scale=0.2)]
-    h0, c0 = draw(B, H, scale=0.5), draw(B, H)
-    return [t.to(dtype) for t in (ax, w_h, *params, h0, c0)]
-
-
 def _reference_sequence(ax, w_h, gh, bh, gx, bx, b, gc, bc, h0, c0, eps):
     h, c, hs = h0, c0, []
     for t in range(ax.shape[0]):
@@ -55,8 +42,8 @@ NAMES = ["hs", "ax", "w_h", "gain_h", "bias_h", "gain_x", "bias_x", "bias", "gai
 
 
 @pytest.mark.parametrize("T,B,H", [(5, 3, 8), (4, 9, 12), (1, 2, 4)])
-def test_sequence_matches_float64_reference(gen, T, B, H):
-    inputs = _inputs(gen, T, B, H)
+def test_sequence_matches_float64_reference(gen, sequence_inputs, T, B, H):
+    inputs = sequence_inputs("lstm", T, B, H)
     d_out = torch.randn(T, B, H, generator=gen, dtype=torch.float64)
     got = _run(kernels.triton_ln_lstm_sequence, [t.float() for t in inputs], d_out)
     ref = _run(_reference_sequence, inputs, d_out)
@@ -65,10 +52,10 @@ def test_sequence_matches_float64_reference(gen, T, B, H):
         torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_sequence_equals_the_per_step_cell(gen):
+def test_sequence_equals_the_per_step_cell(gen, sequence_inputs):
     # Same kernels, same order of every sum except the parameter partials (added over steps here, summed
     # per step and then added by autograd there): values equal, gradients to float32 rounding.
-    inputs = [t.float() for t in _inputs(gen, 4, 5, 8)]
+    inputs = [t.float() for t in sequence_inputs("lstm", 4, 5, 8)]
     d_out = torch.randn(4, 5, 8, generator=gen, dtype=torch.float64)
     seq = _run(kernels.triton_ln_lstm_sequence, inputs, d_out)
     cell = _run(_cell_sequence, inputs, d_out)
@@ -77,17 +64,17 @@ def test_sequence_equals_the_per_step_cell(gen):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_sequence_gradients_are_bitwise_deterministic(gen):
-    inputs = [t.float() for t in _inputs(gen, 3, 9, 8)]  # 9 rows over 4 persistent programs
+def test_sequence_gradients_are_bitwise_deterministic(gen, sequence_inputs):
+    inputs = [t.float() for t in sequence_inputs("lstm", 3, 9, 8)]  # 9 rows over 4 persistent programs
     d_out = torch.randn(3, 9, 8, generator=gen, dtype=torch.float64)
     first, second = (_run(kernels.triton_ln_lstm_sequence, inputs, d_out) for _ in range(2))
     for name, a, b in zip(NAMES, first, second, strict=True):
         assert torch.equal(a, b), name
 
 
-def test_bf16_sequence_with_fp32_parameters(gen):
+def test_bf16_sequence_with_fp32_parameters(gen, sequence_inputs):
     T, B, H = 3, 4, 8
-    inputs = _inputs(gen, T, B, H)
+    inputs = sequence_inputs("lstm", T, B, H)
     mixed = [t.bfloat16() for t in inputs[:2]] + [t.float() for t in inputs[2:9]] + [
         t.bfloat16() for t in inputs[9:]]
     d_out = torch.randn(T, B, H, generator=gen, dtype=torch.float64)
@@ -99,16 +86,16 @@ def test_bf16_sequence_with_fp32_parameters(gen):
         torch.testing.assert_close(g.double(), r, atol=0.15, rtol=0.1, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_dispatch_and_eval_without_grad(gen):
-    inputs = [t.float() for t in _inputs(gen, 3, 2, 4)]
+def test_dispatch_and_eval_without_grad(sequence_inputs):
+    inputs = [t.float() for t in sequence_inputs("lstm", 3, 2, 4)]
     with torch.no_grad():
         hs = kernels.triton_ln_lstm_sequence(*inputs)
     # CPU tensors: the public dispatcher takes the torch reference path (backend 'torch' off CUDA)
     torch.testing.assert_close(hs, kernels.ln_lstm_sequence(*inputs), atol=1e-5, rtol=1e-5)
 
 
-def test_sequence_shape_errors_say_what_to_change(gen):
-    ax, w_h, *params, h0, c0 = [t.float() for t in _inputs(gen, 2, 3, 4)]
+def test_sequence_shape_errors_say_what_to_change(sequence_inputs):
+    ax, w_h, *params, h0, c0 = [t.float() for t in sequence_inputs("lstm", 2, 3, 4)]
     with pytest.raises(ValueError, match=r"w_h must be \(4H, H\)"):
         kernels.triton_ln_lstm_sequence(ax, w_h[:, :3], *params, h0, c0)
     with pytest.raises(ValueError, match=r"h0 must be \(B, H\)"):

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 def _common(p, port: int) -> None:
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help=f"port (default {port})")
+    p.add_argument("--port", type=int, default=None, help=f"port (default NORMLAB_PORT, else {port})")
     p.set_defaults(default_port=port)
     p.add_argument("--data-dir", default=None, help="where the SQLite store and queue live "
                                                     "(default ~/.normlab)")
@@ -61,7 +61,8 @@ def _settings(args):
 
 def _listen(args, settings) -> tuple[str, int]:
     host = args.host or settings.host
-    port = args.port if args.port is not None else args.default_port
+    # --port, else NORMLAB_PORT, else the command's own default
+    port = next(p for p in (args.port, settings.port, args.default_port) if p is not None)
     with socket.socket() as s:
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

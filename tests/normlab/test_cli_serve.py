@@ -1,0 +1,60 @@
+"""`normlab up / api / frontend`: where they listen - --port, else NORMLAB_PORT, else the command's default."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+import pytest
+
+from normlab.cli import CLIError, serve
+from normlab.settings import get_settings
+
+
+def _args(command: str, argv: list[str]):
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers()
+    serve.register(sub)
+    return p.parse_args([command, *argv])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fresh_settings(monkeypatch):
+    monkeypatch.delenv("NORMLAB_PORT", raising=False)
+    get_settings.cache_clear()
+    yield monkeypatch
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize("command, default", [("up", 8050), ("frontend", 8050), ("api", 8000)])
+def test_port_comes_from_flag_then_environment_then_default(fresh_settings, command, default):
+    env_port, flag_port = _free_port(), _free_port()
+    args = _args(command, [])
+    assert serve._listen(args, get_settings())[1] == default
+    fresh_settings.setenv("NORMLAB_PORT", str(env_port))
+    get_settings.cache_clear()
+    assert serve._listen(args, get_settings()) == ("127.0.0.1", env_port)
+    args = _args(command, ["--port", str(flag_port)])
+    assert serve._listen(args, get_settings())[1] == flag_port
+
+
+def test_a_taken_port_is_a_cli_message(fresh_settings):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(CLIError, match=f"127.0.0.1:{port}.*pass another --port"):
+            serve._listen(_args("up", ["--port", str(port)]), get_settings())
+
+
+def test_bad_normlab_port_is_refused(fresh_settings):
+    fresh_settings.setenv("NORMLAB_PORT", "99999")
+    get_settings.cache_clear()
+    with pytest.raises(ValueError, match="port"):
+        get_settings()

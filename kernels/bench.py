@@ -7,7 +7,9 @@ with the max error against a float64 reference; then, fwd+bwd against cuDNN `nn.
 sequence (one autograd node; the row issue 7's target is checked on), the fused cell called per step, the
 plain PyTorch LN-LSTM and the engine's LN-LSTM layer with each backend. Without CUDA it prints why and
 exits 0 with {"skipped": reason}.
-Results stream to DIR/kernel_bench.jsonl as they come, so a run cut short still leaves its figures.
+Results stream to DIR/kernel_bench.jsonl as they come, so a run cut short still leaves its figures
+(`--summarize DIR/kernel_bench.jsonl` checks the targets on them); `--budget-s` ends a run in time to
+write its summary, listing the cases it did not reach.
 """
 
 import argparse
@@ -199,8 +201,8 @@ def _emit(stream, kind: str, row: dict) -> None:
         stream.flush()
 
 
-def _run_lstm(args, stream) -> list[dict]:
-    """The LN-LSTM part over its grid, printed and streamed as it goes."""
+def _run_lstm(args, stream, over_budget) -> list[dict]:
+    """The LN-LSTM part over its grid, printed and streamed as it goes (until the time budget is spent)."""
     lgrid = LSTM_SMOKE if args.smoke else LSTM_QUICK if args.quick else LSTM_GRID
     out = []
     # One matmul precision for every row: cuDNN's LSTM uses TF32 by default (torch.backends.cudnn.allow_tf32)
@@ -212,6 +214,8 @@ def _run_lstm(args, stream) -> list[dict]:
         for B in lgrid["B"]:
             for T in lgrid["T"]:
                 for H in lgrid["H"]:
+                    if over_budget(f"lstm B={B} T={T} H={H}"):
+                        continue
                     rows = _bench_lstm(B, T, H, max(args.rep_ms, 50.0))
                     out += rows
                     for r in rows:
@@ -265,6 +269,19 @@ def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:
     }
 
 
+def read_stream(path: Path) -> tuple[list[dict], list[dict]]:
+    """The LayerNorm and LN-LSTM rows of a kernel_bench.jsonl (a run cut short leaves only that file)."""
+    ln_rows, lstm_rows = [], []
+    for line in path.read_text().splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed run may be cut in half
+            continue
+        ln_rows += [item["layer_norm"]] if "layer_norm" in item else []
+        lstm_rows += [item["ln_lstm"]] if "ln_lstm" in item else []
+    return ln_rows, lstm_rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="normlab bench kernel", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -275,8 +292,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lstm-precision", choices=("tf32", "fp32"), default="tf32",
                    help="fp32 matmuls in the LN-LSTM part: TF32 (cuDNN's default) or full fp32, alike for "
                         "every row (default: tf32)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="stop starting new cases after this many seconds and still write the summary of what "
+                        "was measured (the cases left out are listed under 'not_measured')")
+    p.add_argument("--summarize", type=Path, metavar="JSONL",
+                   help="no benchmark: print the targets' summary of the rows in a kernel_bench.jsonl")
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.summarize:
+        if not args.summarize.is_file():
+            print(f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)", file=sys.stderr)
+            return 2
+        ln_rows, lstm_rows = read_stream(args.summarize)
+        print(json.dumps({"layer_norm_rows": len(ln_rows), "ln_lstm_rows": len(lstm_rows),
+                          "summary": summarize(ln_rows, lstm_rows)}, indent=None if args.json else 1))
+        return 0
     global DEVICE
     DEVICE = "cpu" if args.smoke else "cuda"
     if not args.smoke and not torch.cuda.is_available():
@@ -293,6 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         stream = (args.out / "kernel_bench.jsonl").open("w")
     t0 = time.time()
+    not_measured: list[str] = []
+
+    def over_budget(case: str) -> bool:
+        """True (and the case noted as not measured) once the time budget is spent."""
+        if args.budget_s is not None and time.time() - t0 > args.budget_s:
+            not_measured.append(case)
+            return True
+        return False
+
     impls = _ln_impls()
     ln_rows: list[dict] = []
     lstm_rows: list[dict] = []
@@ -304,12 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     for part in ["ln:bf16", "lstm"] + [f"ln:{d}" for d in later]:
         if part == "lstm":
             if not args.no_lstm:
-                lstm_rows += _run_lstm(args, stream)
+                lstm_rows += _run_lstm(args, stream, over_budget)
             continue
         dname = part[3:]
         for M in grid["M"]:
             for N in grid["N"]:
-                if M * N > MAX_ELEMS:
+                if M * N > MAX_ELEMS or over_budget(f"ln {dname} M={M} N={N}"):
                     continue
                 with_compiled = not args.smoke and (not args.quick or dname == "bf16")
                 rows = _bench_ln_case(impls, M, N, dname, args.rep_ms, with_compiled)
@@ -325,10 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
               "quick": args.quick, "seconds": round(time.time() - t0, 1), "layer_norm": ln_rows,
-              "ln_lstm": lstm_rows, "cuda_graphs": dict(graphs.stats),
+              "ln_lstm": lstm_rows, "not_measured": not_measured, "cuda_graphs": dict(graphs.stats),
               "summary": summarize(ln_rows, lstm_rows)}
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
+    if not_measured and not args.json:
+        print(f"time budget ({args.budget_s:g} s) spent: {len(not_measured)} cases not measured, first "
+              f"{not_measured[0]}", flush=True)
     print(json.dumps(result) if args.json else json.dumps(result["summary"], indent=1))
     return 0
 

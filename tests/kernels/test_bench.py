@@ -19,7 +19,7 @@ def test_without_cuda_it_says_why_and_skips(capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real benchmark runs instead")
-def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
+def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path, capsys):
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # a child: this process keeps triton compiled
     cmd = [sys.executable, "-m", "kernels.bench", "--smoke", "--json", "--out", str(tmp_path)]
@@ -40,3 +40,26 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path):
     assert "lstm_fused_sequence_max_x_cudnn (target <= 1.3)" in result["summary"]
     streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
     assert len(streamed) == len(ln) + len(result["ln_lstm"])
+    # The targets checked on the streamed rows (what a run cut by a time limit leaves) equal the summary.
+    with (tmp_path / "kernel_bench.jsonl").open("a") as f:
+        f.write('{"layer_norm": {"M": 8, "N"')  # the half line a killed run may leave
+    assert bench.main(["--summarize", str(tmp_path / "kernel_bench.jsonl"), "--json"]) == 0
+    from_stream = json.loads(capsys.readouterr().out)
+    assert from_stream["layer_norm_rows"] == len(ln) and from_stream["ln_lstm_rows"] == len(result["ln_lstm"])
+    assert from_stream["summary"] == result["summary"]
+    assert result["not_measured"] == []
+
+
+def test_spent_budget_still_writes_the_summary_and_lists_what_was_left(tmp_path, capsys):
+    pytest.importorskip("triton")
+    assert bench.main(["--smoke", "--json", "--out", str(tmp_path), "--budget-s", "0"]) == 0
+    result = json.loads((tmp_path / "kernel_bench.json").read_text())
+    assert result["layer_norm"] == [] and result["ln_lstm"] == []
+    assert len(result["not_measured"]) == len(bench.DTYPES) + 1  # the smoke grid: one case per dtype + LSTM
+    assert "lstm B=2 T=3 H=8" in result["not_measured"]
+    assert result["summary"]["lstm_fused_sequence_max_x_cudnn (target <= 1.3)"] is None
+
+
+def test_summarize_without_the_file_is_a_message(tmp_path, capsys):
+    assert bench.main(["--summarize", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.summarize:
         if not args.summarize.is_file():
-            print(f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)", file=sys.stderr)
+            print(f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)",
+                  file=sys.stderr)
             return 2
         ln_rows, lstm_rows = read_stream(args.summarize)
         print(json.dumps({"layer_norm_rows": len(ln_rows), "ln_lstm_rows": len(lstm_rows),

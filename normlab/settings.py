@@ -50,7 +50,8 @@ class Settings(BaseSettings):
     max_run_seconds: int = Field(6 * 3600, ge=60)  # longest allowed run; broker visibility timeout above it
     # Service
     host: str = "127.0.0.1"
-    port: int | None = Field(None, ge=1, le=65535)  # NORMLAB_PORT; unset = each command's default (up/frontend 8050, api 8000)
+    # NORMLAB_PORT; unset = each command's own default (up and frontend 8050, api 8000); --port wins
+    port: int | None = Field(None, ge=1, le=65535)
     api_url: str = ""  # where the front end finds the API; empty = same origin
     # Auth and limits (the shared lab server)
     auth: Literal["off", "tokens"] = "off"

@@ -1,4 +1,4 @@
-"""`normlab up / api / frontend`: where they listen - --port, else NORMLAB_PORT, else the command's default."""
+"""`normlab up / api / frontend` listen on --port, else NORMLAB_PORT, else the command's own default."""
 
 from __future__ import annotations
 

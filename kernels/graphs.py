@@ -21,6 +21,16 @@ such a loop is captured once per shape into a `torch.cuda.CUDAGraph` and replaye
   total (least recently used go first) and a per-entry limit (a bigger loop runs eagerly), both a
   share of the GPU's memory with floors of `MAX_TOTAL_BYTES` and `MAX_STATIC_BYTES`.
 
+Lending (`sequence_forward` / `sequence_backward`): a forward replay that saves for a backward does not
+clone what it saves. Its outputs stay in the forward entry's buffers, lent to that call's autograd node
+(a `_Lease`), and the backward graph is captured reading those buffers directly, so while the lease holds
+only ∂L/∂hs is copied in. Anything about to write the buffers (the entry's next replay, a backward
+restoring other data into them) first "evicts" the lease: clones the outputs for it if its backward may
+still run (its node is alive and has not released its saved tensors), and otherwise drops it. So a
+training step (forward, backward, forward, ...) copies no saved tensor at all, and two forwards before
+either backward still each get their own data. One re-entrant lock orders every copy-in, eviction and
+replay (replays only enqueue work, so serializing them across threads costs little).
+
 Off with `set_enabled(False)` (the engine: setting NORMLAB_CUDA_GRAPHS=false). On a CPU there is no
 graph: `emulate(True)` (for tests under TRITON_INTERPRET=1) replays by running `fn` again on the static
 inputs and copying its results into the first call's outputs, so the copy-in / clone-out bookkeeping
@@ -32,6 +42,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -46,11 +57,14 @@ MAX_TOTAL_BYTES = 4 << 30
 GPU_SHARE = (0.10, 0.25)
 _ENABLED = True
 _EMULATE = False
-_LOCK = threading.Lock()
+# One re-entrant lock for lookups, captures, copy-ins, evictions and replays: a backward reading a forward
+# entry's buffers holds it so that no replay on another thread overwrites them in between.
+_LOCK = threading.RLock()
 _ENTRIES: OrderedDict = OrderedDict()
 _SEEN: set = set()  # keys called before (the second call captures)
 _FAILED: set = set()
-stats = {"captures": 0, "replays": 0, "eager": 0, "failed": 0}
+# copied_bytes: what replays moved besides the loop itself (inputs copied in, outputs cloned out, evictions)
+stats = {"captures": 0, "replays": 0, "eager": 0, "failed": 0, "lent": 0, "evicted": 0, "copied_bytes": 0}
 
 
 def set_enabled(on: bool) -> None:
@@ -94,15 +108,69 @@ def _capture_stream(device: torch.device):
     return _STREAMS[index]
 
 
+class _Lease:
+    """One forward replay's saved outputs, left in its entry's buffers for that call's backward."""
+
+    __slots__ = ("entry", "outs", "node", "__weakref__")
+
+    def __init__(self, entry: _Entry, node):
+        self.entry: _Entry | None = entry  # while set: the call's inputs and outputs are entry's buffers
+        self.outs: tuple | None = None  # once evicted: clones of the outputs (inputs: the node's saved ones)
+        self.node = weakref.ref(node)
+
+    def needed(self) -> bool:
+        """Whether the backward may still run: the autograd node is alive and still holds its saved tensors
+        (after a backward without retain_graph, reading them raises)."""
+        node = self.node()
+        if node is None:
+            return False
+        try:
+            try:
+                _ = node._raw_saved_tensors  # runs no saved-tensor unpack hooks (offloading, checkpointing)
+            except AttributeError:
+                _ = node.saved_tensors
+        except RuntimeError:
+            return False
+        return True
+
+
 class _Entry:
-    def __init__(self, fn: Callable, inputs: Sequence[torch.Tensor]):
+    def __init__(self, fn: Callable, inputs: Sequence[torch.Tensor], partner: _Entry | None = None):
         self.fn = fn
-        self.statics = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
-        _copy_in(self.statics, inputs)
+        # Inputs that are a partner entry's buffers (a backward's lent forward data) are read in place.
+        lent = {id(t) for t in (*partner.statics, *partner.outs)} if partner is not None else set()
+        self.shared = {i for i, t in enumerate(inputs) if id(t) in lent}
+        self.partner = partner if self.shared else None
+        self.statics = [t if i in self.shared else torch.empty_like(t, memory_format=torch.contiguous_format)
+                        for i, t in enumerate(inputs)]
+        self.copy_in(inputs)
         self.graph = None
         self.outs: tuple = ()
-        self.lock = threading.Lock()  # copy-in, replay and clone-out of one call stay together
+        self.lease: weakref.ref | None = None
         self.nbytes = 0
+
+    def copy_in(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Copy each call's inputs into the static tensors (not those that already are the inputs); before
+        writing a partner's buffers, evict what it has lent."""
+        pairs = [(i, d, t) for i, (d, t) in enumerate(zip(self.statics, inputs, strict=True)) if d is not t]
+        if self.partner is not None and any(i in self.shared for i, _, _ in pairs):
+            self.partner.evict()
+        if pairs:
+            torch._foreach_copy_([d for _, d, _ in pairs], [t for _, _, t in pairs])
+            stats["copied_bytes"] += _nbytes([d for _, d, _ in pairs])
+
+    def evict(self) -> None:
+        """Before this entry's buffers are written: clone the outputs out for a lease whose backward may
+        still need them, and end the lease."""
+        lease = self.lease() if self.lease is not None else None
+        self.lease = None
+        if lease is None or lease.entry is not self:
+            return
+        if lease.needed():
+            lease.outs = tuple(o.clone() for o in self.outs)
+            stats["evicted"] += 1
+            stats["copied_bytes"] += _nbytes(self.outs)
+        lease.entry = None
 
     def capture(self) -> None:
         if self.statics[0].is_cuda:
@@ -126,11 +194,6 @@ class _Entry:
                 out.copy_(new)
 
 
-def _copy_in(dst: list, src: Sequence[torch.Tensor]) -> None:
-    if dst:
-        torch._foreach_copy_(dst, list(src))
-
-
 def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -141,6 +204,14 @@ def run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] |
     Returns fresh tensors for the outputs listed in `keep` (all by default) and None for the others.
     Call only when `applies(device)` holds; `key` must determine every shape, dtype and constant of `fn`.
     """
+    return _run(key, fn, inputs, keep)[0]
+
+
+def _run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] | None = None, lend_to=None,
+         partner: _Entry | None = None) -> tuple[tuple, _Lease | None]:
+    """`run`, and: with `lend_to` (an autograd node), a replay lends its outputs to it (a `_Lease`, see the
+    module docstring) instead of cloning those not in `keep`; a new entry reads inputs that are
+    `partner`'s buffers in place."""
     key = (key, _math_mode())
     with _LOCK:
         entry = _ENTRIES.get(key)
@@ -150,19 +221,28 @@ def run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] |
             _SEEN.add(key)  # seen once: eager (a shape used once, e.g. a last short batch, costs no capture)
             entry = None
         else:
-            entry = _capture(key, fn, inputs)  # under the lock: one capture at a time
-    if entry is None:
-        stats["eager"] += 1
-        return _select(tuple(fn(*inputs)), keep)
-    with entry.lock:
-        _copy_in(entry.statics, inputs)
+            entry = _capture(key, fn, inputs, partner)  # one capture at a time
+        if entry is None:  # eager: fresh outputs (all of them when lending, for the caller to save)
+            stats["eager"] += 1
+            outs = tuple(fn(*inputs))
+            return (outs if lend_to is not None else _select(outs, keep)), None
+        entry.evict()  # its outputs (and static inputs) are about to be overwritten
+        entry.copy_in(inputs)
         entry.replay()
         stats["replays"] += 1
-        return _select(entry.outs, keep, clone=True)
+        outs = _select(entry.outs, keep, clone=True)
+        stats["copied_bytes"] += _nbytes([o for o in outs if o is not None])
+        if lend_to is None:
+            return outs, None
+        lease = _Lease(entry, lend_to)
+        entry.lease = weakref.ref(lease)
+        stats["lent"] += 1
+        return outs, lease
 
 
-def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor]) -> _Entry | None:
-    entry = _Entry(fn, inputs)
+def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor],
+             partner: _Entry | None = None) -> _Entry | None:
+    entry = _Entry(fn, inputs, partner)
     try:
         entry.capture()
     except Exception as exc:  # noqa: BLE001 - any capture problem: this key runs eagerly from now on
@@ -174,7 +254,8 @@ def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor]) -> _Entry | None
             torch.cuda.synchronize()
         return None
     stats["captures"] += 1
-    entry.nbytes = _nbytes(entry.statics) + _nbytes(entry.outs)
+    own = [t for i, t in enumerate(entry.statics) if i not in entry.shared]  # a partner's are counted there
+    entry.nbytes = _nbytes(own) + _nbytes(entry.outs)
     per_entry, total = _limits(entry.statics[0].device)
     if entry.nbytes > per_entry:
         _FAILED.add(key)  # too big to keep: eager from now on (this capture is dropped)
@@ -203,18 +284,38 @@ def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep:
 
 def sequence_forward(ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool,
                      out: int) -> tuple:
-    """A fused sequence's autograd forward: fn(*inputs, eps=eps) through `call`. When `saving`, every
-    output is kept and the inputs and outputs are saved on ctx for `sequence_backward`; otherwise only
-    output `out` (the hidden states returned) is cloned out of a replayed graph."""
-    outs = call(name, functools.partial(fn, eps=eps), inputs, eps, keep=None if saving else (out,))
+    """A fused sequence's autograd forward: fn(*inputs, eps=eps) through `call`; returns its outputs with
+    output `out` (the hidden states returned) a fresh tensor. When `saving`, the inputs are saved on ctx,
+    and the outputs too when they are fresh (eager); a replay lends them to ctx instead (`ctx.lease`)."""
+    ctx.lease = None
+    f = functools.partial(fn, eps=eps)
+    if not applies(inputs[0].device):
+        outs = tuple(f(*inputs))
+    else:
+        outs, ctx.lease = _run(graph_key(name, inputs, eps), f, inputs, keep=(out,),
+                               lend_to=ctx if saving else None)
     if saving:
-        ctx.save_for_backward(*inputs, *outs)
+        ctx.save_for_backward(*inputs, *(() if ctx.lease is not None else outs))
     return outs
 
 
 def sequence_backward(ctx, name: str, fn: Callable, grad: torch.Tensor) -> tuple:
-    """The matching backward: fn(grad, *inputs, *outputs of the forward) through `call`."""
-    return call(name, fn, (grad.contiguous(), *ctx.saved_tensors))
+    """The matching backward: fn(grad, *inputs, *outputs of the forward) through `call`, on the forward
+    entry's buffers while its lease holds (nothing but grad copied in), else on the saved inputs and the
+    evicted clones."""
+    saved = ctx.saved_tensors  # also autograd's check that no saved input was modified in place
+    lease = ctx.lease
+    if lease is None:
+        return call(name, fn, (grad.contiguous(), *saved))
+    with _LOCK:  # no replay may overwrite the lent buffers before this backward's work is enqueued
+        owner = lease.entry
+        if owner is not None:
+            inputs, partner = (grad.contiguous(), *owner.statics, *owner.outs), owner
+        else:
+            inputs, partner = (grad.contiguous(), *saved, *lease.outs), None
+        if not applies(grad.device):  # graphs switched off since the forward
+            return tuple(fn(*inputs))
+        return _run(graph_key(name, inputs), fn, inputs, partner=partner)[0]
 
 
 def graph_key(name: str, tensors: Sequence[torch.Tensor], *consts) -> tuple:

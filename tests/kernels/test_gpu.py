@@ -239,8 +239,9 @@ def _gru_sequence_inputs(T, B, H, seed=5):
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
-    # Calls 1-5 with new data each: 1 runs eagerly, 2 captures the forward and backward graphs, 3-5 replay
-    # (4 and 5 both forward before either backward: each keeps its own saved tensors). Every output and
+    # Calls 1-7 with new data each: 1 runs eagerly, 2 captures the forward and backward graphs, 3-7 replay
+    # (4 and 5, then 6 and 7, both forward before either backward, backwards in either order: each keeps
+    # its own saved tensors, lent from the graph's buffers or cloned out when evicted). Every output and
     # gradient must match the eager launches: the same kernels, though cuBLAS on the capture stream may
     # pick another algorithm, so to fp32 rounding; replaying the same inputs again gives the same bits.
     from kernels import graphs
@@ -249,7 +250,7 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
     make = ((lambda s: _sequence_inputs(24, 16, 256, torch.float32, seed=s)) if cell == "lstm"
             else (lambda s: _gru_sequence_inputs(24, 16, 256, seed=s)))
     d = torch.randn(24, 16, 256, device=CUDA)
-    calls = [make(s) for s in range(5)]
+    calls = [make(s) for s in range(7)]
 
     def leaves(ins):
         return [t.detach().clone().requires_grad_() for t in ins]
@@ -272,18 +273,22 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
         hs = fn(*ls, 1e-5)
         (hs * d).sum().backward()
         got.append([hs.detach()] + [t.grad for t in ls])
-    la, lb = leaves(calls[3]), leaves(calls[4])
-    ha, hb = fn(*la, 1e-5), fn(*lb, 1e-5)
-    (hb * d).sum().backward()
-    (ha * d).sum().backward()
-    got += [[ha.detach()] + [t.grad for t in la], [hb.detach()] + [t.grad for t in lb]]
+    for a, b, b_first in ((3, 4, True), (5, 6, False)):
+        la, lb = leaves(calls[a]), leaves(calls[b])
+        ha, hb = fn(*la, 1e-5), fn(*lb, 1e-5)
+        for h in ((hb, ha) if b_first else (ha, hb)):
+            (h * d).sum().backward()
+        got += [[ha.detach()] + [t.grad for t in la], [hb.detach()] + [t.grad for t in lb]]
     ls = leaves(calls[2])
     hs = fn(*ls, 1e-5)
     (hs * d).sum().backward()
     again = [hs.detach()] + [t.grad for t in ls]
     torch.cuda.synchronize()
     assert graphs.stats["captures"] - before["captures"] == 2
-    assert graphs.stats["replays"] - before["replays"] == 10
+    assert graphs.stats["replays"] - before["replays"] == 14
+    # every forward replay lent its saved outputs; the second forward of each pair evicted the first's,
+    # and restoring call 6's data for its backward evicted call 7's
+    assert graphs.stats["lent"] - before["lent"] == 7 and graphs.stats["evicted"] - before["evicted"] == 3
     assert all(torch.equal(a, b) for a, b in zip(got[2], again, strict=True))  # replays are deterministic
     for k, (ins, g) in enumerate(zip(calls, got, strict=True)):
         for j, (a, b) in enumerate(zip(g, eager(ins), strict=True)):

@@ -188,7 +188,12 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
             for _ in range(2):  # both before the timing, so do_bench sizes its runs on the replays
                 fn()
         ms = _ms(fn, rep_ms)
-        out.append({"B": B, "T": T, "H": H, "impl": name, "ms": round(ms, 4)})
+        row = {"B": B, "T": T, "H": H, "impl": name, "ms": round(ms, 4)}
+        if name == SEQUENCE:  # what one replayed fwd+bwd copies besides the loop (inputs in, outputs out)
+            before = graphs.stats["copied_bytes"]
+            fn()
+            row["graph_copied_MiB"] = round((graphs.stats["copied_bytes"] - before) / 2 ** 20, 2)
+        out.append(row)
     base = out[0]["ms"]
     for row in out:
         row["x_cudnn"] = round(row["ms"] / base, 3)

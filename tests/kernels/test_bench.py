@@ -37,6 +37,7 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path, capsys):
         "fused LN-LSTM (triton cell per step)", "plain PyTorch LN-LSTM", "engine LN-LSTM (triton backend)",
         "engine LN-LSTM (torch backend)"}
     assert {r["precision"] for r in result["ln_lstm"]} == {"tf32"}  # one matmul precision for every row
+    assert [r["graph_copied_MiB"] >= 0 for r in result["ln_lstm"] if r["impl"] == bench.SEQUENCE] == [True]
     assert "lstm_fused_sequence_max_x_cudnn (target <= 1.3)" in result["summary"]
     streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
     assert len(streamed) == len(ln) + len(result["ln_lstm"])

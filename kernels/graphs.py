@@ -262,7 +262,9 @@ def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor],
         return None
     _ENTRIES[key] = entry
     while len(_ENTRIES) > MAX_ENTRIES or sum(e.nbytes for e in _ENTRIES.values()) > total:
-        _ENTRIES.popitem(last=False)
+        _, gone = _ENTRIES.popitem(last=False)
+        for k in [k for k, e in _ENTRIES.items() if e.partner is gone]:  # they hold its buffers
+            del _ENTRIES[k]
     return entry
 
 
@@ -284,7 +286,7 @@ def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep:
 
 def sequence_forward(ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool,
                      out: int) -> tuple:
-    """A fused sequence's autograd forward: fn(*inputs, eps=eps) through `call`; returns its outputs with
+    """A fused sequence's autograd forward: fn(*inputs, eps=eps) as `call` runs it; returns its outputs with
     output `out` (the hidden states returned) a fresh tensor. When `saving`, the inputs are saved on ctx,
     and the outputs too when they are fresh (eager); a replay lends them to ctx instead (`ctx.lease`)."""
     ctx.lease = None

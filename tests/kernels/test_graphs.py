@@ -285,3 +285,15 @@ def test_backward_after_the_graphs_are_cleared_or_switched_off(emulated, change)
         finally:
             graphs.set_enabled(True)
     assert torch.equal(x.grad, eager_grads(x.detach(), w, d)[1])
+
+
+def test_a_backward_graph_goes_with_the_forward_graph_whose_buffers_it_reads(monkeypatch, emulated):
+    w = torch.randn(3, 3)
+    for _ in range(2):
+        toy(torch.randn(4, 2, 3, requires_grad=True), w).sum().backward()
+    (fwd_key, fwd), (bwd_key, bwd) = graphs._ENTRIES.items()
+    assert bwd.partner is fwd and bwd.shared == {1, 2, 3, 4}  # x, w, pre, hs read in place; ∂L/∂hs copied
+    monkeypatch.setattr(graphs, "MAX_ENTRIES", 2)
+    for _ in range(2):  # a third entry: the forward is least recently used, and its backward goes with it
+        graphs.run(("loop",), loop, (torch.randn(2, 2, 3), w))
+    assert list(graphs._ENTRIES) == [(("loop",), graphs._math_mode())]

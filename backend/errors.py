@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,17 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
     for err in errors:
         ctx = err.get("ctx") or {}
         prefix = _field_name(tuple(err.get("loc", ())))
+        if err.get("type") == "json_invalid":  # loc is ("body", character position)
+            where = err["loc"][-1] if len(err.get("loc", ())) > 1 else "?"
+            fields["body"] = (f"The request body is not valid JSON ({ctx.get('error', 'decode error')} at "
+                              f"character {where}); send a JSON object, e.g. {{\"task\": \"digits\"}}.")
+            continue
+        if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+            fields["body"] = 'The request has no body; send a JSON object, e.g. {"task": "digits"}.'
+            continue
+        if _not_finite(err.get("input")):
+            fields.setdefault(prefix, f"Input should be a finite number, got {err['input']!r}")
+            continue
         if err.get("type") == "spec_combination":
             per_field = _combination_messages(err.get("input"))
             for name in ctx.get("fields", []):
@@ -33,6 +45,15 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
             continue
         fields.setdefault(prefix, err.get("msg", "invalid value"))
     return fields
+
+
+def _not_finite(value) -> bool:
+    """NaN or ±infinity (as a float, or a string pydantic would read as one): bounds checks on them say
+    "less than or equal to 10", which does not tell what to change."""
+    if isinstance(value, str):
+        value = value.strip().lower().lstrip("+-")
+        return value in ("nan", "inf", "infinity")
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _combination_messages(data) -> dict[str, str]:

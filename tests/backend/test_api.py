@@ -55,6 +55,13 @@ def test_bad_specs_get_422_with_the_specs_messages(client):
     assert r.status_code == 422 and "NORMLAB_MAX_STEPS" in r.json()["fields"]["steps"]
     r = client.post("/api/sweeps", json={"base": {"task": "digits"}, "norms": ["batch"], "batch_sizes": [1]})
     assert r.status_code == 422 and "batch_size=1" in r.json()["detail"]
+    r = client.post("/api/runs", content=b"{'task': 'digits'}", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.json()["fields"]["body"]
+    r = client.post("/api/runs", content=b"", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "no body" in r.json()["fields"]["body"]
+    for lr in ("NaN", "inf", "-Infinity"):
+        r = client.post("/api/runs", json={"task": "digits", "lr": lr})
+        assert r.status_code == 422 and "finite number" in r.json()["fields"]["lr"], r.text
     assert client.get("/api/runs").json()["total"] == 0  # nothing half-created
 
 

@@ -5,7 +5,8 @@ matrix of the kernel notes (M × N × dtype × forward / backward / forward+back
 GB/s on model bytes (forward 2·M·N·s, backward 3·M·N·s, both 5·M·N·s) and % of the H200's 4.8 TB/s,
 with the max error against a float64 reference; then, fwd+bwd against cuDNN `nn.LSTM`, the fused LN-LSTM
 sequence (one autograd node; the row issue 7's target is checked on), the fused cell called per step, the
-plain PyTorch LN-LSTM and the engine's LN-LSTM layer with each backend. Without CUDA it prints why and
+plain PyTorch LN-LSTM and the engine's LN-LSTM layer with each backend; last, the same for the LN-GRU
+against cuDNN `nn.GRU` (no target: for information). Without CUDA it prints why and
 exits 0 with {"skipped": reason}.
 Results stream to DIR/kernel_bench.jsonl as they come, so a run cut short still leaves its figures
 (`--summarize DIR/kernel_bench.jsonl` checks the targets on them); `--budget-s` ends a run in time to
@@ -37,6 +38,8 @@ LSTM_GRID = {"B": (8, 32, 128), "T": (64, 512), "H": (256, 512, 1024)}
 LSTM_QUICK = {"B": (32,), "T": (64,), "H": (256, 1024)}
 SEQUENCE = "fused LN-LSTM (triton sequence)"  # the row issue 7's ≤ 1.3× cuDNN target is checked on
 SEQUENCE_EAGER = "fused LN-LSTM (sequence, no CUDA graph)"  # the same launches from Python, for comparison
+GRU_SEQUENCE = "fused LN-GRU (triton sequence)"  # no target: for information
+GRU_SEQUENCE_EAGER = "fused LN-GRU (sequence, no CUDA graph)"
 # --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures.
 SMOKE = {"M": (8,), "N": (37,)}
 LSTM_SMOKE = {"B": (2,), "T": (3,), "H": (8,)}
@@ -151,20 +154,14 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
     cudnn = torch.nn.LSTM(D, H).to(dev)
     h0 = xs.new_zeros(B, H)
 
-    def sequence(graphed=True):  # one product for every step's W_x x_t, then the fused recurrence (one node)
-        def run():
-            graphs.set_enabled(graphed)
-            try:
-                hs = kernels.triton_ln_lstm_sequence(xs @ params["w_x"].t(), w_h, *params["ln"], h0, h0, 1e-5)
-                hs.sum().backward()
-            finally:
-                graphs.set_enabled(True)
-        return run
+    def sequence():  # one product for every step's W_x x_t, then the fused recurrence (one node)
+        hs = kernels.triton_ln_lstm_sequence(xs @ params["w_x"].t(), w_h, *params["ln"], h0, h0, 1e-5)
+        hs.sum().backward()
 
     cases = {
         "cudnn nn.LSTM (no norm)": lambda: cudnn(xs)[0].sum().backward(),
-        SEQUENCE: sequence(),
-        SEQUENCE_EAGER: sequence(graphed=False),
+        SEQUENCE: _graphs_on(True, sequence),
+        SEQUENCE_EAGER: _graphs_on(False, sequence),
         "fused LN-LSTM (triton cell per step)": lambda: _lstm_step_loop(kernels.triton_ln_lstm_cell, xs, w_h,
                                                                         params, H),
         "plain PyTorch LN-LSTM": lambda: _lstm_step_loop(kernels.ln_lstm_cell_reference, xs, w_h, params, H),
@@ -182,6 +179,12 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
 
         cases["engine LN-LSTM (triton backend)"] = engine_with("triton")
         cases["engine LN-LSTM (torch backend)"] = engine_with("torch")
+    return _time_cases(cases, B, T, H, rep_ms, SEQUENCE)
+
+
+def _time_cases(cases: dict, B: int, T: int, H: int, rep_ms: float, graphed: str) -> list[dict]:
+    """fwd+bwd ms of each case, and each ÷ the first (cuDNN); the `graphed` row also records the bytes
+    one replayed call copies besides its loop (inputs in, outputs out: kernels.graphs.stats)."""
     out = []
     for name, fn in cases.items():
         if DEVICE == "cuda":  # a shape's first call runs eagerly, its second captures the CUDA graphs:
@@ -189,7 +192,7 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
                 fn()
         ms = _ms(fn, rep_ms)
         row = {"B": B, "T": T, "H": H, "impl": name, "ms": round(ms, 4)}
-        if name == SEQUENCE:  # what one replayed fwd+bwd copies besides the loop (inputs in, outputs out)
+        if name == graphed:
             before = graphs.stats["copied_bytes"]
             fn()
             row["graph_copied_MiB"] = round((graphs.stats["copied_bytes"] - before) / 2 ** 20, 2)
@@ -200,15 +203,58 @@ def _bench_lstm(B, T, H, rep_ms) -> list[dict]:
     return out
 
 
+def _graphs_on(on: bool, fn):
+    """fn with kernels.graphs switched on or off around it."""
+    def run():
+        graphs.set_enabled(on)
+        try:
+            fn()
+        finally:
+            graphs.set_enabled(True)
+    return run
+
+
+def _bench_gru(B, T, H, rep_ms) -> list[dict]:
+    """The LN-GRU (eq. 26; no target in issue 7): the fused sequence with and without CUDA graphs, the
+    plain PyTorch LN-GRU (the torch reference cell per step) and cuDNN `nn.GRU`, fwd+bwd."""
+    dev, D = DEVICE, H
+    xs = torch.randn(T, B, D, device=dev)
+    w_x = (torch.randn(3 * H, D, device=dev) / D ** 0.5).requires_grad_()
+    w_rec = (torch.randn(3 * H, H, device=dev) / H ** 0.5).requires_grad_()
+    params = [p.requires_grad_() for p in (torch.ones(2 * H, device=dev), torch.zeros(2 * H, device=dev),
+                                           torch.ones(2 * H, device=dev), torch.zeros(2 * H, device=dev),
+                                           torch.ones(H, device=dev), torch.zeros(H, device=dev),
+                                           torch.ones(H, device=dev), torch.zeros(H, device=dev))]
+    cudnn = torch.nn.GRU(D, H).to(dev)
+    h0 = xs.new_zeros(B, H)
+
+    def fused():
+        kernels.triton_ln_gru_sequence(xs @ w_x.t(), w_rec, *params, h0, 1e-5).sum().backward()
+
+    def plain():
+        kernels.set_backend("torch")
+        try:
+            kernels.ln_gru_sequence(xs @ w_x.t(), w_rec, *params, h0, 1e-5).sum().backward()
+        finally:
+            kernels.set_backend("auto")
+
+    cases = {"cudnn nn.GRU (no norm)": lambda: cudnn(xs)[0].sum().backward(),
+             GRU_SEQUENCE: _graphs_on(True, fused), GRU_SEQUENCE_EAGER: _graphs_on(False, fused),
+             "plain PyTorch LN-GRU": plain}
+    return _time_cases(cases, B, T, H, rep_ms, GRU_SEQUENCE)
+
+
 def _emit(stream, kind: str, row: dict) -> None:
     if stream:
         stream.write(json.dumps({kind: row}) + "\n")
         stream.flush()
 
 
-def _run_lstm(args, stream, over_budget) -> list[dict]:
-    """The LN-LSTM part over its grid, printed and streamed as it goes (until the time budget is spent)."""
+def _run_recurrent(args, stream, over_budget, cell: str) -> list[dict]:
+    """The LN-LSTM or LN-GRU part over its grid, printed and streamed as it goes (until the time budget is
+    spent)."""
     lgrid = LSTM_SMOKE if args.smoke else LSTM_QUICK if args.quick else LSTM_GRID
+    bench_one = _bench_lstm if cell == "lstm" else _bench_gru
     out = []
     # One matmul precision for every row: cuDNN's LSTM uses TF32 by default (torch.backends.cudnn.allow_tf32)
     # while torch's matmuls do not (torch.backends.cuda.matmul.allow_tf32), so the flags are set alike.
@@ -219,16 +265,16 @@ def _run_lstm(args, stream, over_budget) -> list[dict]:
         for B in lgrid["B"]:
             for T in lgrid["T"]:
                 for H in lgrid["H"]:
-                    if over_budget(f"lstm B={B} T={T} H={H}"):
+                    if over_budget(f"{cell} B={B} T={T} H={H}"):
                         continue
-                    rows = _bench_lstm(B, T, H, max(args.rep_ms, 50.0))
+                    rows = bench_one(B, T, H, max(args.rep_ms, 50.0))
                     out += rows
                     for r in rows:
                         r["precision"] = args.lstm_precision
-                        _emit(stream, "ln_lstm", r)
+                        _emit(stream, f"ln_{cell}", r)
                         if not args.json:
-                            print(f"LSTM B={B:3d} T={T:3d} H={H:4d} {r['impl']:40s} {r['ms']:9.3f} ms "
-                                  f"x{r['x_cudnn']:.2f} of cuDNN", flush=True)
+                            print(f"{cell.upper()} B={B:3d} T={T:3d} H={H:4d} {r['impl']:40s} {r['ms']:9.3f} "
+                                  f"ms x{r['x_cudnn']:.2f} of cuDNN", flush=True)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     return out
@@ -244,7 +290,7 @@ def _engine_lstm(D: int, H: int, dev: str):
         return None
 
 
-def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:
+def summarize(ln_rows: list[dict], lstm_rows: list[dict], gru_rows: list[dict] = ()) -> dict:
     """The issue's targets, checked on the rows measured."""
     key = {(r["M"], r["N"], r["dtype"], r["mode"], r["impl"]): r for r in ln_rows if "ms" in r}
     slower, fwd_big, bwd_big, bwd_speedup = [], [], [], []
@@ -271,12 +317,15 @@ def summarize(ln_rows: list[dict], lstm_rows: list[dict]) -> dict:
         "lstm_fused_sequence_max_x_cudnn (target <= 1.3)": max((r["x_cudnn"] for r in fused), default=None),
         "lstm_sequence_without_cuda_graph_max_x_cudnn": max(
             (r["x_cudnn"] for r in lstm_rows if r["impl"] == SEQUENCE_EAGER), default=None),
+        "gru_fused_sequence_max_x_cudnn (no target)": max(
+            (r["x_cudnn"] for r in gru_rows if r["impl"] == GRU_SEQUENCE), default=None),
     }
 
 
-def read_stream(path: Path) -> tuple[list[dict], list[dict]]:
-    """The LayerNorm and LN-LSTM rows of a kernel_bench.jsonl (a run cut short leaves only that file)."""
-    ln_rows, lstm_rows = [], []
+def read_stream(path: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """The LayerNorm, LN-LSTM and LN-GRU rows of a kernel_bench.jsonl (a run cut short leaves only that
+    file)."""
+    ln_rows, lstm_rows, gru_rows = [], [], []
     for line in path.read_text().splitlines():
         try:
             item = json.loads(line)
@@ -284,7 +333,8 @@ def read_stream(path: Path) -> tuple[list[dict], list[dict]]:
             continue
         ln_rows += [item["layer_norm"]] if "layer_norm" in item else []
         lstm_rows += [item["ln_lstm"]] if "ln_lstm" in item else []
-    return ln_rows, lstm_rows
+        gru_rows += [item["ln_gru"]] if "ln_gru" in item else []
+    return ln_rows, lstm_rows, gru_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,10 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write kernel_bench.json (+ .jsonl as it goes) into this folder")
     p.add_argument("--quick", action="store_true", help="a subset of the matrix (about a minute)")
     p.add_argument("--rep-ms", type=float, default=20.0, help="timed milliseconds per measurement (median)")
-    p.add_argument("--no-lstm", action="store_true", help="skip the LN-LSTM part")
+    p.add_argument("--no-lstm", action="store_true", help="skip the LN-LSTM and LN-GRU parts")
     p.add_argument("--lstm-precision", choices=("tf32", "fp32"), default="tf32",
-                   help="fp32 matmuls in the LN-LSTM part: TF32 (cuDNN's default) or full fp32, alike for "
-                        "every row (default: tf32)")
+                   help="fp32 matmuls in the LN-LSTM and LN-GRU parts: TF32 (cuDNN's default) or full "
+                        "fp32, alike for every row (default: tf32)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="stop starting new cases after this many seconds and still write the summary of what "
                         "was measured (the cases left out are listed under 'not_measured')")
@@ -309,9 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)",
                   file=sys.stderr)
             return 2
-        ln_rows, lstm_rows = read_stream(args.summarize)
+        ln_rows, lstm_rows, gru_rows = read_stream(args.summarize)
         print(json.dumps({"layer_norm_rows": len(ln_rows), "ln_lstm_rows": len(lstm_rows),
-                          "summary": summarize(ln_rows, lstm_rows)}, indent=None if args.json else 1))
+                          "ln_gru_rows": len(gru_rows), "summary": summarize(ln_rows, lstm_rows, gru_rows)},
+                         indent=None if args.json else 1))
         return 0
     global DEVICE
     DEVICE = "cpu" if args.smoke else "cuda"
@@ -341,15 +392,21 @@ def main(argv: list[str] | None = None) -> int:
     impls = _ln_impls()
     ln_rows: list[dict] = []
     lstm_rows: list[dict] = []
+    gru_rows: list[dict] = []
     dnames = list(DTYPES) if not args.quick else ["bf16", "fp32", "bf16+fp32w"]
     # bf16 first (the targets' dtype), then the LN-LSTM, then bf16 activations with fp32 γ/β, fp32 and
     # fp16 (which behaves like bf16): a run cut short by a time limit still leaves the most important
-    # figures in the .jsonl stream (on an H200 the 360 s limit ended inside fp32 with the old order).
+    # figures in the .jsonl stream (on an H200 the 360 s limit ended inside fp32 with the old order). The
+    # LN-GRU (no target) comes last.
     later = [d for d in ("bf16+fp32w", "fp32", "fp16") if d in dnames]
-    for part in ["ln:bf16", "lstm"] + [f"ln:{d}" for d in later]:
+    for part in ["ln:bf16", "lstm"] + [f"ln:{d}" for d in later] + ["gru"]:
         if part == "lstm":
             if not args.no_lstm:
-                lstm_rows += _run_lstm(args, stream, over_budget)
+                lstm_rows += _run_recurrent(args, stream, over_budget, "lstm")
+            continue
+        if part == "gru":
+            if not args.no_lstm:
+                gru_rows += _run_recurrent(args, stream, over_budget, "gru")
             continue
         dname = part[3:]
         for M in grid["M"]:
@@ -370,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
               "quick": args.quick, "seconds": round(time.time() - t0, 1), "layer_norm": ln_rows,
-              "ln_lstm": lstm_rows, "not_measured": not_measured, "cuda_graphs": dict(graphs.stats),
-              "summary": summarize(ln_rows, lstm_rows)}
+              "ln_lstm": lstm_rows, "ln_gru": gru_rows, "not_measured": not_measured,
+              "cuda_graphs": dict(graphs.stats), "summary": summarize(ln_rows, lstm_rows, gru_rows)}
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
     if not_measured and not args.json:

@@ -38,15 +38,19 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path, capsys):
         "engine LN-LSTM (torch backend)"}
     assert {r["precision"] for r in result["ln_lstm"]} == {"tf32"}  # one matmul precision for every row
     assert [r["graph_copied_MiB"] >= 0 for r in result["ln_lstm"] if r["impl"] == bench.SEQUENCE] == [True]
+    assert {r["impl"] for r in result["ln_gru"]} == {
+        "cudnn nn.GRU (no norm)", bench.GRU_SEQUENCE, bench.GRU_SEQUENCE_EAGER, "plain PyTorch LN-GRU"}
+    assert result["summary"]["gru_fused_sequence_max_x_cudnn (no target)"] > 0
     assert "lstm_fused_sequence_max_x_cudnn (target <= 1.3)" in result["summary"]
     streamed = (tmp_path / "kernel_bench.jsonl").read_text().splitlines()
-    assert len(streamed) == len(ln) + len(result["ln_lstm"])
+    assert len(streamed) == len(ln) + len(result["ln_lstm"]) + len(result["ln_gru"])
     # The targets checked on the streamed rows (what a run cut by a time limit leaves) equal the summary.
     with (tmp_path / "kernel_bench.jsonl").open("a") as f:
         f.write('{"layer_norm": {"M": 8, "N"')  # the half line a killed run may leave
     assert bench.main(["--summarize", str(tmp_path / "kernel_bench.jsonl"), "--json"]) == 0
     from_stream = json.loads(capsys.readouterr().out)
     assert from_stream["layer_norm_rows"] == len(ln) and from_stream["ln_lstm_rows"] == len(result["ln_lstm"])
+    assert from_stream["ln_gru_rows"] == len(result["ln_gru"])
     assert from_stream["summary"] == result["summary"]
     assert result["not_measured"] == []
 
@@ -55,9 +59,10 @@ def test_spent_budget_still_writes_the_summary_and_lists_what_was_left(tmp_path,
     pytest.importorskip("triton")
     assert bench.main(["--smoke", "--json", "--out", str(tmp_path), "--budget-s", "0"]) == 0
     result = json.loads((tmp_path / "kernel_bench.json").read_text())
-    assert result["layer_norm"] == [] and result["ln_lstm"] == []
-    assert len(result["not_measured"]) == len(bench.DTYPES) + 1  # the smoke grid: one case per dtype + LSTM
-    assert "lstm B=2 T=3 H=8" in result["not_measured"]
+    assert result["layer_norm"] == [] and result["ln_lstm"] == [] and result["ln_gru"] == []
+    # the smoke grid: one LayerNorm case per dtype, one LN-LSTM and one LN-GRU
+    assert len(result["not_measured"]) == len(bench.DTYPES) + 2
+    assert {"lstm B=2 T=3 H=8", "gru B=2 T=3 H=8"} <= set(result["not_measured"])
     assert result["summary"]["lstm_fused_sequence_max_x_cudnn (target <= 1.3)"] is None
 
 

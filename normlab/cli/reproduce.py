@@ -61,6 +61,12 @@ def print_table(out: dict, file=None) -> None:
     for row in rows:
         cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
         print("  " + "  ".join(cells).rstrip(), file=file)
+    spreads = [(r["label"], r["hidden_spread"]) for r in out["runs"] if r.get("hidden_spread")]
+    if spreads:
+        print("Hidden state, max ÷ min of ‖h_t‖ over time steps (last trace; 1 = flat):", file=file)
+        for label, s in spreads:
+            per_seed = " ".join(_fmt(v, 2) for v in s["values"])
+            print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
     d = out["direction"]
     print(f"Paper: {out['expect']}", file=file)
     for c in d["claims"]:

@@ -10,6 +10,8 @@ run), on every seed:
     close A B      |mean A − mean B| ≤ max(CLOSE_REL × the larger mean, 2 × the standard error of the
                    difference): "about equal" within run-to-run noise or a quarter of the value
     gap A1 A2 B1 B2   |A1 − A2| < |B1 − B2|: A is less sensitive to the change than B
+    steadier A B   A's hidden-state norm varies less over the time steps than B's: the spread
+                   max_t ‖h_t‖ ÷ min_t ‖h_t‖ of the run's last hidden-state trace (§3.1; needs probes)
     best A         A beats every other run
     trains A       A's validation loss ends below ln(classes), the loss of a uniform guess
     refused N      the spec refuses norm N at the preset's batch size (checked, not trained)
@@ -42,7 +44,7 @@ RULES: dict[str, list[tuple]] = {
     "online": [("trains", "layer"), ("refused", "batch"), ("better", "layer", "none")],
     "convnets": [("better", "batch", "layer"), ("better", "layer", "none")],
     "gain-init": [("gap", "layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1")],
-    "long-sequences": [("best", "layer")],
+    "long-sequences": [("best", "layer"), ("steadier", "layer", "none")],
 }
 
 
@@ -79,11 +81,23 @@ def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
     return {"steps": xs, "mean": ys, "at": at, "auc": auc}
 
 
+def hidden_spread(probes: dict | None) -> float | None:
+    """max_t ‖h_t‖ ÷ min_t ‖h_t‖ over the time steps of a run's last hidden-state trace (1 = flat), or None
+    without a per-time-step trace."""
+    norms = ((probes or {}).get("hidden") or {}).get("hidden_norms")
+    if not norms or any(v is None or not math.isfinite(v) for v in norms) or min(norms) <= 0:
+        return None
+    return max(norms) / min(norms)
+
+
 def aggregate(label: str, spec: RunSpec, records: list[dict], metric: str) -> dict:
-    """One run label's outcome from its per-seed records {"seed", "status", "value", "curve", "wall_time"}."""
+    """One run label's outcome from its per-seed records {"seed", "status", "value", "curve", "wall_time"[,
+    "hidden_spread"]}."""
     values = [r["value"] for r in records]
     finite = [v for v in values if v is not None and math.isfinite(v)]
     mean, std = _mean_std(finite)
+    spreads = [r.get("hidden_spread") for r in records]
+    spread_mean, spread_std = _mean_std([s for s in spreads if s is not None])
     return {
         "label": label, "spec": spec.model_dump(exclude={"seed", "probes"}),
         "seeds": [r["seed"] for r in records], "values": values, "mean": mean, "std": std,
@@ -91,6 +105,8 @@ def aggregate(label: str, spec: RunSpec, records: list[dict], metric: str) -> di
         "messages": [r.get("message") for r in records if r["status"] != "completed"],
         "wall_time": sum(r["wall_time"] for r in records),
         "curve": curve_summary([r["curve"] for r in records], spec.steps or 1),
+        "hidden_spread": ({"values": spreads, "mean": spread_mean, "std": spread_std}
+                          if spread_mean is not None else None),
     }
 
 
@@ -141,6 +157,17 @@ def judge(rule: tuple, runs: dict, metric: str, preset: Preset, chance: float | 
                 "holds": ga is not None and gb is not None and abs(ga) < abs(gb),
                 "all_seeds": bool(gaps) and all(x < y for x, y in gaps),
                 "gap_a": None if ga is None else abs(ga), "gap_b": None if gb is None else abs(gb)}
+    if kind == "steadier":
+        a, b = labels
+        spread = {lab: runs[lab].get("hidden_spread") for lab in (a, b)}
+        if spread[a] is None or spread[b] is None:
+            return {"claim": f"{a} steadier than {b}", "holds": False, "all_seeds": False,
+                    "message": "no hidden-state trace (the preset's runs need probes on)"}
+        pairs = [(x, y) for x, y in zip(spread[a]["values"], spread[b]["values"], strict=True)]
+        return {"claim": f"{a} steadier than {b} (‖h_t‖ max ÷ min over time steps)",
+                "holds": spread[a]["mean"] < spread[b]["mean"],
+                "all_seeds": bool(pairs) and all(x is not None and y is not None and x < y for x, y in pairs),
+                "spread_a": spread[a]["mean"], "spread_b": spread[b]["mean"]}
     if kind == "best":
         (a,) = labels
         others = [lab for lab in runs if lab != a]
@@ -198,7 +225,8 @@ def run_one(spec: RunSpec, metric: str, settings: Settings) -> dict:
     result = train(spec, emit, settings=settings)
     value = result.metrics.get(metric_key(metric))
     return {"seed": spec.seed, "status": result.status, "value": value, "curve": curve,
-            "wall_time": result.wall_time, "message": result.error}
+            "wall_time": result.wall_time, "message": result.error,
+            "hidden_spread": hidden_spread(result.probes)}
 
 
 def reproduce(preset: Preset | str, seeds: list[int] | None = None, steps: int | None = None,

@@ -1,5 +1,6 @@
 """`workers.engine.reproduce`: aggregation over seeds, the direction rules, and the paper's directions that
-hold robustly on this data (fig6-batch4, online), run at reduced steps."""
+hold robustly on this data (fig6-batch4, online, LN's steadier ‖h_t‖ in long-sequences), run at reduced
+steps."""
 
 from __future__ import annotations
 
@@ -10,8 +11,17 @@ import statistics
 import pytest
 
 from normlab.presets import PRESETS
+from normlab.spec import ProbeSpec
 from workers.engine import train
-from workers.engine.reproduce import RULES, aggregate, curve_summary, judge, metric_key, reproduce
+from workers.engine.reproduce import (
+    RULES,
+    aggregate,
+    curve_summary,
+    hidden_spread,
+    judge,
+    metric_key,
+    reproduce,
+)
 
 
 def _records(values, curves=None):
@@ -135,3 +145,37 @@ def test_layernorm_beats_no_normalization_in_the_convnet_on_every_seed(settings)
     out = reproduce(preset, seeds=[0, 1], steps=60, settings=settings)
     claim = next(c for c in out["direction"]["claims"] if c["claim"] == "layer better than none")
     assert claim["all_seeds"], out["runs"]
+
+
+def test_hidden_spread_is_max_over_min_of_the_last_trace():
+    assert hidden_spread({"hidden": {"hidden_norms": [0.5, 2.0, 1.0]}}) == 4.0
+    assert hidden_spread({"hidden": {"hidden_norms": [0.0, 1.0]}}) is None  # a zero norm: no ratio
+    assert hidden_spread({"hidden": {"hidden_norms": [1.0, None]}}) is None  # a NaN sent as null
+    assert hidden_spread({"hidden": None}) is None and hidden_spread(None) is None
+
+
+def test_steadier_compares_hidden_norm_spreads_on_means_and_seeds():
+    runs = _runs(none=[0.2, 0.2], layer=[0.2, 0.2])
+    runs["none"]["hidden_spread"] = {"values": [4.0, 1.1], "mean": 2.55}
+    runs["layer"]["hidden_spread"] = {"values": [1.2, 1.3], "mean": 1.25}
+    c = judge(("steadier", "layer", "none"), runs, "val_loss", PRESETS["long-sequences"], None)
+    assert c["holds"] and not c["all_seeds"] and c["spread_a"] == 1.25  # seed 1: 1.3 > 1.1
+    runs["none"]["hidden_spread"] = None
+    c = judge(("steadier", "layer", "none"), runs, "val_loss", PRESETS["long-sequences"], None)
+    assert not c["holds"] and "probes" in c["message"]
+
+
+def test_long_sequences_traces_hidden_states_and_ln_is_steadier(settings):
+    # The preset at a tenth of its length and steps: without normalization ‖h_t‖ grows from the zero
+    # state over the first time steps; with LN it starts at full scale and stays flat.
+    full = PRESETS["long-sequences"]
+    keep = [i for i, label in enumerate(full.run_labels()) if label in ("none", "layer")]
+    runs = tuple(full.runs[i].model_copy(update={"seq_len": 20, "eval_seq_len": 40,
+                                                 "probes": ProbeSpec(enabled=True, trace_every=5)})
+                 for i in keep)
+    preset = dataclasses.replace(full, runs=runs, labels=("none", "layer"))
+    out = reproduce(preset, seeds=[0, 1], steps=20, settings=settings)
+    spreads = {r["label"]: r["hidden_spread"] for r in out["runs"]}
+    assert all(len(s["values"]) == 2 and None not in s["values"] for s in spreads.values()), spreads
+    claim = next(c for c in out["direction"]["claims"] if c["claim"].startswith("layer steadier"))
+    assert claim["holds"] and claim["all_seeds"], spreads

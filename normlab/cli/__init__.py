@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from pydantic import ValidationError
+
 # sub-command module -> owner area. Each module defines register(subparsers).
 COMMAND_MODULES = [
     "normlab.cli.catalog",  # catalog
@@ -41,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_message(exc: ValidationError) -> str:
+    """One line per bad NORMLAB_* environment variable, saying what it must be."""
+    parts = []
+    for err in exc.errors():
+        name = "NORMLAB_" + "_".join(str(p) for p in err["loc"]).upper()
+        parts.append(f"{name}={err.get('input')!s}: {err['msg']}")
+    return "bad setting: " + "; ".join(parts) + " (fix or unset the variable)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -51,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CLIError as exc:
         print(f"normlab {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        if exc.title != "Settings":  # not a NORMLAB_* variable: a bug, keep its traceback
+            raise
+        print(f"normlab {args.command}: {settings_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

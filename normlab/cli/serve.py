@@ -63,6 +63,8 @@ def _listen(args, settings) -> tuple[str, int]:
     host = args.host or settings.host
     # --port, else NORMLAB_PORT, else the command's own default
     port = next(p for p in (args.port, settings.port, args.default_port) if p is not None)
+    if not 1 <= port <= 65535:
+        raise CLIError(f"--port must be between 1 and 65535, got {port}")
     with socket.socket() as s:
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

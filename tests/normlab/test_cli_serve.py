@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from normlab.cli import CLIError, serve
+from normlab.cli import CLIError, main, serve
 from normlab.settings import get_settings
 
 
@@ -58,3 +58,23 @@ def test_bad_normlab_port_is_refused(fresh_settings):
     get_settings.cache_clear()
     with pytest.raises(ValueError, match="port"):
         get_settings()
+
+
+def test_a_port_out_of_range_is_a_cli_message(fresh_settings):
+    with pytest.raises(CLIError, match="between 1 and 65535, got 99999"):
+        serve._listen(_args("up", ["--port", "99999"]), get_settings())
+
+
+def test_bad_normlab_variables_are_named_in_one_message_not_a_traceback(fresh_settings, capsys):
+    fresh_settings.setenv("NORMLAB_PORT", "abc")
+    fresh_settings.setenv("NORMLAB_AUTH", "maybe")
+    get_settings.cache_clear()
+
+    def never(*a):  # the settings are read first: nothing may start listening
+        raise AssertionError("normlab up went on to listen")
+
+    fresh_settings.setattr(serve, "_listen", never)
+    assert main(["up"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("normlab up: bad setting: ") and "Traceback" not in err
+    assert "NORMLAB_PORT=abc" in err and "NORMLAB_AUTH=maybe: Input should be 'off' or 'tokens'" in err

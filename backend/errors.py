@@ -43,7 +43,8 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
                 key = name if prefix == "body" else f"{prefix}.{name}"
                 fields[key] = per_field.get(name, err["msg"])
             continue
-        fields.setdefault(prefix, err.get("msg", "invalid value"))
+        # pydantic prefixes a validator's own message with "Value error, "; the message alone says it
+        fields.setdefault(prefix, err.get("msg", "invalid value").removeprefix("Value error, "))
     return fields
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from normlab.events import RunStatus
 from normlab.spec import NormName, RunSpec
@@ -51,6 +51,15 @@ class SweepCreate(BaseModel):
     norms: list[NormName] = Field(default_factory=list, max_length=6)
     batch_sizes: list[int] = Field(default_factory=list, max_length=8)
     seeds: list[int] = Field(default_factory=list, max_length=8)
+
+    @field_validator("norms", "batch_sizes", "seeds")
+    @classmethod
+    def _each_once(cls, values: list):
+        """A repeated value would queue the same run twice (same spec, same seed): refused."""
+        repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if repeated:
+            raise ValueError(f"lists {', '.join(map(repr, repeated))} more than once; give each value once")
+        return values
 
 
 class SweepCreated(BaseModel):

@@ -14,7 +14,8 @@ from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
 from backend.store.rollup import SCALAR_NAMES
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
-from normlab.spec import RunSpec
+from normlab.events import RunStatus
+from normlab.spec import NormName, RunSpec, TaskName
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
@@ -28,8 +29,8 @@ def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: User
 
 
 @router.get("", response_model=RunList)
-def list_runs(store: StoreDep, task: str | None = None, norm: str | None = None,
-              status: str | None = None, group: str | None = None, owner: str | None = None,
+def list_runs(store: StoreDep, task: TaskName | None = None, norm: NormName | None = None,
+              status: RunStatus | None = None, group: str | None = None, owner: str | None = None,
               offset: int = Query(0, ge=0, le=10**9), limit: int = Query(50, ge=1, le=500)) -> RunList:
     rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
                                   offset=offset, limit=limit)

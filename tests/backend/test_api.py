@@ -62,6 +62,11 @@ def test_bad_specs_get_422_with_the_specs_messages(client):
     for lr in ("NaN", "inf", "-Infinity"):
         r = client.post("/api/runs", json={"task": "digits", "lr": lr})
         assert r.status_code == 422 and "finite number" in r.json()["fields"]["lr"], r.text
+    r = client.post("/api/sweeps", json={"base": {"task": "digits"}, "norms": ["layer", "none", "layer"]})
+    assert r.status_code == 422 and r.json()["fields"]["norms"] == (
+        "lists 'layer' more than once; give each value once")
+    r = client.get("/api/runs", params={"status": "done"})  # a filter that can match nothing is a mistake
+    assert r.status_code == 422 and "'completed'" in r.json()["fields"]["status"]
     assert client.get("/api/runs").json()["total"] == 0  # nothing half-created
 
 

@@ -34,7 +34,7 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
         if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
             fields["body"] = 'The request has no body; send a JSON object, e.g. {"task": "digits"}.'
             continue
-        if _not_finite(err.get("input")):
+        if err.get("type") in BOUND_CHECKS and _not_finite(err.get("input")):
             fields.setdefault(prefix, f"Input should be a finite number, got {err['input']!r}")
             continue
         if err.get("type") == "spec_combination":
@@ -46,6 +46,9 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
         # pydantic prefixes a validator's own message with "Value error, "; the message alone says it
         fields.setdefault(prefix, err.get("msg", "invalid value").removeprefix("Value error, "))
     return fields
+
+
+BOUND_CHECKS = {"less_than", "less_than_equal", "greater_than", "greater_than_equal", "finite_number"}
 
 
 def _not_finite(value) -> bool:

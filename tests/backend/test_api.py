@@ -62,6 +62,8 @@ def test_bad_specs_get_422_with_the_specs_messages(client):
     for lr in ("NaN", "inf", "-Infinity"):
         r = client.post("/api/runs", json={"task": "digits", "lr": lr})
         assert r.status_code == 422 and "finite number" in r.json()["fields"]["lr"], r.text
+    r = client.post("/api/runs", json={"task": "nan"})  # not a number field: the choices, as before
+    assert r.status_code == 422 and "'digits'" in r.json()["fields"]["task"]
     r = client.post("/api/sweeps", json={"base": {"task": "digits"}, "norms": ["layer", "none", "layer"]})
     assert r.status_code == 422 and r.json()["fields"]["norms"] == (
         "lists 'layer' more than once; give each value once")

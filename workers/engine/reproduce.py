@@ -163,7 +163,8 @@ def judge(rule: tuple, runs: dict, metric: str, preset: Preset, chance: float | 
         if spread[a] is None or spread[b] is None:
             return {"claim": f"{a} steadier than {b}", "holds": False, "all_seeds": False,
                     "message": "no hidden-state trace (the preset's runs need probes on)"}
-        pairs = [(x, y) for x, y in zip(spread[a]["values"], spread[b]["values"], strict=True)]
+        by_seed = [dict(zip(runs[lab]["seeds"], spread[lab]["values"], strict=True)) for lab in (a, b)]
+        pairs = [(by_seed[0][s], by_seed[1][s]) for s in by_seed[0] if s in by_seed[1]]  # paired by seed
         return {"claim": f"{a} steadier than {b} (‖h_t‖ max ÷ min over time steps)",
                 "holds": spread[a]["mean"] < spread[b]["mean"],
                 "all_seeds": bool(pairs) and all(x is not None and y is not None and x < y for x, y in pairs),

@@ -23,9 +23,9 @@ On CUDA each direction's loop (`_forward`, `_backward`) is captured once per sha
 replayed (`kernels.graphs`): one host call instead of 2T launches from Python, on copies of the inputs;
 the same launches in the same order. The backward graph reads the forward graph's buffers (lent to the
 call that saved them), so a training step copies in ax and ∂L/∂hs and clones out hs and the gradients.
-The `gpu` tests check replays against each other bit for bit and
-against the eager loop to rounding (cuBLAS may pick another algorithm on the capture stream); the eager
-loop runs when graphs are off, under someone else's capture, and on CPU.
+The `gpu` tests check replays against each other bit for bit and against the eager loop to rounding
+(cuBLAS may pick another algorithm on the capture stream); the eager loop runs when graphs are off, under
+someone else's capture, and on CPU.
 """
 
 # No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).

@@ -44,6 +44,21 @@ GRU_SEQUENCE_EAGER = "fused LN-GRU (sequence, no CUDA graph)"
 SMOKE = {"M": (8,), "N": (37,)}
 LSTM_SMOKE = {"B": (2,), "T": (3,), "H": (8,)}
 DEVICE = "cuda"
+# The parts of a run, in the default order: bf16 first (the targets' dtype), then the LN-LSTM, then bf16
+# activations with fp32 γ/β, fp32 and fp16 (which behaves like bf16), so a run cut short by a time limit
+# still leaves the most important figures in the .jsonl stream (on an H200 the 360 s limit ended inside
+# fp32 with an older order); the LN-GRU (no target) last. `--parts` picks and orders them, so a second
+# call can measure what a first one's budget did not reach.
+PARTS = ("ln:bf16", "lstm", "ln:bf16+fp32w", "ln:fp32", "ln:fp16", "gru")
+
+
+def _parts(text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown) or '(none given)'}; give a "
+                                         f"comma-separated list of {', '.join(PARTS)}")
+    return parts
 
 
 def _ms(fn, rep_ms: float, grad_to_none=None) -> float:
@@ -350,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=None,
                    help="stop starting new cases after this many seconds and still write the summary of what "
                         "was measured (the cases left out are listed under 'not_measured')")
+    p.add_argument("--parts", type=_parts, metavar="PART,PART",
+                   help=f"what to measure, in this order (default: {','.join(PARTS)}; --quick leaves out "
+                        "ln:fp16)")
     p.add_argument("--summarize", type=Path, metavar="JSONL",
                    help="no benchmark: print the targets' summary of the rows in a kernel_bench.jsonl")
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
@@ -393,20 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     ln_rows: list[dict] = []
     lstm_rows: list[dict] = []
     gru_rows: list[dict] = []
-    dnames = list(DTYPES) if not args.quick else ["bf16", "fp32", "bf16+fp32w"]
-    # bf16 first (the targets' dtype), then the LN-LSTM, then bf16 activations with fp32 γ/β, fp32 and
-    # fp16 (which behaves like bf16): a run cut short by a time limit still leaves the most important
-    # figures in the .jsonl stream (on an H200 the 360 s limit ended inside fp32 with the old order). The
-    # LN-GRU (no target) comes last.
-    later = [d for d in ("bf16+fp32w", "fp32", "fp16") if d in dnames]
-    for part in ["ln:bf16", "lstm"] + [f"ln:{d}" for d in later] + ["gru"]:
-        if part == "lstm":
+    parts = args.parts or [p for p in PARTS if not (args.quick and p == "ln:fp16")]  # quick: no fp16
+    for part in parts:
+        if part in ("lstm", "gru"):
             if not args.no_lstm:
-                lstm_rows += _run_recurrent(args, stream, over_budget, "lstm")
-            continue
-        if part == "gru":
-            if not args.no_lstm:
-                gru_rows += _run_recurrent(args, stream, over_budget, "gru")
+                rows = _run_recurrent(args, stream, over_budget, part)
+                (lstm_rows if part == "lstm" else gru_rows).extend(rows)
             continue
         dname = part[3:]
         for M in grid["M"]:
@@ -426,8 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.empty_cache()
     result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
-              "quick": args.quick, "seconds": round(time.time() - t0, 1), "layer_norm": ln_rows,
-              "ln_lstm": lstm_rows, "ln_gru": gru_rows, "not_measured": not_measured,
+              "quick": args.quick, "parts": parts, "seconds": round(time.time() - t0, 1),
+              "layer_norm": ln_rows, "ln_lstm": lstm_rows, "ln_gru": gru_rows, "not_measured": not_measured,
               "cuda_graphs": dict(graphs.stats), "summary": summarize(ln_rows, lstm_rows, gru_rows)}
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))

@@ -66,6 +66,24 @@ def test_spent_budget_still_writes_the_summary_and_lists_what_was_left(tmp_path,
     assert result["summary"]["lstm_fused_sequence_max_x_cudnn (target <= 1.3)"] is None
 
 
+def test_parts_pick_and_order_what_is_measured(tmp_path, capsys):
+    pytest.importorskip("triton")
+    # a spent budget measures nothing but lists every case it reached, in the order it reached them
+    assert bench.main(["--smoke", "--json", "--out", str(tmp_path), "--budget-s", "0",
+                       "--parts", "gru,ln:fp32"]) == 0
+    result = json.loads((tmp_path / "kernel_bench.json").read_text())
+    assert result["parts"] == ["gru", "ln:fp32"]
+    assert result["not_measured"] == ["gru B=2 T=3 H=8", "ln fp32 M=8 N=37"]
+    assert bench.main(["--smoke", "--json", "--budget-s", "0"]) == 0  # default: every part, bf16 first
+    default = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert default["parts"] == list(bench.PARTS) and default["not_measured"][:2] == [
+        "ln bf16 M=8 N=37", "lstm B=2 T=3 H=8"]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--smoke", "--parts", "lstm,ln:fp8"])
+    assert exit_info.value.code == 2
+    assert "unknown part(s) ln:fp8" in capsys.readouterr().err
+
+
 def test_summarize_without_the_file_is_a_message(tmp_path, capsys):
     assert bench.main(["--summarize", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# One prepared GPU check for the kernels: the `gpu` tests, then `normlab bench kernel`, with JSON and
-# logs written into the results folder given as $1. Installs nothing (the GPU machine has no network):
-# it runs on whatever python3 has torch + triton + pytest there. Fits one 10-minute call:
-# tests ≤ 180 s, benchmark ≤ 330 s (no new case after 290 s; results stream to kernel_bench.jsonl, so a cut
-# leaves figures, and their summary goes to summary_from_stream.json),
-# then scripts/gpu_overhead.py ≤ 60 s (overhead.txt).
-#   usage: scripts/gpu_check.sh RESULTS_DIR [bench options, default: none = full matrix; e.g. --quick]
+# One prepared GPU check: the `gpu` tests (the kernels, and the engine training on CUDA), then
+# `normlab bench kernel`, then scripts/gpu_overhead.py, with JSON and logs written into the results folder
+# given as $1. Installs nothing from a network (the GPU machine has none): it runs on whatever python3
+# has torch + triton + pytest there, plus the wheels in .whl/ when they travelled with the call
+# (scripts/gpu_wheels.sh makes them: pydantic & co., without which the engine does not import there).
+#
+#   usage: scripts/gpu_check.sh RESULTS_DIR [bench options, e.g. --parts ln:fp32,ln:fp16 | --quick]
+#   device tool: bash scripts/gpu_wheels.sh   (here, first)
+#                run(command="bash scripts/gpu_check.sh $OUT/gpu", carry=[".whl"], timeout_s=420)
+#
+# Sized for a lease of 15 minutes of device time that must leave room for a second call: at most
+# GPU_CHECK_TESTS_S (150) + GPU_CHECK_BENCH_S (170; no new benchmark case after 40 s less) +
+# GPU_CHECK_OVERHEAD_S (40) seconds, each 0 to skip that step. A second call can measure what the
+# first one's budget left out, e.g.
+#   GPU_CHECK_TESTS_S=0 GPU_CHECK_OVERHEAD_S=0 GPU_CHECK_BENCH_S=330 bash scripts/gpu_check.sh $OUT/gpu \
+#     --parts ln:bf16+fp32w,ln:fp32,ln:fp16,gru
+# What comes back is at most 8 files (the device tool's limit): status.json (how each step went, test
+# counts, the benchmark's target summary), gpu_tests.log, bench.log, kernel_bench.json (when the
+# benchmark finished), kernel_bench.jsonl (its rows, streamed), overhead.txt and extras.tar.gz (env.txt,
+# the junit report, the wheels' and overhead script's logs).
 set -uo pipefail
 out="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [bench options]}"
 shift
@@ -14,6 +27,10 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 unset TRITON_INTERPRET  # compiled kernels only
 PY="${PYTHON:-python3}"
+tests_s="${GPU_CHECK_TESTS_S:-150}"
+bench_s="${GPU_CHECK_BENCH_S:-170}"
+overhead_s="${GPU_CHECK_OVERHEAD_S:-40}"
+wheel_dir="${GPU_CHECK_WHEELS:-.whl}"
 t0=$(date +%s)
 
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
@@ -21,27 +38,60 @@ t0=$(date +%s)
             torch.cuda.get_device_name(), torch.cuda.get_device_properties(0).multi_processor_count, "SMs")'
 } >"$out/env.txt" 2>&1
 
-# --confcutdir: only our own conftest (other areas' conftests may import packages the GPU box lacks).
-timeout 180 "$PY" -m pytest -m gpu tests/kernels -q -p no:cacheprovider --confcutdir=tests/kernels \
-  --junitxml="$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
-tests_rc=$?
-tail -5 "$out/gpu_tests.log"
-
-# --budget-s: no new case after 290 s, so the summary is written inside the 330 s limit; if the limit
-# cuts it anyway, the targets are checked on the streamed rows.
-timeout 330 "$PY" -m kernels.bench --out "$out" --budget-s 290 "$@" >"$out/bench.log" 2>&1
-bench_rc=$?
-if [ ! -s "$out/kernel_bench.json" ] && [ -s "$out/kernel_bench.jsonl" ]; then
-  "$PY" -m kernels.bench --summarize "$out/kernel_bench.jsonl" >"$out/summary_from_stream.json" 2>&1
-  cat "$out/summary_from_stream.json"
+# The wheels that travelled with the call, into a folder of their own ahead of the machine's packages.
+wheels=none
+if compgen -G "$wheel_dir/*.whl" >/dev/null; then
+  site="$(mktemp -d)"
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+       "$wheel_dir"/*.whl >"$out/wheels.log" 2>&1; then
+    wheels=installed
+    export PYTHONPATH="$site:$PYTHONPATH"
+  else
+    wheels=failed
+  fi
 fi
-tail -25 "$out/bench.log"
+if "$PY" -c "import workers.engine.recurrent" >>"$out/env.txt" 2>&1; then
+  engine=1
+  targets=(tests/kernels tests/workers/engine/test_train_gpu.py)
+  confcut=tests  # tests/conftest.py and the engine's conftest import normlab.settings (pydantic)
+else
+  engine=0  # the engine's GPU tests and the benchmark's engine rows are left out (env.txt says why)
+  targets=(tests/kernels)
+  confcut=tests/kernels  # only our own conftest (the others import packages the GPU box lacks)
+fi
+echo "wheels: $wheels; engine imports: $engine" >>"$out/env.txt"
+
+tests_rc=-1
+if [ "$tests_s" -gt 0 ]; then
+  timeout "$tests_s" "$PY" -m pytest -m gpu "${targets[@]}" -q -p no:cacheprovider --confcutdir="$confcut" \
+    --junitxml="$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
+  tests_rc=$?
+  tail -5 "$out/gpu_tests.log"
+fi
+
+# --budget-s: no new case after (limit - 40) s, so the summary is written inside the limit; if the limit
+# cuts it anyway, status.json checks the targets on the streamed rows.
+bench_rc=-1
+if [ "$bench_s" -gt 0 ]; then
+  budget=$((bench_s > 50 ? bench_s - 40 : 10))
+  timeout "$bench_s" "$PY" -m kernels.bench --out "$out" --budget-s "$budget" "$@" >"$out/bench.log" 2>&1
+  bench_rc=$?
+  tail -25 "$out/bench.log"
+fi
 
 # Where host and GPU time go (host µs per call, profiles); its figures are diagnostics, not targets.
-timeout 60 "$PY" scripts/gpu_overhead.py "$out" >"$out/overhead.log" 2>&1
-tail -12 "$out/overhead.txt" 2>/dev/null
+overhead_rc=-1
+if [ "$overhead_s" -gt 0 ]; then
+  timeout "$overhead_s" "$PY" scripts/gpu_overhead.py "$out" >"$out/overhead.log" 2>&1
+  overhead_rc=$?
+  tail -12 "$out/overhead.txt" 2>/dev/null
+fi
 
-printf '{"tests_rc": %d, "bench_rc": %d, "seconds": %d, "bench_args": "%s"}\n' \
-  "$tests_rc" "$bench_rc" "$(($(date +%s) - t0))" "$*" >"$out/status.json"
+"$PY" scripts/gpu_status.py "$out" --tests-rc "$tests_rc" --bench-rc "$bench_rc" --overhead-rc "$overhead_rc" \
+  --seconds "$(($(date +%s) - t0))" --engine "$engine" --wheels "$wheels" --bench-args "$*" \
+  >"$out/status.log" 2>&1 || cp "$out/status.log" "$out/status.json"
+# At most 8 files come back: the rest travel in one archive.
+(cd "$out" && extras=$(ls -A | grep -vxE 'status\.json|gpu_tests\.log|bench\.log|kernel_bench\.jsonl?|overhead\.txt')
+ [ -z "$extras" ] || { tar -czf extras.tar.gz $extras && rm -rf $extras; })
 cat "$out/status.json"
-[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+[ "$tests_rc" -le 0 ] && [ "$bench_rc" -le 0 ] && [ "$overhead_rc" -le 0 ]

@@ -1,0 +1,87 @@
+"""scripts/gpu_check.sh, dry-run on a machine without CUDA: every step runs (the GPU ones skip), and what
+it leaves fits what the device tool brings back (at most 8 files, 16 MiB each, 2 folders down, plain
+names), with status.json saying how each step went."""
+
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal pure-Python wheel (one module), as scripts/gpu_wheels.sh leaves real ones."""
+    files = {"nlprobe/__init__.py": b"VALUE = 1\n",
+             "nlprobe-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nlprobe\nVersion: 0.1\n",
+             "nlprobe-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                            b"Tag: py3-none-any\n"}
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
+    record.append("nlprobe-0.1.dist-info/RECORD,,")
+    path = folder / "nlprobe-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("nlprobe-0.1.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def _check(out: Path, wheels: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(wheels), **env}
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out / "gpu")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=400, env=env)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8, files
+    for p in files:
+        rel = p.relative_to(out)
+        assert len(rel.parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in rel.parts), rel
+        assert p.stat().st_size <= 16 * 2 ** 20, rel
+    return proc, json.loads((out / "gpu" / "status.json").read_text())
+
+
+def test_the_dry_run_reports_every_step_in_at_most_eight_files(tmp_path):
+    pytest.importorskip("triton")
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    _wheel(wheels)
+    proc, status = _check(tmp_path / "out", wheels)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert status["wheels"] == "installed" and status["engine_imports"] is True
+    assert status["rc"] == {"tests": 0, "bench": 0, "overhead": 0}
+    # every gpu test, the engine's included, was collected and skipped cleanly
+    tests = status["tests"]
+    assert tests["tests"] >= 50 and tests["skipped"] == tests["tests"] and tests["failed"] == []
+    assert status["bench"]["source"] == "none"  # without CUDA the benchmark only says why it skipped
+    out = tmp_path / "out" / "gpu"
+    assert "no CUDA GPU" in (out / "bench.log").read_text()
+    assert (out / "overhead.txt").read_text().startswith("skipped")
+    with tarfile.open(out / "extras.tar.gz") as tar:
+        names = set(tar.getnames())
+        env = tar.extractfile("env.txt").read().decode()
+    assert {"env.txt", "gpu_tests.xml", "wheels.log", "overhead.log"} <= names
+    assert "wheels: installed; engine imports: 1" in env
+
+
+def test_a_step_that_fails_or_is_cut_shows_in_the_status_and_the_exit_code(tmp_path):
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    (wheels / "broken-0.1-py3-none-any.whl").write_bytes(b"not a zip")
+    proc, status = _check(tmp_path / "out", wheels, GPU_CHECK_TESTS_S="1", GPU_CHECK_BENCH_S="0",
+                          GPU_CHECK_OVERHEAD_S="0")
+    assert proc.returncode != 0
+    assert status["wheels"] == "failed"
+    assert status["rc"] == {"tests": 124, "bench": -1, "overhead": -1}  # pytest cut by its 1 s limit
+    assert status["bench"] == {"source": "skipped"}

@@ -40,7 +40,8 @@ SEQUENCE = "fused LN-LSTM (triton sequence)"  # the row issue 7's ≤ 1.3× cuDN
 SEQUENCE_EAGER = "fused LN-LSTM (sequence, no CUDA graph)"  # the same launches from Python, for comparison
 GRU_SEQUENCE = "fused LN-GRU (triton sequence)"  # no target: for information
 GRU_SEQUENCE_EAGER = "fused LN-GRU (sequence, no CUDA graph)"
-# --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures.
+# --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures
+# (and no torch.compile baseline, unless --compiled).
 SMOKE = {"M": (8,), "N": (37,)}
 LSTM_SMOKE = {"B": (2,), "T": (3,), "H": (8,)}
 DEVICE = "cuda"
@@ -50,6 +51,16 @@ DEVICE = "cuda"
 # fp32 with an older order); the LN-GRU (no target) last. `--parts` picks and orders them, so a second
 # call can measure what a first one's budget did not reach.
 PARTS = ("ln:bf16", "lstm", "ln:bf16+fp32w", "ln:fp32", "ln:fp16", "gru")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, k = (int(v) for v in text.split("/"))
+    except ValueError:
+        i, k = -1, 0
+    if not 0 <= i < k:
+        raise argparse.ArgumentTypeError(f"--shard takes I/K with 0 <= I < K, e.g. 0/4; got {text!r}")
+    return i, k
 
 
 def _parts(text: str) -> list[str]:
@@ -100,25 +111,81 @@ def _mark(x, w, b):
         torch._dynamo.mark_static(t, d)
 
 
-def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
+def _case_inputs(M: int, N: int, dname: str) -> tuple:
+    """x, γ, β and dy of one LayerNorm case."""
     xdt, wdt = DTYPES[dname]
-    dev = DEVICE
-    x = torch.randn(M, N, device=dev, dtype=xdt)
-    w = torch.randn(N, device=dev, dtype=wdt) * 0.2 + 1
-    b = torch.randn(N, device=dev, dtype=wdt) * 0.2
-    dy = torch.randn(M, N, device=dev, dtype=xdt)
+    x = torch.randn(M, N, device=DEVICE, dtype=xdt)
+    w = torch.randn(N, device=DEVICE, dtype=wdt) * 0.2 + 1
+    b = torch.randn(N, device=DEVICE, dtype=wdt) * 0.2
+    return x, w, b, torch.randn(M, N, device=DEVICE, dtype=xdt)
+
+
+def _compiled_impl(dname: str) -> str:
+    xdt, wdt = DTYPES[dname]
+    return "torch.compile" if wdt == xdt else "torch.compile/mixed"
+
+
+def _with_compiled(args, dname: str) -> bool:
+    """Whether this dtype's cases time the torch.compile baseline (--quick: bf16 only; --smoke: no, unless
+    --compiled)."""
+    return (args.compiled or not args.smoke) and (not args.quick or dname == "bf16")
+
+
+def _leaves(fn_name: str, x, w, b) -> tuple:
+    """Fresh leaf copies of x, γ, β that need gradients; for a compiled fn, M marked dynamic on both sets."""
+    xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    if fn_name.startswith("torch.compile"):
+        _mark(x, w, b)
+        _mark(xg, wg, bg)
+    return xg, wg, bg
+
+
+def precompile(impls, args, grid: dict, parts: list[str]) -> dict:
+    """Compile the torch.compile baselines of the LayerNorm parts ahead of the benchmark, for processes side
+    by side (`--precompile --shard I/K`: every K-th (dtype, N) from the I-th). Each graph is compiled as
+    `_bench_ln_case` first compiles it (the grid's first M, the same calls in the same order), so the
+    benchmark's own compiles load it from inductor's on-disk caches (FX graph, AOTAutograd, Triton; M is
+    dynamic, N static). Autotuning choices made here, beside other GPU work, are not saved: the benchmark
+    makes its own. Returns the compile-cache counters."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.autotune_local_cache = False
+    i, k = args.shard
+    jobs = [(p[3:], N) for p in parts if p.startswith("ln:") and _with_compiled(args, p[3:])
+            for N in grid["N"]][i::k]
+    for dname, N in jobs:
+        name = _compiled_impl(dname)
+        x, w, b, dy = _case_inputs(grid["M"][0], N, dname)
+        xg, wg, bg = _leaves(name, x, w, b)
+        try:
+            y = impls[name](xg, wg, bg)
+        except RuntimeError:  # the benchmark records the error row itself
+            continue
+        with torch.no_grad():
+            impls[name](x, w, b)
+        y.backward(dy, retain_graph=True)
+    return {"precompiled": [f"{d} N={N}" for d, N in jobs], "compile_cache": compile_cache()}
+
+
+def compile_cache() -> dict:
+    """Hits and misses of inductor's FX-graph and AOTAutograd caches in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return {k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items()
+            if "cache" in k}
+
+
+def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
+    x, w, b, dy = _case_inputs(M, N, dname)
     rows = min(M, 256)
     ref = kernels.layer_norm_reference(x[:rows].double(), w.double(), b.double(), 1e-5)
     names = ["triton", "torch"]  # torch's CUDA layer norm takes fp32 γ/β with bf16/fp16 x too
     if with_compiled:
-        names.append("torch.compile" if wdt == xdt else "torch.compile/mixed")
+        names.append(_compiled_impl(dname))
     out = []
     for name in names:
         fn = impls[name]
-        xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
-        if name.startswith("torch.compile"):
-            _mark(x, w, b)
-            _mark(xg, wg, bg)
+        xg, wg, bg = _leaves(name, x, w, b)
         try:
             y = fn(xg, wg, bg)
         except RuntimeError as exc:  # e.g. a torch build without mixed-dtype layer norm
@@ -370,7 +437,14 @@ def main(argv: list[str] | None = None) -> int:
                         "ln:fp16)")
     p.add_argument("--summarize", type=Path, metavar="JSONL",
                    help="no benchmark: print the targets' summary of the rows in a kernel_bench.jsonl")
+    p.add_argument("--precompile", action="store_true",
+                   help="no benchmark: compile the torch.compile baselines of the chosen parts into "
+                        "inductor's on-disk caches (scripts/gpu_check.sh runs a few such processes while the "
+                        "tests run)")
+    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/K",
+                   help="with --precompile: this process's share, every K-th (dtype, N) from the I-th")
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)  # --smoke with torch.compile
     args = p.parse_args(argv)
     if args.summarize:
         if not args.summarize.is_file():
@@ -393,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)  # the same data on every run
     torch._dynamo.config.cache_size_limit = 4096  # one static compile per shape: never fall back to eager
     grid = SMOKE if args.smoke else QUICK if args.quick else FULL
+    parts = args.parts or [p for p in PARTS if not (args.quick and p == "ln:fp16")]  # quick: no fp16
+    impls = _ln_impls()
+    if args.precompile:
+        print(json.dumps(precompile(impls, args, grid, parts)))
+        return 0
     stream = None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -407,11 +486,9 @@ def main(argv: list[str] | None = None) -> int:
             return True
         return False
 
-    impls = _ln_impls()
     ln_rows: list[dict] = []
     lstm_rows: list[dict] = []
     gru_rows: list[dict] = []
-    parts = args.parts or [p for p in PARTS if not (args.quick and p == "ln:fp16")]  # quick: no fp16
     for part in parts:
         if part in ("lstm", "gru"):
             if not args.no_lstm:
@@ -423,8 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             for N in grid["N"]:
                 if M * N > MAX_ELEMS or over_budget(f"ln {dname} M={M} N={N}"):
                     continue
-                with_compiled = not args.smoke and (not args.quick or dname == "bf16")
-                rows = _bench_ln_case(impls, M, N, dname, args.rep_ms, with_compiled)
+                rows = _bench_ln_case(impls, M, N, dname, args.rep_ms, _with_compiled(args, dname))
                 ln_rows += rows
                 for r in rows:
                     _emit(stream, "layer_norm", r)
@@ -438,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
               "quick": args.quick, "parts": parts, "seconds": round(time.time() - t0, 1),
               "layer_norm": ln_rows, "ln_lstm": lstm_rows, "ln_gru": gru_rows, "not_measured": not_measured,
-              "cuda_graphs": dict(graphs.stats), "summary": summarize(ln_rows, lstm_rows, gru_rows)}
+              "cuda_graphs": dict(graphs.stats), "compile_cache": compile_cache(),
+              "summary": summarize(ln_rows, lstm_rows, gru_rows)}
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
     if not_measured and not args.json:

@@ -47,7 +47,8 @@ def _bench(out: Path) -> dict:
             return {"source": "skipped", "reason": result["skipped"]}
         return {"source": "kernel_bench.json", "seconds": result.get("seconds"), "parts": result.get("parts"),
                 "rows": {k: len(result.get(k, [])) for k in ("layer_norm", "ln_lstm", "ln_gru")},
-                "not_measured": len(result.get("not_measured", [])), "summary": result.get("summary")}
+                "not_measured": result.get("not_measured", []), "compile_cache": result.get("compile_cache"),
+                "summary": result.get("summary")}
     stream = out / "kernel_bench.jsonl"
     if stream.is_file() and stream.stat().st_size:
         from kernels.bench import read_stream, summarize  # torch: only when there are rows to summarize

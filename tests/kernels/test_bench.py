@@ -82,6 +82,35 @@ def test_parts_pick_and_order_what_is_measured(tmp_path, capsys):
         bench.main(["--smoke", "--parts", "lstm,ln:fp8"])
     assert exit_info.value.code == 2
     assert "unknown part(s) ln:fp8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--smoke", "--precompile", "--shard", "2/2"])
+    assert "0 <= I < K" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU gpu_check.sh does this")
+def test_precompiled_baselines_are_loaded_from_the_caches_by_the_benchmark(tmp_path):
+    # What scripts/gpu_check.sh does while the tests run: processes side by side compile their share of the
+    # torch.compile baselines; the benchmark then finds every graph in inductor's on-disk caches.
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+
+    def child(*args):
+        cmd = [sys.executable, "-m", "kernels.bench", "--smoke", "--compiled", "--json", *args]
+        proc = subprocess.run(cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    parts = ("--parts", "ln:fp32,lstm,ln:bf16+fp32w")
+    shares = [child("--precompile", "--shard", f"{i}/2", *parts) for i in range(2)]
+    assert [s["precompiled"] for s in shares] == [["fp32 N=37"], ["bf16+fp32w N=37"]]
+    # each: the training forward, its backward and the inference forward, compiled and saved
+    assert [s["compile_cache"].get("fxgraph_cache_miss") for s in shares] == [3, 3]
+    result = child("--parts", "ln:fp32,ln:bf16+fp32w")
+    assert result["compile_cache"].get("fxgraph_cache_miss", 0) == 0
+    assert result["compile_cache"]["fxgraph_cache_hit"] == 6
+    assert {(r["dtype"], r["impl"]) for r in result["layer_norm"]} >= {
+        ("fp32", "torch.compile"), ("bf16+fp32w", "torch.compile/mixed")}
 
 
 def test_summarize_without_the_file_is_a_message(tmp_path, capsys):

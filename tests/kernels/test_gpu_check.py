@@ -72,6 +72,7 @@ def test_the_dry_run_reports_every_step_in_at_most_eight_files(tmp_path):
         names = set(tar.getnames())
         env = tar.extractfile("env.txt").read().decode()
     assert {"env.txt", "gpu_tests.xml", "wheels.log", "overhead.log"} <= names
+    assert {f"precompile_{i}.log" for i in range(4)} <= names  # the baselines' compilers, beside the tests
     assert "wheels: installed; engine imports: 1" in env
 
 

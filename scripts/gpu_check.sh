@@ -12,14 +12,13 @@
 # Sized for a lease of 15 minutes of device time that must leave room for a second call: at most
 # GPU_CHECK_TESTS_S (150; the benchmark's torch.compile baselines are compiled meanwhile) +
 # GPU_CHECK_BENCH_S (170; no new benchmark case after 40 s less) + GPU_CHECK_OVERHEAD_S (40) seconds,
-# each 0 to skip that step. A second call can measure what the
-# first one's budget left out, e.g.
-#   GPU_CHECK_TESTS_S=0 GPU_CHECK_OVERHEAD_S=0 GPU_CHECK_BENCH_S=330 bash scripts/gpu_check.sh $OUT/gpu \
+# each 0 to skip that step. A second call can measure what the first one's budget left out, e.g.
+#   GPU_CHECK_TESTS_S=0 GPU_CHECK_OVERHEAD_S=0 GPU_CHECK_BENCH_S=300 bash scripts/gpu_check.sh $OUT/gpu \
 #     --parts ln:bf16+fp32w,ln:fp32,ln:fp16,gru
 # What comes back is at most 8 files (the device tool's limit): status.json (how each step went, test
 # counts, the benchmark's target summary), gpu_tests.log, bench.log, kernel_bench.json (when the
 # benchmark finished), kernel_bench.jsonl (its rows, streamed), overhead.txt and extras.tar.gz (env.txt,
-# the junit report, the wheels' and overhead script's logs).
+# the junit report, the logs of the wheels' install, the precompiling processes and the overhead script).
 set -uo pipefail
 out="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [bench options]}"
 shift
@@ -86,9 +85,10 @@ if [ "$tests_s" -gt 0 ]; then
   tail -5 "$out/gpu_tests.log"
 fi
 
+[ "${#pre_pids[@]}" -eq 0 ] || wait "${pre_pids[@]}"  # each has its own limit
+
 # --budget-s: no new case after (limit - 40) s, so the summary is written inside the limit; if the limit
 # cuts it anyway, status.json checks the targets on the streamed rows.
-[ "${#pre_pids[@]}" -eq 0 ] || wait "${pre_pids[@]}"
 bench_rc=-1
 if [ "$bench_s" -gt 0 ]; then
   budget=$((bench_s > 50 ? bench_s - 40 : 10))

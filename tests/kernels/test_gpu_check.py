@@ -4,6 +4,7 @@ names), with status.json saying how each step went."""
 
 import base64
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -86,3 +87,56 @@ def test_a_step_that_fails_or_is_cut_shows_in_the_status_and_the_exit_code(tmp_p
     assert status["wheels"] == "failed"
     assert status["rc"] == {"tests": 124, "bench": -1, "overhead": -1}  # pytest cut by its 1 s limit
     assert status["bench"] == {"source": "skipped"}
+
+
+def _status_module():
+    spec = importlib.util.spec_from_file_location("gpu_status", ROOT / "scripts" / "gpu_status.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="1"
+skipped="1" tests="3"><testcase classname="tests.kernels.test_gpu" name="test_a"/><testcase
+classname="tests.kernels.test_gpu" name="test_b"><failure message="boom"/></testcase><testcase
+classname="tests.kernels.test_gpu" name="test_c"><skipped message="no"/></testcase></testsuite>
+</testsuites>"""
+
+
+def test_status_counts_the_tests_and_summarizes_a_benchmark_cut_short(tmp_path):
+    from kernels import bench
+
+    (tmp_path / "env.txt").write_text("NVIDIA H200\nwheels: installed; engine imports: 1\n")
+    (tmp_path / "gpu_tests.xml").write_text(JUNIT)
+    rows = [{"M": 4096, "N": 8192, "dtype": "bf16", "mode": "fwd", "impl": impl, "ms": ms, "GBps": 1.0,
+             "pct_peak": pct, "max_err_y": 0.0}
+            for impl, ms, pct in (("triton", 0.10, 90.0), ("torch", 0.08, 95.0))]
+    lstm = {"B": 8, "T": 64, "H": 256, "impl": bench.SEQUENCE, "ms": 2.0, "x_cudnn": 1.2}
+    with (tmp_path / "kernel_bench.jsonl").open("w") as f:  # the stream of a run cut before its summary
+        items = [{"layer_norm": r} for r in rows] + [{"ln_lstm": lstm}]
+        f.writelines(json.dumps(item) + "\n" for item in items)
+        f.write('{"layer_norm": {"M": 1')
+    args = ["--tests-rc", "1", "--bench-rc", "124", "--overhead-rc", "-1", "--seconds", "300",
+            "--engine", "1", "--wheels", "installed"]
+    assert _status_module().main([str(tmp_path), *args]) == 0
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["tests"] == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1, "passed": 1,
+                               "failed": ["tests.kernels.test_gpu::test_b"]}
+    assert status["rc"] == {"tests": 1, "bench": 124, "overhead": -1}
+    assert status["env"][0] == "NVIDIA H200"
+    b = status["bench"]
+    assert b["source"].startswith("kernel_bench.jsonl")
+    assert b["rows"] == {"layer_norm": 2, "ln_lstm": 1, "ln_gru": 0}
+    assert b["summary"] == bench.summarize(rows, [lstm])
+    assert b["summary"]["triton_slower_than_a_baseline (target: none)"][0]["ratio"] == 1.25
+    # a finished benchmark: its own summary, and what it left out
+    (tmp_path / "kernel_bench.json").write_text(json.dumps(
+        {"seconds": 12.5, "parts": ["lstm"], "layer_norm": [], "ln_lstm": [lstm], "ln_gru": [],
+         "not_measured": ["gru B=8 T=64 H=256"], "compile_cache": {"fxgraph_cache_hit": 6},
+         "summary": {"x": 1}}))
+    assert _status_module().main([str(tmp_path), *args]) == 0
+    b = json.loads((tmp_path / "status.json").read_text())["bench"]
+    assert b == {"source": "kernel_bench.json", "seconds": 12.5, "parts": ["lstm"],
+                 "rows": {"layer_norm": 0, "ln_lstm": 1, "ln_gru": 0},
+                 "not_measured": ["gru B=8 T=64 H=256"], "compile_cache": {"fxgraph_cache_hit": 6},
+                 "summary": {"x": 1}}

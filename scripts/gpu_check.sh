@@ -69,18 +69,20 @@ pre_k="${GPU_CHECK_PRECOMPILE:-4}"
 if [ "$bench_s" -gt 0 ] && [ "$pre_k" -gt 0 ]; then
   pre_s=$((tests_s > 0 ? tests_s : 90))
   for ((i = 0; i < pre_k; i++)); do
-    # one compile thread each (no worker pool to start; the processes are the parallelism); the cache keys
-    # do not depend on it
-    TORCHINDUCTOR_COMPILE_THREADS=1 timeout "$pre_s" "$PY" -m kernels.bench --precompile --shard "$i/$pre_k" \
-      "$@" >"$out/precompile_$i.log" 2>&1 &
+    # one compile thread each (no worker pool to start; the processes are the parallelism; the cache keys
+    # do not depend on it), below the tests' priority
+    TORCHINDUCTOR_COMPILE_THREADS=1 timeout "$pre_s" nice -n 10 "$PY" -m kernels.bench --precompile \
+      --shard "$i/$pre_k" "$@" >"$out/precompile_$i.log" 2>&1 &
     pre_pids+=("$!")
   done
 fi
 
 tests_rc=-1
 if [ "$tests_s" -gt 0 ]; then
-  timeout "$tests_s" "$PY" -m pytest -m gpu "${targets[@]}" -q -p no:cacheprovider --confcutdir="$confcut" \
-    --junitxml="$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
+  # -v: each test's outcome is in the log as it happens, so a run cut by the limit still says how far it
+  # got (the junit report is written only at the end); --durations: what to trim if it does not fit
+  timeout "$tests_s" "$PY" -m pytest -m gpu "${targets[@]}" -v --durations=15 -p no:cacheprovider \
+    --confcutdir="$confcut" --junitxml="$out/gpu_tests.xml" >"$out/gpu_tests.log" 2>&1
   tests_rc=$?
   tail -5 "$out/gpu_tests.log"
 fi

@@ -18,16 +18,20 @@ from kernels import graphs
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
-lines: list[str] = []
+report = out / "overhead.txt"
 if not torch.cuda.is_available():
-    (out / "overhead.txt").write_text("skipped: no CUDA GPU here\n")
+    report.write_text("skipped: no CUDA GPU here\n")
     print("skipped: no CUDA GPU here (this diagnostic times CUDA launches)")
     sys.exit(0)
+report.write_text("")
 
 
 def say(*a):
-    lines.append(" ".join(str(x) for x in a))
-    print(*a, flush=True)
+    """Print and append to the report at once: a run cut by gpu_check.sh's time limit keeps what it found."""
+    text = " ".join(str(x) for x in a)
+    with report.open("a") as f:
+        f.write(text + "\n")
+    print(text, flush=True)
 
 
 def host_us(fn, n=300):
@@ -131,5 +135,3 @@ try:  # the whole recurrence as one node (what the engine runs on CUDA): host an
     say(f"kernels.graphs: {graphs.stats}")
 except Exception:  # noqa: BLE001
     say(traceback.format_exc())
-
-(out / "overhead.txt").write_text("\n".join(lines) + "\n")

@@ -21,8 +21,8 @@ from workers.engine import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-# (task, norm, cell): LN in an MLP (kernels.layer_norm), the LN-LSTM and LN-GRU (fused sequences).
-MODELS = [("digits", "layer", None), ("seq-digits", "layer", "lstm"), ("seq-digits", "layer", "gru")]
+# (task, cell): LN in an MLP (kernels.layer_norm), the LN-LSTM and LN-GRU (fused sequences).
+MODELS = [("digits", None), ("seq-digits", "lstm"), ("seq-digits", "gru")]
 
 
 def _train(spec: RunSpec, settings: Settings):
@@ -33,9 +33,9 @@ def _train(spec: RunSpec, settings: Settings):
     return result, events, losses
 
 
-@pytest.mark.parametrize(("task", "norm", "cell"), MODELS, ids=[m[2] or "mlp" for m in MODELS])
-def test_a_run_on_cuda_takes_triton_and_trains_as_the_torch_backend_does(task, norm, cell, engine_data_dir):
-    spec = RunSpec(task=task, norm=norm, cell=cell, steps=30, eval_every=15, batch_size=16, device="cuda",
+@pytest.mark.parametrize(("task", "cell"), MODELS, ids=[m[1] or "mlp" for m in MODELS])
+def test_a_run_on_cuda_takes_triton_and_trains_as_the_torch_backend_does(task, cell, engine_data_dir):
+    spec = RunSpec(task=task, norm="layer", cell=cell, steps=30, eval_every=15, batch_size=16, device="cuda",
                    seed=3)
     fused, _, fused_losses = _train(spec, Settings(data_dir=engine_data_dir, kernel_backend="auto"))
     ref, _, ref_losses = _train(spec, Settings(data_dir=engine_data_dir, kernel_backend="torch"))
@@ -44,11 +44,13 @@ def test_a_run_on_cuda_takes_triton_and_trains_as_the_torch_backend_does(task, n
     assert len(fused_losses) == len(ref_losses) == 30
     assert all(math.isfinite(v) for v in fused_losses)
     # The two backends differ by LayerNorm's rounding (fp32) only: the first step's loss to 1e-5, and
-    # after 30 Adam steps every logged loss and the final metrics within 1 % of each other.
+    # after 30 Adam steps every logged loss and the final losses within 1 % of each other; the accuracy
+    # within 2 points (a test case whose two best classes nearly tie may flip).
     assert fused_losses[0] == pytest.approx(ref_losses[0], rel=1e-5)
     assert fused_losses == pytest.approx(ref_losses, rel=1e-2)
-    for key in ("val_loss", "test_loss", "test_accuracy"):
-        assert fused.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-2, abs=1e-3), key
+    for key in ("val_loss", "test_loss"):
+        assert fused.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-2), key
+    assert fused.metrics["test_accuracy"] == pytest.approx(ref.metrics["test_accuracy"], abs=0.02)
     assert fused_losses[-1] < fused_losses[0]  # it learns
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).parents[2]
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")
+dry_run = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")
 
 
 def _wheel(folder: Path) -> Path:
@@ -53,6 +53,7 @@ def _check(out: Path, wheels: Path, **env) -> tuple[subprocess.CompletedProcess,
     return proc, json.loads((out / "gpu" / "status.json").read_text())
 
 
+@dry_run
 def test_the_dry_run_reports_every_step_in_at_most_eight_files(tmp_path):
     pytest.importorskip("triton")
     wheels = tmp_path / "whl"
@@ -77,6 +78,7 @@ def test_the_dry_run_reports_every_step_in_at_most_eight_files(tmp_path):
     assert "wheels: installed; engine imports: 1" in env
 
 
+@dry_run
 def test_a_step_that_fails_or_is_cut_shows_in_the_status_and_the_exit_code(tmp_path):
     wheels = tmp_path / "whl"
     wheels.mkdir()

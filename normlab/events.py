@@ -7,13 +7,28 @@ no gaps; the results store and the live feed key on it, and it is the SSE event 
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 EventKind = Literal["scalars", "hidden", "fisher", "status", "log"]
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "diverged", "lost"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "diverged", "lost"})
+
+
+class RunStatus(StrEnum):
+    """A run's lifecycle, the one list every part uses (members compare equal to their strings)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DIVERGED = "diverged"
+    LOST = "lost"
+
+
+ACTIVE_STATUSES: frozenset[RunStatus] = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(set(RunStatus) - ACTIVE_STATUSES)
 
 
 class Event(BaseModel):

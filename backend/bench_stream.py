@@ -71,8 +71,8 @@ async def sse_client(host: str, port: int, path: str, out: dict, ready: asyncio.
 
 def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float) -> None:
     """Drive the worker's EventWriter: a status, n_events scalars at rate_hz, a terminal status."""
-    from backend.feed.writer import EventWriter
     from normlab.events import Event
+    from normlab.feed.writer import EventWriter
 
     writer = EventWriter(store, run_id, publisher)
     writer.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
@@ -92,9 +92,9 @@ def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float)
 def new_running_run(store):
     """A stored run claimed by this process, with a RunWatch keeping its heartbeat (as a worker does,
     or the reaper would declare it lost). Returns (run_id, watch)."""
-    from backend.feed.writer import RunWatch
-    from backend.store import new_run_id
+    from normlab.feed.writer import RunWatch
     from normlab.spec import RunSpec
+    from normlab.store import new_run_id
 
     run_id = new_run_id()
     # No Celery task is sent: the bench claims the run and plays the worker itself.
@@ -152,8 +152,8 @@ def measure_submit(base: str, reps: int) -> dict:
 
 def write_history(store, n_points: int) -> tuple[str, float]:
     """A finished run with n_points scalars events, written through the store's batched path."""
-    from backend.store import EventRow
-    from backend.store.rollup import RollupBuilder, bucket_json
+    from normlab.store import EventRow
+    from normlab.store.rollup import RollupBuilder, bucket_json
 
     run_id, watch = new_running_run(store)
     t0 = time.perf_counter()

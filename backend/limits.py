@@ -15,11 +15,11 @@ from collections import deque
 from fastapi import HTTPException
 from sqlalchemy import func, select
 
-from backend.store import Store
-from backend.store.schema import runs
 from normlab.catalog import TASKS
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from normlab.store import Store
+from normlab.store.schema import runs
 
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.

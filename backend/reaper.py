@@ -9,7 +9,7 @@ import time
 
 import anyio
 
-from backend.store import Store
+from normlab.store import Store
 
 log = logging.getLogger(__name__)
 

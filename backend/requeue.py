@@ -15,9 +15,10 @@ import time
 import anyio
 from sqlalchemy import select
 
-from backend.store import Store
-from backend.store.schema import runs
+from normlab.queue import enqueue_run
 from normlab.settings import Settings
+from normlab.store import Store
+from normlab.store.schema import runs
 
 log = logging.getLogger(__name__)
 PERIOD_S = 1.0
@@ -38,7 +39,6 @@ def requeue_if_broker_was_reset(store: Store, settings: Settings, client) -> lis
     """If the sentinel is missing (a new or emptied Redis), set it and re-send every queued run."""
     if not client.set(sentinel_key(settings), str(time.time()), nx=True):
         return []
-    from workers.celery_app import enqueue_run
 
     ids = queued_ids(store)
     for run_id in ids:

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 
 from fastapi import HTTPException
 
-from backend.store import Store, new_run_id
 from normlab.api_models import RunPublic
+from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from normlab.store import Store, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], o
                        group_id: str | None = None) -> list[str]:
     """Store the resolved specs as queued runs, then queue one training task each."""
     from backend.limits import admit
-    from workers.celery_app import enqueue_run
 
     problems: dict[str, str] = {}
     for spec in specs:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
-from backend.store import Store
+from normlab.store import Store
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
 _CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):([0-9]{1,12})$")  # ASCII digits only

@@ -129,8 +129,8 @@ class BenchService:
     data_dir: Path
     queue: str
     settings: object  # normlab.settings.Settings
-    store: object  # backend.store.Store
-    publisher: object | None  # backend.feed.redis_feed.RedisPublisher in the Redis form
+    store: object  # normlab.store.Store
+    publisher: object | None  # normlab.feed.redis_feed.RedisPublisher in the Redis form
     env: dict[str, str]
 
 
@@ -144,9 +144,9 @@ def bench_service(form: str, prefix: str, pg_url: str, redis_url: str, **setting
 
     import psycopg
 
-    from backend.feed.redis_feed import RedisPublisher
-    from backend.store import Store
+    from normlab.feed.redis_feed import RedisPublisher
     from normlab.settings import Settings
+    from normlab.store import Store
 
     tag = uuid.uuid4().hex[:8]
     data_dir = Path(tempfile.mkdtemp(prefix=f"{prefix}-{form}-"))

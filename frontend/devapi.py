@@ -20,8 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from normlab.api_models import SweepCreate
-from normlab.catalog import build_catalog
+from normlab.api_models import SweepCreate, build_catalog
 from normlab.events import TERMINAL_STATUSES
 from normlab.presets import PRESETS
 from normlab.spec import RunSpec, combination_problems

@@ -10,7 +10,7 @@ import sys
 from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep
-from normlab.catalog import build_catalog
+from normlab.api_models import build_catalog
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 INVARIANCE_KEY = "invariance"

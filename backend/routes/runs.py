@@ -12,10 +12,10 @@ from backend.auth import require_owner
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
-from backend.store.rollup import SCALAR_NAMES
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
 from normlab.events import RunStatus
 from normlab.spec import NormName, RunSpec, TaskName
+from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}

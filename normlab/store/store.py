@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.pool import NullPool
 
-from backend.store.schema import cache, events, metadata, rollups, runs
 from normlab.events import TERMINAL_STATUSES
 from normlab.settings import Settings
+from normlab.store.schema import cache, events, metadata, rollups, runs
 
 ACTIVE = ("queued", "running")
 

@@ -15,6 +15,7 @@ import time
 import anyio
 from sqlalchemy import select
 
+from normlab.events import RunStatus
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.store import Store
@@ -31,7 +32,7 @@ def sentinel_key(settings: Settings) -> str:
 def queued_ids(store: Store) -> list[str]:
     """Ids of queued runs, oldest first (the order they were submitted)."""
     with store.engine.connect() as conn:
-        return list(conn.execute(select(runs.c.id).where(runs.c.status == "queued")
+        return list(conn.execute(select(runs.c.id).where(runs.c.status == RunStatus.QUEUED)
                                  .order_by(runs.c.created_at)).scalars())
 
 

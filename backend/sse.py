@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
+from normlab.events import ACTIVE_STATUSES
 from normlab.store import Store
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
@@ -56,7 +57,7 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
     try:
         for run in runs:
             channels[run["id"]] = await hub.acquire(run["id"], run["last_seq"],
-                                                    run["status"] not in ("queued", "running"))
+                                                    run["status"] not in ACTIVE_STATUSES)
         yield f"retry: {RETRY_MS}\r\n\r\n".encode()
         active = [r["id"] for r in runs]
         while active:

@@ -22,8 +22,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from normlab.feed.redis_feed import RedisPublisher
+    from normlab.settings import Settings
+    from normlab.store import Store
 
 
 def free_port() -> int:
@@ -128,9 +134,9 @@ class BenchService:
     form: str
     data_dir: Path
     queue: str
-    settings: object  # normlab.settings.Settings
-    store: object  # normlab.store.Store
-    publisher: object | None  # normlab.feed.redis_feed.RedisPublisher in the Redis form
+    settings: Settings
+    store: Store
+    publisher: RedisPublisher | None  # in the Redis form
     env: dict[str, str]
 
 

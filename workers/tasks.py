@@ -13,7 +13,7 @@ import traceback
 from celery import shared_task
 from celery.signals import worker_init
 
-from normlab.events import RunResult
+from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.queue import TRAIN_TASK
@@ -58,11 +58,11 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
                        settings=settings)
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
-        result = RunResult(status="failed", step=0, wall_time=time.time() - started, device="unknown",
+        result = RunResult(status=RunStatus.FAILED, step=0, wall_time=time.time() - started, device="unknown",
                            kernel_backend="unknown", error=f"{type(exc).__name__}: {exc}")
     finally:
         watch.stop()
-    if watch.should_stop() and result.status not in ("cancelled", "failed", "diverged", "completed"):
+    if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
     summary = {"metrics": result.metrics, "probes": result.probes, "step": result.step,
                "wall_time": result.wall_time}

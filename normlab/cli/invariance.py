@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from normlab.table1 import Table1
+from normlab.table1 import Table1, Transform
 
-_SHORT = {
+_SHORT: dict[Transform, str] = {
     "weight_matrix_rescaling": "W scale",
     "weight_matrix_recentering": "W shift",
     "weight_vector_rescaling": "w_i scale",

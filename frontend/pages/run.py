@@ -9,6 +9,7 @@ from dash import ClientsideFunction, Input, Output, State, callback, clientside_
 from frontend import components, data, figures, ids, logic, probe_figures
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
+from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES
 
 
@@ -63,34 +64,66 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     except ApiError as exc:
         msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
         return html.Div([components.error_box(msg), *components.page_stores()])
-    probes = run.get("spec", {}).get("probes", {}).get("enabled")
+    spec = run.get("spec", {})
+    probes = spec.get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
     ended = run.get("status") in TERMINAL_STATUSES
     note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
                               "panels: start a run with probes on (Lab → Probes) to see them.")
     fisher_note = ((run.get("summary") or {}).get("probes") or {}).get("fisher_note") or ""
+    sequential = TASKS[spec["task"]].kind == "sequence" if spec.get("task") in TASKS else False
     return html.Div(className="run-page", children=[
         html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
         html.Div(className="card", children=[html.H2("Curves"),
                                              *components.curves_graph(bundle["figure"], bundle["map"])]),
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
-            html.H2("Hidden states over time steps"),
+            # feed-forward runs have no time steps: their panel shows each layer over training
+            html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
             dcc.Graph(id=ids.RUN_HIDDEN, figure=probe_figures.hidden_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
             components.svg_button(ids.RUN_HIDDEN)]),
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
+            html.Div(fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"),
             dcc.Graph(id=ids.RUN_FISHER, figure=probe_figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
-            html.P(fisher_note, className="muted fisher-note",
-                   style={} if fisher_note else {"display": "none"}),
             components.svg_button(ids.RUN_FISHER)]),
+        html.Div(className="card run-log", children=[
+            html.H2("Log"), html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([]))]),
         html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
         dcc.Store(id=ids.RUN_ID, data=run["id"]),
-        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": []}),
+        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
         *components.page_stores(bundle["watch"], None),
     ])
+
+
+LEVEL_ORDER = {"error": 0, "warning": 1}  # then info (and anything else), each in the order it came
+
+
+def log_items(events: list[dict]) -> list:
+    """The run's `log` events as list items, errors and warnings first."""
+    if not events:
+        return [html.Li("No log lines yet.", className="muted")]
+    ranked = sorted(enumerate(events), key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0]))
+    return [html.Li(className=f"log-line {_level(e)}", children=[
+        html.Span(_level(e), className=f"log-level {_level(e)}"),
+        html.Span(f"step {e.get('step', 0)}", className="log-step"),
+        html.Span(str((e.get("payload") or {}).get("message", "")), className="log-message")])
+        for _, e in ranked]
+
+
+def _level(event: dict) -> str:
+    return str((event.get("payload") or {}).get("level") or "info")
+
+
+def fisher_warning(events: list[dict], fallback: str = "") -> str:
+    """The log's warnings about the Fisher estimate (e.g. none fitted the probe budget, and the budget
+    that would), shown where the Fisher panel is; `fallback` (the run summary's note) without them."""
+    lines = [str((e.get("payload") or {}).get("message", "")) for e in events
+             if _level(e) in ("warning", "error")]
+    lines = [line for line in lines if "fisher" in line.lower()]
+    return " ".join(dict.fromkeys(lines)) or fallback
 
 
 clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
@@ -98,11 +131,15 @@ clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROB
 
 
 @callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
-          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
-def on_probes(probes, present):
+          Output(ids.RUN_LOG, "children"), Output(ids.RUN_FISHER_WARNING, "children"),
+          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"),
+          State(ids.RUN_FISHER_WARNING, "children"), prevent_initial_call=True)
+def on_probes(probes, present, note):
     probes = probes or {}
-    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), probes.get("ended", False)),
-            probe_figures.fisher_figure(probes.get("fisher", []), bool(present), probes.get("ended", False)))
+    ended, log = probes.get("ended", False), probes.get("log", [])
+    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
+            probe_figures.fisher_figure(probes.get("fisher", []), bool(present), ended),
+            log_items(log), fisher_warning(log, note or ""))
 
 
 @callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),

@@ -24,8 +24,11 @@ def error_of(page, name: str):
 
 
 def wait_value(page, name: str, value: str) -> None:
-    page.wait_for_function(f"""() => {{ const el = document.querySelector('[id*="lab-field"][id*=\\'"{name}"\\']');
-        return el && el.value === {value!r}; }}""", timeout=10000)
+    page.wait_for_function("""([name, value]) => {
+        const el = [...document.querySelectorAll('[id*="lab-field"]')]
+            .find(e => JSON.parse(e.id).field === name);
+        return el && el.value === value; }""",
+                           arg=[name, value], timeout=10000)
 
 
 def _count_runs(server) -> int:
@@ -69,7 +72,8 @@ def test_lab_board_and_form_survive_navigation_and_reload(page, shot, server):
 
 
 def test_cleared_field_gets_a_message_and_limits_come_from_the_server(page, shot, server):
-    limit = httpx.get(server.url + "/api/catalog", timeout=10).json()["fields"]["steps"]["anyOf"][0]["maximum"]
+    fields = httpx.get(server.url + "/api/catalog", timeout=10).json()["fields"]
+    limit = fields["steps"]["anyOf"][0]["maximum"]
     page.goto(server.url + "/")
     assert field(page, "steps").get_attribute("max") == str(limit)
     before = _count_runs(server)
@@ -87,8 +91,9 @@ def test_cleared_field_gets_a_message_and_limits_come_from_the_server(page, shot
     steps.fill(str(limit * 10))
     steps.press("Tab")
     page.get_by_role("button", name="Start run").click()
-    page.wait_for_function("() => document.querySelector('[id*=\"lab-error\"][id*=\\'\"steps\"\\']')"
-                           f".textContent.includes('{limit}')", timeout=10000)
+    page.wait_for_function("""limit => [...document.querySelectorAll('[id*="lab-error"]')]
+        .some(e => JSON.parse(e.id).field === "steps" && e.textContent.includes(limit))""",
+                           arg=str(limit), timeout=10000)
     assert _count_runs(server) == before, "a run started from a form with an empty field"
     shot(page, "lab-cleared-field")
 
@@ -142,9 +147,9 @@ def test_lab_probe_settings_start_an_ln_lstm_whose_fisher_is_drawn_live(page, sh
     assert spec["probes"]["budget"] == pytest.approx(0.15)
     page.goto(f"{server.url}/run/{rid}")
     page.wait_for_function(
-        """() => { const g = document.querySelector('#run-fisher .js-plotly-plot');
+        """rid => { const g = document.querySelector('#run-fisher .js-plotly-plot');
            const drawn = g && g.data && g.data.some(t => t.y && t.y.some(v => v !== null));
-           if (drawn) { window.__fisherWhile = (window.normlabStream.status || {})[%r] || 'running'; }
-           return drawn; }""" % rid, timeout=240000)
+           if (drawn) { window.__fisherWhile = (window.normlabStream.status || {})[rid] || 'running'; }
+           return drawn; }""", arg=rid, timeout=240000)
     assert page.evaluate("() => window.__fisherWhile") == "running", "drawn only after the run ended"
     shot(page, "run-lstm-fisher-live")

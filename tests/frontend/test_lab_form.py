@@ -5,18 +5,44 @@ from __future__ import annotations
 import pytest
 
 from frontend import lab_form as logic
+from normlab.api_models import build_catalog
+from normlab.settings import Settings
 from normlab.spec import RunSpec, combination_problems
 
 
-def test_build_spec_leaves_out_empty_and_non_sequential_fields():
-    form = {"batch_size": 4, "steps": None, "lr": "", "cell": "lstm", "seq_len": 50, "probes": ["on"],
-            "seed": 0}
+def test_build_spec_leaves_out_non_sequential_fields_and_carries_the_probe_settings():
+    form = {**logic.field_defaults("digits"), "batch_size": 4, "cell": "lstm", "seq_len": 50,
+            "probes": ["on"], "budget": 40, "fisher_every": 10, "hessian": ["on"]}
     spec = logic.build_spec("digits", "layer", form)
-    assert spec == {"task": "digits", "norm": "layer", "batch_size": 4, "seed": 0,
-                    "probes": {"enabled": True}}
+    assert "cell" not in spec and "seq_len" not in spec and spec["batch_size"] == 4
+    assert spec["probes"] == {"enabled": True, "trace_every": 25, "fisher_every": 10, "budget": 0.4,
+                              "hessian": True, "empirical_fisher": False}
     RunSpec.model_validate(spec)  # the API would accept it
-    seq = logic.build_spec("adding", "layer", form)
-    assert seq["cell"] == "lstm" and seq["seq_len"] == 50
+    seq = logic.build_spec("adding", "layer", {**form, "probes": []})
+    assert seq["cell"] == "lstm" and seq["seq_len"] == 50 and "probes" not in seq
+
+
+def test_limits_come_from_the_catalog_and_an_empty_field_is_refused_with_them():
+    fields = build_catalog(None, Settings(max_steps=500, min_probe_every=7))["fields"]
+    limits = logic.field_limits(fields)
+    assert limits["steps"] == {"min": 1, "max": 500, "min_open": False}
+    assert limits["fisher_every"]["min"] == 7 and limits["budget"]["max"] == 500  # percent
+    assert limits["lr"]["min_open"] and logic.range_text("lr", limits) == "a number above 0, at most 10"
+    form = {**logic.field_defaults("digits"), "batch_size": None, "lr": float("nan"), "seq_len": None}
+    missing = logic.missing_messages("digits", form, limits)
+    # seq_len is not shown for digits; the probe settings are not shown while probes are off
+    assert set(missing) == {"batch_size", "lr"}
+    assert missing["batch_size"] == "Required: enter a whole number from 1 to 4096."
+    probed = {**logic.field_defaults("digits"), "probes": ["on"], "budget": None}
+    assert set(logic.missing_messages("digits", probed, limits)) == {"budget"}
+
+
+def test_form_query_round_trip_ignores_what_does_not_parse():
+    values = logic.form_from_query("adding", {"lr": "0.002", "steps": "many", "probes": "1", "budget": "30",
+                                              "hessian": "0", "cell": "gru", "runs": "a,b"})
+    assert values["lr"] == 0.002 and values["steps"] == 400 and values["probes"] == ["on"]
+    assert values["budget"] == 30 and values["hessian"] == [] and values["cell"] == "gru"
+    assert logic.field_defaults("digits")["budget"] == 15  # percent, as typed
 
 
 def test_field_defaults_match_resolved_spec_for_every_task():
@@ -39,7 +65,7 @@ def test_parse_int_list_and_sweep_body():
 
 
 def test_field_messages_map_api_keys_onto_form_fields():
-    names = ["batch_size", "seq_len", "probes", "norm"]
+    names = ["batch_size", "seq_len", "probes", "norm"]  # no budget field: its message goes to Probes
     spec = RunSpec.model_construct(task="digits", norm="batch", batch_size=1, cell=None, seq_len=None,
                                    eval_seq_len=None, ln_placement="full")
     problems = dict(combination_problems(spec))
@@ -48,3 +74,4 @@ def test_field_messages_map_api_keys_onto_form_fields():
     assert got["batch_size"].startswith("BatchNorm needs batch size") and got["batch_size"].endswith("empty")
     assert got["seq_len"] == "too long" and got["probes"] == "too big" and got["norm"] == "bad"
     assert logic.field_messages({"unknown": "x"}, names) == {}
+    assert logic.field_messages({"probes.budget": "too big"}, names + ["budget"]) == {"budget": "too big"}

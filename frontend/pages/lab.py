@@ -174,10 +174,8 @@ def on_task(task, norm, current):
     out = list(task_changed(task, tasks, norm))
     probes_at = FIELD_NAMES.index("probes")  # probes stay as they were: a new task is no reason to drop them
     out[3] = [current[probes_at] if i == probes_at else v for i, v in enumerate(out[3])]
-    # the box ids (ALL) include the probe settings' boxes: those follow the probes switch, not the task
-    boxes = [o["id"]["field"] for o in ctx.outputs_list[4]] if ctx.outputs_list else FIELD_NAMES
-    styles = dict(zip(FIELD_NAMES, out[4], strict=True))
-    out[4] = [styles.get(name, {}) for name in boxes]
+    # the boxes (ALL, in layout order) end with the probe settings': those follow the probes switch
+    out[4] = [*out[4], *({} for _ in lab_form.PROBE_NAMES)]
     return tuple(out)
 
 

@@ -10,7 +10,10 @@ from plotly.subplots import make_subplots
 
 from frontend import figures
 
-ORDINAL = figures.ORDINAL_COLORS  # layers and parameter groups: an order, not a normalizer
+ORDINAL = figures.ORDINAL_COLORS  # feed-forward layers over training: an order, not a normalizer
+# Fisher panel: layers and weight groups are names, not an order: neighbours get clearly different hues
+# (Okabe–Ito again), and a name keeps its hue in every subplot.
+CATEGORY = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
 MAX_SNAPSHOTS = 150  # heatmap rows; past this, snapshots are thinned evenly (first and last kept) and said so
 
 
@@ -24,8 +27,8 @@ def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     step = 1 if span < 6 else math.ceil(span / 5)
     vals = [math.log10(m) + k for k in range(math.floor(lo), math.ceil(hi) + 1, step) for m in mult]
     vals = [v for v in vals if lo - 1e-9 <= v <= hi + 1e-9]
-    if len(vals) < 2:
-        vals = [lo, hi]
+    if len(vals) < 3:  # a narrow range: its ends too, so the bar always reads
+        vals = sorted({lo, *vals, hi})
     return vals, [f"{10 ** v:.2g}" for v in vals]
 
 
@@ -71,7 +74,8 @@ def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) ->
         hovertemplate="time step %{x}, training step %{customdata}: " + label
                       + " = 10^%{z:.2f}<extra></extra>",
     ), row=row, col=1)
-    fig.update_yaxes(range=[edges[0], edges[-1]], autorange=False, row=row, col=1)
+    ticks = {"tickvals": steps, "ticktext": [str(s) for s in steps]} if len(steps) <= 8 else {}
+    fig.update_yaxes(range=[edges[0], edges[-1]], autorange=False, row=row, col=1, **ticks)
     last_step, last = rows[-1]
     fig.add_trace(go.Scatter(x=list(range(1, len(last) + 1)), y=last, mode="lines+markers",
                              name=f"{label} at step {last_step}", line={"color": "#0072B2"}),
@@ -184,7 +188,7 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
     for k, layer in enumerate(last.get("trace", {})):
         fig.add_trace(go.Scatter(x=steps, y=[e["payload"].get("trace", {}).get(layer) for e in events],
                                  name=f"{layer} ({estimators.get(layer, '?')})", legend="legend",
-                                 line={"color": ORDINAL[k % 8]}), row=1, col=1)
+                                 line={"color": CATEGORY[k % 8]}), row=1, col=1)
     _eta_lambda(fig, events, steps)
     group_names = [name for name, _ in _group_series(events, "weight_norm")]
     for legend, (row, col), field in (("legend3", (2, 1), "weight_norm"), ("legend4", (2, 2), step_field),
@@ -193,7 +197,7 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
         for name, ys in _group_series(events, field):
             k = group_names.index(name) if name in group_names else len(group_names)
             fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legend=legend,
-                                     line={"color": ORDINAL[k % 8]}), row=row, col=col)
+                                     line={"color": CATEGORY[k % 8]}), row=row, col=col)
     fig.update_xaxes(title_text="training step")
     traces = (v for e in events for v in (e["payload"].get("trace") or {}).values())
     fig.update_yaxes(type="log", row=1, col=1, **figures.log_ticks(traces))
@@ -245,4 +249,4 @@ def _place_legends(fig: go.Figure, present: bool) -> None:
         fig.update_layout({legend: {"x": xaxis.domain[1] + 0.01, "xanchor": "left", "y": yaxis.domain[1],
                                     "yanchor": "top", "orientation": "v", "font": {"size": size},
                                     "bgcolor": "rgba(255,255,255,0.85)"}})
-    fig.update_layout(showlegend=True, margin={"r": 190})
+    fig.update_layout(showlegend=True, margin={"r": 190, "t": 80})

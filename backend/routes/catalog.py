@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import sys
 
@@ -11,6 +10,7 @@ from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep
 from normlab.api_models import build_catalog
+from normlab.presets import PRESETS
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 INVARIANCE_KEY = "invariance"
@@ -24,16 +24,8 @@ def catalog(settings: SettingsDep) -> dict:
 
 @router.get("/presets")
 def presets() -> list[dict]:
-    """The paper-figure presets (normlab/presets.py, torch-free); [] until that module exists."""
-    try:
-        module = importlib.import_module("normlab.presets")
-    except ModuleNotFoundError as exc:
-        if exc.name == "normlab.presets":
-            return []
-        raise
-    items = getattr(module, "PRESETS", {})
-    values = items.values() if isinstance(items, dict) else items
-    return [v.public() if hasattr(v, "public") else dict(v) for v in values]
+    """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order."""
+    return [preset.public() for preset in PRESETS.values()]
 
 
 @router.get("/invariance")

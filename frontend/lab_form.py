@@ -34,9 +34,14 @@ PROBE_FIELDS = [
     ("trace_every", "Trace every (steps)", "int"),
     ("fisher_every", "Fisher every (steps)", "int"),
     ("budget", "Probe budget (% of training time)", "percent"),
-    ("hessian", "Also λmax of the Hessian", "bool"),
-    ("empirical_fisher", "Also the empirical Fisher", "bool"),
+    ("hessian", "Hessian", "bool"),
+    ("empirical_fisher", "Empirical Fisher", "bool"),
 ]
+CHECK_TEXT = {  # what ticking a check box does (the label above it is in capitals: no Greek there)
+    "probes": " record hidden-state traces and Fisher curvature",
+    "hessian": " also λ_max of the Hessian (edge of stability: η·λ against 2)",
+    "empirical_fisher": " also the empirical Fisher (observed labels; a comparison, not curvature)",
+}
 ALL_FIELDS = FORM_FIELDS + PROBE_FIELDS
 KINDS = {name: kind for name, _, kind in ALL_FIELDS}
 LABELS = {name: label for name, label, _ in ALL_FIELDS} | {"norm": "Normalizer"}

@@ -32,8 +32,8 @@ def _widget(fid: dict, name: str, kind: str, value, limits: dict) -> Component:
     if kind == "choice":
         return dcc.Dropdown(id=fid, options=CHOICES[name], value=value, clearable=name == "cell")
     if kind in ("flag", "bool"):
-        text = " record hidden-state traces and Fisher curvature" if kind == "flag" else " on"
-        return dcc.Checklist(id=fid, options=[{"label": text, "value": "on"}], value=value or [])
+        return dcc.Checklist(id=fid, options=[{"label": lab_form.CHECK_TEXT[name], "value": "on"}],
+                             value=value or [])
     lim = limits.get(name, {})
     bounds = {k: lim[k] for k in ("min", "max") if lim.get(k) is not None}
     return dcc.Input(id=fid, type="number", value=value, debounce=True, className="input", required=True,
@@ -46,6 +46,7 @@ def _field(name: str, label: str, kind: str, value, limits: dict, hidden: bool =
     fid = {"type": ids.LAB_PROBE_FIELD if probe else ids.LAB_FIELD, "field": name}
     # presentation mode keeps a compact builder: task, normalizer, batch size, steps and Start
     cls = "field" if name in lab_form.COMPACT else "field controls"
+    cls += " span-row" if kind == "bool" else ""
     title = lab_form.range_text(name, limits) if name in lab_form.NUMERIC else None  # this server's range
     return html.Div(id={"type": "lab-box", "field": name}, className=cls, title=title,
                     style={"display": "none"} if hidden else {}, children=[

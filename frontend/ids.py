@@ -74,6 +74,7 @@ RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
 RUN_LOG = "run-log"  # the run's log lines, warnings first
 RUN_FISHER_WARNING = "run-fisher-warning"  # why the Fisher panel is empty (from the log), above it
+RUN_FISHER_RETRY = "run-fisher-retry"  # link: the same run set up in the Lab with the budget that fits
 RUN_MESSAGE = "run-message"
 
 # Invariance

@@ -214,3 +214,34 @@ def form_from_query(task: str, query: dict[str, Any]) -> dict[str, Any]:
             if value is not None:
                 values[name] = value
     return values
+
+
+def query_from_spec(spec: dict[str, Any], **overrides: Any) -> dict[str, str]:
+    """The Lab query that rebuilds the form of this (resolved) spec, with `overrides` on top (a field's
+    value as the form shows it, e.g. budget=40 for 40 %): "run it again with …" links."""
+    probes = spec.get("probes") or {}
+    out = {"task": str(spec.get("task", "digits")), "norm": str(spec.get("norm", "layer"))}
+    for name, kind in KINDS.items():
+        value = probes.get(name) if name in PROBE_NAMES else (
+            probes.get("enabled") if kind == "flag" else spec.get(name))
+        if name in overrides:
+            value = overrides[name]
+        elif kind == "percent" and value is not None:
+            value = _round(value * 100)
+        if value is None:
+            continue
+        out[name] = ("1" if value else "0") if kind in ("flag", "bool") else str(value)
+    return out
+
+
+def budget_that_fits(log_events: list[dict]) -> float | None:
+    """The probe budget (in %) a run's budget warning asks for: its `budget_needed`, or the "raise it to
+    X %" in its message; None without such a warning."""
+    for e in log_events:
+        payload = e.get("payload") or {}
+        if payload.get("budget_needed") is not None:
+            return _round(float(payload["budget_needed"]) * 100)
+        found = re.search(r"raise it to ([0-9.]+) ?%", str(payload.get("message", "")))
+        if found:
+            return _round(float(found.group(1)))
+    return None

@@ -66,6 +66,8 @@ def layout(**query) -> html.Div:
     present_on = logic.is_present(query)
     if not STATE_KEYS & set(query):  # a bare "/": the Lab as this browser left it
         query = {**remembered_query(), **query}
+    elif "runs" not in query:  # a link to a form ("run it again with …") keeps this browser's board
+        query = {**query, "runs": remembered_query().get("runs", "")}
     try:
         catalog = data.api().catalog()
     except ApiError as exc:

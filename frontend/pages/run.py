@@ -6,7 +6,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, logic, probe_figures
+from frontend import components, data, figures, ids, lab_form, logic, probe_figures
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
@@ -86,6 +86,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
             html.Div(fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"),
+            html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
             dcc.Graph(id=ids.RUN_FISHER, figure=probe_figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
             components.svg_button(ids.RUN_FISHER)]),
@@ -105,7 +106,11 @@ def log_items(events: list[dict]) -> list:
     """The run's `log` events as list items, errors and warnings first."""
     if not events:
         return [html.Li("No log lines yet.", className="muted")]
-    ranked = sorted(enumerate(events), key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0]))
+    seen: dict[tuple[str, str], int] = {}  # a line repeated (a warning during the run and at its end): once
+    for i, e in enumerate(events):
+        seen.setdefault((_level(e), str((e.get("payload") or {}).get("message", ""))), i)
+    ranked = sorted(((i, events[i]) for i in seen.values()),
+                    key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0]))
     return [html.Li(className=f"log-line {_level(e)}", children=[
         html.Span(_level(e), className=f"log-level {_level(e)}"),
         html.Span(f"step {e.get('step', 0)}", className="log-step"),
@@ -132,14 +137,31 @@ clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROB
 
 @callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
           Output(ids.RUN_LOG, "children"), Output(ids.RUN_FISHER_WARNING, "children"),
+          Output(ids.RUN_FISHER_RETRY, "children"),
           Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"),
-          State(ids.RUN_FISHER_WARNING, "children"), prevent_initial_call=True)
-def on_probes(probes, present, note):
+          State(ids.RUN_FISHER_WARNING, "children"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
+def on_probes(probes, present, note, run_id):
     probes = probes or {}
     ended, log = probes.get("ended", False), probes.get("log", [])
+    fishers = probes.get("fisher", [])
     return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
-            probe_figures.fisher_figure(probes.get("fisher", []), bool(present), ended),
-            log_items(log), fisher_warning(log, note or ""))
+            probe_figures.fisher_figure(fishers, bool(present), ended),
+            log_items(log), fisher_warning(log, note or ""), [] if fishers else retry_link(run_id, log))
+
+
+def retry_link(run_id: str | None, log: list[dict]) -> list:
+    """"Run it again with a budget of X %": a link to the Lab with this run's form and the budget its
+    warning asks for (nothing without such a warning)."""
+    budget = lab_form.budget_that_fits(log)
+    if budget is None or not run_id:
+        return []
+    try:
+        spec = data.api().run(run_id)["spec"]
+    except ApiError:
+        return []
+    href = "/" + logic.encode_query(lab_form.query_from_spec(spec, budget=budget))
+    return [dcc.Link(f"Set this run up again in the Lab with a {budget:g} % probe budget →", href=href,
+                     className="btn small")]
 
 
 @callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),

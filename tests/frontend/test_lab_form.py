@@ -75,3 +75,18 @@ def test_field_messages_map_api_keys_onto_form_fields():
     assert got["seq_len"] == "too long" and got["probes"] == "too big" and got["norm"] == "bad"
     assert logic.field_messages({"unknown": "x"}, names) == {}
     assert logic.field_messages({"probes.budget": "too big"}, names + ["budget"]) == {"budget": "too big"}
+
+
+def test_query_from_spec_rebuilds_the_form_and_the_budget_a_warning_asks_for():
+    spec = RunSpec(task="adding", norm="rms", lr=0.003, probes={"enabled": True, "budget": 0.25,
+                                                               "hessian": True}).resolved()
+    query = logic.query_from_spec(spec.model_dump(), budget=40)
+    values = logic.form_from_query("adding", query)
+    assert query["norm"] == "rms" and values["lr"] == 0.003 and values["probes"] == ["on"]
+    assert values["budget"] == 40 and values["hessian"] == ["on"] and values["seq_len"] == spec.seq_len
+    assert logic.query_from_spec(spec.model_dump())["budget"] == "25"
+    warn = {"payload": {"level": "warning",
+                        "message": "No Fisher estimate fitted the budget — raise it to 37 %"}}
+    assert logic.budget_that_fits([warn]) == 37
+    assert logic.budget_that_fits([{"payload": {"budget_needed": 0.4, "message": "…"}}]) == 40
+    assert logic.budget_that_fits([{"payload": {"message": "data loaded"}}]) is None

@@ -6,11 +6,12 @@ from urllib.parse import quote
 
 import pytest
 
-from frontend import data
+from frontend import data, logic
 from frontend.api_client import ApiError
 from frontend.app import create_app
 from normlab.api_models import build_catalog
 from normlab.settings import Settings
+from normlab.spec import RunSpec
 
 CATALOG = build_catalog(None, Settings(max_steps=700))
 
@@ -25,6 +26,10 @@ class FakeApi:
     def create_run(self, spec):
         self.created.append(spec)
         return {"id": f"r{len(self.created)}", "status": "queued"}
+
+    def run(self, run_id):
+        spec = RunSpec(task="adding", lr=0.003, probes={"enabled": True, "budget": 0.15}).resolved()
+        return {"id": run_id, "spec": spec.model_dump()}
 
     def create_sweep(self, body):
         raise ApiError(422, "bad", {"base.probes.budget": "Budget too big."})
@@ -89,8 +94,10 @@ def test_layout_shows_the_servers_limits_and_restores_the_lab_from_the_query_or_
         assert _find(bare, "lab-board").data == {"runs": ["c3"]}
         assert _find(bare, {"type": "lab-field", "field": "steps"}).value == 90
         assert _find(bare, "lab-sweep").value == ["on"] and _find(bare, "lab-sweep-batch").value == "4, 8"
-        fresh = lab.layout(task="digits")  # an explicit query wins over the cookie
-        assert _find(fresh, "lab-board").data == {"runs": []}
+        linked = lab.layout(task="digits", budget="40")  # a link to a form keeps this browser's board
+        assert _find(linked, "lab-board").data == {"runs": ["c3"]}
+        assert _find(linked, {"type": "lab-field", "field": "steps"}).value == 300  # the link's form
+        assert _find(lab.layout(task="digits", runs=""), "lab-board").data == {"runs": []}
 
 
 def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(pages):
@@ -118,6 +125,13 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     assert run.fisher_warning(log) == "No Fisher estimate fitted the budget — raise it to 40 %"
     assert run.fisher_warning(log[:1], "summary note") == "summary note"
     assert run.log_items([])[0].children == "No log lines yet."
-    hidden, fisher, items, warning = run.on_probes({"hidden": [], "fisher": [], "log": log, "ended": True},
-                                                   False, "")
+    assert len(run.log_items(log + log[1:2])) == 3  # a warning repeated at the end is listed once
+    hidden, fisher, items, warning, retry = run.on_probes(
+        {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9")
     assert "no Fisher estimates" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
+    # the way out: the same run set up in the Lab with the budget the warning asks for
+    (link,) = retry
+    assert "40 % probe budget" in link.children
+    query = logic.decode_query(link.href[1:])
+    assert query["budget"] == "40" and query["task"] == "adding" and query["probes"] == "1"
+    assert query["lr"] == "0.003"

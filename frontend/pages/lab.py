@@ -13,7 +13,19 @@ from urllib.parse import unquote
 
 import dash
 import flask
-from dash import ALL, Input, Output, State, callback, clientside_callback, ctx, dcc, html, no_update
+from dash import (
+    ALL,
+    ClientsideFunction,
+    Input,
+    Output,
+    State,
+    callback,
+    clientside_callback,
+    ctx,
+    dcc,
+    html,
+    no_update,
+)
 from dash.development.base_component import Component
 
 from frontend import components, data, ids, lab_form, logic
@@ -292,38 +304,9 @@ def _see_fields(errors: dict) -> str:
 
 
 # The Lab's state → the URL (the shell mirrors URL_STATE into the query) and the cookie a bare "/" is
-# rebuilt from. In the browser, at once on every change: no server round trip, nothing to race with.
+# rebuilt from (assets/lab.js). In the browser, at once on every change: no round trip, nothing to race.
 clientside_callback(
-    """function (board, task, norm, sweep, sweepNorms, sweepBatch, sweepSeeds, values, probeValues, d) {
-        var state = {runs: (board && board.runs) || [], task: task};
-        if (norm && norm !== "layer") { state.norm = norm; }
-        var defaults = (d && d.tasks && d.tasks[task]) || {};
-        function keep(names, vals) {
-            (names || []).forEach(function (name, i) {
-                var v = (vals || [])[i], dv = defaults[name];
-                if (Array.isArray(v)) {
-                    if (JSON.stringify(v) !== JSON.stringify(dv || [])) {
-                        state[name] = v.length ? "1" : "0";
-                    }
-                } else if (v !== null && v !== undefined && v !== "" && v !== dv) { state[name] = v; }
-            });
-        }
-        keep(d && d.names, values);
-        keep(d && d.probe_names, probeValues);
-        if (sweep && sweep.length) {
-            state.sweep = "1"; state.sweep_norms = sweepNorms || [];
-            state.sweep_batch = sweepBatch; state.sweep_seeds = sweepSeeds;
-        }
-        var q = new URLSearchParams();
-        Object.keys(state).forEach(function (k) {
-            var v = state[k];
-            if (v === null || v === undefined || v === "" || (Array.isArray(v) && !v.length)) { return; }
-            q.set(k, Array.isArray(v) ? v.join(",") : String(v));
-        });
-        document.cookie = "normlab_lab=" + encodeURIComponent(q.toString()) +
-            "; path=/; max-age=2592000; SameSite=Lax";
-        return state;
-    }""",
+    ClientsideFunction("normlab_lab", "state"),
     Output(ids.URL_STATE, "data", allow_duplicate=True),
     Input(ids.LAB_BOARD, "data"), Input(ids.LAB_TASK, "value"), Input(ids.LAB_NORM, "value"),
     Input(ids.LAB_SWEEP, "value"), Input(ids.LAB_SWEEP_NORMS, "value"), Input(ids.LAB_SWEEP_BATCH, "value"),

@@ -6,7 +6,8 @@ summed-gradient traces (they are noisier), and estimators switched off after the
 λ_max by Lanczos (`workers.probes.eigen`): warm, `power_iterations` products from the previous Ritz
 vector; cold (the first estimate, or after a failure), from the sampled-label gradient ∇S (free: the
 trace pass computes it, and its covariance is N·F, so it already leans towards the top eigenvectors)
-until the relative Ritz residual is ≤ COLD_TOL, at most COLD_MAX products.
+until the relative Ritz residual is ≤ COLD_TOL, at most COLD_MAX products; `lambda_residual` in the
+payload says how far it got, and the next estimate continues from its Ritz vector.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
 
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
-COLD_MAX = 8  # products at most for a cold start
+COLD_MAX = 4  # products at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
 ALONG_ROWS = ("uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
               "normalized by ‖u‖², from one Jacobian-vector product")

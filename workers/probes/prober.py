@@ -34,7 +34,7 @@ from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
 FISHER_SHARE = 0.7  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
-TARGET = 0.8  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
+TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 6.0  # a warm estimate in plain steps: 3.6-5.5 measured (`normlab bench probes`)
 COLD = 1.3  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
@@ -52,7 +52,7 @@ class Prober:
                                         power_iterations=p.power_iterations, hessian=p.hessian,
                                         empirical=p.empirical_fisher, seed=spec.seed)
         self.next_fisher = FIRST_FISHER
-        self.total_steps = int(spec.steps)
+        self.total_steps = int(spec.steps if spec.steps is not None else spec.resolved().steps)
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
         self.step_times: deque[float] = deque(maxlen=25)  # steps without probe work
         self.any_times: deque[float] = deque(maxlen=25)  # every step (when all steps trace)

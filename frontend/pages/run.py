@@ -157,7 +157,10 @@ def retry_link(run_id: str | None, log: list[dict]) -> list:
         return []
     try:
         spec = data.api().run(run_id)["spec"]
+        largest = lab_form.field_limits(data.api().catalog()["fields"])["budget"]["max"]
     except ApiError:
+        return []
+    if largest is not None and budget > largest:  # the warning says to train longer instead
         return []
     href = "/" + logic.encode_query(lab_form.query_from_spec(spec, budget=budget))
     return [dcc.Link(f"Set this run up again in the Lab with a {budget:g} % probe budget →", href=href,

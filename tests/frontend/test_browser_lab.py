@@ -4,6 +4,8 @@ reach the run, and the Run page shows the run's log and its Fisher estimates."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -124,6 +126,14 @@ def test_run_log_panel_shows_the_fisher_budget_warning(page, shot, server):
     warning = page.locator("#run-fisher-warning")
     assert warning.is_visible() and "budget" in warning.inner_text().lower()
     shot(page, "run-log-budget-warning")
+    # the way out: the same run set up in the Lab with the budget the warning names
+    needed = re.search(r"raise it to ([0-9.]+) ?%", warning.inner_text())
+    assert needed, warning.inner_text()
+    page.locator("#run-fisher-retry a").click()
+    page.wait_for_selector("#lab-probe-box", state="visible", timeout=15000)
+    wait_value(page, "steps", "30")
+    assert field(page, "budget", probe=True).input_value() == needed.group(1)
+    assert page.locator("#lab-task").inner_text().strip().startswith("adding")
 
 
 def test_lab_probe_settings_start_an_ln_lstm_whose_fisher_is_drawn_live(page, shot, server):

@@ -135,3 +135,5 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     query = logic.decode_query(link.href[1:])
     assert query["budget"] == "40" and query["task"] == "adding" and query["probes"] == "1"
     assert query["lr"] == "0.003"
+    too_much = [{"step": 5, "payload": {"level": "warning", "budget_needed": 9.0, "message": "train longer"}}]
+    assert run.retry_link("r9", too_much) == []  # above the largest budget: no link

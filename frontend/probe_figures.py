@@ -167,10 +167,12 @@ def _step_panel(events: list[dict]) -> tuple[str, str]:
     return "effective_lr", "Effective learning rate η/‖w‖² (plain SGD's step)"
 
 
-def fisher_figure(events: list[dict], present: bool = False, ended: bool = False) -> dict:
+def fisher_figure(events: list[dict], present: bool = False, ended: bool = False,
+                  blocked: bool = False) -> dict:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
     stability line 2. Below, per scale-invariant weight group: ‖w‖, the effective step, uᵀFu along w and
-    the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere."""
+    the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere.
+    `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it)."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
     step_field, step_title = _step_panel(events)
     titles = ["Fisher trace per layer", "η·λ_max against 2 (stable below)",
@@ -179,8 +181,9 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
     fig = make_subplots(rows=3, cols=2, vertical_spacing=0.11, horizontal_spacing=0.25, subplot_titles=titles)
     steps = [e["step"] for e in events]
     if not events:
-        figures.empty(fig, "This run recorded no Fisher estimates." if ended else
-                      "Waiting for the first Fisher estimate…")
+        why = ("No Fisher estimate fits this run's probe budget: see the warning above." if blocked else
+               "This run recorded no Fisher estimates." if ended else "Waiting for the first Fisher estimate…")
+        figures.empty(fig, why)
         figures.apply_theme(fig, present, height=160)
         return fig.to_plotly_json()
     last = events[-1]["payload"]

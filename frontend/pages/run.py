@@ -143,9 +143,9 @@ clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROB
 def on_probes(probes, present, note, run_id):
     probes = probes or {}
     ended, log = probes.get("ended", False), probes.get("log", [])
-    fishers = probes.get("fisher", [])
+    fishers, warned = probes.get("fisher", []), fisher_warning(log)
     return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
-            probe_figures.fisher_figure(fishers, bool(present), ended),
+            probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
             log_items(log), fisher_warning(log, note or ""), [] if fishers else retry_link(run_id, log))
 
 

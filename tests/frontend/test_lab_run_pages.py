@@ -128,7 +128,7 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     assert len(run.log_items(log + log[1:2])) == 3  # a warning repeated at the end is listed once
     hidden, fisher, items, warning, retry = run.on_probes(
         {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9")
-    assert "no Fisher estimates" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
+    assert "see the warning above" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
     # the way out: the same run set up in the Lab with the budget the warning asks for
     (link,) = retry
     assert "40 % probe budget" in link.children

@@ -182,7 +182,8 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
     steps = [e["step"] for e in events]
     if not events:
         why = ("No Fisher estimate fits this run's probe budget: see the warning above." if blocked else
-               "This run recorded no Fisher estimates." if ended else "Waiting for the first Fisher estimate…")
+               "This run recorded no Fisher estimates." if ended else
+               "Waiting for the first Fisher estimate…")
         figures.empty(fig, why)
         figures.apply_theme(fig, present, height=160)
         return fig.to_plotly_json()

@@ -43,18 +43,26 @@ START = 21  # the first time step counted in hidden-state spreads: steps 0–20 
 FRACTIONS = (0.25, 0.5, 1.0)
 HIGHER_IS_BETTER = {"accuracy"}
 CURVE_FIELD = {"val_loss": "val_loss", "accuracy": "accuracy", "bpc": "bpc", "mse": "val_loss"}
-CLASSES = {"digits": 10, "mnist": 10, "mnist5k": 10, "mnist1d": 10, "seq-digits": 10, "pixel-digits": 10,
-           "conv-digits": 10}
+CLASSES = {
+    "digits": 10,
+    "mnist": 10,
+    "mnist5k": 10,
+    "mnist1d": 10,
+    "seq-digits": 10,
+    "pixel-digits": 10,
+    "conv-digits": 10,
+}
 
 RULE_TEXT = {
     "better": f"paired by seed, A − B favours A by more than {Z:g} standard errors of the difference",
     "faster": f"per-seed area under the validation curve ÷ its span, A − B favours A by more than {Z:g} "
-              "paired standard errors",
+    "paired standard errors",
     "close": f"|A − B| + {Z:g} paired standard errors ≤ {EQUIV_REL:.0%} of B's mean (equivalence margin)",
     "gap": f"|A1 − A2| − |B1 − B2| below 0 by more than {Z:g} paired standard errors",
-    "steadier": f"max ÷ min of ‖h_t‖ over t ≥ {START}: A − B below 0 by more than {Z:g} paired standard errors",
+    "steadier": f"max ÷ min of ‖h_t‖ over t ≥ {START}: A − B below 0 by more than {Z:g} paired standard "
+    "errors",
     "gradient": f"orders of magnitude ‖∂ℓ/∂h_t‖ falls from t = T to t = 1: A − B below 0 by more than {Z:g} "
-                "paired standard errors",
+    "paired standard errors",
     "best": "better (the rule above) than every other run",
     "trains": f"final validation loss − ln(classes) below 0 by more than {Z:g} standard errors",
     "refused": "the RunSpec refuses the norm at this batch size",
@@ -107,8 +115,13 @@ def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
     at = []  # the last evaluation at or before each fraction of training (None when there was none yet)
     for frac in FRACTIONS:
         before = [i for i, s in enumerate(xs) if s <= max(1, round(frac * steps))]
-        at.append({"fraction": frac, "step": xs[before[-1]] if before else None,
-                   "value": ys[before[-1]] if before else None})
+        at.append(
+            {
+                "fraction": frac,
+                "step": xs[before[-1]] if before else None,
+                "value": ys[before[-1]] if before else None,
+            }
+        )
     return {"steps": xs, "mean": ys, "std": sd, "at": at, "auc": curve_area(list(zip(xs, ys, strict=True)))}
 
 
@@ -148,8 +161,13 @@ def aggregate(label: str, spec: dict, records: list[dict], metric: str) -> dict:
         if m is not None:
             traces[key] = {"values": vals, "mean": m, "std": s}
     return {
-        "label": label, "spec": spec, "seeds": [r["seed"] for r in records], "values": values,
-        "n": sum(_finite(v) for v in values), "mean": mean, "std": std,
+        "label": label,
+        "spec": spec,
+        "seeds": [r["seed"] for r in records],
+        "values": values,
+        "n": sum(_finite(v) for v in values),
+        "mean": mean,
+        "std": std,
         "statuses": [r.get("status") for r in records],
         "messages": [r.get("message") for r in records if r.get("status") not in ("completed", None)],
         "wall_time": sum(r.get("wall_time") or 0.0 for r in records),
@@ -193,29 +211,54 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
     eff = effect(diffs)
     d = eff["difference"]
     holds = d is not None and (d < 0 if lower_wins else d > 0) and abs(d) > Z * eff["se"]
-    return {"claim": claim, "kind": kind, "holds": bool(holds), "all_seeds": bool(wins) and all(wins),
-            "per_seed": [None if not (_finite(pa[s]) and _finite(pb[s])) else pa[s] - pb[s] for s in seeds],
-            **eff, "rule": RULE_TEXT[kind]}
+    return {
+        "claim": claim,
+        "kind": kind,
+        "holds": bool(holds),
+        "all_seeds": bool(wins) and all(wins),
+        "per_seed": [None if not (_finite(pa[s]) and _finite(pb[s])) else pa[s] - pb[s] for s in seeds],
+        **eff,
+        "rule": RULE_TEXT[kind],
+    }
 
 
-def judge(rule: tuple, cells: dict[str, dict], metric: str, *, chance: float | None = None,
-          base_spec: RunSpec | None = None) -> dict:
+def judge(
+    rule: tuple,
+    cells: dict[str, dict],
+    metric: str,
+    *,
+    chance: float | None = None,
+    base_spec: RunSpec | None = None,
+) -> dict:
     """One claim: {"claim", "kind", "holds", "all_seeds", "difference", "se", "n", "per_seed", "rule"}."""
     kind, *labels = rule
     lower = not higher_is_better(metric)
     if kind in ("better", "faster"):
         a, b = labels
         word = "better than" if kind == "better" else "converges faster than"
-        return _directional(kind, f"{a} {word} {b}", cells[a], cells[b], "value" if kind == "better" else "auc",
-                            lower)
+        return _directional(
+            kind, f"{a} {word} {b}", cells[a], cells[b], "value" if kind == "better" else "auc", lower
+        )
     if kind == "steadier":
         a, b = labels
-        return _directional(kind, f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})", cells[a],
-                            cells[b], "hidden_spread_late", True)
+        return _directional(
+            kind,
+            f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})",
+            cells[a],
+            cells[b],
+            "hidden_spread_late",
+            True,
+        )
     if kind == "gradient":
         a, b = labels
-        return _directional(kind, f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}", cells[a],
-                            cells[b], "grad_orders", True)
+        return _directional(
+            kind,
+            f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}",
+            cells[a],
+            cells[b],
+            "grad_orders",
+            True,
+        )
     if kind == "close":
         a, b = labels
         pa, pb = _per_seed(cells[a], "value"), _per_seed(cells[b], "value")
@@ -224,12 +267,23 @@ def judge(rule: tuple, cells: dict[str, dict], metric: str, *, chance: float | N
         eff = effect([x - y for x, y in ok])
         ref = cells[b]["mean"]
         margin = None if ref is None else EQUIV_REL * abs(ref)
-        holds = eff["difference"] is not None and margin is not None and \
-            abs(eff["difference"]) + Z * eff["se"] <= margin
-        return {"claim": f"{a} ≈ {b}", "kind": kind, "holds": bool(holds),
-                "all_seeds": bool(ok) and len(ok) == len(pairs) and all(abs(x - y) <= EQUIV_REL * abs(y)
-                                                                        for x, y in ok),
-                "per_seed": [x - y for x, y in ok], "margin": margin, **eff, "rule": RULE_TEXT[kind]}
+        holds = (
+            eff["difference"] is not None
+            and margin is not None
+            and abs(eff["difference"]) + Z * eff["se"] <= margin
+        )
+        return {
+            "claim": f"{a} ≈ {b}",
+            "kind": kind,
+            "holds": bool(holds),
+            "all_seeds": bool(ok)
+            and len(ok) == len(pairs)
+            and all(abs(x - y) <= EQUIV_REL * abs(y) for x, y in ok),
+            "per_seed": [x - y for x, y in ok],
+            "margin": margin,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
     if kind == "gap":
         a1, a2, b1, b2 = labels
         maps = [_per_seed(cells[lab], "value") for lab in labels]
@@ -241,34 +295,54 @@ def judge(rule: tuple, cells: dict[str, dict], metric: str, *, chance: float | N
                 diffs.append(abs(w - x) - abs(y - z))
         eff = effect(diffs)
         d = eff["difference"]
-        return {"claim": f"|{a1} − {a2}| smaller than |{b1} − {b2}|", "kind": kind,
-                "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
-                "all_seeds": bool(diffs) and len(diffs) == len(seeds) and all(x < 0 for x in diffs),
-                "per_seed": diffs, **eff, "rule": RULE_TEXT[kind]}
+        return {
+            "claim": f"|{a1} − {a2}| smaller than |{b1} − {b2}|",
+            "kind": kind,
+            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+            "all_seeds": bool(diffs) and len(diffs) == len(seeds) and all(x < 0 for x in diffs),
+            "per_seed": diffs,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
     if kind == "best":
         (a,) = labels
         parts = [judge(("better", a, o), cells, metric) for o in cells if o != a]
-        return {"claim": f"{a} best of {', '.join(cells)}", "kind": kind,
-                "holds": bool(parts) and all(p["holds"] for p in parts),
-                "all_seeds": bool(parts) and all(p["all_seeds"] for p in parts),
-                "versus": parts, "rule": RULE_TEXT[kind]}
+        return {
+            "claim": f"{a} best of {', '.join(cells)}",
+            "kind": kind,
+            "holds": bool(parts) and all(p["holds"] for p in parts),
+            "all_seeds": bool(parts) and all(p["all_seeds"] for p in parts),
+            "versus": parts,
+            "rule": RULE_TEXT[kind],
+        }
     if kind == "trains":
         (a,) = labels
         vals = cells[a]["values"]
         diffs = [v - chance for v in vals if _finite(v)] if chance is not None else []
         eff = effect(diffs)
         d = eff["difference"]
-        return {"claim": f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains",
-                "kind": kind, "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
-                "all_seeds": bool(vals) and len(diffs) == len(vals) and all(x < 0 for x in diffs),
-                "per_seed": diffs, "chance": chance, **eff, "rule": RULE_TEXT[kind]}
+        return {
+            "claim": f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains",
+            "kind": kind,
+            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+            "all_seeds": bool(vals) and len(diffs) == len(vals) and all(x < 0 for x in diffs),
+            "per_seed": diffs,
+            "chance": chance,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
     if kind == "refused":
         (norm,) = labels
         message = refusal(base_spec, norm) if base_spec is not None else None
         batch = base_spec.batch_size if base_spec is not None else None
-        return {"claim": f"norm '{norm}' refused at batch size {batch}", "kind": kind,
-                "holds": message is not None, "all_seeds": message is not None, "message": message,
-                "rule": RULE_TEXT[kind]}
+        return {
+            "claim": f"norm '{norm}' refused at batch size {batch}",
+            "kind": kind,
+            "holds": message is not None,
+            "all_seeds": message is not None,
+            "message": message,
+            "rule": RULE_TEXT[kind],
+        }
     raise ValueError(f"unknown claim kind {kind!r}")
 
 
@@ -287,6 +361,9 @@ def judge_all(rules: list[tuple], cells: dict[str, dict], metric: str, base_spec
     classes = CLASSES.get(base_spec.task)
     chance = math.log(classes) if classes else None
     claims = [judge(r, cells, metric, chance=chance, base_spec=base_spec) for r in usable]
-    return {"claims": claims, "holds": bool(claims) and all(c["holds"] for c in claims),
-            "all_seeds": bool(claims) and all(c["all_seeds"] for c in claims),
-            "rule": None if usable else "no rule for this preset: compare the numbers"}
+    return {
+        "claims": claims,
+        "holds": bool(claims) and all(c["holds"] for c in claims),
+        "all_seeds": bool(claims) and all(c["all_seeds"] for c in claims),
+        "rule": None if usable else "no rule for this preset: compare the numbers",
+    }

@@ -20,8 +20,12 @@ class PresetLaunch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seeds: list[int] | None = Field(None, min_length=1, max_length=MAX_SEEDS,
-                                    description="Distinct seeds ≥ 0 (default: the preset's, ≥ 5).")
+    seeds: list[int] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_SEEDS,
+        description="Distinct seeds ≥ 0 (default: the preset's, ≥ 5).",
+    )
     steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Override every run's steps.")
 
     @field_validator("seeds")

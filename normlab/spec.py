@@ -14,8 +14,8 @@ from pydantic_core import PydanticCustomError
 
 from normlab.catalog import TASKS
 
-TaskName = Literal["digits", "mnist", "mnist5k", "mnist1d", "seq-digits", "pixel-digits", "adding", "copy", "charlm",
-                   "conv-digits"]
+TaskName = Literal["digits", "mnist", "mnist5k", "mnist1d", "seq-digits", "pixel-digits", "adding", "copy",
+                   "charlm", "conv-digits"]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 
@@ -116,7 +116,8 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
                                   "come from the mini-batch. Use norm 'layer' for online learning, or raise "
                                   "batch_size."))
     if spec.bn_variance != "biased" and spec.norm != "batch":
-        out.append(("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm 'batch'."))
+        out.append(("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm "
+                                   "'batch'."))
     if task.kind != "sequence":
         if spec.cell is not None:
             out.append(("cell", f"Task '{spec.task}' is not sequential, so it has no recurrent cell; remove "

@@ -2,4 +2,5 @@
 
 from backend.routes import catalog, events, groups, health, presets, runs, sweeps
 
-ROUTERS = [health.router, catalog.router, runs.router, sweeps.router, presets.router, groups.router, events.router]
+ROUTERS = [health.router, catalog.router, runs.router, sweeps.router, presets.router, groups.router,
+           events.router]

@@ -28,19 +28,33 @@ def _curve(store: Store, run_id: str, field: str) -> list[tuple[int, float]]:
     return out
 
 
-@router.get("/groups/{group_id}", response_model=GroupPublic,
-            responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}})
-def get_group(group_id: str, store: StoreDep,
-              metric: str | None = Query(None, description="Final metric per cell (default: the preset's, "
-                                                           "else val_loss).")) -> GroupPublic:
+@router.get(
+    "/groups/{group_id}",
+    response_model=GroupPublic,
+    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+def get_group(
+    group_id: str,
+    store: StoreDep,
+    metric: str | None = Query(
+        None, description="Final metric per cell (default: the preset's, else val_loss)."
+    ),
+) -> GroupPublic:
     if metric is not None and metric not in METRICS:
-        raise HTTPException(422, {"detail": f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.",
-                                  "fields": {"metric": "unknown"}})
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.",
+                "fields": {"metric": "unknown"},
+            },
+        )
     rows, total = store.list_runs(group=group_id, limit=MAX_GROUP_RUNS)
     if not rows:
-        raise HTTPException(404, f"No group {group_id!r}: launch one with POST /api/presets/{{name}} or "
-                                 "POST /api/sweeps.")
+        raise HTTPException(
+            404, f"No group {group_id!r}: launch one with POST /api/presets/{{name}} or POST /api/sweeps."
+        )
     meta_text = store.cache_get(group_meta_key(group_id))
     meta = json.loads(meta_text) if meta_text else None
     return GroupPublic.model_validate(
-        summarize(group_id, meta, rows, lambda run_id, field: _curve(store, run_id, field), metric))
+        summarize(group_id, meta, rows, lambda run_id, field: _curve(store, run_id, field), metric)
+    )

@@ -18,11 +18,16 @@ from normlab.presets import PRESETS
 router = APIRouter(prefix="/api", tags=["presets"])
 
 
-@router.post("/presets/{name}", status_code=201, response_model=PresetLaunched,
-             responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}})
-def launch_preset(name: str, store: StoreDep, settings: SettingsDep, user: UserDep,
-                  body: PresetLaunch | None = None) -> PresetLaunched:
-    """Queue every run of the preset once per seed, all in one group; GET /api/groups/{group_id} follows it."""
+@router.post(
+    "/presets/{name}",
+    status_code=201,
+    response_model=PresetLaunched,
+    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+def launch_preset(
+    name: str, store: StoreDep, settings: SettingsDep, user: UserDep, body: PresetLaunch | None = None
+) -> PresetLaunched:
+    """Queue every run of the preset once per seed, in one group (followed by GET /api/groups/{group_id})."""
     preset = PRESETS.get(name)
     if preset is None:
         raise HTTPException(404, f"Unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.")
@@ -30,9 +35,15 @@ def launch_preset(name: str, store: StoreDep, settings: SettingsDep, user: UserD
     seeds = list(body.seeds if body.seeds is not None else preset.seeds)
     total = len(seeds) * len(preset.runs)
     if total > MAX_SWEEP_RUNS:
-        raise HTTPException(422, {"detail": f"Preset {name!r} has {len(preset.runs)} runs per seed, so "
-                                            f"{len(seeds)} seeds make {total} runs; a group may have at most "
-                                            f"{MAX_SWEEP_RUNS}: give fewer seeds.", "fields": {"seeds": "too many"}})
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Preset {name!r} has {len(preset.runs)} runs per seed, so "
+                f"{len(seeds)} seeds make {total} runs; a group may have at most "
+                f"{MAX_SWEEP_RUNS}: give fewer seeds.",
+                "fields": {"seeds": "too many"},
+            },
+        )
     specs, labels = [], []
     for label, base in zip(preset.run_labels(), preset.runs, strict=True):
         spec = base if body.steps is None else base.model_copy(update={"steps": body.steps})

@@ -2,8 +2,9 @@
 
 Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
 per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
-validation curve ÷ its span) and each claim with its effect size (paired by seed) and the rule. ``--json`` prints exactly one JSON
-object (workers.engine.reproduce.reproduce's result plus "command"). Unknown preset: exit 2 with the list.
+validation curve ÷ its span) and each claim with its effect size (paired by seed) and the rule.
+``--json`` prints exactly one JSON object (workers.engine.reproduce.reproduce's result plus "command").
+Unknown preset: exit 2 with the list.
 Progress goes to stderr, one line per finished run.
 """
 
@@ -63,12 +64,13 @@ def print_table(out: dict, file=None) -> None:
     for row in rows:
         cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
         print("  " + "  ".join(cells).rstrip(), file=file)
-    names = {"hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21", "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖"}
+    names = {"hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
+             "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖"}
     for key, name in names.items():
-        rows = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
-        if rows:
+        traced = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
+        if traced:
             print(f"{name} (last trace):", file=file)
-            for label, s in rows:
+            for label, s in traced:
                 per_seed = " ".join(_fmt(v, 2) for v in s["values"])
                 print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
     d = out["direction"]

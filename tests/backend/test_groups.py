@@ -31,16 +31,23 @@ def client(app):
 
 
 def finish(app, run_id: str, curve: list[tuple[int, float]], probes: dict | None = None) -> None:
-    """Train a run by hand: running, one scalars event per curve point (val_loss), completed with a summary."""
+    """Train a run by hand: running, a scalars event per curve point (val_loss), completed with a summary."""
     store = app.state.store
     store.claim(run_id)
     w = EventWriter(store, run_id)
     w.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
     for i, (step, value) in enumerate(curve):
         w.emit(Event(seq=i + 2, step=step, kind="scalars", payload={"train_loss": value, "val_loss": value}))
-    summary = {"metrics": {"val_loss": curve[-1][1]}, "probes": probes, "wall_time": 1.0, "step": curve[-1][0]}
-    w.close({"status": "completed", "finished_at": time.time(), "summary": json.dumps(summary)},
-            {"status": "completed", "time": time.time()})
+    summary = {
+        "metrics": {"val_loss": curve[-1][1]},
+        "probes": probes,
+        "wall_time": 1.0,
+        "step": curve[-1][0],
+    }
+    w.close(
+        {"status": "completed", "finished_at": time.time(), "summary": json.dumps(summary)},
+        {"status": "completed", "time": time.time()},
+    )
 
 
 def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(app, client):
@@ -58,8 +65,14 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
     assert all(c["n"] == 0 for c in g["cells"])
     assert g["claims"] and not any(c["holds"] for c in g["claims"])  # nothing finished: nothing holds yet
 
-    finals = {("batch", 0): 0.9, ("batch", 1): 0.8, ("batch", 2): 1.0,
-              ("layer", 0): 0.5, ("layer", 1): 0.6, ("layer", 2): 0.55}
+    finals = {
+        ("batch", 0): 0.9,
+        ("batch", 1): 0.8,
+        ("batch", 2): 1.0,
+        ("layer", 0): 0.5,
+        ("layer", 1): 0.6,
+        ("layer", 2): 0.55,
+    }
     by_id = {x["id"]: (x["spec"]["norm"], x["spec"]["seed"]) for x in runs.values()}
     for run_id, key in by_id.items():
         if key[1] == 0:
@@ -87,7 +100,9 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
     assert better["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3))
     assert better["per_seed"] == pytest.approx(diffs) and f"{Z:g} standard errors" in better["rule"]
     assert g["holds"] == all(c["holds"] for c in g["claims"])
-    assert {x["cell"] for x in g["runs"]} == {"batch", "layer"} and all(x["final"] is not None for x in g["runs"])
+    assert {x["cell"] for x in g["runs"]} == {"batch", "layer"} and all(
+        x["final"] is not None for x in g["runs"]
+    )
 
 
 def test_a_claim_that_fails_on_one_seed_says_so(app, client):
@@ -95,8 +110,9 @@ def test_a_claim_that_fails_on_one_seed_says_so(app, client):
     for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]:
         worse = x["spec"]["norm"] == "layer" and x["spec"]["seed"] == 1
         finish(app, x["id"], [(1000, 0.9 if worse else (0.5 if x["spec"]["norm"] == "layer" else 0.8))])
-    claim = next(c for c in client.get(f"/api/groups/{body['group_id']}").json()["claims"]
-                 if c["kind"] == "better")
+    claim = next(
+        c for c in client.get(f"/api/groups/{body['group_id']}").json()["claims"] if c["kind"] == "better"
+    )
     assert not claim["all_seeds"] and not claim["holds"] and claim["per_seed"] == pytest.approx([-0.3, 0.1])
 
 
@@ -119,23 +135,33 @@ def test_hidden_state_claims_read_the_runs_probes(app, client):
 
 
 def test_sweeps_get_a_group_with_one_cell_per_varied_combination(app, client):
-    r = client.post("/api/sweeps", json={"base": {"task": "digits", "steps": 10}, "norms": ["layer", "batch"],
-                                         "seeds": [0, 1]})
+    r = client.post(
+        "/api/sweeps",
+        json={"base": {"task": "digits", "steps": 10}, "norms": ["layer", "batch"], "seeds": [0, 1]},
+    )
     gid = r.json()["group_id"]
     for x in client.get("/api/runs", params={"group": gid}).json()["items"]:
         finish(app, x["id"], [(10, 0.1 * (1 + x["spec"]["seed"]))])
     g = client.get(f"/api/groups/{gid}").json()
     assert g["kind"] == "sweep" and g["varied"] == ["norm"] and g["claims"] is None
     assert {c["label"]: (c["n"], c["mean"]) for c in g["cells"]} == {
-        "norm=layer": (2, pytest.approx(0.15)), "norm=batch": (2, pytest.approx(0.15))}
+        "norm=layer": (2, pytest.approx(0.15)),
+        "norm=batch": (2, pytest.approx(0.15)),
+    }
     assert client.get(f"/api/groups/{gid}", params={"metric": "loss"}).status_code == 422
 
 
 def test_bad_launches_and_unknown_names_say_what_to_change(client):
     r = client.post("/api/presets/fig7")
     assert r.status_code == 404 and "fig6-batch4" in r.json()["detail"] and "gain-init" in r.json()["detail"]
-    for body, field in [({"seeds": [-1]}, "seeds"), ({"seeds": [1, 1]}, "seeds"), ({"seeds": []}, "seeds"),
-                        ({"steps": 0}, "steps"), ({"steps": "many"}, "steps"), ({"seed": [1]}, "seed")]:
+    for body, field in [
+        ({"seeds": [-1]}, "seeds"),
+        ({"seeds": [1, 1]}, "seeds"),
+        ({"seeds": []}, "seeds"),
+        ({"steps": 0}, "steps"),
+        ({"steps": "many"}, "steps"),
+        ({"seed": [1]}, "seed"),
+    ]:
         r = client.post("/api/presets/online", json=body)
         assert r.status_code == 422 and field in r.json()["fields"], (body, r.text)
     assert client.post("/api/presets/online", json={"steps": 10**6}).status_code == 422

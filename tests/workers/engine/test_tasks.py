@@ -203,7 +203,8 @@ def test_pixel_digits_reads_the_row_by_row_digits_one_pixel_per_step(settings):
 def test_handwriting_lines_are_next_point_pairs_with_pen_lifts(settings):
     data = load_task(RunSpec(task="handwriting", seq_len=50), settings)
     x, y = next(data.train_batches(4, torch.Generator().manual_seed(0)))
-    assert x.shape == y.shape == (4, 50, 3) and torch.equal(x[:, 1:], y[:, :-1])  # the target is the next point
+    assert x.shape == y.shape == (4, 50, 3)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # the target is the next point
     assert set(x[..., 2].unique().tolist()) == {0.0, 1.0} and data.n_outputs == 121
     assert torch.equal(load_task(RunSpec(task="handwriting", seq_len=50), settings).split("val")[0],
                        data.split("val")[0])
@@ -221,7 +222,8 @@ def test_mixture_nll_is_the_bivariate_gaussian_and_bernoulli_likelihood():
     out[..., 1:] = rest.reshape(2, 3, -1)
     mu = torch.stack([rest[..., 1, 0], rest[..., 2, 0]], -1)
     s1, s2, rho = rest[..., 3, 0].exp(), rest[..., 4, 0].exp(), torch.tanh(rest[..., 5, 0]) * (1 - 1e-4)
-    cov = torch.stack([torch.stack([s1 * s1, rho * s1 * s2], -1), torch.stack([rho * s1 * s2, s2 * s2], -1)], -2)
+    off = rho * s1 * s2
+    cov = torch.stack([torch.stack([s1 * s1, off], -1), torch.stack([off, s2 * s2], -1)], -2)
     log_n = torch.distributions.MultivariateNormal(mu, covariance_matrix=cov).log_prob(y[..., :2])
     p = torch.sigmoid(out[..., 0])
     log_pen = y[..., 2] * p.log() + (1 - y[..., 2]) * (1 - p).log()

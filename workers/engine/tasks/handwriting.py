@@ -87,8 +87,9 @@ def mixture_nll(outputs: Tensor, y: Tensor) -> Tensor:
 def load_handwriting(spec: RunSpec, settings: Settings) -> TaskData:
     """Fresh lines per training batch (from the run's generator); fixed val/test lines from the seed."""
     seq_len = spec.seq_len or TASKS["handwriting"].seq_len or 300
-    val = _pairs(write_lines(VAL_CASES, seq_len, np.random.default_rng(seeded(spec.seed, 2).initial_seed())))
-    test = _pairs(write_lines(TEST_CASES, seq_len, np.random.default_rng(seeded(spec.seed, 3).initial_seed())))
+    val_rng, test_rng = (np.random.default_rng(seeded(spec.seed, stream).initial_seed()) for stream in (2, 3))
+    val = _pairs(write_lines(VAL_CASES, seq_len, val_rng))
+    test = _pairs(write_lines(TEST_CASES, seq_len, test_rng))
 
     def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))

@@ -133,7 +133,8 @@ PRESETS: dict[str, Preset] = {
             claims=(("faster", "layer", "none"),),
             setup="Paper: IAM-OnDB (12,179 lines, T ≈ 700), 3 × 400 LSTM conditioned on the text, "
                   "20-component mixture, batch 8, Adam. Here: generated pen lines (12-glyph alphabet, "
-                  "per-line slant and size), T = 300, one 128-unit LSTM, unconditional, 20-component mixture, batch 8, 400 Adam "
+                  "per-line slant and size), T = 300, one 128-unit LSTM, unconditional, 20-component "
+                  "mixture, batch 8, 400 Adam "
                   "steps; metric: validation NLL in nats per point.",
         ),
         Preset(

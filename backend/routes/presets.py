@@ -31,7 +31,7 @@ def launch_preset(
     preset = PRESETS.get(name)
     if preset is None:
         raise HTTPException(404, f"Unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.")
-    body = body or PresetLaunch()
+    body = body or PresetLaunch(seeds=None, steps=None)
     seeds = list(body.seeds if body.seeds is not None else preset.seeds)
     total = len(seeds) * len(preset.runs)
     if total > MAX_SWEEP_RUNS:

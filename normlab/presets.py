@@ -69,9 +69,9 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "fig6-batch128", "Fig. 6 (left): BN vs LN at batch size 128", "§6.6, Fig. 6",
             "With large mini-batches LayerNorm and BatchNorm train an MLP about equally well.",
-            (_mnist5k("batch", 128, 600), _mnist5k("layer", 128, 600)), "val_loss",
+            (_mnist5k("batch", 128, 300), _mnist5k("layer", 128, 300)), "val_loss",
             expect="LN ≈ BN", claims=(("close", "layer", "batch"),),
-            setup=_FIG6.format(steps=600, epochs=22) + "; BN with the biased (÷B) batch variance.",
+            setup=_FIG6.format(steps=300, epochs=11) + "; BN with the biased (÷B) batch variance.",
         ),
         Preset(
             "fig6-batch4", "Fig. 6 (right): BN vs LN at batch size 4", "§6.6, Fig. 6",
@@ -94,17 +94,17 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "convnets", "ConvNets: none vs BN vs LN", "§6.7",
             "In a ConvNet LayerNorm beats no normalization, but BatchNorm beats LayerNorm.",
-            tuple(RunSpec(task="conv-digits", norm=n, batch_size=32, steps=1500, eval_every=100)
+            tuple(RunSpec(task="conv-digits", norm=n, batch_size=32, steps=300, eval_every=25)
                   for n in ("none", "batch", "layer")),
             "val_loss", expect="BN better than LN better than none",
             claims=(("better", "batch", "layer"), ("better", "layer", "none")),
             setup="Paper: preliminary experiments, no setup given. Here: 8×8 digits, two 3×3 conv layers "
-                  "of 32 channels, batch 32, 1,500 Adam steps (≈ 38 epochs).",
+                  "of 32 channels, batch 32, 300 Adam steps (≈ 8 epochs).",
         ),
         Preset(
             "gain-init", "Gain initialization 1.0 vs 0.1, pixel by pixel", "§6.2 (Cooijmans et al. 2016)",
             "LayerNorm is insensitive to the initial gain; recurrent BatchNorm is not (it needs 0.1).",
-            tuple(_pixels(n, 240, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
+            tuple(_pixels(n, 120, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
             "val_loss", labels=("layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
             expect="LN's gap between gains smaller than recurrent BN's; LN better with gain 1.0 (§6.2); "
                    "recurrent BN better with gain 0.1 (Cooijmans et al.)",
@@ -112,7 +112,7 @@ PRESETS: dict[str, Preset] = {
                     ("better", "layer g=1.0", "layer g=0.1"), ("better", "batch g=0.1", "batch g=1.0")),
             setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose "
                   "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
-                  "pixel (64 steps), LSTM 64 units, batch 32, 240 Adam steps (≈ 6 epochs).",
+                  "pixel (64 steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
         ),
         Preset(
             "pixel-digits", "LN-LSTM vs baseline, pixel by pixel", "§6.2",

@@ -25,6 +25,8 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
     ({"task": "digits", "norm": "group"}, "norm"),
     ({"task": "adding", "norm": "batch", "ln_placement": "cell"}, "ln_placement"),
     ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
+    ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
+    ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
 ])
 def test_each_bad_combination_is_refused_with_its_field(bad, field):
     with pytest.raises(ValidationError) as err:

@@ -7,11 +7,11 @@ import json
 from fastapi import APIRouter, HTTPException, Query
 
 from backend.deps import StoreDep
-from backend.store import Store
 from normlab.api_models import ErrorDetail
 from normlab.claims import CURVE_FIELD
 from normlab.group_models import GroupPublic
 from normlab.groups import group_meta_key, summarize
+from normlab.store import Store
 
 router = APIRouter(prefix="/api", tags=["groups"])
 MAX_GROUP_RUNS = 1000

@@ -9,11 +9,11 @@ from fastapi import APIRouter, HTTPException
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.routes.sweeps import MAX_SWEEP_RUNS
 from backend.runs_common import create_and_enqueue
-from backend.store import new_run_id
 from normlab.api_models import ErrorDetail
 from normlab.group_models import PresetLaunch, PresetLaunched
 from normlab.groups import group_meta_key, preset_meta
 from normlab.presets import PRESETS
+from normlab.store import new_run_id
 
 router = APIRouter(prefix="/api", tags=["presets"])
 

@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
-from backend.feed.writer import EventWriter
 from normlab.claims import Z
 from normlab.events import Event
+from normlab.feed.writer import EventWriter
 from normlab.presets import PRESETS
 from normlab.settings import Settings
 

@@ -25,6 +25,8 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
     ({"task": "digits", "norm": "group"}, "norm"),
     ({"task": "adding", "norm": "batch", "ln_placement": "cell"}, "ln_placement"),
     ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
+    ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
+    ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
 ])
 def test_each_bad_combination_is_refused_with_its_field(bad, field):
     with pytest.raises(ValidationError) as err:
@@ -67,7 +69,7 @@ def test_catalog_lists_every_task_and_field_ranges():
 
 def test_catalog_gives_the_probe_settings_and_their_limits():
     """The Lab's probe controls read their ranges from GET /api/catalog (fields.probes), not a copy."""
-    from normlab.catalog import build_catalog
+    from normlab.api_models import build_catalog
     from normlab.spec import ProbeSpec
 
     probes = build_catalog()["fields"]["probes"]

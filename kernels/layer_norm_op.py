@@ -250,9 +250,10 @@ def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     if cfg.kernel == "resident":
         LAUNCHERS["_ln_fwd_resident"]((cfg.grid,), args, (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N,
                                       ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_b, num_warps=cfg.num_warps)
-    else:
-        LAUNCHERS["_ln_fwd_looped"]((cfg.grid,), args, (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N, HAS_W=has_w,
-                                    HAS_B=has_b, num_warps=cfg.num_warps)
+    else:  # persistent: one wave of co-resident programs on a GPU (see _ln_fwd_looped)
+        meta = {"BLOCK_N": cfg.BLOCK_N, "HAS_W": has_w, "HAS_B": has_b, "num_warps": cfg.num_warps}
+        P = _persistent_grid("_ln_fwd_looped", cfg, M, args, (cfg, has_w, has_b), meta, x2)
+        LAUNCHERS["_ln_fwd_looped"]((P,), args, (cfg, has_w, has_b), **meta)
 
 
 def _sum_into(part: torch.Tensor, slabs: int, P: int, N: int, out: torch.Tensor, out2: torch.Tensor) -> None:
@@ -285,20 +286,21 @@ def _bwd_meta(cfg: Launch, x2: torch.Tensor, has_w: bool, has_b: bool) -> dict:
     return meta
 
 
-_GRIDS: dict = {}  # (launch, dtypes, flags, device) -> the backward's grid P on that GPU
+_GRIDS: dict = {}  # (kernel, launch, flags, dtypes, device) -> a persistent grid P on that GPU
 
 
-def _bwd_grid(cfg: Launch, M: int, args: tuple, has_w: bool, has_b: bool, x2: torch.Tensor) -> int:
-    """The backward's persistent grid P: on a GPU, as many programs as are co-resident (from the compiled
-    kernel's registers and shared memory; one wave, no partial slab larger than needed), else cfg.grid.
-    Fixed per (shape, dtypes, device): the fixed-order dγ/dβ sums stay bitwise repeatable."""
-    if x2.device.type != "cuda":
-        return cfg.grid
-    key = (cfg, args[0].dtype, args[2].dtype, has_w, has_b, x2.device)
+def _persistent_grid(name: str, cfg: Launch, M: int, args: tuple, meta_key, meta: dict,
+                     x2: torch.Tensor) -> int:
+    """A persistent kernel's grid P: on a GPU, as many programs as are co-resident (from the compiled
+    kernel's registers and shared memory: one wave, and for the backward no partial slab larger than
+    needed), else cfg.grid. Fixed per (launch, dtypes, device): the fixed-order dγ/dβ sums stay bitwise
+    repeatable."""
+    if x2.device.type != "cuda":  # the interpreter: a few programs, each looping over several rows
+        return min(cfg.grid, persistent_programs(x2.device))
+    key = (name, meta_key, args[0].dtype, args[2].dtype, x2.device)
     P = _GRIDS.get(key)
     if P is None:
-        ck = LAUNCHERS[_BWD_KERNEL[cfg.kernel]].warmup(args, (cfg, has_w, has_b), **_bwd_meta(cfg, x2, has_w,
-                                                                                             has_b))
+        ck = LAUNCHERS[name].warmup(args, meta_key, **meta)
         sm = sm_of(x2.device)
         blocks = co_resident(ck.n_regs, cfg.num_warps, ck.metadata.shared, sm) if ck is not None else 2
         P = _GRIDS[key] = resident_grid(cfg, M, blocks, sm.count)
@@ -335,7 +337,8 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
     w = weight if has_w else x2
     strides = (dy2.stride(0), x2.stride(0), N, M, N)
     # The grid is sized on a compile with dummy partial pointers (mean): registers do not depend on them.
-    P = _bwd_grid(cfg, M, (dy2, x2, w, mean, rstd, dx, mean, mean, *strides), has_w, has_bias, x2)
+    P = _persistent_grid(_BWD_KERNEL[cfg.kernel], cfg, M, (dy2, x2, w, mean, rstd, dx, mean, mean, *strides),
+                         (cfg, has_w, has_bias), _bwd_meta(cfg, x2, has_w, has_bias), x2)
     slabs = int(has_w) + int(has_bias)
     part = torch.empty((slabs, P, N), dtype=torch.float32, device=dev) if slabs else mean
     # Slab 0 is dγ's when there is a weight, else dβ's; a dummy (mean) pointer for an absent one.

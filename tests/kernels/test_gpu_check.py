@@ -43,7 +43,7 @@ def _wheel(folder: Path) -> Path:
 def _check(out: Path, wheels: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(wheels), **env}
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out / "gpu")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=400, env=env)
+                          text=True, timeout=600, env=env)
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8, files
     for p in files:
@@ -59,7 +59,8 @@ def test_the_dry_run_reports_every_step_in_at_most_eight_files(tmp_path):
     wheels = tmp_path / "whl"
     wheels.mkdir()
     _wheel(wheels)
-    proc, status = _check(tmp_path / "out", wheels)
+    # the tests' budget raised: on a loaded CPU machine starting python and collecting took > 110 s
+    proc, status = _check(tmp_path / "out", wheels, GPU_CHECK_TESTS_S="300")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert status["wheels"] == "installed" and status["engine_imports"] is True
     assert status["rc"] == {"tests": 0, "bench": 0, "overhead": 0, "engine_cuda": 0}

@@ -201,3 +201,43 @@ def test_the_size_line_is_where_host_time_stops_hiding_gpu_time():
     # the H200's 4.8 TB/s, as much GPU time as an eager torch call's host time; far below, host time rules.
     assert 2 ** 20 <= kernels.LN_TRITON_MIN_ELEMS <= 2 ** 26
     assert 4 * kernels.LN_TRITON_MIN_ELEMS / 4.8e12 >= 3e-6
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_repeat_calls_take_the_direct_launch_and_give_the_same_bits():
+    from kernels import layer_norm_op as op
+
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    first = torch.autograd.grad(kernels.triton_layer_norm(x, w, b), (x, w, b), dy)
+    before = dict(L.stats)
+    again = torch.autograd.grad(kernels.triton_layer_norm(x, w, b), (x, w, b), dy)
+    assert L.stats["jit"] == before["jit"] and L.stats["direct"] >= before["direct"] + 3  # fwd, bwd, sum
+    assert all(torch.equal(a, c) for a, c in zip(first, again, strict=True))  # deterministic
+    # the backward's grid: one wave of co-resident programs
+    cfg = op._bwd_launch(4096, 1024, x.device)
+    P = op._GRIDS[("_ln_bwd_resident", (cfg, True, True), torch.bfloat16, torch.bfloat16, x.device)]
+    assert 1 <= P <= 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    # below the size line, kernels.layer_norm is F.layer_norm itself
+    small = torch.randn(64, 768, device="cuda", dtype=torch.bfloat16)
+    w2, b2 = torch.randn(768, device="cuda", dtype=torch.bfloat16), torch.randn(768, device="cuda",
+                                                                            dtype=torch.bfloat16)
+    assert kernels.ln_backend_for(small) == "torch"
+    assert torch.equal(kernels.layer_norm(small, w2, b2, 1e-5),
+                       torch.nn.functional.layer_norm(small, (768,), w2, b2, 1e-5))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_long_row_forward_is_persistent_and_matches_torch():
+    from kernels import layer_norm_op as op
+
+    x = torch.randn(3000, 32768, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.ones(32768, device="cuda"), torch.zeros(32768, device="cuda")
+    y = kernels.triton_layer_norm(x, w, b)
+    cfg = op._fwd_launch(3000, 32768, 0)
+    P = op._GRIDS[("_ln_fwd_looped", (cfg, True, True), torch.bfloat16, torch.float32, x.device)]
+    assert P < 3000  # fewer programs than rows: each walks several
+    ref = torch.nn.functional.layer_norm(x.float(), (32768,), w, b, 1e-5)
+    torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=3e-2)

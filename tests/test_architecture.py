@@ -73,9 +73,7 @@ def _violations(where: str, forbidden: set[str], skip: str | None = None) -> lis
     ("workers", {"backend", "frontend"}, None),
     ("frontend", {"backend", "workers", "kernels", "torch"}, None),
     ("normlab", {"torch", "backend", "workers", "frontend", "kernels"}, "normlab.cli"),
-    pytest.param("kernels", {"normlab", "backend", "workers", "frontend"}, None, marks=pytest.mark.xfail(
-        reason="kernels/bench.py still imports the engine; its engine part moves to workers/engine "
-               "(issue 15, the kernels side): remove this mark then", strict=True)),
+    ("kernels", {"normlab", "backend", "workers", "frontend"}, None),
 ])
 def test_imports_point_down(package, forbidden, skip):
     assert _violations(package, forbidden, skip) == []

@@ -65,6 +65,20 @@ def applies(*tensors: torch.Tensor) -> bool:
     return available() and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
 
 
+# A recurrence's per-step products x (B, K) · Wᵀ (K, N) go through oneDNN only from B ≥ 8 rows and K ≥ 256:
+# below, a oneDNN call's fixed cost (≈ 25 µs here, 1 thread, AVX2 VM) exceeds what its kernel saves, and
+# torch.mm is faster. Measured per product, 1 thread: B=1 K=128 (W 512×128) 34 µs vs 8 µs for torch.mm,
+# B=8 K=128 35 vs 20, B=32 K=128 65 vs 52, B=1 K=256 49 vs 22; B=8 K=256 66 vs 92, B=32 K=256 197 vs 251.
+# (Equal multiply-adds, B=32 K=128 and B=8 K=256, fall on opposite sides: rows and depth, not their
+# product, decide.) Whole LN-LSTM fwd+bwd at B=1 H=128: 5.7 → 3.2 ms (`normlab bench lstm`).
+MIN_STEP_ROWS, MIN_STEP_DEPTH = 8, 256
+
+
+def per_step(rows: int, weight: torch.Tensor) -> bool:
+    """Whether a per-step product of `rows` rows with `weight` (N, K) is large enough for oneDNN."""
+    return rows >= MIN_STEP_ROWS and weight.shape[1] >= MIN_STEP_DEPTH
+
+
 def pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
     """`weight` (N, K; any strides) packed for products x (rows, K) → x·weightᵀ (rows, N)."""
     return _OPS._reorder_linear_weight(weight.detach(), rows)

@@ -57,6 +57,11 @@ CMP_COLOR = "cmp-color"
 CMP_X = "cmp-x"
 CMP_PANELS = "cmp-panels"
 CMP_MESSAGE = "cmp-message"
+CMP_GO = "cmp-go"  # dcc.Location: an empty Compare opens the last comparison (assets/normlab.js)
+CMP_RESTORE = "cmp-restore"  # dcc.Store, on an empty Compare only: asks for that
+CMP_LAST_KEY = "normlab.compare"  # localStorage key of the last comparison's query string
+LAB_SMOOTH = "lab-smooth"  # smoothing slider of the Lab's live curves (frontend/smoothing.py)
+RUN_SMOOTH = "run-smooth"  # smoothing slider of a run's curves
 
 # Run
 RUN_ID = "run-id"  # dcc.Store with the run id

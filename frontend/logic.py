@@ -4,6 +4,7 @@ run lists → table rows. No Dash, no HTTP: unit-tested.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,7 @@ FORM_FIELDS = [
     ("ln_placement", "LayerNorm placement (LSTM)", "choice"),
     ("probes", "Probes", "flag"),
 ]
+RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
 SEQUENCE_ONLY = {"cell", "seq_len", "eval_seq_len", "ln_placement"}
 
 
@@ -167,19 +169,40 @@ def when(value: str | None) -> str:
         return str(value)
 
 
+def _metrics(run: dict) -> dict:
+    m = (run.get("summary") or {}).get("metrics") or {}
+    return m if isinstance(m, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def final_results(run: dict) -> dict[str, float | None]:
+    """The run's final numbers for sortable columns: val loss; accuracy, bpc or mse (the test split's,
+    else the validation split's); steps per second (steps ÷ wall time, set-up included); wall time (s).
+    None where the run has not ended or did not measure it."""
+    m = _metrics(run)
+    summary = run.get("summary") or {}
+    out: dict[str, float | None] = {"val_loss": _number(m.get("val_loss"))}
+    for name in RESULT_METRICS:
+        out[name] = next((v for v in (_number(m.get(f"test_{name}")), _number(m.get(f"val_{name}")),
+                                      _number(m.get(name))) if v is not None), None)
+    wall, step = _number(summary.get("wall_time")), _number(summary.get("step"))
+    out["wall_time"] = round(wall, 2) if wall is not None else None
+    out["steps_per_s"] = round(step / wall, 1) if wall and step is not None else None
+    return out
+
+
 def final_metric(run: dict) -> str:
-    """The run's final headline number as text ('val_loss 0.123 · accuracy 0.95'), or ''."""
-    m = (run.get("summary") or {}).get("metrics") or run.get("summary") or {}
-    parts = []
-    for key in ("val_loss", "accuracy", "bpc", "test_accuracy"):
-        v = m.get(key) if isinstance(m, dict) else None
-        if isinstance(v, int | float):
-            parts.append(f"{key} {v:.4g}")
+    """The run's final headline numbers as text ('val_loss 0.1235 · accuracy 0.95'), or ''."""
+    results = final_results(run)
+    parts = [f"{key} {results[key]:.4g}" for key in ("val_loss", *RESULT_METRICS) if results[key] is not None]
     return " · ".join(parts[:2])
 
 
 def run_rows(items: list[dict]) -> list[dict]:
-    """Rows of the Runs table (one per run), flat and sortable."""
+    """Rows of the Runs table (one per run), flat; the results numeric, so they sort as numbers."""
     rows = []
     for r in items:
         spec = r.get("spec") or {}
@@ -187,7 +210,7 @@ def run_rows(items: list[dict]) -> list[dict]:
             "id": r["id"], "status": r.get("status", ""), "task": spec.get("task", ""),
             "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
             "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": r.get("group_id") or "",
-            "created": when(r.get("created_at")), "result": final_metric(r),
+            "created": when(r.get("created_at")), **final_results(r),
             "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
         })
     return rows

@@ -213,13 +213,15 @@
   var LAST_COMPARE = "normlab.compare";  // frontend/ids.py CMP_LAST_KEY
   function compareUrl(runs, smooth, color, x, panels) {
     var state = {runs: runs || [], smooth: smooth || 0, color: color, x: x, panels: panels || []};
-    var q = window.dash_clientside.normlab.urlState(state);
     var trig = (window.dash_clientside.callback_context || {}).triggered || [];
     var byUser = trig.length > 0 && trig[0].prop_id !== ".";
-    // On load an empty Compare must not overwrite the comparison it is about to restore.
-    if (state.runs.length || byUser) {
-      try { window.localStorage.setItem(LAST_COMPARE, q.replace(/(^|&)present=[^&]*/, "")); } catch (err) { /* private mode */ }
-    }
+    // On load, an empty Compare leaves the URL and the remembered comparison alone: it is about to
+    // open that comparison (compareRestore), and a late write would overwrite it.
+    if (!state.runs.length && !byUser) { return ns(); }
+    var q = window.dash_clientside.normlab.urlState(state);
+    try {
+      window.localStorage.setItem(LAST_COMPARE, q.replace(/(^|&)present=[^&]*/, ""));
+    } catch (err) { /* storage off (private mode): nothing to remember */ }
     return state;
   }
   function compareRestore(ask) {

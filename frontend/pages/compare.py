@@ -85,7 +85,8 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
             dcc.Store(id="cmp-runs-data", data={"runs": bundle["runs"], "color": state["color"]}),
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
-        *components.page_stores(bundle["watch"], {**state, "runs": found}),
+        # an empty Compare leaves the URL alone: it may open the last comparison (compareRestore)
+        *components.page_stores(bundle["watch"], {**state, "runs": found} if state["runs"] else None),
         *([dcc.Location(id=ids.CMP_GO, refresh="callback-nav"), dcc.Store(id=ids.CMP_RESTORE, data=True)]
           if not state["runs"] else []),
     ])

@@ -1,0 +1,154 @@
+"""Compare's state in the URL and across navigation, smoothing and hover, the Runs table's numbers, and
+what a page loads — in Chromium, over the synthetic API (one shared server; runs take seconds)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+from frontend.smoothing import ema, format_elapsed
+
+pytestmark = pytest.mark.browser
+
+GD = "document.querySelector('#nl-curves .js-plotly-plot')"
+
+
+def _run(server, **spec) -> str:
+    r = httpx.post(server.url + "/api/runs", json={"task": "digits", **spec}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def _wait_ended(server, rid: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if httpx.get(f"{server.url}/api/runs/{rid}", timeout=10).json()["status"] == "completed":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {rid} did not end")
+
+
+def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_navigation(
+        page, shot, dev_server):
+    a, b = _run(dev_server, norm="layer", steps=40), _run(dev_server, norm="batch", steps=40)
+    scripts: list[tuple[str, int]] = []
+    page.on("requestfinished", lambda r: scripts.append((r.url, r.sizes()["responseBodySize"]))
+            if r.resource_type == "script" else None)
+    page.goto(f"{dev_server.url}/compare?runs={a},{b}")
+    page.wait_for_selector("#cmp-legend .run-chip", timeout=15000)
+    page.wait_for_function(f"() => {GD} && {GD}.data.length > 0", timeout=15000)
+
+    # The server is slow to redraw (3 s per callback): the URL must not wait for it.
+    def slow(route):
+        time.sleep(3)
+        route.continue_()
+    page.route("**/_dash-update-component", slow)
+    page.get_by_text("wall time", exact=True).click()
+    page.wait_for_function("() => /[?&]x=time(&|$)/.test(location.search)", timeout=1000)
+    page.get_by_text("batch size", exact=True).click()
+    page.wait_for_function("() => /[?&]color=batch_size(&|$)/.test(location.search)", timeout=1000)
+    page.click("#nl-copy-link")
+    copied = page.evaluate("() => window.normlabLastCopied")
+    assert "x=time" in copied and "color=batch_size" in copied and f"runs={a},{b}" in copied
+    page.unroute("**/_dash-update-component")
+
+    # nav: Runs, then Compare: the last comparison again, not an empty page; and after a reload
+    page.locator(".nav").get_by_text("Runs", exact=True).click()
+    page.wait_for_selector("#runs-table", timeout=15000)
+    page.locator(".nav").get_by_text("Compare", exact=True).click()
+    page.wait_for_function("() => /runs=/.test(location.search)", timeout=15000)
+    page.wait_for_function("() => document.querySelectorAll('#cmp-legend .run-chip').length === 2",
+                           timeout=15000)
+    assert "x=time" in page.url and "color=batch_size" in page.url
+    page.reload()
+    page.wait_for_function("() => document.querySelectorAll('#cmp-legend .run-chip').length === 2",
+                           timeout=15000)
+    page.wait_for_function(f"() => {GD} && {GD}.layout.xaxis.title.text === 'wall time (s)'", timeout=15000)
+
+    # the run picker says how a run ended, not the "running" of when the page opened
+    c = _run(dev_server, norm="rms", steps=100)  # 4 s
+    page.goto(f"{dev_server.url}/compare?runs={c}")
+    picker = "((document.querySelector('#cmp-runs') || {}).innerText || '')"
+    page.wait_for_function(f"() => /running|queued/.test({picker})", timeout=15000)
+    page.wait_for_function(f"() => /rms .* completed/.test({picker})", timeout=20000)
+    shot(page, "compare-url-restored")
+    # page weight: plotly.js is the cartesian partial bundle, loaded because this page draws a graph
+    plotly = [(u, n) for u, n in scripts if "plotly" in u]
+    assert plotly and all("plotly-cartesian" in u for u, _ in plotly), plotly
+    assert sum(n for _, n in plotly) < 1_600_000
+    assert not page.errors, page.errors
+
+
+def test_run_page_smooths_live_curves_and_hover_says_run_step_value_and_wall_time(page, shot, dev_server):
+    rid = _run(dev_server, norm="layer", steps=500, eval_every=50)  # 20 s of points at 25 per second
+    try:
+        page.goto(f"{dev_server.url}/run/{rid}")
+        page.wait_for_function(f"() => {GD} && {GD}.data[0].x.length > 5", timeout=20000)
+        box = page.locator("#run-smooth input")
+        box.fill("0.9")
+        box.press("Tab")  # the box commits on blur
+        page.wait_for_function(f"() => {GD}.data.some(t => String(t.meta).endsWith(':raw'))", timeout=15000)
+        n0 = page.evaluate(f"() => {GD}.data[1].x.length")
+        page.wait_for_function(f"() => {GD}.data[1].x.length > {n0 + 10}", timeout=20000)  # live points
+        traces = page.evaluate(f"() => {GD}.data.map(t => ({{meta: t.meta, y: Array.from(t.y || []),"
+                               " opacity: t.opacity, custom: t.customdata}))")
+        raw = next(t for t in traces if t["meta"] == f"{rid}:raw")
+        smooth = next(t for t in traces if t["meta"] == rid)
+        n = min(len(raw["y"]), len(smooth["y"]))
+        assert n > n0 + 10 and raw["opacity"] < 0.5
+        # history (server) and live points (browser) together equal the EMA of the raw series, exactly
+        assert smooth["y"][:n] == pytest.approx(ema(raw["y"][:n], 0.9)[0], rel=1e-12)
+        assert [c[0] for c in smooth["custom"][:n]] == sorted(c[0] for c in smooth["custom"][:n])
+
+        # hover on the newest point: run, step, value, formatted wall time
+        k = n - 1
+        page.evaluate(f"() => Plotly.Fx.hover({GD}, [{{curveNumber: {traces.index(smooth)}, "
+                      f"pointNumber: {k}}}])")
+        text = page.locator("#nl-curves .hoverlayer .hovertext").first.text_content() or ""
+        step, wall, _ = smooth["custom"][k]
+        assert "layer · bs" in text and f"step {step}" in text and "train loss" in text
+        assert f"{smooth['y'][k]:.4g}"[:4] in text and f"wall time {wall}" in text
+        assert re.fullmatch(r"\d+\.\d+ s|\d+ min \d\d s", wall)
+        # the browser formats live points' wall time as the server does
+        for sec in (0.5, 9.996, 12.34, 59.96, 61.5, 3725.0):
+            assert page.evaluate(f"() => normlabStream.formatElapsed({sec})") == format_elapsed(sec)
+        shot(page, "run-smoothing-hover")
+
+        # the setting stays with the browser: the page opens smoothed again
+        page.reload()
+        page.wait_for_function(f"() => {GD} && {GD}.data.some(t => String(t.meta).endsWith(':raw'))",
+                               timeout=20000)
+        assert page.locator("#run-smooth [role=slider]").get_attribute("aria-valuenow") == "0.9"
+        assert not page.errors, page.errors
+    finally:
+        httpx.post(f"{dev_server.url}/api/runs/{rid}/cancel", timeout=10)
+        page.context.clear_cookies()
+
+
+def test_runs_table_results_are_numeric_columns_that_sort_as_numbers(page, shot, dev_server):
+    rids = [_run(dev_server, norm=n, steps=20) for n in ("layer", "batch", "none")]
+    for rid in rids:
+        _wait_ended(dev_server, rid)
+    # walls whose text order differs from their numeric order: "10.4" < "2.4" < "9.5" as text
+    for rid, wall, loss in zip(rids, (2.4, 10.4, 9.5), (0.5, 0.07, 0.3), strict=True):
+        dev_server.api.runs[rid]["summary"] = {"metrics": {"val_loss": loss, "test_accuracy": 1 - loss},
+                                               "step": 20, "wall_time": wall}
+    page.goto(f"{dev_server.url}/runs?group=&norm=")
+    page.wait_for_selector("#runs-table td[data-dash-column=wall_time]", timeout=15000)
+    headers = page.locator("#runs-table th").all_inner_texts()
+    assert any("Val loss" in h for h in headers) and any("Steps/s" in h for h in headers)
+    page.locator("#runs-table th[data-dash-column=wall_time] .column-header--sort").first.click()
+
+    def column(name):
+        cells = page.locator(f"#runs-table td[data-dash-column={name}]").all_inner_texts()
+        return [float(c) for c in cells if c.strip()]
+    walls = column("wall_time")
+    assert walls == sorted(walls) and {2.4, 9.5, 10.4} <= set(walls)
+    page.locator("#runs-table th[data-dash-column=val_loss] .column-header--sort").first.click()
+    losses = column("val_loss")
+    assert losses == sorted(losses) and {0.07, 0.3, 0.5} <= set(losses)
+    shot(page, "runs-numeric-columns")
+    assert not page.errors, page.errors

@@ -7,7 +7,7 @@ import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
-from frontend import components, data, ids, logic, smoothing
+from frontend import components, data, ids, logic, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS
@@ -85,7 +85,7 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
         dcc.Link("Compare these runs →", id=ids.LAB_COMPARE_LINK, className="compare-link",
                  href="/compare" + logic.encode_query({"runs": run_ids}),
                  style={} if run_ids else {"display": "none"}),
-        smoothing.control(ids.LAB_SMOOTH, bundle["map"]["smooth"]),
+        smoothing_control.control(ids.LAB_SMOOTH, bundle["map"]["smooth"]),
         *components.curves_graph(bundle["figure"], bundle["map"]),
     ])
     return html.Div(className="lab-page", children=[
@@ -94,7 +94,7 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
     ])
 
 
-smoothing.register(ids.LAB_SMOOTH)  # the slider above the live curves redraws them (frontend/smoothing.py)
+smoothing_control.register(ids.LAB_SMOOTH)  # the smoothing slider redraws the curves
 
 
 def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:

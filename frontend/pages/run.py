@@ -6,7 +6,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, logic, probe_figures, smoothing
+from frontend import components, data, figures, ids, logic, probe_figures, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.events import TERMINAL_STATUSES
@@ -71,9 +71,9 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     fisher_note = ((run.get("summary") or {}).get("probes") or {}).get("fisher_note") or ""
     return html.Div(className="run-page", children=[
         html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
-        html.Div(className="card", children=[html.H2("Curves"),
-                                             smoothing.control(ids.RUN_SMOOTH, bundle["map"]["smooth"]),
-                                             *components.curves_graph(bundle["figure"], bundle["map"])]),
+        html.Div(className="card", children=[
+            html.H2("Curves"), smoothing_control.control(ids.RUN_SMOOTH, bundle["map"]["smooth"]),
+            *components.curves_graph(bundle["figure"], bundle["map"])]),
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
             html.H2("Hidden states over time steps"),
@@ -94,7 +94,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     ])
 
 
-smoothing.register(ids.RUN_SMOOTH)  # the slider above the curves redraws them (frontend/smoothing.py)
+smoothing_control.register(ids.RUN_SMOOTH)  # the smoothing slider redraws the curves
 clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
                     Input(ids.TICK, "n_intervals"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
 

@@ -5,6 +5,8 @@ numbers; a metric column no listed run has is left out."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.dash_table.DataTable import DataTable
@@ -26,14 +28,14 @@ COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("bat
 NUMERIC = {"batch_size", "seed", "steps", "val_loss", "accuracy", "bpc", "mse", "steps_per_s", "wall_time"}
 SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # 4 significant digits, no trailing zeros
 OPTIONAL = set(logic.RESULT_METRICS)  # shown only when a listed run has one
-TIPS = {"accuracy": "final test accuracy (validation when the run has no test evaluation)",
+TIPS: dict[str | float | int, Any] = {"accuracy": "final test accuracy (validation when the run has no test evaluation)",
         "bpc": "final test bits per character (validation when there is no test evaluation)",
         "mse": "final test mean squared error (validation when there is no test evaluation)",
         "val_loss": "final validation loss", "steps_per_s": "training steps ÷ wall time (set-up included)",
         "wall_time": "seconds from the run's start to its end"}
 
 
-def columns(rows: list[dict]) -> list[dict]:
+def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types them as a TypedDict
     """The table's columns: numbers typed numeric (they sort as numbers), metric columns only when some
     row has that metric."""
     out = []

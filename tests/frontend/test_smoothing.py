@@ -8,7 +8,7 @@ import math
 import pytest
 from dash import no_update
 
-from frontend import figures, smoothing
+from frontend import figures, smoothing, smoothing_control
 
 
 def _run(rid, norm="layer"):
@@ -74,9 +74,9 @@ def test_the_smoothing_control_redraws_only_when_the_weight_changed(monkeypatch)
                         {"figure": "F", "map": "M", "watch": "W"})
     tmap = {"runs": {"r1": [], "r2": []}, "smooth": 0.6, "x": "time", "color": "norm", "panels": ["loss"],
             "from_start": True}
-    assert smoothing.rebuild(0.6, tmap, False) == (no_update,) * 3
-    assert smoothing.rebuild(0.9, None, False) == (no_update,) * 3  # no curves on the page
-    assert smoothing.rebuild(0.9, tmap, True) == ("F", "M", "W")
+    assert smoothing_control.rebuild(0.6, tmap, False) == (no_update,) * 3
+    assert smoothing_control.rebuild(0.9, None, False) == (no_update,) * 3  # no curves on the page
+    assert smoothing_control.rebuild(0.9, tmap, True) == ("F", "M", "W")
     (ids, kw), = calls
     assert ids == ["r1", "r2"] and kw == {"smoothing": 0.9, "x_mode": "time", "color_by": "norm",
                                           "panels": ["loss"], "present": True, "from_start": True}

@@ -35,7 +35,7 @@ TIPS: dict[str | float | int, Any] = {"accuracy": "final test accuracy (validati
         "wall_time": "seconds from the run's start to its end"}
 
 
-def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types them as a TypedDict
+def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a TypedDict
     """The table's columns: numbers typed numeric (they sort as numbers), metric columns only when some
     row has that metric."""
     out = []

@@ -28,7 +28,8 @@ COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("bat
 NUMERIC = {"batch_size", "seed", "steps", "val_loss", "accuracy", "bpc", "mse", "steps_per_s", "wall_time"}
 SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # 4 significant digits, no trailing zeros
 OPTIONAL = set(logic.RESULT_METRICS)  # shown only when a listed run has one
-TIPS: dict[str | float | int, Any] = {"accuracy": "final test accuracy (validation when the run has no test evaluation)",
+TIPS: dict[str | float | int, Any] = {
+        "accuracy": "final test accuracy (validation when the run has no test evaluation)",
         "bpc": "final test bits per character (validation when there is no test evaluation)",
         "mse": "final test mean squared error (validation when there is no test evaluation)",
         "val_loss": "final validation loss", "steps_per_s": "training steps ÷ wall time (set-up included)",

@@ -201,6 +201,11 @@ def final_metric(run: dict) -> str:
     return " · ".join(parts[:2])
 
 
+def group_link(group_id: str | None) -> str:
+    """A run's group (preset or sweep) as a Markdown link to Compare's view of it (bands, verdicts)."""
+    return f"[{group_id}](/compare?group={group_id})" if group_id else ""
+
+
 def run_rows(items: list[dict]) -> list[dict]:
     """Rows of the Runs table (one per run), flat; the results numeric, so they sort as numbers."""
     rows = []
@@ -209,7 +214,7 @@ def run_rows(items: list[dict]) -> list[dict]:
         rows.append({
             "id": r["id"], "status": r.get("status", ""), "task": spec.get("task", ""),
             "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
-            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": r.get("group_id") or "",
+            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": group_link(r.get("group_id")),
             "created": when(r.get("created_at")), **final_results(r),
             "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
         })

@@ -211,8 +211,9 @@
   /* Compare: the URL follows each control change at once (replaceState here, in the browser; the
    * server only redraws the figure), and the comparison is remembered for the nav link and reloads. */
   var LAST_COMPARE = "normlab.compare";  // frontend/ids.py CMP_LAST_KEY
-  function compareUrl(runs, smooth, color, x, panels) {
-    var state = {runs: runs || [], smooth: smooth || 0, color: color, x: x, panels: panels || []};
+  function compareUrl(runs, smooth, color, x, panels, group) {
+    var state = {runs: runs || [], smooth: smooth || 0, color: color, x: x, panels: panels || [],
+                 group: group || null};
     var trig = (window.dash_clientside.callback_context || {}).triggered || [];
     var byUser = trig.length > 0 && trig[0].prop_id !== ".";
     // On load, an empty Compare leaves the URL and the remembered comparison alone: it is about to

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
-from frontend import components, data, figures, ids, logic
+from frontend import components, data, figures, group_view, ids, logic
 from frontend.api_client import ApiError
 
 
@@ -31,9 +31,29 @@ def run_options(client, selected: list[dict], live: dict | None = None) -> list[
     return out
 
 
-def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None, **_) -> html.Div:
-    state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
+def load_group(group_id: str | None) -> tuple[dict | None, str]:
+    """(the group as GET /api/groups/{id} answers, problem message or '')."""
+    if not group_id:
+        return None, ""
+    try:
+        return data.api().group(group_id), ""
+    except ApiError as exc:
+        return None, f"Group {group_id}: {exc.detail}"
+
+
+def group_box(group: dict | None, problem: str, present: bool) -> list:
+    if group is None:
+        return [components.error_box(problem)] if problem else []
+    return group_view.group_card(group, ids.GROUP_IDS, present)
+
+
+def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None, group=None,
+           **_) -> html.Div:
     present_on = logic.is_present({"present": present})
+    group_data, problem = load_group(group)
+    if group_data and not runs:  # a group's link: its runs (seeds × cells), bands and verdicts
+        runs = [r["id"] for r in group_data.get("runs", [])]
+    state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
     try:
         bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
                                     x_mode=state["x"], panels=state["panels"], present=present_on)
@@ -79,6 +99,12 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
     ])
     return html.Div(className="compare-page", children=[
         controls,
+        html.Div(id=ids.CMP_GROUP_BOX, className="card group-card",
+                 style={} if group else {"display": "none"},
+                 children=group_box(group_data, problem, present_on)),
+        dcc.Store(id=ids.CMP_GROUP, data=group or None),
+        dcc.Interval(id=ids.CMP_GROUP_POLL, interval=3000,
+                     disabled=not group_data or bool(group_data.get("done"))),
         html.Div(className="card", children=[
             html.Div(id="cmp-legend", className="run-list",
                      children=components.run_chips(bundle["runs"], state["color"])),
@@ -86,7 +112,8 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
         # an empty Compare leaves the URL alone: it may open the last comparison (compareRestore)
-        *components.page_stores(bundle["watch"], {**state, "runs": found} if state["runs"] else None),
+        *components.page_stores(bundle["watch"], {**state, "runs": found, "group": group}
+                                if state["runs"] else None),
         *([dcc.Location(id=ids.CMP_GO, refresh="callback-nav"), dcc.Store(id=ids.CMP_RESTORE, data=True)]
           if not state["runs"] else []),
     ])
@@ -120,6 +147,7 @@ clientside_callback(ClientsideFunction("normlab", "compareUrl"),
                     Output(ids.URL_STATE, "data", allow_duplicate=True),
                     Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"),
                     Input(ids.CMP_COLOR, "value"), Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
+                    State(ids.CMP_GROUP, "data"),
                     prevent_initial_call="initial_duplicate")
 clientside_callback(ClientsideFunction("normlab", "compareRestore"), Output(ids.CMP_GO, "href"),
                     Input(ids.CMP_RESTORE, "data"))
@@ -133,6 +161,17 @@ def on_legend(runs_data, live):
     runs = runs_data.get("runs", [])
     chips = components.run_chips(runs, runs_data.get("color", "norm"), live)
     return chips, run_options(data.api(), runs, live)
+
+
+@callback(Output(ids.CMP_GROUP_BOX, "children"), Output(ids.CMP_GROUP_POLL, "disabled"),
+          Input(ids.CMP_GROUP_POLL, "n_intervals"), State(ids.CMP_GROUP, "data"), State(ids.PRESENT, "data"),
+          prevent_initial_call=True)
+def on_group_poll(_n, group_id, present):
+    """The group's verdicts, bands and table as its runs finish; the polling stops once all ended."""
+    group, problem = load_group(group_id)
+    if group is None and not problem:
+        return dash.no_update, True
+    return group_box(group, problem, bool(present)), bool(group is None or group.get("done"))
 
 
 dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", order=2)

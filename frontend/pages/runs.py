@@ -44,7 +44,7 @@ def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a
         if c in OPTIONAL and not any(r.get(c) is not None for r in rows):
             continue
         col: dict = {"name": name, "id": c}
-        if c == "link":
+        if c in ("link", "group"):
             col["presentation"] = "markdown"
         elif c in NUMERIC:
             col["type"] = "numeric"

@@ -77,7 +77,7 @@ def test_run_rows_and_final_metric():
            "summary": {"metrics": {"val_loss": 0.12345, "val_accuracy": 0.8, "test_accuracy": 0.9},
                        "step": 300, "wall_time": 4.0}}
     (row,) = logic.run_rows([run])
-    assert row["norm"] == "layer" and row["batch_size"] == 4 and row["group"] == "g"
+    assert row["norm"] == "layer" and row["batch_size"] == 4 and row["group"] == "[g](/compare?group=g)"
     assert row["created"] == "2026-11-29 17:00:00"
     assert logic.final_metric(run) == "val_loss 0.1235 · accuracy 0.9"
     # numbers, not text, so the table sorts them as numbers; the test split's metric before validation's

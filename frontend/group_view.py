@@ -55,12 +55,12 @@ def claim_text(claim: dict) -> str:
     return verdict + effect
 
 
-def verdicts(group: dict) -> list:
-    """The preset's expectation and one line per claim: what it says, whether it held, the effect, the
-    rule that decided it. Empty for a sweep (it has no claims)."""
+def verdicts(group: dict, expect: bool = True) -> list:
+    """The preset's expectation (unless `expect` is False: its card says it already), one line per
+    claim (what it says, whether it held, the effect, the rule that decided it), and the progress."""
     claims = group.get("claims") or []
     out: list = []
-    if group.get("expect"):
+    if expect and group.get("expect"):
         out.append(html.Div(f"Expect: {group['expect']}", className="expect"))
     for c in claims:
         ok = bool(c.get("holds"))
@@ -90,8 +90,8 @@ def band_figure(group: dict, present: bool = False) -> dict:
         color = _cell_color(cell, k)
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
-        fig.add_trace(go.Scatter(x=list(steps) + list(steps)[::-1], y=hi + lo[::-1], fill="toself",
-                                 fillcolor=color, opacity=0.2, line={"width": 0}, hoverinfo="skip",
+        fig.add_trace(go.Scatter(x=list(steps) + list(steps)[::-1], y=hi + lo[::-1], mode="lines",
+                                 fill="toself", fillcolor=color, opacity=0.2, line={"width": 0}, hoverinfo="skip",
                                  showlegend=False, legendgroup=cell["label"], meta=f"{cell['label']}:band"))
         fig.add_trace(go.Scatter(
             x=steps, y=mean, mode="lines", name=f"{cell['label']} (n={cell.get('n', 0)})",

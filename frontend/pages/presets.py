@@ -97,7 +97,7 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    return [*group_view.verdicts(group), link]
+    return [*group_view.verdicts(group, expect=False), link]
 
 
 @callback(Output({"type": ids.PRESET_VERDICT, "name": ALL}, "children"), Output(ids.PRESET_POLL, "disabled"),

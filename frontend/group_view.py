@@ -91,7 +91,8 @@ def band_figure(group: dict, present: bool = False) -> dict:
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
         fig.add_trace(go.Scatter(x=list(steps) + list(steps)[::-1], y=hi + lo[::-1], mode="lines",
-                                 fill="toself", fillcolor=color, opacity=0.2, line={"width": 0}, hoverinfo="skip",
+                                 fill="toself", fillcolor=color, opacity=0.2, line={"width": 0},
+                                 hoverinfo="skip",
                                  showlegend=False, legendgroup=cell["label"], meta=f"{cell['label']}:band"))
         fig.add_trace(go.Scatter(
             x=steps, y=mean, mode="lines", name=f"{cell['label']} (n={cell.get('n', 0)})",

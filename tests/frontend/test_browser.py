@@ -69,7 +69,7 @@ def test_compare_permalink_restores_runs_and_smoothing(page, shot, server):
         .get_attribute("aria-valuenow") == "0.8"
     assert "smooth=0.8" in page.url and f"runs={a},{b}" in page.url
     names = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data.map(t => t.meta)")
-    assert set(names) == {a, b}
+    assert set(names) == {a, b, f"{a}:raw", f"{b}:raw"}  # smoothed, over the raw series drawn faint
     page.click("#nl-copy-link")
     page.wait_for_function("() => window.normlabLastCopied !== undefined")
     assert "smooth=0.8" in page.evaluate("() => window.normlabLastCopied")

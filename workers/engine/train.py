@@ -214,7 +214,8 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     if run.prober is not None:
         try:
             probes = run.prober.summary()
-            if probes.get("fisher_note") and status == RunStatus.COMPLETED:
+            if (probes.get("fisher_note") and status == RunStatus.COMPLETED
+                    and not probes.get("fisher_note_logged")):
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")

@@ -180,7 +180,7 @@ def _matrix() -> list:
 
 
 SMALL = {"adding": {"seq_len": 6, "eval_seq_len": 9}, "copy": {"seq_len": 3, "eval_seq_len": 5},
-         "charlm": {"seq_len": 6, "eval_seq_len": 8}}
+         "charlm": {"seq_len": 6, "eval_seq_len": 8}, "handwriting": {"seq_len": 6}}
 
 
 @pytest.mark.slow  # ≈ 90 runs: 15-45 s on 2 shared cores

@@ -252,6 +252,9 @@ class DevAPI:
             return StreamingResponse(self._stream(cursor), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
 
+        from frontend import devapi_groups
+
+        devapi_groups.add_routes(app, self)
         if with_frontend:
             import warnings
 

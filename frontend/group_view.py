@@ -95,7 +95,7 @@ def band_figure(group: dict, present: bool = False) -> dict:
                                  hoverinfo="skip",
                                  showlegend=False, legendgroup=cell["label"], meta=f"{cell['label']}:band"))
         fig.add_trace(go.Scatter(
-            x=steps, y=mean, mode="lines", name=f"{cell['label']} (n={cell.get('n', 0)})",
+            x=steps, y=mean, mode="lines" if len(steps) > 20 else "lines+markers", name=f"{cell['label']} (n={cell.get('n', 0)})",
             line={"color": color, "width": 2}, legendgroup=cell["label"], meta=cell["label"],
             customdata=std, hovertemplate=f"<b>{cell['label']}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
             " ± %{customdata:.2g}<extra></extra>"))
@@ -154,8 +154,8 @@ def results_table(group: dict, table_id: str) -> DataTable:
 
 def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list:
     """The group's card on Compare: title, verdicts, bands, and (a sweep) the results table."""
-    title = group.get("title") or (f"Sweep over {', '.join(group.get('varied') or [])}"
-                                   if group.get("kind") == "sweep" else "Group")
+    title = group.get("title") or (f"Sweep over {', '.join(group['varied'])}" if group.get("varied")
+                                   else "Group")
     out: list = [html.H2(title), html.Div(verdicts(group), id=ids_["verdicts"]),
                  dcc.Graph(id=ids_["bands"], figure=band_figure(group, present), className="graph",
                            config={"displaylogo": False})]

@@ -151,3 +151,48 @@ def test_runs_table_results_are_numeric_columns_that_sort_as_numbers(page, shot,
     assert losses == sorted(losses) and {0.07, 0.3, 0.5} <= set(losses)
     shot(page, "runs-numeric-columns")
     assert not page.errors, page.errors
+
+
+def test_preset_verdict_goes_live_and_compare_draws_bands_and_a_sweep_table(page, shot, dev_server):
+    dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
+    try:
+        page.goto(f"{dev_server.url}/presets")
+        card = page.locator(".preset.card").filter(has_text="batch size 128")
+        card.get_by_role("button", name="Start 2 runs × 5 seeds").click()
+        box = card.locator(".verdict-box")
+        box.locator(".verdict").first.wait_for(timeout=20000)
+        page.wait_for_function("() => /All 10 runs ended/.test(document.querySelector('.verdict-box')"
+                               ".innerText)", timeout=30000)
+        text = box.inner_text()
+        assert re.search(r"(holds|does not hold).*Δ = [−+]\d", text) and "rule:" in text
+        page.reload()  # the launch is remembered: the verdict is there again
+        page.locator(".preset.card").filter(has_text="batch size 128").locator(".verdict").first.wait_for(
+            timeout=20000)
+        shot(page, "preset-verdict")
+        page.locator(".verdict-box .compare-link").first.click()
+        page.wait_for_url(re.compile(r".*/compare\?group=\w+"), timeout=15000)
+        bands = "document.querySelector('#cmp-group-bands .js-plotly-plot')"
+        page.wait_for_function(f"() => {bands} && {bands}.data.filter(t => t.fill === 'toself').length === 2",
+                               timeout=15000)
+        assert page.locator("#cmp-legend .run-chip").count() == 10  # every seed's own curves too
+
+        sweep = httpx.post(dev_server.url + "/api/sweeps", timeout=10, json={
+            "base": {"task": "digits", "steps": 40}, "norms": ["layer", "batch"], "batch_sizes": [4, 16],
+            "seeds": [0, 1]}).json()
+        for rid in sweep["run_ids"]:
+            _wait_ended(dev_server, rid)
+        page.goto(f"{dev_server.url}/compare?group={sweep['group_id']}")
+        page.wait_for_selector("#cmp-group-table td[data-dash-column=mean]", timeout=15000)
+
+        def means():
+            cells = page.locator("#cmp-group-table td[data-dash-column=mean]").all_inner_texts()
+            return [float(c) for c in cells]
+        assert len(means()) == 4 and means() == sorted(means())  # lower loss first
+        page.locator("#cmp-group-table th[data-dash-column=mean] .column-header--sort").first.click()
+        page.wait_for_function("() => { const c = [...document.querySelectorAll("
+                               "'#cmp-group-table td[data-dash-column=mean]')].map(e => +e.innerText);"
+                               " return c.every((v, i) => i === 0 || c[i - 1] >= v); }", timeout=5000)
+        shot(page, "sweep-table")
+        assert not page.errors, page.errors
+    finally:
+        dev_server.api.rate = 25.0

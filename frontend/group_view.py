@@ -95,7 +95,8 @@ def band_figure(group: dict, present: bool = False) -> dict:
                                  hoverinfo="skip",
                                  showlegend=False, legendgroup=cell["label"], meta=f"{cell['label']}:band"))
         fig.add_trace(go.Scatter(
-            x=steps, y=mean, mode="lines" if len(steps) > 20 else "lines+markers", name=f"{cell['label']} (n={cell.get('n', 0)})",
+            x=steps, y=mean, mode="lines" if len(steps) > 20 else "lines+markers",
+            name=f"{cell['label']} (n={cell.get('n', 0)})",
             line={"color": color, "width": 2}, legendgroup=cell["label"], meta=cell["label"],
             customdata=std, hovertemplate=f"<b>{cell['label']}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
             " ± %{customdata:.2g}<extra></extra>"))

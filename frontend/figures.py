@@ -127,7 +127,8 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
     if present:
         fig.update_xaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
         fig.update_yaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
-        fig.update_traces(line={"width": 4})
+        # thick lines for the room; the raw series under a smoothed curve stays thin and faint
+        fig.update_traces(line={"width": 4}, selector=lambda t: not str(t.meta).endswith(":raw"))
     fig.update_annotations(font={"size": size + 1})
     return fig
 

@@ -52,7 +52,6 @@ def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_na
     copied = page.evaluate("() => window.normlabLastCopied")
     assert "x=time" in copied and "color=batch_size" in copied and f"runs={a},{b}" in copied
     page.unroute(callbacks)
-    page.errors.clear()  # the refused redraws, logged by the browser
 
     # nav: Runs, then Compare: the last comparison again, not an empty page; and after a reload
     page.locator(".nav").get_by_text("Runs", exact=True).click()
@@ -78,7 +77,9 @@ def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_na
     plotly = [(u, n) for u, n in scripts if "plotly" in u]
     assert plotly and all("plotly-cartesian" in u for u, _ in plotly), plotly
     assert sum(n for _, n in plotly) < 1_600_000
-    assert not page.errors, page.errors
+    refused = ("net::ERR_FAILED", "the server did not respond")  # the redraws refused above
+    errors = [e for e in page.errors if not any(r in e for r in refused)]
+    assert not errors, errors
 
 
 def test_run_page_smooths_live_curves_and_hover_says_run_step_value_and_wall_time(page, shot, dev_server):

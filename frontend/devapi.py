@@ -33,6 +33,7 @@ from normlab.api_models import (
 )
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from normlab.presets import PRESETS
+from normlab.settings import Settings
 from normlab.spec import RunSpec, combination_problems
 from normlab.table1 import Table1
 
@@ -152,7 +153,7 @@ class DevAPI:
 
         @app.get("/api/catalog")
         def catalog():
-            return build_catalog(None)
+            return build_catalog(None, Settings())  # the default server limits, as `normlab up` shows
 
         @app.get("/api/presets")
         def presets():

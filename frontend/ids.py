@@ -39,6 +39,13 @@ LAB_TASK_HELP = "lab-task-help"
 LAB_RUNS = "lab-runs"  # list of the runs this tab started, with status badges
 LAB_COMPARE_LINK = "lab-compare-link"
 LAB_LIVE = "lab-live"  # container of the live view
+LAB_PROBE_FIELD = "lab-probe-field"  # pattern-matching: {"type": LAB_PROBE_FIELD, "field": name}
+LAB_PROBE_BOX = "lab-probe-box"  # the probe settings, shown while probes are on
+LAB_BOARD = "lab-board"  # dcc.Store {runs: [...]}: the runs on the Live card
+LAB_RUNS_DATA = "lab-runs-data"  # dcc.Store: those runs as the API returned them (for the chips)
+LAB_FORM_DEFAULTS = "lab-form-defaults"  # dcc.Store {task: {field: default}}: what the URL leaves out
+LAB_LIMITS = "lab-limits"  # dcc.Store {field: {min, max, min_open}}: the server's limits
+LAB_CLEAR = "lab-clear"  # button: take every run off the Live card
 
 # Runs
 RUNS_FILTER = "runs-filter"  # pattern-matching: {"type": RUNS_FILTER, "field": name}
@@ -75,6 +82,9 @@ RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by 
 RUN_HIDDEN = "run-hidden"
 RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
+RUN_LOG = "run-log"  # the run's log lines, warnings first
+RUN_FISHER_WARNING = "run-fisher-warning"  # why the Fisher panel is empty (from the log), above it
+RUN_FISHER_RETRY = "run-fisher-retry"  # link: the same run set up in the Lab with the budget that fits
 RUN_MESSAGE = "run-message"
 
 # Invariance

@@ -1,103 +1,17 @@
-"""Callback logic as pure functions: form → RunSpec JSON, API errors → field messages, URL ↔ page state,
-run lists → table rows. No Dash, no HTTP: unit-tested.
+"""Callback logic as pure functions: URL ↔ page state, run lists → table rows. No Dash, no HTTP:
+unit-tested. (The Lab's form is `frontend.lab_form`.)
 """
 
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from normlab.catalog import TASKS
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
-from normlab.spec import RunSpec
 
-# The Lab form, in display order: (field, label, widget kind). Sequence-only fields last.
-FORM_FIELDS = [
-    ("batch_size", "Batch size", "int"),
-    ("steps", "Steps", "int"),
-    ("lr", "Learning rate", "float"),
-    ("optimizer", "Optimizer", "choice"),
-    ("seed", "Seed", "int"),
-    ("hidden_size", "Hidden units", "int"),
-    ("layers", "Layers", "int"),
-    ("gain_init", "Initial gain", "float"),
-    ("eval_every", "Evaluate every (steps)", "int"),
-    ("cell", "Recurrent cell", "choice"),
-    ("seq_len", "Sequence length", "int"),
-    ("eval_seq_len", "Evaluation length", "int"),
-    ("ln_placement", "LayerNorm placement (LSTM)", "choice"),
-    ("probes", "Probes", "flag"),
-]
 RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
-SEQUENCE_ONLY = {"cell", "seq_len", "eval_seq_len", "ln_placement"}
-
-
-def field_defaults(task: str) -> dict[str, Any]:
-    """The values the form shows for a task: `RunSpec.resolved()`'s, the probes box as its checklist value."""
-    spec = RunSpec.model_validate({"task": task}).resolved()
-    values = spec.model_dump()
-    out: dict[str, Any] = {name: values[name] for name, _, kind in FORM_FIELDS if kind != "flag"}
-    out["probes"] = ["on"] if spec.probes.enabled else []
-    return out
-
-
-def build_spec(task: str, norm: str, values: dict[str, Any]) -> dict[str, Any]:
-    """RunSpec JSON from the form: empty fields left out (the API fills the task's defaults), fields
-    that a non-sequential task does not have left out. Validation is the API's job, not ours."""
-    spec: dict[str, Any] = {"task": task, "norm": norm}
-    sequential = TASKS[task].kind == "sequence" if task in TASKS else False
-    for name, _label, kind in FORM_FIELDS:
-        value = values.get(name)
-        if name in SEQUENCE_ONLY and not sequential:
-            continue
-        if kind == "flag":
-            if value:
-                spec["probes"] = {"enabled": True}
-            continue
-        if value is None or value == "":
-            continue
-        spec[name] = value
-    return spec
-
-
-def parse_int_list(text: str | None, what: str) -> list[int]:
-    """'4, 32 128' -> [4, 32, 128]; a ValueError whose message says what to type otherwise."""
-    parts = [p for p in re.split(r"[\s,;]+", text or "") if p]
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"{what}: type whole numbers separated by commas, e.g. 4, 32, 128") from None
-
-
-def sweep_body(spec: dict[str, Any], norms: list[str], batch_text: str | None,
-               seed_text: str | None) -> dict[str, Any]:
-    """SweepCreate JSON: the base spec crossed with the chosen normalizers, batch sizes and seeds."""
-    return {"base": spec, "norms": list(norms or []),
-            "batch_sizes": parse_int_list(batch_text, "Batch sizes"),
-            "seeds": parse_int_list(seed_text, "Seeds")}
-
-
-def field_messages(error_fields: dict[str, str], names: list[str]) -> dict[str, str]:
-    """Map the API's per-field messages (keys like 'batch_size', 'base.batch_size', 'probes.budget',
-    'batch_sizes') onto the form's field names; messages for the same field are joined."""
-    aliases = {"batch_sizes": "batch_size", "norms": "norm", "seeds": "seed", "enabled": "probes"}
-    out: dict[str, str] = {}
-    for key, msg in (error_fields or {}).items():
-        parts = [p for p in re.split(r"[.\[\]]", str(key)) if p and p not in ("base", "body")]
-        target = None
-        for p in parts:
-            p = aliases.get(p, p)
-            if p in names:
-                target = p
-                break
-        if target is None and parts and parts[0] == "probes":
-            target = "probes"
-        if target is not None:
-            out[target] = f"{out[target]} {msg}".strip() if target in out else msg
-    return out
 
 
 # ---- URL state ---------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from normlab.catalog import CELLS, NORMS, TASKS, task_availability
 from normlab.events import RunStatus, RunSummary
+from normlab.settings import Settings
 from normlab.spec import NormName, RunSpec
 
 
@@ -92,15 +94,30 @@ class ErrorDetail(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
 
 
-def build_catalog(data_dir: Path | str | None = None) -> dict:
-    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges."""
+def build_catalog(data_dir: Path | str | None = None, settings: Settings | None = None) -> dict:
+    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges.
+
+    With `settings`, the field ranges are this server's: steps capped at `max_steps`, probe cadences
+    floored at `min_probe_every` (the limits POST /api/runs enforces), so a form can show them."""
     tasks = []
     for name, task in TASKS.items():
         avail = task_availability(name, data_dir)
         tasks.append({**task.public(), "available": avail.available, "unavailable_reason": avail.reason})
+    fields = RunSpec.field_ranges()
+    if settings is not None:
+        _tighten(fields["steps"], "maximum", settings.max_steps, min)
+        for name in ("trace_every", "fisher_every"):
+            _tighten(fields["probes"][name], "minimum", settings.min_probe_every, max)
     return {
         "tasks": tasks,
         "norms": NORMS,
         "cells": CELLS,
-        "fields": RunSpec.field_ranges(),
+        "fields": fields,
     }
+
+
+def _tighten(prop: dict[str, Any], key: str, value: int, pick) -> None:
+    """Set a JSON-schema bound on a field's numeric branch (an Optional field keeps it under anyOf)."""
+    for branch in [prop, *prop.get("anyOf", [])]:
+        if branch.get("type") in ("integer", "number"):
+            branch[key] = pick(branch.get(key, value), value)

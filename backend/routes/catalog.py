@@ -19,7 +19,7 @@ _invariance_lock = asyncio.Lock()
 
 @router.get("/catalog")
 def catalog(settings: SettingsDep) -> dict:
-    return build_catalog(settings.data_dir)
+    return build_catalog(settings.data_dir, settings)
 
 
 @router.get("/presets")

@@ -39,12 +39,21 @@
       var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
       p[ev.kind].push({step: ev.step, kind: ev.kind, payload: ev.payload});
       S.probeVersion += 1;
+    } else if (ev.kind === "log") {
+      keepLog(rid, ev);
     } else if (ev.kind === "status" && ev.payload) {
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;
       if (TERMINAL[ev.payload.status]) { S.probeVersion += 1; }  // panels then say "none recorded"
       if (liveRuns().length === 0) { close(); }  // every run ended: no reconnect loop
     }
+  }
+
+  /* A run's log lines (the Run page's log panel and its Fisher warning), kept beside its probe snapshots. */
+  function keepLog(rid, ev) {
+    var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
+    (p.log || (p.log = [])).push({step: ev.step, seq: ev.seq, kind: "log", payload: ev.payload});
+    S.probeVersion += 1;
   }
 
   function open() {
@@ -258,7 +267,7 @@
         if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
         S.probeSent = S.probeVersion; S.probeSentAt = now;
         var p = S.probes[runId] || {hidden: [], fisher: []};
-        return {hidden: p.hidden, fisher: p.fisher, ended: !!TERMINAL[S.status[runId]]};
+        return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};
       },
       urlState: function (state) {
         if (!state) { return ""; }

@@ -15,7 +15,8 @@ def run(args) -> int:
     from normlab.api_models import build_catalog
     from normlab.cli import settings_from
 
-    catalog = build_catalog(settings_from(args).data_dir)
+    settings = settings_from(args)
+    catalog = build_catalog(settings.data_dir, settings)  # this server's limits, as GET /api/catalog
     if args.json:
         print(json.dumps(catalog, indent=2, default=str))
         return 0

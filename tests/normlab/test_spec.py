@@ -69,7 +69,7 @@ def test_catalog_lists_every_task_and_field_ranges():
 
 def test_catalog_gives_the_probe_settings_and_their_limits():
     """The Lab's probe controls read their ranges from GET /api/catalog (fields.probes), not a copy."""
-    from normlab.catalog import build_catalog
+    from normlab.api_models import build_catalog
     from normlab.spec import ProbeSpec
 
     probes = build_catalog()["fields"]["probes"]

@@ -64,6 +64,16 @@ CMP_COLOR = "cmp-color"
 CMP_X = "cmp-x"
 CMP_PANELS = "cmp-panels"
 CMP_MESSAGE = "cmp-message"
+CMP_GO = "cmp-go"  # dcc.Location: an empty Compare opens the last comparison (assets/normlab.js)
+CMP_RESTORE = "cmp-restore"  # dcc.Store, on an empty Compare only: asks for that
+CMP_LAST_KEY = "normlab.compare"  # localStorage key of the last comparison's query string
+CMP_GROUP = "cmp-group"  # dcc.Store: the group (preset or sweep) this Compare shows, or None
+CMP_GROUP_BOX = "cmp-group-box"  # its card: verdicts, mean ± std bands, results table
+CMP_GROUP_POLL = "cmp-group-poll"  # dcc.Interval: refresh the group until every run ended
+GROUP_IDS = {"verdicts": "cmp-group-verdicts", "bands": "cmp-group-bands", "table": "cmp-group-table",
+             "table_box": "cmp-group-table-box"}
+LAB_SMOOTH = "lab-smooth"  # smoothing slider of the Lab's live curves (frontend/smoothing.py)
+RUN_SMOOTH = "run-smooth"  # smoothing slider of a run's curves
 
 # Run
 RUN_ID = "run-id"  # dcc.Store with the run id
@@ -84,3 +94,6 @@ INV_TABLE = "inv-table"
 PRESET_START = "preset-start"  # pattern-matching: {"type": PRESET_START, "name": preset}
 PRESET_MESSAGE = "preset-message"
 PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a preset
+PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, "name": preset}
+PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
+PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end

@@ -4,11 +4,15 @@ unit-tested. (The Lab's form is `frontend.lab_form`.)
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
+
+RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
+
 
 # ---- URL state ---------------------------------------------------------------------------------
 
@@ -79,27 +83,53 @@ def when(value: str | None) -> str:
         return str(value)
 
 
+def _metrics(run: dict) -> dict:
+    m = (run.get("summary") or {}).get("metrics") or {}
+    return m if isinstance(m, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def final_results(run: dict) -> dict[str, float | None]:
+    """The run's final numbers for sortable columns: val loss; accuracy, bpc or mse (the test split's,
+    else the validation split's); steps per second (steps ÷ wall time, set-up included); wall time (s).
+    None where the run has not ended or did not measure it."""
+    m = _metrics(run)
+    summary = run.get("summary") or {}
+    out: dict[str, float | None] = {"val_loss": _number(m.get("val_loss"))}
+    for name in RESULT_METRICS:
+        out[name] = next((v for v in (_number(m.get(f"test_{name}")), _number(m.get(f"val_{name}")),
+                                      _number(m.get(name))) if v is not None), None)
+    wall, step = _number(summary.get("wall_time")), _number(summary.get("step"))
+    out["wall_time"] = round(wall, 2) if wall is not None else None
+    out["steps_per_s"] = round(step / wall, 1) if wall and step is not None else None
+    return out
+
+
 def final_metric(run: dict) -> str:
-    """The run's final headline number as text ('val_loss 0.123 · accuracy 0.95'), or ''."""
-    m = (run.get("summary") or {}).get("metrics") or run.get("summary") or {}
-    parts = []
-    for key in ("val_loss", "accuracy", "bpc", "test_accuracy"):
-        v = m.get(key) if isinstance(m, dict) else None
-        if isinstance(v, int | float):
-            parts.append(f"{key} {v:.4g}")
+    """The run's final headline numbers as text ('val_loss 0.1235 · accuracy 0.95'), or ''."""
+    results = final_results(run)
+    parts = [f"{key} {results[key]:.4g}" for key in ("val_loss", *RESULT_METRICS) if results[key] is not None]
     return " · ".join(parts[:2])
 
 
+def group_link(group_id: str | None) -> str:
+    """A run's group (preset or sweep) as a Markdown link to Compare's view of it (bands, verdicts)."""
+    return f"[{group_id}](/compare?group={group_id})" if group_id else ""
+
+
 def run_rows(items: list[dict]) -> list[dict]:
-    """Rows of the Runs table (one per run), flat and sortable."""
+    """Rows of the Runs table (one per run), flat; the results numeric, so they sort as numbers."""
     rows = []
     for r in items:
         spec = r.get("spec") or {}
         rows.append({
             "id": r["id"], "status": r.get("status", ""), "task": spec.get("task", ""),
             "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
-            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": r.get("group_id") or "",
-            "created": when(r.get("created_at")), "result": final_metric(r),
+            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": group_link(r.get("group_id")),
+            "created": when(r.get("created_at")), **final_results(r),
             "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
         })
     return rows

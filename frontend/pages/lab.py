@@ -28,7 +28,7 @@ from dash import (
 )
 from dash.development.base_component import Component
 
-from frontend import components, data, ids, lab_form, logic
+from frontend import components, data, ids, lab_form, logic, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS, TASKS
@@ -145,6 +145,7 @@ def layout(**query) -> html.Div:
             html.Button("Clear the board", id=ids.LAB_CLEAR, className="btn small controls",
                         title="Take every run off this card (the runs themselves stay on the Runs page)"),
         ]),
+        smoothing_control.control(ids.LAB_SMOOTH, bundle["map"].get("smooth", 0.0)),
         *components.curves_graph(bundle["figure"], bundle["map"]),
     ])
     defaults = {"names": FIELD_NAMES, "probe_names": lab_form.PROBE_NAMES,
@@ -159,6 +160,8 @@ def layout(**query) -> html.Div:
 
 
 EMPTY_BOARD = html.P("Runs you start appear here and stream live.", className="muted")
+
+smoothing_control.register(ids.LAB_SMOOTH)  # the smoothing slider redraws the curves
 
 
 def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:

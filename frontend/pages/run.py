@@ -6,7 +6,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, lab_form, logic, probe_figures
+from frontend import components, data, figures, ids, lab_form, logic, probe_figures, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
@@ -74,8 +74,9 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     sequential = TASKS[spec["task"]].kind == "sequence" if spec.get("task") in TASKS else False
     return html.Div(className="run-page", children=[
         html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
-        html.Div(className="card", children=[html.H2("Curves"),
-                                             *components.curves_graph(bundle["figure"], bundle["map"])]),
+        html.Div(className="card", children=[
+            html.H2("Curves"), smoothing_control.control(ids.RUN_SMOOTH, bundle["map"].get("smooth", 0.0)),
+            *components.curves_graph(bundle["figure"], bundle["map"])]),
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
             # feed-forward runs have no time steps: their panel shows each layer over training
@@ -97,6 +98,9 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
         *components.page_stores(bundle["watch"], None),
     ])
+
+
+smoothing_control.register(ids.RUN_SMOOTH)  # the smoothing slider redraws the curves
 
 
 LEVEL_ORDER = {"error": 0, "warning": 1}  # then info (and anything else), each in the order it came

@@ -29,10 +29,16 @@ def test_run_rows_and_final_metric():
     run = {"id": "r1", "status": "completed", "spec": {"task": "digits", "norm": "layer", "batch_size": 4,
                                                         "seed": 1, "steps": 300},
            "owner": None, "group_id": "g", "created_at": "2026-11-29T17:00:00+00:00",
-           "summary": {"metrics": {"val_loss": 0.12345, "accuracy": 0.9}}}
+           "summary": {"metrics": {"val_loss": 0.12345, "val_accuracy": 0.8, "test_accuracy": 0.9},
+                       "step": 300, "wall_time": 4.0}}
     (row,) = logic.run_rows([run])
-    assert row["norm"] == "layer" and row["batch_size"] == 4 and row["group"] == "g"
+    assert row["norm"] == "layer" and row["batch_size"] == 4 and row["group"] == "[g](/compare?group=g)"
     assert row["created"] == "2026-11-29 17:00:00"
-    assert row["result"] == "val_loss 0.1235 · accuracy 0.9"
+    assert logic.final_metric(run) == "val_loss 0.1235 · accuracy 0.9"
+    # numbers, not text, so the table sorts them as numbers; the test split's metric before validation's
+    assert (row["val_loss"], row["accuracy"], row["bpc"]) == (0.12345, 0.9, None)
+    assert (row["steps_per_s"], row["wall_time"]) == (75.0, 4.0)
+    running = logic.run_rows([{**run, "summary": {}}])[0]
+    assert running["val_loss"] is None and running["steps_per_s"] is None
     assert logic.runs_query({"task": "digits", "norm": None, "owner": ""}) == {"task": "digits", "limit": 200}
     assert logic.can_cancel("running") and not logic.can_cancel("completed")

@@ -6,10 +6,12 @@ import asyncio
 import sys
 
 from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
 
 from backend.deps import SettingsDep, StoreDep
 from normlab.api_models import build_catalog
 from normlab.presets import PRESETS
+from normlab.store import Store
 from normlab.table1 import Table1
 
 router = APIRouter(prefix="/api", tags=["catalog"])
@@ -32,14 +34,27 @@ def presets() -> list[dict]:
 async def invariance(store: StoreDep) -> Table1:
     """Table 1 checked numerically by the engine. The API never imports torch: the first request runs
     `normlab invariance --json` in a subprocess and the result is cached in the store."""
+    table = _cached_table(store)
+    if table is None:
+        async with _invariance_lock:
+            table = _cached_table(store)
+            if table is None:
+                text = await _compute_invariance()
+                store.cache_set(INVARIANCE_KEY, text)
+                table = Table1.model_validate_json(text)
+    return table
+
+
+def _cached_table(store: Store) -> Table1 | None:
+    """The cached table, or None when there is none or it no longer fits the contract (a data directory
+    from an older normlab): then it is computed again instead of answering 500 forever."""
     cached = store.cache_get(INVARIANCE_KEY)
     if cached is None:
-        async with _invariance_lock:
-            cached = store.cache_get(INVARIANCE_KEY)
-            if cached is None:
-                cached = await _compute_invariance()
-                store.cache_set(INVARIANCE_KEY, cached)
-    return Table1.model_validate_json(cached)
+        return None
+    try:
+        return Table1.model_validate_json(cached)
+    except ValidationError:
+        return None
 
 
 async def _compute_invariance() -> str:

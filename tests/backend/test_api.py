@@ -202,3 +202,23 @@ def test_invariance_computed_once_outside_the_api_and_cached(app, client):
     t0 = time.perf_counter()
     assert client.get("/api/invariance").json() == table
     assert time.perf_counter() - t0 < 1.0  # from the cache, no second computation
+
+
+def test_a_cached_table_that_no_longer_fits_the_contract_is_computed_again(app, client, monkeypatch):
+    from backend.routes import catalog as catalog_routes
+    from workers.engine.invariance import compute_table1
+
+    fresh = compute_table1().model_dump_json()
+    calls = []
+
+    async def compute() -> str:
+        calls.append(1)
+        return fresh
+
+    monkeypatch.setattr(catalog_routes, "_compute_invariance", compute)
+    app.state.store.cache_set("invariance", '{"methods": {}}')  # what an older normlab left behind
+    r = client.get("/api/invariance")
+    assert r.status_code == 200
+    assert r.json()["methods"]["layer"]["single_training_case_rescaling"] is True
+    assert calls == [1]
+    assert app.state.store.cache_get("invariance") == fresh

@@ -25,7 +25,8 @@ from normlab.store.schema import runs
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.
 TASK_DIMS = {"digits": (64, 10), "mnist": (784, 10), "mnist1d": (40, 10), "seq-digits": (8, 10),
-             "adding": (2, 1), "copy": (10, 10), "charlm": (101, 101), "conv-digits": (1, 10)}
+             "adding": (2, 1), "copy": (10, 10), "charlm": (101, 101), "conv-digits": (1, 10),
+             "mnist5k": (784, 10), "pixel-digits": (1, 10), "handwriting": (3, 121)}
 GATES = {"lstm": 4, "gru": 3, "tanh": 1}
 RATE_WINDOW_S = 60.0
 
@@ -45,8 +46,20 @@ def estimate_params(spec: RunSpec) -> int:
     else:
         g = GATES[spec.cell or "lstm"]
         weights = g * h * (d_in + h) + (layers - 1) * g * h * (2 * h) + h * d_out
-        extra = layers * 6 * g * h + d_out
+        extra = layers * _recurrent_extra(spec.cell or "lstm", spec.norm) * g * h + d_out
     return int(weights + extra)
+
+
+def _recurrent_extra(cell: str, norm: str) -> float:
+    """Biases, gains and normalizer parameters of one recurrent layer per gate unit (g·h), as built:
+    one bias without a normalizer; WeightNorm adds a gain per row of W_x and W_h (one matrix for the
+    tanh RNN); the other normalizers a gain and a bias on each normalized summed input, plus LN(c_t)'s
+    2h for the LSTM (0.5 per gate unit)."""
+    if norm == "none":
+        return 1.0
+    if norm == "weight":
+        return 2.0 if cell == "tanh" else 3.0
+    return {"lstm": 5.5, "gru": 4.0, "tanh": 2.0}[cell]
 
 
 def spec_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:

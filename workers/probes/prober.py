@@ -11,7 +11,8 @@ Cost control. Hidden traces: a token bucket — training time earns trace time a
 (1 − FISHER_SHARE) × TARGET × budget (`spec.probes.budget`); a due trace waits while traces are over their
 share. A trace step's cost is the time its capture adds to the step over the median plain step.
 Fisher estimates are planned over the whole run, whose length is known: the run's allowance is
-FISHER_SHARE × TARGET × budget × (steps × the median plain step), paced along a line that starts with
+TARGET × budget × (steps × the median plain step) less the hidden traces' projected part (at most
+1 − FISHER_SHARE of it; their measured cost × the traces due when less), paced along a line that starts with
 credit for one estimate, so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
 the rest spread over the run (`fisher_every` apart at the least). The predicted cost is the median of the
 last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
@@ -39,7 +40,8 @@ from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
-FISHER_SHARE = 0.78  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
+FISHER_SHARE = 0.7  # of the budget at least for Fisher estimates; hidden traces (their capture steps)
+# get the rest, or what they are projected to need when that is less (`Prober._allowance`)
 TARGET = 0.85  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 5.5  # a warm estimate in plain steps: 4-6 measured (`normlab bench probes`)
@@ -76,6 +78,7 @@ class Prober:
         self.no_fit: dict | None = None  # why no estimate fits, once known (logged once)
         self._log: list[tuple[str, dict]] = []  # log events to hand out with the next step's events
         self._unpriced: float | None = None  # a traced step seen before any plain step (step 1)
+        self.traces_done = 0  # hidden traces whose cost is fully charged
 
     # -- timing ---------------------------------------------------------------------------------
     def _close_step(self, now: float) -> None:
@@ -90,6 +93,7 @@ class Prober:
                 return
             extra = max(plain - base, 0.0) if base is not None else 0.0
             self.spent["hidden"] += extra
+            self.traces_done += 1
             plain -= extra
         self.train_seconds += plain
         self.any_times.append(plain)
@@ -104,6 +108,7 @@ class Prober:
         base = self.step_seconds() if self.step_times else None
         extra = max(self._unpriced - base, 0.0) if base is not None else 0.0
         self.spent["hidden"] += extra
+        self.traces_done += 1
         self.train_seconds += self._unpriced - extra
         self.any_times.append(self._unpriced - extra)
         self._unpriced = None
@@ -130,9 +135,18 @@ class Prober:
         return COLD * PRIOR_COST_STEPS * step_s
 
     def _allowance(self, step_s: float) -> tuple[float, float]:
-        """(seconds the whole run may spend on Fisher estimates, its projected plain training seconds)."""
+        """(seconds the whole run may spend on Fisher estimates, its projected plain training seconds).
+
+        The Fisher estimates get the run's whole TARGET × budget less what the hidden traces are projected
+        to take: at most their share (1 − FISHER_SHARE), less when their measured cost × the traces due
+        says so (a feed-forward trace costs a fraction of a step)."""
         total = max(self.total_steps * step_s, self.train_seconds)
-        return FISHER_SHARE * TARGET * self.budget * total, total
+        whole = TARGET * self.budget * total
+        hidden = (1 - FISHER_SHARE) * whole
+        if self.traces_done:
+            due = self.total_steps // self.trace_every + 1
+            hidden = min(hidden, 1.2 * due * self.spent["hidden"] / self.traces_done)
+        return whole - hidden, total
 
     def _affordable(self, step: int) -> bool:
         """Whether the next Fisher estimate fits the run's plan (see the module docstring)."""

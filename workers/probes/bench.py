@@ -2,13 +2,15 @@
 
 Per task, its default spec (one evaluation, at the end), side by side in this process after a warm-up:
 
-- a default-length run with probes off and one with the default probes on: the overhead (on ÷ off − 1 of
-  the run's CPU time, which a busy shared host disturbs less than wall time; the wall-time ratio too),
-  the number of Fisher estimates and the step of the first one;
+- default-length runs with probes off and with the default probes on, interleaved (off, on, off, on, …
+  `--repeat` pairs): the overhead (median on ÷ median off − 1 of the runs' process CPU time, which a
+  busy shared host disturbs far less than wall time; the wall-time ratio too), the number of Fisher
+  estimates (median and fewest over the repeats) and the step of the first one;
 - the cost of one Fisher estimate (per-layer trace + λ_max(F), what a default run computes) in plain
   training steps: the task's default model trains a few steps, then estimates alternate with timed plain
-  steps; the first (cold) estimate and the median of the later (warm) ones, in CPU time over the median
-  plain step's CPU time (run it with OMP_NUM_THREADS=1: then CPU time is the single thread's work).
+  steps; each estimate's process CPU time over the median of the plain steps right after it (so a
+  change in the host's load between them cancels), the first (cold) one and the median of the later
+  (warm) ones (run it with OMP_NUM_THREADS=1: then CPU time is the single thread's work).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from normlab.settings import get_settings
 from normlab.spec import ProbeSpec, RunSpec
 
 WARM_STEPS = 10  # plain steps before the first estimate
-ESTIMATES = 6  # estimates timed (the first cold), each followed by PLAIN_BETWEEN timed plain steps
-PLAIN_BETWEEN = 3
+ESTIMATES = 9  # estimates timed (the first cold), each followed by PLAIN_BETWEEN timed plain steps
+PLAIN_BETWEEN = 5
 
 
 def _loop_seconds(events) -> float:
@@ -78,15 +80,15 @@ def estimate_costs(task: str, norm: str) -> list[float]:
 
     for _ in range(WARM_STEPS):
         step()
-    estimates = []
+    ratios = []
     for _ in range(ESTIMATES):
         t0 = time.process_time()
         probe.estimate(x, y, spec.lr)
-        estimates.append(time.process_time() - t0)
+        seconds = time.process_time() - t0
         for _ in range(PLAIN_BETWEEN):
             step()
-    median = statistics.median(plain[WARM_STEPS // 2:])
-    return [e / median for e in estimates]
+        ratios.append(seconds / statistics.median(plain[-PLAIN_BETWEEN:]))
+    return ratios
 
 
 def _fisher(events) -> list:
@@ -99,7 +101,7 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
     steps = steps or info.steps
     base = dict(task=task, norm=norm, steps=steps, eval_every=steps, seed=0)
     _train(RunSpec(**{**base, "steps": 3, "eval_every": 3}, probes=ProbeSpec(enabled=True)))  # warm-up
-    off, on, off_cpu, on_cpu, runs = [], [], [], [], []
+    off, on, off_cpu, on_cpu, runs, counts = [], [], [], [], [], []
     for _ in range(repeat):
         _, ev, cpu = _train(RunSpec(**base))
         off.append(_loop_seconds(ev))
@@ -108,6 +110,7 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
         on.append(_loop_seconds(ev))
         on_cpu.append(cpu)
         runs.append((result, ev))
+        counts.append(len(_fisher(ev)))
     result, ev = runs[-1]
     fisher = _fisher(ev)
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
@@ -118,7 +121,8 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
             "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
             "off_cpu_s": statistics.median(off_cpu), "on_cpu_s": statistics.median(on_cpu),
             "prober_share": result.probes["overhead"],
-            "fisher_estimates": len(fisher), "first_fisher_step": fisher[0].step if fisher else None,
+            "fisher_estimates": int(statistics.median_low(counts)), "fisher_estimates_min": min(counts),
+            "fisher_estimates_all": counts, "first_fisher_step": fisher[0].step if fisher else None,
             "first_fisher_fraction": fisher[0].step / steps if fisher else None,
             "run_cost_steps": [e.payload["cost_steps"] for e in fisher],
             "cold_cost_steps": costs[0] if costs else None,
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: all available)")
     parser.add_argument("--norm", default="layer")
     parser.add_argument("--steps", type=int, default=None, help="override every task's default steps")
-    parser.add_argument("--repeat", type=int, default=1, help="off/on pairs per task (median taken)")
+    parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
     args = parser.parse_args(argv)
     data_dir = get_settings().data_dir
     tasks = args.tasks.split(",") if args.tasks else [
@@ -150,20 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed
         rows.append(bench_task(t, args.norm, args.steps, args.repeat))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    out = {"benchmark": "probes", "budget": ProbeSpec().budget, "torch": torch.__version__,
+    out = {"benchmark": "probes", "budget": ProbeSpec().budget, "clock": "process CPU time",
+           "repeat": args.repeat, "torch": torch.__version__,
            "machine": platform.machine(), "threads": torch.get_num_threads(),
            "seconds": time.perf_counter() - started, "results": rows}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     print(f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'wall':>6} "
-          f"{'estimates':>9} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
+          f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
           "   (cost per estimate in plain training steps)")
     for r in rows:
         first = ("-" if r["first_fisher_step"] is None
                  else f"{r['first_fisher_step']} ({r['first_fisher_fraction']:.0%})")
         cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
         print(f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
-              f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} {first:>9} "
+              f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} "
+              f"{r['fisher_estimates_min']:>6} {first:>9} "
               f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}")
     return 0

@@ -93,7 +93,12 @@ class FisherPass:
             rec.clear_grads()
             rec.recording = True
         try:
-            grads = self._grad(self.pred, residual, retain_graph=True)
+            if self.fused or self._gu is not None:
+                grads = self._grad(self.pred, residual, retain_graph=True)
+            else:  # one backward serves both: ∇S = Jᵀr, and (kept differentiable in r) the jvp's Jᵀu
+                self._u = residual.detach().clone().requires_grad_(True)
+                self._gu = tuple(self._grad(self.pred, self._u, retain_graph=True, create_graph=True))
+                grads = [g.detach() for g in self._gu]
         finally:
             for rec in recs:
                 rec.recording = False
@@ -168,7 +173,8 @@ class FisherPass:
         return float((jv * self.lik.lam(self.pred, jv)).sum()) / self.n / max(_norm(v) ** 2, 1e-300)
 
     def jvp(self, v: list[Tensor]) -> Tensor:
-        """J v exactly, as the derivative of a vjp (double backward)."""
+        """J v exactly, as the derivative of a vjp (double backward): Jᵀu is linear in u, so any u will do
+        (the trace pass leaves it at the sampled residual, saving a backward)."""
         if self._gu is None:
             self._u = torch.zeros_like(self.pred, requires_grad=True)
             self._gu = tuple(self._grad(self.pred, self._u, retain_graph=True, create_graph=True))
@@ -188,6 +194,8 @@ class FisherPass:
 def _restore_buffers(model: nn.Module, saved: dict[str, Tensor]) -> None:
     """Put back BatchNorm's running statistics: swap in the saved copies rather than write in place,
     because the forward graph still holds the buffers it read (autograd version checks)."""
+    if not saved:  # most models have no buffers: skip the walk over the modules
+        return
     for mod_name, m in model.named_modules():
         prefix = f"{mod_name}." if mod_name else ""
         for name in list(m._buffers):

@@ -11,17 +11,24 @@ Cost control. Hidden traces: a token bucket — training time earns trace time a
 (1 − FISHER_SHARE) × TARGET × budget (`spec.probes.budget`); a due trace waits while traces are over their
 share. A trace step's cost is the time its capture adds to the step over the median plain step.
 Fisher estimates are planned over the whole run, whose length is known: the run's allowance is
-FISHER_SHARE × TARGET × budget × (steps × the median plain step), paced along a line that starts with
+TARGET × budget × (steps × the median plain step) less the hidden traces' projected part (at most
+1 − FISHER_SHARE of it; their measured cost × the traces due when less), paced along a line that starts with
 credit for one estimate, so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
-the rest spread over the run (`fisher_every` apart at the least). The predicted cost is the last warm one
-measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps. When even one estimate does
+the rest spread over the run (`fisher_every` apart at the least). The predicted cost is the median of the
+last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
+estimate slowed by a busy host does not push the next ones out of the run. When even one estimate does
 not fit the allowance, the run logs a warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.
+
+Clock: on a CPU model, the process's CPU time (`time.process_time`), which other processes on a shared
+host disturb far less than wall time, and which both sides of every ratio (probe ÷ plain step) share;
+on an accelerator, wall time (the host's CPU time does not see the device's work).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import deque
 
@@ -33,11 +40,13 @@ from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
-FISHER_SHARE = 0.7  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
-TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
+FISHER_SHARE = 0.7  # of the budget at least for Fisher estimates; hidden traces (their capture steps)
+# get the rest, or what they are projected to need when that is less (`Prober._allowance`)
+TARGET = 0.85  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
-PRIOR_COST_STEPS = 6.0  # a warm estimate in plain steps: 3.6-5.5 measured (`normlab bench probes`)
-COLD = 1.3  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
+PRIOR_COST_STEPS = 5.5  # a warm estimate in plain steps: 4-6 measured (`normlab bench probes`)
+COSTS_KEPT = 5  # the predicted cost is the median of this many latest estimates
+COLD = 1.5  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
 
 
 class Prober:
@@ -48,9 +57,11 @@ class Prober:
         self.spec, self.model, self.optimizer = spec, model, optimizer
         self.trace_every, self.fisher_every, self.budget = p.trace_every, p.fisher_every, p.budget
         likelihood = Likelihood(task_data.info.target)
+        device = next(model.parameters()).device
+        self.clock = time.process_time if device.type == "cpu" else time.perf_counter  # see the docstring
         self.curvature = CurvatureProbe(model, likelihood, task_data.loss,
                                         power_iterations=p.power_iterations, hessian=p.hessian,
-                                        empirical=p.empirical_fisher, seed=spec.seed)
+                                        empirical=p.empirical_fisher, seed=spec.seed, clock=self.clock)
         self.next_fisher = FIRST_FISHER
         self.total_steps = int(spec.steps if spec.steps is not None else spec.resolved().steps)
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
@@ -62,11 +73,12 @@ class Prober:
         self._step_probe = 0.0
         self._step_flags = (False, False)
         self._pending: tuple | None = None
-        self.last_cost: float | None = None  # seconds of the latest Fisher estimate, as if warm
+        self.costs: deque[float] = deque(maxlen=COSTS_KEPT)  # seconds of recent estimates, as if warm
         self.last_fisher_step = 0
         self.no_fit: dict | None = None  # why no estimate fits, once known (logged once)
         self._log: list[tuple[str, dict]] = []  # log events to hand out with the next step's events
         self._unpriced: float | None = None  # a traced step seen before any plain step (step 1)
+        self.traces_done = 0  # hidden traces whose cost is fully charged
 
     # -- timing ---------------------------------------------------------------------------------
     def _close_step(self, now: float) -> None:
@@ -81,6 +93,7 @@ class Prober:
                 return
             extra = max(plain - base, 0.0) if base is not None else 0.0
             self.spent["hidden"] += extra
+            self.traces_done += 1
             plain -= extra
         self.train_seconds += plain
         self.any_times.append(plain)
@@ -95,6 +108,7 @@ class Prober:
         base = self.step_seconds() if self.step_times else None
         extra = max(self._unpriced - base, 0.0) if base is not None else 0.0
         self.spent["hidden"] += extra
+        self.traces_done += 1
         self.train_seconds += self._unpriced - extra
         self.any_times.append(self._unpriced - extra)
         self._unpriced = None
@@ -116,14 +130,23 @@ class Prober:
 
     def _predicted_cost(self, step_s: float) -> float:
         """Seconds the next Fisher estimate should take: the last one's (as if warm), or the prior."""
-        if self.last_cost is not None:
-            return self.last_cost
+        if self.costs:
+            return float(statistics.median(self.costs))
         return COLD * PRIOR_COST_STEPS * step_s
 
     def _allowance(self, step_s: float) -> tuple[float, float]:
-        """(seconds the whole run may spend on Fisher estimates, its projected plain training seconds)."""
+        """(seconds the whole run may spend on Fisher estimates, its projected plain training seconds).
+
+        The Fisher estimates get the run's whole TARGET × budget less what the hidden traces are projected
+        to take: at most their share (1 − FISHER_SHARE), less when their measured cost × the traces due
+        says so (a feed-forward trace costs a fraction of a step)."""
         total = max(self.total_steps * step_s, self.train_seconds)
-        return FISHER_SHARE * TARGET * self.budget * total, total
+        whole = TARGET * self.budget * total
+        hidden = (1 - FISHER_SHARE) * whole
+        if self.traces_done:
+            due = self.total_steps // self.trace_every + 1
+            hidden = min(hidden, 1.2 * due * self.spent["hidden"] / self.traces_done)
+        return whole - hidden, total
 
     def _affordable(self, step: int) -> bool:
         """Whether the next Fisher estimate fits the run's plan (see the module docstring)."""
@@ -162,7 +185,7 @@ class Prober:
     # -- the hook ---------------------------------------------------------------------------------
     def capture_this_step(self, step: int) -> bool:
         """Whether the model should record hidden states in this step's forward pass."""
-        now = time.perf_counter()
+        now = self.clock()
         self._close_step(now)
         self._step_start, self._step_probe = now, 0.0
         hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
@@ -171,7 +194,7 @@ class Prober:
         return hidden
 
     def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         events: list[tuple[str, dict]] = self._log
         self._log = []
         hidden, fisher = self._step_flags
@@ -180,8 +203,8 @@ class Prober:
             if payload is not None:
                 events.append(("hidden", payload))
                 self.last["hidden"] = payload
-            self.spent["hidden"] += time.perf_counter() - t0
-        t1 = time.perf_counter()
+            self.spent["hidden"] += self.clock() - t0
+        t1 = self.clock()
         if fisher:
             lr = float(self.optimizer.param_groups[0]["lr"])
             capture = getattr(self.model, "capture", False)
@@ -189,20 +212,20 @@ class Prober:
             self.model.capture = capture
             params = dict(self.model.named_parameters())
             self._pending = (payload, seconds, snapshot(self.curvature.groups, params))
-            self.spent["fisher"] += time.perf_counter() - t1
-        self._step_probe += time.perf_counter() - t0
+            self.spent["fisher"] += self.clock() - t1
+        self._step_probe += self.clock() - t0
         return events
 
     def after_update(self, step: int) -> list[tuple[str, dict]]:
         if self._pending is None:
             return []
-        t0 = time.perf_counter()
+        t0 = self.clock()
         payload, seconds, before = self._pending
         self._pending = None
         params = dict(self.model.named_parameters())
         for entry, group in zip(payload["groups"], self.curvature.groups, strict=True):
             add_update(entry, group, before[group.param], params[group.param], self.spec.optimizer)
-        seconds["groups_update"] = time.perf_counter() - t0
+        seconds["groups_update"] = self.clock() - t0
         step_s = self.step_seconds()
         total = sum(seconds.values())
         payload["costs"] = {k: (v / step_s if step_s else None) for k, v in seconds.items()}
@@ -212,11 +235,11 @@ class Prober:
         payload["cold"] = self.last_fisher_step == 0
         payload["optimizer"] = self.spec.optimizer  # effective_lr = η/‖w‖² is SGD's step; see effective_step
         payload = finite(payload)
-        self.last_cost = total / COLD if payload["cold"] else total
+        self.costs.append(total / COLD if payload["cold"] else total)
         self.last_fisher_step = step
         self.next_fisher = step + self.fisher_every
         self.last["fisher"] = payload
-        spent = time.perf_counter() - t0
+        spent = self.clock() - t0
         self._step_probe += spent
         self.spent["fisher"] += spent
         return [("fisher", payload)]

@@ -109,12 +109,12 @@ def test_a_run_without_room_warns_at_once_with_a_budget_that_fits():
 
 def test_a_default_length_run_gets_its_first_estimate_early_and_several_in_all():
     # planned over the run: the first at step 5 (it came at step 115 of 500 when the budget had to be
-    # earned first). `normlab bench probes` measured 6 here on a quiet-enough host; a wall-time spike of a
-    # 1 ms MLP step on a loaded one can cost an estimate, so the test asks for 3.
+    # earned first). Timed in process CPU time, with each estimate priced at the median of the latest
+    # ones, a loaded host no longer costs estimates: `normlab bench probes` measured 8-9 here at load ≈ 12.
     result, events = _run(task="mnist1d", norm="layer")
     fisher = [e for e in events if e.kind == "fisher"]
     assert fisher and fisher[0].step <= 0.1 * 500
-    assert len(fisher) >= 3
+    assert len(fisher) >= 5
     assert fisher[0].payload["cold"] and not fisher[-1].payload["cold"]
 
 

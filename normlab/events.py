@@ -55,6 +55,7 @@ class Scalars(BaseModel):
     val_loss: float | None = None
     accuracy: float | None = None  # classification tasks (validation accuracy, 0..1)
     bpc: float | None = None  # charlm: validation bits per character
+    recall: float | None = None  # retrieval tasks: validation recall@K, 0..1
     grad_norm: float
     lr: float
     steps_per_s: float

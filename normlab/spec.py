@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 from normlab.catalog import TASKS
 
 TaskName = Literal["digits", "mnist", "mnist5k", "mnist1d", "seq-digits", "pixel-digits", "handwriting",
-                   "adding", "copy", "charlm", "conv-digits"]
+                   "draw", "order-embed", "adding", "copy", "charlm", "conv-digits"]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 

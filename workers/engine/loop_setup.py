@@ -65,7 +65,10 @@ def seed_everything(seed: int) -> None:
 
 
 def build_model(spec: RunSpec, data: TaskData) -> nn.Module:
-    """The task's default model (engine-nn's `build_model`), imported lazily so tasks load without it."""
+    """The task's own model (`data.model_fn`), else the task kind's default (engine-nn's `build_model`,
+    imported lazily so tasks load without it)."""
+    if data.model_fn is not None:
+        return data.model_fn(spec)
     from workers.engine.models import build_model as build
 
     return build(spec, data.info, data.input_dim, data.n_outputs)

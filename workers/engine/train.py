@@ -160,13 +160,14 @@ class _Run:
     def _evaluate(self, model, data, device, split: str, scalars: Scalars | None) -> None:
         m = evaluate(model, data, split, device, (self.spec.hidden_size or 0) * (self.spec.layers or 1))
         self.metrics[f"{split}_loss"] = m["loss"]
-        for name in ("accuracy", "bpc", "mse"):
+        for name in ("accuracy", "bpc", "mse", "recall"):
             if name in m:
                 self.metrics[f"{split}_{name}"] = m[name]
         if scalars is not None:
             scalars.val_loss = m["loss"]
             scalars.accuracy = m.get("accuracy")
             scalars.bpc = m.get("bpc")
+            scalars.recall = m.get("recall")
         reports = beyond_trained_length(model)
         if reports and not self.beyond_reported:
             self.beyond_reported = True

@@ -229,3 +229,44 @@ def test_mixture_nll_is_the_bivariate_gaussian_and_bernoulli_likelihood():
     log_pen = y[..., 2] * p.log() + (1 - y[..., 2]) * (1 - p).log()
     expected = -(log_n + log_pen).mean()
     torch.testing.assert_close(mixture_nll(out, y).double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_draw_digits_are_binarized_once_and_a_zero_model_scores_196_ln2_with_no_kl(settings):
+    from workers.engine.tasks.draw import PIXELS, DrawVAE
+
+    a = load_task(RunSpec(task="draw", seed=0), settings)
+    b = load_task(RunSpec(task="draw", seed=1), settings)
+    x = a.split("val")[0]
+    assert set(x.unique().tolist()) == {0.0, 1.0} and x.shape[1] == PIXELS
+    assert torch.equal(torch.cat([a.train[0], *(a.split(s)[0] for s in ("val", "test"))]).sum(0),
+                       torch.cat([b.train[0], *(b.split(s)[0] for s in ("val", "test"))]).sum(0))
+    model = DrawVAE(8, "layer").eval()
+    with torch.no_grad():
+        for p in (*model.q.parameters(), *model.write.parameters()):
+            p.zero_()  # q = N(0, I) exactly, canvas 0: every pixel costs ln 2, KL = 0
+    out = model(x[:4])
+    torch.testing.assert_close(out[:, 0], torch.full((4,), PIXELS * math.log(2)))
+    torch.testing.assert_close(out[:, 1], torch.zeros(4))
+
+
+def test_order_embed_captions_name_the_image_and_recall_is_one_for_identical_embeddings(settings):
+    from workers.engine.tasks.order_embed import (
+        FILLERS,
+        LENGTH,
+        PIXELS,
+        VOCAB,
+        digit_images,
+        retrieval_metrics,
+    )
+
+    data = load_task(RunSpec(task="order-embed", seed=0), settings)
+    x, y = data.split("val")
+    tokens = x[:, PIXELS:].long()
+    assert tokens.shape[1] == LENGTH
+    digit = tokens[tokens < 10].reshape(-1)
+    assert torch.equal(digit, y)  # exactly one digit word, the image's class
+    assert int((tokens >= len(VOCAB) - len(FILLERS)).sum(1).min()) == LENGTH - 3
+    assert digit_images()[2].shape == (5000, 3)
+    f = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
+    f = torch.abs(torch.nn.functional.normalize(f))
+    assert retrieval_metrics(torch.cat([f, f], 1), y[:50])["recall"] == 1.0

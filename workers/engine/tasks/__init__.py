@@ -13,9 +13,11 @@ from normlab.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
 from workers.engine.tasks.charlm import load_charlm
 from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load_pixel_digits, load_seq_digits
+from workers.engine.tasks.draw import load_draw
 from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
 from workers.engine.tasks.mnist5k import load_mnist5k
+from workers.engine.tasks.order_embed import load_order_embed
 from workers.engine.tasks.synthetic import load_adding, load_copy
 
 Loader = Callable[[RunSpec, Settings], TaskData]
@@ -28,6 +30,8 @@ LOADERS: dict[str, Loader] = {
     "seq-digits": load_seq_digits,
     "pixel-digits": load_pixel_digits,
     "handwriting": load_handwriting,
+    "draw": load_draw,
+    "order-embed": load_order_embed,
     "adding": load_adding,
     "copy": load_copy,
     "charlm": load_charlm,

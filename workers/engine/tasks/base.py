@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from normlab.catalog import TaskInfo
+from normlab.spec import RunSpec
 
 IGNORE = -100  # per-step target of a step that is not scored (cross_entropy's ignore_index)
 
@@ -54,6 +55,10 @@ class TaskData:
     notes: list[str] = field(default_factory=list)  # facts worth a `log` event (sizes, sources)
     # a task's own loss on the per-step outputs (target 'density': a mixture density, nats per step)
     loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None
+    # a task's own metrics on a whole split's outputs (e.g. recall@K, which ranks every case against all)
+    metrics_fn: Callable[[Tensor, Tensor], dict[str, float]] | None = None
+    # a task whose model is part of the task (DRAW's VAE, the retrieval encoders): built from the spec
+    model_fn: Callable[[RunSpec], nn.Module] | None = None
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless (x, y) training batches; the same generator state gives the same batches."""
@@ -102,7 +107,10 @@ class TaskData:
 
     @torch.no_grad()
     def metrics(self, outputs: Tensor, y: Tensor) -> dict[str, float]:
-        """{"loss": …} plus the catalog's metric: "accuracy" (0..1), "bpc" (loss / ln 2) or "mse"."""
+        """{"loss": …} plus the catalog's metric: "accuracy" (0..1), "bpc" (loss / ln 2), "mse",
+        "nll", or the task's own (metrics_fn: "recall")."""
+        if self.metrics_fn is not None:
+            return self.metrics_fn(outputs, y)
         loss = float(self.loss(outputs, y))
         out: dict[str, float] = {"loss": loss}
         metric = self.info.metric

@@ -26,8 +26,15 @@ from normlab.store.schema import runs
 # Checked against the real models in tests/backend/hardening/test_limits.py.
 TASK_DIMS = {"digits": (64, 10), "mnist": (784, 10), "mnist1d": (40, 10), "seq-digits": (8, 10),
              "adding": (2, 1), "copy": (10, 10), "charlm": (101, 101), "conv-digits": (1, 10),
-             "mnist5k": (784, 10), "pixel-digits": (1, 10), "handwriting": (3, 121)}
+             "mnist5k": (784, 10), "pixel-digits": (1, 10), "handwriting": (3, 121), "draw": (196, 2),
+             "order-embed": (208, 128)}
 GATES = {"lstm": 4, "gru": 3, "tanh": 1}
+# Tasks that bring their own model (one recurrent layer of size h, whatever `layers` says): its size is
+# a·h² + b·h + c, read off the built models (tests/backend/hardening/test_limits.py checks it).
+OWN_MODEL_PARAMS: dict[str, dict[str, tuple[int, int, int]]] = {
+    "draw": {"none": (12, 1832, 216), "layer": (12, 1836, 216)},
+    "order-embed": {"none": (3, 296, 1152), "layer": (3, 305, 1152)},
+}
 RATE_WINDOW_S = 60.0
 
 
@@ -37,6 +44,9 @@ def estimate_params(spec: RunSpec) -> int:
     info = TASKS[spec.task]
     d_in, d_out = TASK_DIMS.get(spec.task, (1024, 1024))
     h, layers = spec.hidden_size or info.hidden_size, spec.layers or info.layers
+    if spec.task in OWN_MODEL_PARAMS:
+        a, b, c = OWN_MODEL_PARAMS[spec.task][spec.norm]
+        return a * h * h + b * h + c
     if info.kind == "flat":
         weights = d_in * h + (layers - 1) * h * h + h * d_out
         extra: float = layers * 3 * h + d_out

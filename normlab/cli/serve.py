@@ -166,11 +166,11 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def app_with_pages(settings):
     """The API with the Dash pages mounted at "/" on the same origin (`normlab up`, `api --with-frontend`)."""
     from backend.app import create_app
-    from backend.wsgi import WSGIMiddleware
+    from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
 
     app = create_app(settings)
-    app.mount("/", WSGIMiddleware(create_dash(api_base="").server))  # after the API's routes: they win
+    app.mount("/", pages_app(create_dash(api_base="").server))  # after the API's routes: they win
     return app
 
 
@@ -211,12 +211,12 @@ def cmd_api(args) -> int:
 
 def cmd_frontend(args) -> int:
     settings = _settings(args)
-    from backend.wsgi import WSGIMiddleware
+    from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
 
     host, port = _listen(args, settings)
     print(f"normlab pages at http://{host}:{port}/ (API: {settings.api_url or 'same origin'})", flush=True)
-    _serve(WSGIMiddleware(create_dash(api_base=settings.api_url).server), host, port)
+    _serve(pages_app(create_dash(api_base=settings.api_url).server), host, port)
     return 0
 
 

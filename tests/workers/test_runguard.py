@@ -39,7 +39,8 @@ def cooperative(spec, emit, should_stop, run_id, settings):
         step += 1
         time.sleep(0.01)
     events("status", step, {"status": RunStatus.CANCELLED, "message": "engine's own", "metrics": {}})
-    return RunResult(status=RunStatus.CANCELLED, step=step, wall_time=0.0, device="cpu", kernel_backend="torch")
+    return RunResult(status=RunStatus.CANCELLED, step=step, wall_time=0.0, device="cpu",
+                     kernel_backend="torch")
 
 
 def _in_pool_child(run_id: str, settings: Settings, train) -> int:

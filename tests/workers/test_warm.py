@@ -33,8 +33,9 @@ CHILD = textwrap.dedent("""
         def emit(ev):
             if ev.kind == "scalars" and not first:
                 first.append(time.perf_counter() - start)
-        res = train(RunSpec(task="digits", norm="layer", batch_size=4, steps=60), emit=emit, settings=settings)
-        print(json.dumps({"first_point_s": first[0], "status": res.status, "metrics": res.metrics}), flush=True)
+        spec = RunSpec(task="digits", norm="layer", batch_size=4, steps=60)
+        res = train(spec, emit=emit, settings=settings)
+        print(json.dumps({"first_point_s": first[0], "status": res.status, "metrics": res.metrics}))
 
     if sys.argv[1] == "warm":  # as the prefork pool does: a child per run
         pid = os.fork()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from normlab.catalog import CELLS, NORMS, TASKS, task_availability
-from normlab.events import RunStatus
+from normlab.events import RunStatus, RunSummary
 from normlab.spec import NormName, RunSpec
 
 
@@ -23,7 +22,7 @@ class RunCreated(BaseModel):
 
 class RunPublic(BaseModel):
     id: str
-    spec: dict[str, Any]  # the resolved RunSpec
+    spec: RunSpec  # resolved: every default filled in
     status: RunStatus
     owner: str | None = None
     group_id: str | None = None
@@ -34,7 +33,7 @@ class RunPublic(BaseModel):
     device: str | None = None
     kernel_backend: str | None = None
     error: str | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)  # final metrics (RunResult.metrics) and probes
+    summary: RunSummary = Field(default_factory=RunSummary)  # {} until the run finishes
     last_seq: int = 0  # sequence number of the newest stored event
     queue_position: int | None = None  # 1 = next to run; None unless queued
 

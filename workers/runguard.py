@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from normlab.events import Event, RunStatus
+from normlab.events import Event, RunStatus, RunSummary
 from normlab.feed.writer import EventWriter, RunWatch
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,9 @@ class RunCloser:
         step = self.last_step
         message = (f"Cancelled at step {step}: the run was setting up or inside a long step, evaluation "
                    f"or probe, so the worker ended it ({waited:.2f} s after the request was seen).")
-        summary = {"metrics": {}, "probes": None, "step": step, "wall_time": now - self.started}
+        summary = RunSummary(metrics={}, step=step, wall_time=now - self.started)
         finish = {"status": RunStatus.CANCELLED, "finished_at": now, "error": None,
-                  "summary": json.dumps(summary)}
+                  "summary": json.dumps(summary.model_dump(mode="json"))}
         with self._lock:
             if self._closed:
                 return

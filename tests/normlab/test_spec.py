@@ -63,3 +63,17 @@ def test_catalog_lists_every_task_and_field_ranges():
     assert {t["name"] for t in cat["tasks"]} == set(TASKS)
     assert cat["fields"]["batch_size"]["minimum"] == 1
     assert "trace_every" in cat["fields"]["probes"]
+
+
+def test_catalog_gives_the_probe_settings_and_their_limits():
+    """The Lab's probe controls read their ranges from GET /api/catalog (fields.probes), not a copy."""
+    from normlab.catalog import build_catalog
+    from normlab.spec import ProbeSpec
+
+    probes = build_catalog()["fields"]["probes"]
+    for name in ("trace_every", "fisher_every", "budget", "hessian", "empirical_fisher", "power_iterations"):
+        assert probes[name]["default"] == getattr(ProbeSpec(), name), name
+    assert probes["trace_every"]["minimum"] == 1 and probes["trace_every"]["maximum"] == 100_000
+    assert probes["fisher_every"]["minimum"] == 1 and probes["fisher_every"]["maximum"] == 100_000
+    assert probes["budget"]["exclusiveMinimum"] == 0 and probes["budget"]["maximum"] == 5.0
+    assert probes["hessian"]["type"] == probes["empirical_fisher"]["type"] == "boolean"

@@ -9,7 +9,9 @@ for its per-step products; a product used once takes the weight as it is.
 Only float32 CPU tensors take this path; float64 (the engine's exactness tests) and every other dtype or
 device use torch's own products. Results differ from MKL's in the last bits (another summation order)
 but are bitwise the same run to run and for 1 or 2 threads (tested), so the engine stays deterministic.
-NORMLAB_ONEDNN=false (Settings.onednn) turns the path off (A/B runs); `available()` says whether it is on.
+NORMLAB_ONEDNN=false (Settings.onednn) turns the path off (A/B runs): `train()` calls
+`configure(settings.onednn)`; until something configures it the path follows Settings' default (on where
+supported). Nothing is probed at import; `available()` says whether the path is on.
 """
 
 from __future__ import annotations
@@ -17,14 +19,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from normlab.settings import get_settings
+from normlab.settings import Settings
 
 _OPS = getattr(torch.ops, "mkldnn", None)
+_supported: bool | None = None  # the probe's answer, once asked
+_enabled: bool | None = None  # set by configure(); None: not configured yet
+
+
+def supported() -> bool:
+    """Whether this torch's oneDNN ops exist and run (probed once, on first call)."""
+    global _supported
+    if _supported is None:
+        _supported = _probe()
+    return _supported
+
+
+def configure(enabled: bool) -> bool:
+    """Switch the path on (where supported) or off for this process; returns whether it is on."""
+    global _enabled
+    _enabled = enabled and supported()
+    return _enabled
 
 
 def _probe() -> bool:
-    if not get_settings().onednn:
-        return False
     if not torch.backends.mkldnn.is_available():
         return False
     try:  # the private ops exist in every torch we support; check they run before trusting them
@@ -36,16 +53,16 @@ def _probe() -> bool:
         return False
 
 
-_AVAILABLE = _probe()
-
-
 def available() -> bool:
-    return _AVAILABLE
+    """Whether the path is on (configured, else Settings' default)."""
+    if _enabled is None:
+        return configure(bool(Settings.model_fields["onednn"].default))
+    return _enabled
 
 
 def applies(*tensors: torch.Tensor) -> bool:
     """Whether these tensors take the oneDNN path (float32, CPU, oneDNN on)."""
-    return _AVAILABLE and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+    return available() and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
 
 
 def pack(weight: torch.Tensor, rows: int) -> torch.Tensor:

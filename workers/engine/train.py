@@ -28,6 +28,7 @@ from kernels import graphs
 from normlab.events import Event, EventCounter, RunResult, RunStatus, Scalars, StatusPayload
 from normlab.settings import Settings, get_settings
 from normlab.spec import RunSpec
+from workers.engine import onednn
 from workers.engine.loop_eval import beyond_trained_length, evaluate
 from workers.engine.loop_setup import (
     build_model,
@@ -196,6 +197,7 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     spec = spec.resolved()
     kernels.set_backend(settings.kernel_backend)
     graphs.set_enabled(settings.cuda_graphs)
+    onednn.configure(settings.onednn)
     run = _Run(spec, events, should_stop, settings)
     events("status", 0, {"status": RunStatus.RUNNING})
     error = None
@@ -212,7 +214,8 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     if run.prober is not None:
         try:
             probes = run.prober.summary()
-            if probes.get("fisher_note") and status == RunStatus.COMPLETED:
+            if (probes.get("fisher_note") and status == RunStatus.COMPLETED
+                    and not probes.get("fisher_note_logged")):
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")

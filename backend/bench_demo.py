@@ -21,6 +21,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from backend.testing import free_port, iter_sse, service_env, spawn, stop_process, wait_http
+from backend.testing import free_port, iter_sse, service_env, stop_process, wait_http
 
 TARGETS = {"first_point_median_s": 1.0, "first_point_after_start_s": 1.5, "cancel_s": 1.0,
            "meaningful_paint_ms": 1000.0}
@@ -37,7 +39,8 @@ LONG = {**RUN, "steps": 20000}
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
-PAGES = {"lab": ("/", "document.querySelector('.builder .field-grid input') !== null"),
+PAGES = {"lab": ("/", "document.querySelector('.builder .field-grid input') !== null && "
+                     "document.querySelector('#nl-curves .js-plotly-plot .main-svg') !== null"),
          "runs": ("/runs", "document.querySelector('#runs-table') !== null")}
 FCP_JS = "() => (performance.getEntriesByName('first-contentful-paint')[0] || {startTime: null}).startTime"
 
@@ -177,7 +180,10 @@ def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repe
             env["PYTHONPATH"] = pythonpath
         port = free_port()
         t0 = time.perf_counter()
-        proc = spawn(["up", "--port", str(port), "--workers", "1"], env, Path(tmp) / "up.log")
+        with open(Path(tmp) / "up.log", "ab") as log:  # cwd: `python -m` puts it first on sys.path
+            proc = subprocess.Popen([sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers",
+                                     "1"], env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}/"
         try:
             wait_http(url + "api/health", 180, proc)

@@ -131,18 +131,24 @@ def first_point(url: str) -> float:
 
 
 def cancel_latencies(url: str, repeats: int) -> dict:
-    out: dict[str, list] = {"queued": [], "setting_up": [], "training": [], "setting_up_had_scalars": []}
+    out: dict[str, list] = {"queued": [], "setting_up": [], "training": [], "setting_up_had_scalars": [],
+                            "errors": []}
     for _ in range(repeats):
-        a, _, wa = _submit(url, LONG)
-        wa.wait("scalars")
-        b, _, wb = _submit(url, LONG)  # the one worker is busy: b stays queued
-        out["queued"].append(_cancel(url, b, wb))
-        out["training"].append(_cancel(url, a, wa))
-        c, _, wc = _submit(url, LONG)
-        wc.wait("status", "running")
-        sent = time.perf_counter()
-        out["setting_up"].append(_cancel(url, c, wc))
-        out["setting_up_had_scalars"].append(wc.count("scalars", sent) > 0)
+        try:
+            a, _, wa = _submit(url, LONG)
+            wa.wait("scalars")
+            b, _, wb = _submit(url, LONG)  # the one worker is busy: b stays queued
+            out["queued"].append(_cancel(url, b, wb))
+            out["training"].append(_cancel(url, a, wa))
+            c, _, wc = _submit(url, LONG)
+            wc.wait("status", "running")
+            sent = time.perf_counter()
+            out["setting_up"].append(_cancel(url, c, wc))
+            out["setting_up_had_scalars"].append(wc.count("scalars", sent) > 0)
+        except (TimeoutError, RuntimeError) as exc:  # a stuck worker: say so, measure the rest
+            out["errors"].append(str(exc))
+            print(f"bench demo: {exc}", file=sys.stderr)
+            break
     return out
 
 

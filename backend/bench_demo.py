@@ -281,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         if base:
             line += f"{_fmt(base[i][1]):>10}"
         line += f"{_fmt(value):>10}{_fmt(target, 1) if target else '':>9}"
-        if base and value and base[i][1]:
-            line += f"{base[i][1] / value:>7.1f}×"
+        before = base[i][1] if base else None
+        if before and value:
+            line += f"{before / value:>7.1f}×"
         print(line)
     print("ratio = baseline ÷ current (above 1: current is faster / lighter).")
     return 0

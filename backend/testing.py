@@ -100,7 +100,7 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def running_lab(data_dir: Path | str, workers: int = 1, timeout: float = 90.0, **settings) -> Iterator[Lab]:
+def running_lab(data_dir: Path | str, workers: int = 1, timeout: float = 180.0, **settings) -> Iterator[Lab]:
     """`normlab up` on a free port with its store in data_dir; stopped (Ctrl-C) on exit."""
     data_dir = Path(data_dir)
     port = free_port()

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from frontend.smoothing import RAW_OPACITY, ema, format_elapsed, hovertemplate
 from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES
+from normlab.events import TERMINAL_STATUSES, RunStatus
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 NORM_COLORS = {
@@ -214,7 +214,9 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
         empty(fig, "No runs yet: start one, or pick runs to compare")
     elif index and all(not fig.data[i].x for i in range(index)) and all(
             r.get("status") in TERMINAL_STATUSES for r in runs):
-        empty(fig, "These runs ended without recording any training points.")
+        cancelled = all(r.get("status") == RunStatus.CANCELLED for r in runs)
+        empty(fig, "Cancelled before the first training points." if cancelled
+              else "These runs ended without recording any training points.")
     elif index and all(not fig.data[i].x for i in range(index)):
         # live runs that have not reported yet; the page's live append removes this note (name "waiting")
         fig.add_annotation(text="Waiting for the first training points…", name="waiting", showarrow=False,

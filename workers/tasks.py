@@ -10,8 +10,8 @@ import socket
 import time
 import traceback
 
-from celery import shared_task
-from celery.signals import worker_init
+from celery import current_app, shared_task
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
@@ -20,6 +20,7 @@ from normlab.queue import TRAIN_TASK
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import get_store
+from workers import runguard, warm
 from workers.celery_app import settings_of
 from workers.engine import train as train_fn  # in the worker's parent: each forked child trains at once
 
@@ -33,6 +34,24 @@ def _prepare_store(sender=None, **_kwargs) -> None:
     then claims its run in milliseconds instead of repeating this."""
     store = get_store(settings_of(sender.app))
     store.dispose()
+
+
+@worker_init.connect
+def _warm_parent(sender=None, **_kwargs) -> None:
+    """In the prefork pool's parent, before it forks the first child: see workers/warm.py."""
+    if warm.is_prefork(sender.pool_cls):
+        warm.warm_parent(settings_of(sender.app))
+
+
+@worker_process_init.connect
+def _pool_child(**_kwargs) -> None:
+    runguard.allow_hard_exit()  # this child exists for one run (worker_max_tasks_per_child=1)
+    warm.close_inherited_ready_fd(current_app)
+
+
+@worker_ready.connect
+def _ready(sender=None, **_kwargs) -> None:
+    warm.report_ready(sender.app)  # `normlab up` prints its URL once every worker got here
 
 
 @shared_task(name=TRAIN_TASK, ignore_result=True, bind=True)
@@ -50,17 +69,19 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
         return None
     publisher = RedisPublisher(settings) if settings.uses_redis_feed else None
     writer = EventWriter(store, run_id, publisher)
-    watch = RunWatch(store, run_id, settings.worker_heartbeat_s, writer=writer)
+    watch = RunWatch(store, run_id, settings.worker_heartbeat_s, poll_s=0.1, writer=writer)
+    closer = runguard.RunCloser(writer, watch)  # a cancel during set-up ends the run too
     started = time.time()
     try:
         spec = RunSpec.model_validate_json(run["spec"])
-        result = train(spec, emit=writer.emit, should_stop=watch.should_stop, run_id=run_id,
+        result = train(spec, emit=closer.emit, should_stop=watch.should_stop, run_id=run_id,
                        settings=settings)
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
         result = RunResult(status=RunStatus.FAILED, step=0, wall_time=time.time() - started, device="unknown",
                            kernel_backend="unknown", error=f"{type(exc).__name__}: {exc}")
     finally:
+        closer.engine_returned()
         watch.stop()
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
@@ -69,7 +90,7 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     finish = {"status": result.status, "finished_at": time.time(), "device": result.device,
               "kernel_backend": result.kernel_backend, "error": result.error,
               "summary": json.dumps(finite(summary.model_dump(mode="json")))}
-    writer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
+    closer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
                           "step": result.step, "time": time.time()})
     if publisher is not None:
         publisher.close()

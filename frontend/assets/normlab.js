@@ -45,7 +45,7 @@
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;
       if (TERMINAL[ev.payload.status]) { S.probeVersion += 1; }  // panels then say "none recorded"
-      if (liveRuns().length === 0) { close(); }  // every run ended: no reconnect loop
+      if (liveRuns().length === 0) { close(); noteEnded(0); }  // every run ended: no reconnect loop
     }
   }
 
@@ -144,6 +144,30 @@
     return Math.floor(w / 3600) + " h " + two(Math.floor((w % 3600) / 60)) + " min";
   }
   S.emaStep = emaStep; S.formatElapsed = formatElapsed;  // the unit of both, for tests
+  /* Every run ended before its first point: the "Waiting…" note says how they ended instead (the
+   * server draws the same words when the page is loaded later: frontend/figures.py). Retried for a few
+   * seconds in case the figure is still being drawn. */
+  function noteEnded(tries) {
+    var gd = document.querySelector("#nl-curves .js-plotly-plot");
+    var notes = gd && gd.layout && gd.layout.annotations;
+    if (!notes || !window.Plotly) {
+      if (tries < 25) { setTimeout(function () { noteEnded(tries + 1); }, 200); }
+      return;
+    }
+    if (liveRuns().length || S.scalars.length) { return; }  // queued points replace the note themselves
+    var ended = S.runs.map(function (r) { return S.status[r]; });
+    var text = ended.every(function (s) { return s === "cancelled"; }) ?
+      "Cancelled before the first training points." :
+      "Ended (" + ended.filter(function (s, i) { return ended.indexOf(s) === i; }).join(", ") +
+      ") before the first training points.";
+    var changed = false;
+    var kept = notes.map(function (a) {
+      if (a.name !== "waiting") { return a; }
+      changed = true;
+      return Object.assign({}, a, {text: text, name: "ended"});
+    });
+    if (changed) { window.Plotly.relayout(gd, {annotations: kept}); }
+  }
 
   /* Append the queued points to the curves graph with Plotly.extendTraces, here and now. Not through
    * dcc.Graph's extendData prop: the Graph keeps a batch queued until its asynchronous redraw resolves,

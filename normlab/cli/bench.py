@@ -18,6 +18,7 @@ TARGETS = {
     "stream": ("backend.bench_stream", "live feed latency, fan-out, submit → first event, history fetch"),
     "faults": ("backend.bench_faults", "load and fault figures of the shared lab server"),
     "frontend": ("frontend.bench", "page load and live-append cost in headless Chromium"),
+    "demo": ("backend.bench_demo", "normlab up: click -> first point, cancel latency, page weight"),
 }
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from normlab.cli import CLIError, settings_from
 
+READY_TIMEOUT_S = 180.0  # a worker's start and warm-up; past it `up` serves anyway (runs then wait)
+
 
 def register(sub) -> None:
     p = sub.add_parser("up", help="start the lab: API and pages on one origin, workers, SQLite (embedded)")
@@ -35,6 +37,8 @@ def register(sub) -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--name", default="worker", help="worker name (unique per machine)")
     p.add_argument("--loglevel", default="info")
+    p.add_argument("--ready-fd", type=int, default=None,
+                   help="write one byte to this file descriptor once warm and consuming (`normlab up`)")
     p.set_defaults(func=cmd_worker)
 
 
@@ -85,13 +89,39 @@ def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Pope
     procs = []
     for i in range(n):
         log = open(log_dir / f"worker-{i + 1}.log", "ab")
-        procs.append(subprocess.Popen(
+        ready_r, ready_w = os.pipe()  # the worker writes one byte once it is warm (see wait_ready)
+        proc = subprocess.Popen(
             [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}",
-             "--data-dir", str(data_dir)],
+             "--data-dir", str(data_dir), "--ready-fd", str(ready_w)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent))
+            preexec_fn=_die_with_parent, pass_fds=(ready_w,))
+        os.close(ready_w)
+        proc.ready_fd = ready_r  # type: ignore[attr-defined]
+        procs.append(proc)
         log.close()
     return procs
+
+
+def wait_ready(procs: list[subprocess.Popen], timeout_s: float = READY_TIMEOUT_S) -> list[int]:
+    """Wait until every worker reports itself warm (workers/warm.py: torch's start-up paid once, before
+    the pool forks the per-run children), so that the first run after the URL is printed starts at
+    once. Returns the pids that did not report (exited, or still starting after timeout_s)."""
+    import select
+
+    waiting = {fd: p for p in procs if (fd := getattr(p, "ready_fd", None)) is not None}
+    deadline = time.monotonic() + timeout_s
+    failed: list[int] = []
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select(list(waiting), [], [], left)
+        for fd in readable:
+            if not os.read(fd, 1):  # end of file without the byte: the worker exited
+                failed.append(waiting[fd].pid)
+            os.close(fd)
+            del waiting[fd]
+    for fd, p in waiting.items():
+        failed.append(p.pid)
+        os.close(fd)
+    return failed
 
 
 def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
@@ -123,11 +153,11 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def app_with_pages(settings):
     """The API with the Dash pages mounted at "/" on the same origin (`normlab up`, `api --with-frontend`)."""
     from backend.app import create_app
-    from backend.wsgi import WSGIMiddleware
+    from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
 
     app = create_app(settings)
-    app.mount("/", WSGIMiddleware(create_dash(api_base="").server))  # after the API's routes: they win
+    app.mount("/", pages_app(create_dash(api_base="").server))  # after the API's routes: they win
     return app
 
 
@@ -137,13 +167,18 @@ def cmd_up(args) -> int:
         raise CLIError("--workers must be between 0 and 16")
     host, port = _listen(args, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app = app_with_pages(settings)
+    # The workers first: their warm-up runs while this process builds the app.
     procs = start_workers(args.workers, settings.data_dir / "logs", settings.data_dir)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    print(f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: {settings.data_dir}; "
-          f"{args.workers} worker(s), logs in {settings.data_dir / 'logs'}). Press Ctrl-C to stop.",
-          flush=True)
     try:
+        app = app_with_pages(settings)
+        late = wait_ready(procs)
+        if late:
+            print(f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see "
+                  f"{settings.data_dir / 'logs'}", file=sys.stderr, flush=True)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: "
+              f"{settings.data_dir}; {args.workers} worker(s), logs in {settings.data_dir / 'logs'}). "
+              "Press Ctrl-C to stop.", flush=True)
         _serve(app, host, port)
     finally:
         stop_workers(procs)
@@ -163,12 +198,12 @@ def cmd_api(args) -> int:
 
 def cmd_frontend(args) -> int:
     settings = settings_from(args)
-    from backend.wsgi import WSGIMiddleware
+    from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
 
     host, port = _listen(args, settings)
     print(f"normlab pages at http://{host}:{port}/ (API: {settings.api_url or 'same origin'})", flush=True)
-    _serve(WSGIMiddleware(create_dash(api_base=settings.api_url).server), host, port)
+    _serve(pages_app(create_dash(api_base=settings.api_url).server), host, port)
     return 0
 
 
@@ -176,8 +211,9 @@ def cmd_worker(args) -> int:
     from workers.celery_app import create_app
 
     settings = settings_from(args)
-    create_app(settings).worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1",
-                                      "-Q", settings.queue, "--without-gossip", "--without-mingle",
-                                      "--without-heartbeat", f"--loglevel={args.loglevel}",
-                                      "-n", f"{args.name}@%h"])
+    app = create_app(settings)
+    app.normlab_ready_fd = args.ready_fd  # type: ignore[attr-defined]  # read by workers/warm.py
+    app.worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1", "-Q", settings.queue,
+                     "--without-gossip", "--without-mingle", "--without-heartbeat",
+                     f"--loglevel={args.loglevel}", "-n", f"{args.name}@%h"])
     return 0

@@ -51,7 +51,7 @@ def test_up_serves_trains_and_ctrl_c_leaves_no_orphans(tmp_path):
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        wait_http(url + "api/health", 60, proc)
+        wait_http(url + "api/health", 180, proc)  # up answers once its workers are warm
         assert httpx.get(url).status_code == 200  # the pages (or the placeholder) at /
         run = httpx.post(url + "api/runs", json={"task": "digits", "steps": 20000, "hidden_size": 16,
                                                   "eval_every": 1000}).json()

@@ -1,0 +1,97 @@
+"""The warm worker parent: a child forked from it trains at once, exactly as a fresh process would,
+and the warm-up never touches CUDA (a child forked after that could not use the GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from normlab.catalog import TASKS
+from normlab.settings import Settings
+from workers import warm
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    import workers.tasks  # what the Celery worker's parent imports
+    from normlab.settings import Settings
+    from normlab.spec import RunSpec
+    from workers.engine import train
+    from workers.warm import warm_parent
+
+    settings = Settings(data_dir=sys.argv[2])
+    if sys.argv[1] == "warm":
+        assert warm_parent(settings)["failed"] == []
+
+    def one_run():
+        start, first = time.perf_counter(), []
+        def emit(ev):
+            if ev.kind == "scalars" and not first:
+                first.append(time.perf_counter() - start)
+        spec = RunSpec(task="digits", norm="layer", batch_size=4, steps=60)
+        res = train(spec, emit=emit, settings=settings)
+        print(json.dumps({"first_point_s": first[0], "status": res.status, "metrics": res.metrics}))
+
+    if sys.argv[1] == "warm":  # as the prefork pool does: a child per run
+        pid = os.fork()
+        if pid == 0:
+            one_run()
+            os._exit(0)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    else:
+        one_run()
+""")
+
+
+def _run(mode: str, tmp_path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torch's own thread count
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_child_of_the_warm_parent_trains_at_once_and_like_a_fresh_process(tmp_path):
+    fresh, forked = _run("fresh", tmp_path), _run("warm", tmp_path)
+    assert forked["status"] == fresh["status"] == "completed"
+    assert forked["metrics"] == fresh["metrics"]  # bit for bit: the warm-up leaves no state behind
+    # A fresh process pays torch's lazy start-up (5-9 s here, mostly torch._dynamo on the first Adam).
+    assert forked["first_point_s"] < 2.0, forked
+
+
+def test_warm_specs_cover_every_task_normalizer_and_cell():
+    specs = warm.warm_specs(Settings(data_dir="/nonexistent"))
+    assert {s.task for s in specs} == {t for t, info in TASKS.items() if not info.needs_files}
+    assert {s.norm for s in specs} == {n for info in TASKS.values() for n in info.norms}
+    assert {s.cell for s in specs if s.cell} == {"lstm", "gru", "tanh"}
+    assert any(s.probes.enabled for s in specs) and {s.optimizer for s in specs} == {"adam", "sgd"}
+    assert all(s.device == "cpu" for s in specs)
+
+
+def test_the_warm_up_never_touches_cuda(tmp_path, monkeypatch):
+    def touched(*_a, **_k):
+        raise AssertionError("the warm-up touched CUDA")
+
+    for name in ("is_available", "device_count", "init", "_lazy_init", "get_device_name",
+                 "get_device_properties", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, touched)
+    threads = torch.get_num_threads()
+    report = warm.warm_parent(Settings(data_dir=tmp_path))
+    assert report["failed"] == [] and report["runs"] >= 20
+    assert not torch.cuda.is_initialized()
+    assert torch.get_num_threads() == threads  # the one-thread warm-up gives the threads back
+
+
+@pytest.mark.parametrize("pool, prefork", [("prefork", True), ("processes", True), ("solo", False),
+                                           ("threads", False)])
+def test_only_a_forking_pool_is_warmed(pool, prefork):
+    from celery.concurrency import get_implementation
+
+    assert warm.is_prefork(pool) is prefork
+    assert warm.is_prefork(get_implementation(pool)) is prefork

@@ -1,0 +1,116 @@
+"""A warm worker parent: pay torch's lazy start-up once, before the pool forks a child per run.
+
+A fresh process pays seconds before its first training step: the first `torch.optim.Adam(...)` imports
+torch._dynamo (5.6–7 s on the 2-core machine, most of issue 19's 7–9 s from click to first point), the
+first pass through each model builder, normalizer and cell imports and initialises its code (weight
+norm's parametrizations, the probes, oneDNN primitives, the native LSTM step built with `cc`), and each
+task's data is loaded. `warm_parent(settings)` does all of that once in the Celery worker's parent by
+training a few tiny runs of every task, normalizer and cell (2 steps each, evaluation included, events
+dropped); every child the prefork pool forks for a run (one per run: worker_max_tasks_per_child=1)
+inherits it, so a run's set-up takes milliseconds. The tasks' data stay cached in the parent (their
+loaders keep them in lru_caches), so children read them from memory shared copy-on-write.
+
+Two rules make forking safe:
+- CUDA is never touched here (the warm-up runs on CPU with kernel_backend='torch', so not even
+  `torch.cuda.is_available()` is called: that alone initialises the driver, and a child forked after
+  it cannot use the GPU). CUDA workers thus still get a fresh CUDA context in each run's child.
+- The warm-up runs with one CPU thread: libgomp (torch's OpenMP) does not survive fork, and a child
+  forked after the parent ran an OpenMP team of 2 threads hangs in its first parallel op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from normlab.catalog import TASKS, task_availability
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+
+def warm_specs(settings: Settings) -> list[RunSpec]:
+    """Tiny CPU runs covering every task (whose data is here), normalizer, recurrent cell, optimizer
+    and the probes: the code paths a run's set-up and first steps go through. (Not their product:
+    each piece once is enough, and every run here lengthens the worker's start.)"""
+    base = {"steps": 2, "eval_every": 1, "batch_size": 4, "device": "cpu", "hidden_size": 8, "layers": 1}
+    specs: list[RunSpec] = []
+    for name, task in TASKS.items():
+        if not task_availability(name, settings.data_dir).available:
+            continue
+        seq = {"seq_len": min(task.seq_len or 8, 8)} if task.kind == "sequence" else {}
+        if task.eval_longer:
+            seq["eval_seq_len"] = seq["seq_len"]
+        first_cell = task.cells[0] if task.cells else None
+        norms = task.norms if name in ("digits", "conv-digits", "adding") else ("layer",)
+        for cell in task.cells if name == "adding" else (first_cell,):  # each cell once, on one task
+            for norm in norms if cell == first_cell else ("layer",):
+                specs.append(RunSpec(task=name, norm=norm, cell=cell, **base, **seq))
+    specs.append(RunSpec(task="digits", norm="layer", optimizer="sgd", **base))
+    specs.append(RunSpec(task="digits", norm="layer", **base,
+                         probes={"enabled": True, "trace_every": 1, "fisher_every": 1}))
+    return specs
+
+
+def warm_parent(settings: Settings) -> dict:
+    """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …]}.
+
+    A failed warm-up run is logged and skipped (the worker still serves; that run's kind just starts
+    cold). Runs with one torch thread and restores the thread count after."""
+    import torch
+
+    from workers.engine import train
+
+    started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cpu_only = settings.model_copy(update={"kernel_backend": "torch", "cuda_graphs": False})
+    failed = []
+    specs = warm_specs(settings)
+    try:
+        for spec in specs:
+            result = train(spec, settings=cpu_only)
+            if result.status != "completed":
+                failed.append(spec.model_dump_json(exclude_defaults=True))
+                log.warning("warm-up run %s ended %s: %s", spec.model_dump(exclude_defaults=True),
+                            result.status, result.error)
+    finally:
+        torch.set_num_threads(threads)
+    took = time.perf_counter() - started
+    log.info("worker warmed in %.1f s (%d tiny runs, %d failed)", took, len(specs), len(failed))
+    return {"seconds": took, "runs": len(specs), "failed": failed}
+
+
+def is_prefork(pool_cls) -> bool:
+    """Whether the worker's pool forks its children (celery's 'prefork' / 'processes'): only then is
+    warming the parent worth its seconds (the tests' solo and thread pools run tasks in the parent)."""
+    name = pool_cls if isinstance(pool_cls, str) else f"{pool_cls.__module__}.{pool_cls.__qualname__}"
+    return "prefork" in name or name == "processes"
+
+
+def report_ready(app) -> None:
+    """Tell whoever started this worker that it is warm and consuming: one byte on the pipe `normlab up`
+    passed as --ready-fd (the app's `normlab_ready_fd`), then close it. No pipe, nothing to do."""
+    fd = getattr(app, "normlab_ready_fd", None)
+    if fd is None:
+        return
+    app.normlab_ready_fd = None
+    try:
+        os.write(fd, b"1")
+        os.close(fd)
+    except OSError as exc:  # `up` went away meanwhile: nothing to tell
+        log.warning("could not report readiness on fd %s: %s", fd, exc)
+
+
+def close_inherited_ready_fd(app) -> None:
+    """In a pool child: close the copy of the readiness pipe it inherited, so that only the parent
+    holds it (a parent that dies before it is ready then reads as end-of-file on `up`'s side)."""
+    fd = getattr(app, "normlab_ready_fd", None)
+    if fd is not None:
+        app.normlab_ready_fd = None
+        try:
+            os.close(fd)
+        except OSError:
+            pass

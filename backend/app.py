@@ -33,7 +33,8 @@ def create_app(settings: Settings | None = None, *, frontend: bool = False) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.hub = FeedHub(app.state.store, settings)
-        reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish))
+        reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish,
+                                                  settings.worker_heartbeat_s))
         requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
         try:
             yield

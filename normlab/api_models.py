@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from normlab.events import RunStatus
-from normlab.spec import NormName, RunSpec
+from normlab.spec import NormName, RunSpec, refuse_bool, refuse_unknown_fields
 
 
 class RunCreated(BaseModel):
@@ -51,6 +51,13 @@ class SweepCreate(BaseModel):
     norms: list[NormName] = Field(default_factory=list, max_length=6)
     batch_sizes: list[int] = Field(default_factory=list, max_length=8)
     seeds: list[int] = Field(default_factory=list, max_length=8)
+
+    _known = model_validator(mode="before")(classmethod(refuse_unknown_fields))
+
+    @field_validator("batch_sizes", "seeds", mode="before")
+    @classmethod
+    def _numbers(cls, values):
+        return [refuse_bool(v) for v in values] if isinstance(values, list) else values
 
     @field_validator("norms", "batch_sizes", "seeds")
     @classmethod

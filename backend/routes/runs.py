@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.auth import require_owner
-from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
+from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
 from backend.store.rollup import SCALAR_NAMES
@@ -18,6 +18,7 @@ from normlab.events import RunStatus
 from normlab.spec import NormName, RunSpec, TaskName
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never sent to the database
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
 
 
@@ -30,7 +31,10 @@ def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: User
 
 @router.get("", response_model=RunList)
 def list_runs(store: StoreDep, task: TaskName | None = None, norm: NormName | None = None,
-              status: RunStatus | None = None, group: str | None = None, owner: str | None = None,
+              status: RunStatus | None = None,
+              group: str | None = Query(None, pattern=RUN_ID_PATTERN, description="A sweep's group_id."),
+              owner: str | None = Query(None, max_length=128, pattern=OWNER_PATTERN,
+                                        description="A user name (runs submitted with auth on)."),
               offset: int = Query(0, ge=0, le=10**9), limit: int = Query(50, ge=1, le=500)) -> RunList:
     rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
                                   offset=offset, limit=limit)

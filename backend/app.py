@@ -1,5 +1,5 @@
-"""`create_app(settings)`: the FastAPI application (API at /api, OpenAPI at /api/docs), optionally with
-the Dash front end mounted at "/" on the same origin. Never imports torch."""
+"""`create_app(settings)`: the FastAPI application (API at /api, OpenAPI at /api/docs). Never imports
+torch, never imports the front end: `normlab up` mounts the pages at "/" (normlab/cli/serve.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse
 
 from backend import auth, errors, resubmit
 from backend.feed.hub import FeedHub
@@ -17,18 +16,12 @@ from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
 from backend.requeue import broker_watch_loop
 from backend.routes import ROUTERS
-from backend.store import get_store
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
+from normlab.store import get_store
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDER = """<!doctype html><html><head><title>normlab</title></head><body>
-<h1>normlab</h1><p>The API is running: <a href="/api/docs">/api/docs</a>. The pages are not installed
-in this copy (frontend.app is missing).</p></body></html>"""
-
-
-def create_app(settings: Settings | None = None, *, frontend: bool = False) -> FastAPI:
-    settings = settings or get_settings()
+def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -55,8 +48,6 @@ def create_app(settings: Settings | None = None, *, frontend: bool = False) -> F
     errors.install(app)
     for router in [*ROUTERS, auth.router, resubmit.router]:
         app.include_router(router)
-    if frontend:
-        _mount_frontend(app)
     return app
 
 
@@ -64,23 +55,7 @@ def _publisher(settings: Settings):
     """How the API puts the terminal events it writes itself (cancel, lost) on the live feed."""
     if not settings.uses_redis_feed:
         return lambda run_id, rows: None  # the embedded feed tails the store
-    from backend.feed.redis_feed import RedisPublisher
+    from normlab.feed.redis_feed import RedisPublisher
 
     pub = RedisPublisher(settings)
     return pub.publish
-
-
-def _mount_frontend(app: FastAPI) -> None:
-    try:
-        from frontend.app import create_app as create_dash
-    except ImportError as exc:
-        log.warning("front end not available (%s); serving a placeholder at /", exc)
-
-        @app.get("/", include_in_schema=False)
-        def placeholder() -> HTMLResponse:
-            return HTMLResponse(PLACEHOLDER)
-        return
-    from backend.wsgi import WSGIMiddleware
-
-    dash_app = create_dash(api_base="")
-    app.mount("/", WSGIMiddleware(dash_app.server))

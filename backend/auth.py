@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Boolean, Column, ColumnElement, Float, MetaData, String, Table, insert, select, update
 
 from backend.limits import active_runs, limits_public
-from backend.store import Store
+from normlab.store import Store
 
 TOKEN_PREFIX = "nl_"
 OPEN_PATHS = ("/api/health", "/api/me")  # answer without a token even when reading is private

@@ -19,11 +19,11 @@ import time
 import httpx
 
 from backend.testing import bench_service, start_api, start_worker, stop_process
+from normlab.events import TERMINAL_STATUSES, RunStatus
 
 TARGETS = {"queue_lost": 0, "queue_twice": 0, "queue_fifo_violations": 0, "viewers_p95_ms": 1000,
            "viewers_lost": 0, "lost_detect_s": 30}
 TINY = {"task": "digits", "steps": 5, "hidden_size": 16, "eval_every": 5}
-TERMINAL = ("completed", "failed", "cancelled", "diverged", "lost")
 
 
 def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, timeout: float = 1800.0,
@@ -49,7 +49,7 @@ def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, time
         while len(runs) < len(ids) and time.monotonic() < deadline:
             page = c.get(url + "api/runs", params={"limit": 500, "offset": 0}).json()["items"]
             for run in page:
-                if run["id"] in ids and run["status"] in TERMINAL:
+                if run["id"] in ids and run["status"] in TERMINAL_STATUSES:
                     runs[run["id"]] = run
             if len(runs) < len(ids):
                 time.sleep(0.5)
@@ -58,7 +58,8 @@ def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, time
         for rid in runs:
             export = c.get(url + f"api/runs/{rid}/export", params={"format": "json"}).json()
             statuses = [e["payload"]["status"] for e in export["events"] if e["kind"] == "status"]
-            twice += statuses.count("running") > 1 or len([s for s in statuses if s in TERMINAL]) > 1
+            twice += (statuses.count(RunStatus.RUNNING) > 1
+                      or len([s for s in statuses if s in TERMINAL_STATUSES]) > 1)
     fifo_violations = 0
     for name in names:
         started = [runs[r]["started_at"] for r in submitted[name] if r in runs and runs[r]["started_at"]]
@@ -66,7 +67,7 @@ def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, time
         fifo_violations += sum(abs(rank - k) > max(0, workers - 1) for rank, k in enumerate(order))
     statuses = [r["status"] for r in runs.values()]
     return {"runs": n_runs, "users": len(names), "workers": workers,
-            "completed": statuses.count("completed"), "not_finished": len(ids) - len(runs),
+            "completed": statuses.count(RunStatus.COMPLETED), "not_finished": len(ids) - len(runs),
             "failed_or_lost": sum(s != "completed" for s in statuses), "twice": twice,
             "fifo_violations": fifo_violations, "submit_s": round(submit_s, 2), "wall_s": round(wall_s, 1),
             "runs_per_min": round(60 * len(runs) / wall_s, 1) if wall_s else None}
@@ -86,7 +87,8 @@ def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
         child_pid = int(run["worker_host"].rsplit(":", 1)[1])  # "host:pid" of the pool child
         os.killpg(os.getpgid(child_pid), signal.SIGKILL)
         t_kill = time.monotonic()
-        while c.get(url + f"api/runs/{rid}").json()["status"] != "lost" and time.monotonic() < deadline:
+        while (c.get(url + f"api/runs/{rid}").json()["status"] != RunStatus.LOST
+               and time.monotonic() < deadline):
             time.sleep(0.1)
         run = c.get(url + f"api/runs/{rid}").json()
         resubmitted = c.post(url + f"api/runs/{rid}/resubmit", headers=headers).status_code

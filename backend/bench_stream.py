@@ -19,10 +19,12 @@ import re
 import statistics
 import threading
 import time
+from typing import Any
 
 import httpx
 
 from backend.testing import bench_service, iter_sse, start_api, start_worker, stop_process
+from normlab.events import RunStatus
 
 TARGETS = {"latency_p95_ms_redis": 250, "fanout_p95_ms": 1000, "fanout_lost": 0, "submit_first_event_s": 2.0,
            "history_ms": 300}
@@ -59,10 +61,10 @@ async def sse_client(host: str, port: int, path: str, out: dict, ready: asyncio.
                 n_ready[0] += 1
                 if n_ready[0] == n_total:
                     ready.set()
-            m = _SEQ.search(frame)
-            if m:
+            m, sent = _SEQ.search(frame), _TIME.search(frame)
+            if m and sent:
                 seqs.append(int(m.group(1)))
-                lat.append(now - float(_TIME.search(frame).group(1)))
+                lat.append(now - float(sent.group(1)))
                 if b'"status":"completed"' in frame:
                     writer.close()
                     return
@@ -71,11 +73,11 @@ async def sse_client(host: str, port: int, path: str, out: dict, ready: asyncio.
 
 def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float) -> None:
     """Drive the worker's EventWriter: a status, n_events scalars at rate_hz, a terminal status."""
-    from backend.feed.writer import EventWriter
     from normlab.events import Event
+    from normlab.feed.writer import EventWriter
 
     writer = EventWriter(store, run_id, publisher)
-    writer.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
+    writer.emit(Event(seq=1, step=0, kind="status", payload={"status": RunStatus.RUNNING}))
     t0 = time.monotonic()
     for i in range(n_events):
         delay = t0 + (i + 1) / rate_hz - time.monotonic()
@@ -84,17 +86,18 @@ def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float)
         writer.emit(Event(seq=i + 2, step=i + 1, kind="scalars", payload={
             "train_loss": 1.0 / (i + 1), "val_loss": None, "accuracy": None, "bpc": None, "grad_norm": 1.0,
             "lr": 1e-3, "steps_per_s": rate_hz, "elapsed": i / rate_hz}))
-    writer.emit(Event(seq=n_events + 2, step=n_events, kind="status", payload={"status": "completed"}))
-    writer.close({"status": "completed", "finished_at": time.time()},
-                 {"status": "completed", "time": time.time()})
+    writer.emit(Event(seq=n_events + 2, step=n_events, kind="status",
+                      payload={"status": RunStatus.COMPLETED}))
+    writer.close({"status": RunStatus.COMPLETED, "finished_at": time.time()},
+                 {"status": RunStatus.COMPLETED, "time": time.time()})
 
 
 def new_running_run(store):
     """A stored run claimed by this process, with a RunWatch keeping its heartbeat (as a worker does,
     or the reaper would declare it lost). Returns (run_id, watch)."""
-    from backend.feed.writer import RunWatch
-    from backend.store import new_run_id
+    from normlab.feed.writer import RunWatch
     from normlab.spec import RunSpec
+    from normlab.store import new_run_id
 
     run_id = new_run_id()
     # No Celery task is sent: the bench claims the run and plays the worker itself.
@@ -108,7 +111,7 @@ def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rat
     """n_clients SSE clients on one synthetic run: latency percentiles, lost and duplicate counts."""
     run_id, watch = new_running_run(store)
     host, port = base.split("//")[1].rstrip("/").split(":")
-    outs = [{"seqs": [], "lat": []} for _ in range(n_clients)]
+    outs: list[dict[str, list]] = [{"seqs": [], "lat": []} for _ in range(n_clients)]
 
     async def main():
         ready = asyncio.Event()
@@ -152,8 +155,8 @@ def measure_submit(base: str, reps: int) -> dict:
 
 def write_history(store, n_points: int) -> tuple[str, float]:
     """A finished run with n_points scalars events, written through the store's batched path."""
-    from backend.store import EventRow
-    from backend.store.rollup import RollupBuilder, bucket_json
+    from normlab.store import EventRow
+    from normlab.store.rollup import RollupBuilder, bucket_json
 
     run_id, watch = new_running_run(store)
     t0 = time.perf_counter()
@@ -173,7 +176,8 @@ def write_history(store, n_points: int) -> tuple[str, float]:
             store.append_events(run_id, batch, buckets, len(batch))
             batch, buckets = [], []
     watch.stop()
-    assert store.finish_with_status(run_id, "completed", "bench history", only_from=("running",))
+    assert store.finish_with_status(run_id, RunStatus.COMPLETED, "bench history",
+                                    only_from=(RunStatus.RUNNING,))
     return run_id, time.perf_counter() - t0
 
 
@@ -197,7 +201,7 @@ def run_form(form: str, args) -> dict:
         worker = start_worker(svc.data_dir, svc.env, "bench")
         base, api = start_api(svc.data_dir, svc.env)
         try:
-            result = {"submit_first_event": measure_submit(base, args.submit_reps),
+            result: dict[str, Any] = {"submit_first_event": measure_submit(base, args.submit_reps),
                       "latency": measure_feed(base, svc.store, svc.publisher, 1, args.events, args.rate)}
             result["fanout"] = [measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate)
                                 for n in args.clients]

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from backend.feed.hub import FeedHub
-from backend.store import Store
 from normlab.settings import Settings
+from normlab.store import Store
 
 
 def _settings(request: Request) -> Settings:

@@ -16,11 +16,12 @@ from collections import deque
 from fastapi import HTTPException
 from sqlalchemy import func, select
 
-from backend.store import Store
-from backend.store.schema import runs
 from normlab.catalog import TASKS
+from normlab.events import ACTIVE_STATUSES, RunStatus
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from normlab.store import Store
+from normlab.store.schema import runs
 
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.
@@ -118,9 +119,9 @@ def active_runs(store: Store, owner: str) -> tuple[int, int | None]:
     """(runs of this owner queued or running, queue position of their oldest queued run)."""
     with store.engine.connect() as conn:
         n = conn.execute(select(func.count()).select_from(runs).where(
-            runs.c.owner == owner, runs.c.status.in_(("queued", "running")))).scalar_one()
+            runs.c.owner == owner, runs.c.status.in_(ACTIVE_STATUSES))).scalar_one()
         oldest = conn.execute(select(func.min(runs.c.created_at)).where(
-            runs.c.owner == owner, runs.c.status == "queued")).scalar_one_or_none()
+            runs.c.owner == owner, runs.c.status == RunStatus.QUEUED)).scalar_one_or_none()
     return int(n), (store.queue_position(oldest) if oldest is not None else None)
 
 

@@ -6,8 +6,8 @@ import csv
 import io
 import json
 
-from backend.store import Store
-from backend.store.rollup import BASE, SCALAR_NAMES, Bucket, choose_level, series_from_buckets
+from normlab.store import Store
+from normlab.store.rollup import BASE, SCALAR_NAMES, Bucket, choose_level, series_from_buckets
 
 
 def run_metrics(store: Store, run: dict, names: list[str] | None, max_points: int) -> dict:
@@ -56,7 +56,7 @@ def export_csv(store: Store, run_id: str):
 
 def export_json(store: Store, run_id: str, run_public_json: str):
     """Yield JSON text {"run": RunPublic, "events": [every Event, raw]}."""
-    from backend.store import event_json
+    from normlab.store import event_json
 
     yield f'{{"run":{run_public_json},"events":['
     first = True

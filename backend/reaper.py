@@ -9,7 +9,8 @@ import time
 
 import anyio
 
-from backend.store import Store
+from normlab.events import RunStatus
+from normlab.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ def reap_once(store: Store, lost_after_s: float, publish=None) -> list[str]:
     """Mark every stale running run lost; return their ids."""
     lost = []
     for run_id in store.stale_runs(time.time() - lost_after_s):
-        row = store.finish_with_status(run_id, "lost", LOST_MESSAGE, only_from=("running",))
+        row = store.finish_with_status(run_id, RunStatus.LOST, LOST_MESSAGE, only_from=(RunStatus.RUNNING,))
         if row is not None:
             lost.append(run_id)
             log.warning("run %s is lost (no heartbeat for %.1f s)", run_id, lost_after_s)

@@ -15,9 +15,11 @@ import time
 import anyio
 from sqlalchemy import select
 
-from backend.store import Store
-from backend.store.schema import runs
+from normlab.events import RunStatus
+from normlab.queue import enqueue_run
 from normlab.settings import Settings
+from normlab.store import Store
+from normlab.store.schema import runs
 
 log = logging.getLogger(__name__)
 PERIOD_S = 1.0
@@ -30,7 +32,7 @@ def sentinel_key(settings: Settings) -> str:
 def queued_ids(store: Store) -> list[str]:
     """Ids of queued runs, oldest first (the order they were submitted)."""
     with store.engine.connect() as conn:
-        return list(conn.execute(select(runs.c.id).where(runs.c.status == "queued")
+        return list(conn.execute(select(runs.c.id).where(runs.c.status == RunStatus.QUEUED)
                                  .order_by(runs.c.created_at)).scalars())
 
 
@@ -38,7 +40,6 @@ def requeue_if_broker_was_reset(store: Store, settings: Settings, client) -> lis
     """If the sentinel is missing (a new or emptied Redis), set it and re-send every queued run."""
     if not client.set(sentinel_key(settings), str(time.time()), nx=True):
         return []
-    from workers.celery_app import enqueue_run
 
     ids = queued_ids(store)
     for run_id in ids:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.runs_common import create_and_enqueue
 from normlab.api_models import ErrorDetail, RunCreated
+from normlab.events import ACTIVE_STATUSES, RunStatus
 from normlab.spec import RunSpec
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -21,9 +22,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code
 def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep) -> RunCreated:
     """Queue a new run with the same (resolved) spec. The old run and its events stay as they are."""
     run = get_run_or_404(store, run_id)
-    if run["status"] in ("queued", "running"):
+    if run["status"] in ACTIVE_STATUSES:
         raise HTTPException(409, f"Run {run_id} is still {run['status']}; wait for it to end or cancel it "
                                  "first (POST /api/runs/{id}/cancel).")
     spec = RunSpec.model_validate(json.loads(run["spec"]))
     [new_id] = create_and_enqueue(store, settings, [spec], user, run["group_id"])
-    return RunCreated(id=new_id, status="queued")
+    return RunCreated(id=new_id, status=RunStatus.QUEUED)

@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 
 from fastapi import HTTPException
 
-from backend.store import Store, new_run_id
 from normlab.api_models import RunPublic
+from normlab.events import RunStatus
+from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from normlab.store import Store, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ def run_public(store: Store, row: dict) -> RunPublic:
         worker_host=row["worker_host"], device=row["device"],
         kernel_backend=row["kernel_backend"], error=row["error"],
         summary=json.loads(row["summary"]) if row["summary"] else {}, last_seq=row["last_seq"],
-        queue_position=store.queue_position(row["created_at"]) if row["status"] == "queued" else None,
+        queue_position=store.queue_position(row["created_at"]) if row["status"] == RunStatus.QUEUED else None,
     )
 
 
@@ -43,7 +45,6 @@ def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], o
                        group_id: str | None = None) -> list[str]:
     """Store the resolved specs as queued runs, then queue one training task each."""
     from backend.limits import admit
-    from workers.celery_app import enqueue_run
 
     problems: dict[str, str] = {}
     for spec in specs:
@@ -60,7 +61,7 @@ def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], o
             enqueue_run(settings, run_id)
         except Exception as exc:  # the broker is down: say so, and don't leave a run queued forever
             log.error("could not queue run %s: %s", run_id, exc)
-            store.finish_with_status(run_id, "failed", f"Could not reach the task queue: {exc}",
-                                     only_from=("queued",))
+            store.finish_with_status(run_id, RunStatus.FAILED, f"Could not reach the task queue: {exc}",
+                                     only_from=(RunStatus.QUEUED,))
             raise HTTPException(503, "The task queue is unavailable; retry shortly.") from exc
     return ids

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 import anyio
 
 from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
-from backend.store import Store
+from normlab.events import ACTIVE_STATUSES
+from normlab.store import Store
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
 _CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):([0-9]{1,12})$")  # ASCII digits only
@@ -56,7 +57,7 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
     try:
         for run in runs:
             channels[run["id"]] = await hub.acquire(run["id"], run["last_seq"],
-                                                    run["status"] not in ("queued", "running"))
+                                                    run["status"] not in ACTIVE_STATUSES)
         yield f"retry: {RETRY_MS}\r\n\r\n".encode()
         active = [r["id"] for r in runs]
         while active:

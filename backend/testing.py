@@ -22,8 +22,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from normlab.feed.redis_feed import RedisPublisher
+    from normlab.settings import Settings
+    from normlab.store import Store
 
 
 def free_port() -> int:
@@ -128,9 +134,9 @@ class BenchService:
     form: str
     data_dir: Path
     queue: str
-    settings: object  # normlab.settings.Settings
-    store: object  # backend.store.Store
-    publisher: object | None  # backend.feed.redis_feed.RedisPublisher in the Redis form
+    settings: Settings
+    store: Store
+    publisher: RedisPublisher | None  # in the Redis form
     env: dict[str, str]
 
 
@@ -144,9 +150,9 @@ def bench_service(form: str, prefix: str, pg_url: str, redis_url: str, **setting
 
     import psycopg
 
-    from backend.feed.redis_feed import RedisPublisher
-    from backend.store import Store
+    from normlab.feed.redis_feed import RedisPublisher
     from normlab.settings import Settings
+    from normlab.store import Store
 
     tag = uuid.uuid4().hex[:8]
     data_dir = Path(tempfile.mkdtemp(prefix=f"{prefix}-{form}-"))

@@ -64,7 +64,8 @@ class ApiClient:
 
     def presets(self) -> list[dict]:
         data = self._call("GET", "/api/presets")
-        return data.get("presets", data.get("items", [])) if isinstance(data, dict) else data
+        items = data.get("presets", data.get("items", [])) if isinstance(data, dict) else data
+        return list(items or [])
 
     def runs(self, **query) -> dict:
         return self._call("GET", "/api/runs", params=query)

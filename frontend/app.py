@@ -1,24 +1,30 @@
-"""`create_app(api_base)`: the Dash dashboard (Flask server at `.server`), mounted at "/" by `normlab up`.
+"""`create_app(settings)`: the Dash dashboard (Flask server at `.server`), mounted at "/" by `normlab up`.
 
-Pages live one a file in `frontend/pages/` (Dash Pages); the shell here carries what every page
-shares: navigation, the 100 ms redraw tick, the live-status store and the "copy link" button. The
-clientside functions (one EventSource per tab, extendData appends) are in `assets/normlab.js`.
+Pages live one a file in `frontend/pages/` and are discovered (Dash Pages, `pages_folder`): each calls
+`dash.register_page` and defines `layout(**query)` and its callbacks at module level. The shell here
+carries what every page shares: the navigation (built from `dash.page_registry`), the 100 ms redraw
+tick, the live-status store and the "copy link" button. The clientside functions (one EventSource per
+tab, appends with Plotly.extendTraces) are in `assets/normlab.js`.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import dash
 from dash import ClientsideFunction, Input, Output, State, dcc, html
 
 from frontend import auth_box, ids
+from normlab.settings import Settings
 
 HERE = Path(__file__).parent
-PAGES = ["lab", "runs", "compare", "run", "invariance", "presets"]
-NAV = [("Lab", "/"), ("Runs", "/runs"), ("Compare", "/compare"), ("Presets", "/presets"),
-       ("Invariance", "/invariance")]
+
+
+def nav_links() -> list[dcc.Link]:
+    """One link per page in `dash.page_registry` that asks for one (`nav=False` pages, like a single
+    run's, are reached from other pages), in the pages' `order`."""
+    pages = sorted((p for p in dash.page_registry.values() if p.get("nav", True)), key=lambda p: p["order"])
+    return [dcc.Link(p["name"], href=p["path"], className="nav-link") for p in pages]
 
 
 def shell() -> html.Div:
@@ -30,8 +36,7 @@ def shell() -> html.Div:
         html.Header(className="topbar", children=[
             dcc.Link("normlab", href="/", className="brand"),
             html.Span("Layer Normalization, live", className="tagline"),
-            html.Nav(id=ids.NAV, className="nav", children=[
-                dcc.Link(label, href=href, className="nav-link") for label, href in NAV]),
+            html.Nav(id=ids.NAV, className="nav", children=nav_links()),
             html.Div(className="share", children=[
                 auth_box.auth_box(),
                 html.Button("Copy link", id=ids.COPY_LINK, className="btn small",
@@ -45,30 +50,57 @@ def shell() -> html.Div:
     ])
 
 
-def create_app(api_base: str = "") -> dash.Dash:
-    """The dashboard. `api_base` = where the HTTP API lives ("" = the same origin, as `normlab up`)."""
+def create_app(settings: Settings | None = None, *, api_base: str | None = None) -> dash.Dash:
+    """The dashboard, talking to the API at `settings.api_url` ("" = the same origin, as `normlab up`).
+
+    `api_base` overrides the settings (the callers that predate the settings argument pass it)."""
+    base = api_base if api_base is not None else (settings.api_url if settings is not None else "")
+    _drop_unclaimed_callbacks()
+    # name="frontend" (the package): Dash then imports the pages as `frontend.pages.<name>`, the
+    # modules' own names, and finds assets/ beside this file.
     app = dash.Dash(
-        __name__, use_pages=True, pages_folder="", assets_folder=str(HERE / "assets"),
-        suppress_callback_exceptions=True, title="normlab", update_title=None,
+        "frontend", use_pages=True, pages_folder="pages", assets_folder=str(HERE / "assets"),
+        suppress_callback_exceptions=True, title="normlab", update_title="",
     )
-    app.server.config["NORMLAB_API_BASE"] = api_base.rstrip("/")
-    for name in PAGES:  # importing a page registers it (once per process); its callbacks go on this app
-        importlib.import_module(f"frontend.pages.{name}").register(app)
+    _claim_page_callbacks(app)
+    app.server.config["NORMLAB_API_BASE"] = base.rstrip("/")
     app.layout = shell()
     _register_shell(app)
-    auth_box.register(app)  # the token box of a shared lab server (hardening helper's module)
-
-    @app.callback(*[Output(i, "style") for i in (auth_box.TOKEN_INPUT, auth_box.TOKEN_SAVE,
-                                                  auth_box.TOKEN_FORGET, auth_box.WHOAMI)],
-                  Input(auth_box.WHOAMI, "children"))
-    def _auth_visible(text):
-        # On a server without tokens (the default) the box would only be clutter.
-        hidden = {"display": "none"}
-        return (hidden,) * 4 if text == auth_box.describe({"auth": "off"}) or not text else ({},) * 4
+    auth_box.register(app)  # the token box of a shared lab server
     return app
 
 
+# Dash keeps what `dash.callback` registers in module globals until the first request of whichever app
+# comes first. Dash imports the pages afresh for every app (so a second app in one process, as in the
+# tests, registers them again): each app takes its pages' callbacks right when they were registered,
+# and nothing is left over for another app to pick up twice.
+def _drop_unclaimed_callbacks() -> None:
+    from dash import _callback
+
+    _callback.GLOBAL_CALLBACK_LIST.clear()
+    _callback.GLOBAL_CALLBACK_MAP.clear()
+    _callback.GLOBAL_INLINE_SCRIPTS.clear()
+
+
+def _claim_page_callbacks(app: dash.Dash) -> None:
+    from dash import _callback
+
+    app.callback_map.update(_callback.GLOBAL_CALLBACK_MAP)
+    app._callback_list.extend(_callback.GLOBAL_CALLBACK_LIST)
+    app._inline_scripts.extend(_callback.GLOBAL_INLINE_SCRIPTS)
+    _drop_unclaimed_callbacks()
+
+
+def auth_visible(text: str | None) -> tuple[dict, ...]:
+    """The token box's parts hidden on a server without tokens (the default): there it is clutter."""
+    hidden = {"display": "none"}
+    return (hidden,) * 4 if text == auth_box.describe({"auth": "off"}) or not text else ({},) * 4
+
+
 def _register_shell(app: dash.Dash) -> None:
+    app.callback(*[Output(i, "style") for i in (auth_box.TOKEN_INPUT, auth_box.TOKEN_SAVE,
+                                                 auth_box.TOKEN_FORGET, auth_box.WHOAMI)],
+                 Input(auth_box.WHOAMI, "children"))(auth_visible)
     app.clientside_callback(ClientsideFunction("normlab", "watch"),
                             Output(ids.WATCH_SINK, "children"),
                             Output(ids.TICK, "disabled", allow_duplicate=True), Input(ids.WATCH, "data"),

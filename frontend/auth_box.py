@@ -8,8 +8,9 @@ With NORMLAB_AUTH=off the box says so and nothing asks for a token.
 
 from __future__ import annotations
 
+import flask
 import httpx
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 TOKEN_STORE = "auth-token"  # dcc.Store (localStorage): the token, or None
 # The browser also keeps a copy as a same-site cookie: the dashboard's server renders pages (and
@@ -72,41 +73,45 @@ def whoami(api_base: str, token: str | None,
     return r.json(), None
 
 
-def register(app) -> None:
-    base = app.server.config.get("NORMLAB_API_BASE", "")
+def save(_save, _submit, _forget, value):
+    """The token to keep (None when forgotten); the input is cleared so the token stays out of sight."""
+    if ctx.triggered_id == TOKEN_FORGET:
+        return None, ""
+    return ((value or "").strip() or None), ""
 
-    @app.callback(Output(TOKEN_STORE, "data"), Output(TOKEN_INPUT, "value"),
-                  Input(TOKEN_SAVE, "n_clicks"), Input(TOKEN_INPUT, "n_submit"),
-                  Input(TOKEN_FORGET, "n_clicks"), State(TOKEN_INPUT, "value"), prevent_initial_call=True)
-    def save(_save, _submit, _forget, value):
-        from dash import ctx
 
-        if ctx.triggered_id == TOKEN_FORGET:
-            return None, ""
-        return ((value or "").strip() or None), ""  # the input is cleared: the token stays out of sight
+def show(token):
+    """Who the stored token identifies, asked of the API this dashboard talks to."""
+    base = flask.current_app.config.get("NORMLAB_API_BASE", "") if flask.has_app_context() else ""
+    me, error = whoami(base, token)
+    return describe(me, error) if (me or error) else no_update
 
-    # Keep the cookie copy equal to the stored token; when it changes (a token pasted or forgotten),
-    # reload so every panel is fetched again as the new user.
-    app.clientside_callback(
-        f"""function (token) {{
-            var name = "{TOKEN_COOKIE}";
-            var had = document.cookie.split("; ")
-                .find(function (c) {{ return c.indexOf(name + "=") === 0; }}) || "";
-            had = had.slice(name.length + 1);
-            var now = token ? encodeURIComponent(token) : "";
-            if (had === now) {{ return window.dash_clientside.no_update; }}
-            document.cookie = name + "=" + now + "; path=/; SameSite=Strict" + (now ? "" : "; max-age=0");
-            // once per value: a browser that refuses cookies must not reload forever
-            if (window.sessionStorage.getItem("normlab-token-reloaded") === now) {{
-                return window.dash_clientside.no_update;
-            }}
-            window.sessionStorage.setItem("normlab-token-reloaded", now);
-            window.location.reload();
-            return window.dash_clientside.no_update;
-        }}""",
-        Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data"))
 
-    @app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))
-    def show(token):
-        me, error = whoami(base, token)
-        return describe(me, error) if (me or error) else no_update
+# Keep the cookie copy equal to the stored token; when it changes (a token pasted or forgotten), reload
+# so every panel is fetched again as the new user.
+SYNC_COOKIE_JS = f"""function (token) {{
+    var name = "{TOKEN_COOKIE}";
+    var had = document.cookie.split("; ")
+        .find(function (c) {{ return c.indexOf(name + "=") === 0; }}) || "";
+    had = had.slice(name.length + 1);
+    var now = token ? encodeURIComponent(token) : "";
+    if (had === now) {{ return window.dash_clientside.no_update; }}
+    document.cookie = name + "=" + now + "; path=/; SameSite=Strict" + (now ? "" : "; max-age=0");
+    // once per value: a browser that refuses cookies must not reload forever
+    if (window.sessionStorage.getItem("normlab-token-reloaded") === now) {{
+        return window.dash_clientside.no_update;
+    }}
+    window.sessionStorage.setItem("normlab-token-reloaded", now);
+    window.location.reload();
+    return window.dash_clientside.no_update;
+}}"""
+
+
+def register(app: Dash) -> None:
+    """Put the box's callbacks on `app` (the shell is app-wide, not a page: registered per app)."""
+    app.callback(Output(TOKEN_STORE, "data"), Output(TOKEN_INPUT, "value"),
+                 Input(TOKEN_SAVE, "n_clicks"), Input(TOKEN_INPUT, "n_submit"),
+                 Input(TOKEN_FORGET, "n_clicks"), State(TOKEN_INPUT, "value"),
+                 prevent_initial_call=True)(save)
+    app.clientside_callback(SYNC_COOKIE_JS, Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data"))
+    app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))(show)

@@ -21,6 +21,8 @@ import time
 
 import httpx
 
+from normlab.events import RunStatus
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
@@ -72,7 +74,7 @@ def _start(url: str, n: int, steps: int) -> list[str]:
 def _wait_done(url: str, ids: list[str], timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if all(httpx.get(f"{url}/api/runs/{r}").json()["status"] == "completed" for r in ids):
+        if all(httpx.get(f"{url}/api/runs/{r}").json()["status"] == RunStatus.COMPLETED for r in ids):
             return
         time.sleep(0.5)
 

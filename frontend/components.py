@@ -2,32 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import dcc, html
 
-from frontend import figures, ids, logic
+from frontend import figures, ids, status
 
-GRAPH_CONFIG = {  # the mode bar exports PNG and SVG; no Plotly logo
+# Any: dcc.Graph's `config` type is a TypedDict these plain dicts (shared, extended below) do not name
+GRAPH_CONFIG: Any = {  # the mode bar exports PNG and SVG; no Plotly logo
     "displaylogo": False, "responsive": True,
     "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "normlab"},
     "modeBarButtonsToAdd": ["toImage"],
 }
-SVG_CONFIG = {**GRAPH_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": "normlab"}}
+SVG_CONFIG: Any = {**GRAPH_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": "normlab"}}
 
 
-def badge(status: str) -> html.Span:
-    return html.Span(status, className=logic.STATUS_CLASSES.get(status, "badge"), title=f"status: {status}")
+def badge(run_status: str) -> html.Span:
+    return html.Span(run_status, className="badge", style=status.badge_style(run_status),
+                     title=f"status: {run_status}")
 
 
 def page_stores(watch: dict | None = None, url_state: dict | None = None) -> list:
     """The stores each page carries: what the tab's stream follows, and the state mirrored into the URL."""
-    return [dcc.Store(id=ids.WATCH, data=watch or {"cursor": {}}),
+    return [dcc.Store(id=ids.WATCH, data={**(watch or {"cursor": {}}), "terminal": status.TERMINAL}),
             dcc.Store(id=ids.URL_STATE, data=url_state)]
 
 
 def svg_button(graph_id: str) -> html.Button:
     """Plotly's mode bar saves PNG; this saves the same figure as SVG (assets/normlab.js)."""
+    data_attrs: dict[str, Any] = {"data-graph": graph_id}  # read by assets/normlab.js
     return html.Button("Download SVG", className="btn small svg-download controls",
-                       **{"data-graph": graph_id}, title="Save this figure as an SVG file")
+                       title="Save this figure as an SVG file", **data_attrs)
 
 
 def curves_graph(figure: dict, trace_map: dict) -> list:

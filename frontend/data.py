@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import flask
 
-from frontend import figures, logic
+from frontend import figures, logic, status
 from frontend.api_client import ApiClient, ApiError, api_for
 from frontend.auth_box import TOKEN_COOKIE
 
@@ -78,4 +78,4 @@ def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str =
     fig.setdefault("layout", {})["meta"] = {"normlab_map": trace_map["id"]}
     cursor = {r["id"]: 0 for r in runs} if from_start else logic.cursor_of(runs)
     return {"figure": fig, "map": trace_map, "runs": runs, "missing": missing,
-            "watch": {"cursor": cursor, "api_base": api_base()}}
+            "watch": {"cursor": cursor, "api_base": api_base(), "terminal": status.TERMINAL}}

@@ -1,8 +1,10 @@
 """A stand-in normlab API with synthetic runs (no torch, no workers): for front-end development, the
 front-end benchmark and browser tests that must not depend on training speed.
 
-It answers the same routes and shapes as `backend/` (normlab/api_models.py; SSE with `event:` = kind,
-multiplexed cursor ids) and mounts the dashboard at "/". Runs are curves drawn from a formula, emitted at
+It answers the same routes with the same response models as `backend/` (normlab/api_models.py,
+normlab/table1.py; SSE with `event:` = kind, multiplexed cursor ids), which
+tests/frontend/test_devapi_contract.py checks against the real API's OpenAPI document, and mounts the
+dashboard at "/". Runs are curves drawn from a formula, emitted at
 `rate` scalars events per second, with hidden/fisher snapshots when probes are on. Not the product API.
 """
 
@@ -20,11 +22,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from normlab.api_models import SweepCreate
-from normlab.catalog import build_catalog
-from normlab.events import TERMINAL_STATUSES
+from normlab.api_models import (
+    MetricsPublic,
+    RunCreated,
+    RunList,
+    RunPublic,
+    SweepCreate,
+    SweepCreated,
+    build_catalog,
+)
+from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from normlab.presets import PRESETS
 from normlab.spec import RunSpec, combination_problems
+from normlab.table1 import Table1
 
 
 def _fields(exc: ValidationError, body: dict) -> dict[str, str]:
@@ -60,8 +70,8 @@ class DevAPI:
     # ---- synthetic training ------------------------------------------------------------------
     def create(self, spec: RunSpec, group: str | None = None) -> str:
         rid = uuid.uuid4().hex[:16]
-        self.runs[rid] = {"id": rid, "spec": spec.resolved().model_dump(), "status": "queued", "owner": None,
-                          "group_id": group, "created_at": datetime.now(UTC).isoformat(),
+        self.runs[rid] = {"id": rid, "spec": spec.resolved().model_dump(), "status": RunStatus.QUEUED,
+                          "owner": None, "group_id": group, "created_at": datetime.now(UTC).isoformat(),
                           "started_at": None, "finished_at": None, "worker_host": "devapi",
                           "device": "synthetic", "kernel_backend": "none", "error": None, "summary": {},
                           "last_seq": 0, "queue_position": None}
@@ -83,15 +93,15 @@ class DevAPI:
         rng = random.Random(spec["seed"] * 7919 + len(self.runs))
         steps, log_every = spec["steps"], max(1, spec["steps"] // 1000)
         speed = {"layer": 1.0, "batch": 0.8, "rms": 0.95, "weight": 0.7, "none": 0.5}.get(spec["norm"], 0.6)
-        run["status"], run["started_at"] = "running", datetime.now(UTC).isoformat()
-        self._emit(rid, "status", 0, {"status": "running"})
+        run["status"], run["started_at"] = RunStatus.RUNNING, datetime.now(UTC).isoformat()
+        self._emit(rid, "status", 0, {"status": RunStatus.RUNNING})
         t0 = time.time()
         probes = spec["probes"]["enabled"]
         T = spec.get("seq_len") or 12
         for step in range(log_every, steps + 1, log_every):
             await asyncio.sleep(1.0 / self.rate)
-            if run["status"] == "cancelled":
-                self._emit(rid, "status", step, {"status": "cancelled", "message": "cancelled"})
+            if run["status"] == RunStatus.CANCELLED:
+                self._emit(rid, "status", step, {"status": RunStatus.CANCELLED, "message": "cancelled"})
                 return
             loss = 2.3 * math.exp(-speed * step / (0.3 * steps)) + 0.05 + 0.03 * rng.random()
             evaluate = step % spec["eval_every"] < log_every or step + log_every > steps
@@ -117,8 +127,9 @@ class DevAPI:
                                 "effective_lr": spec["lr"] / wn ** 2, "angular_update": 0.01}],
                     "cost_steps": 0.5, "empirical": None})
         run["summary"] = {"metrics": {"val_loss": loss * 1.1, "accuracy": 1 - loss / 2.5}}
-        run["status"], run["finished_at"] = "completed", datetime.now(UTC).isoformat()
-        self._emit(rid, "status", steps, {"status": "completed", "metrics": run["summary"]["metrics"]})
+        run["status"], run["finished_at"] = RunStatus.COMPLETED, datetime.now(UTC).isoformat()
+        self._emit(rid, "status", steps,
+                   {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]})
 
     # ---- routes ------------------------------------------------------------------------------
     def _build(self, with_frontend: bool) -> FastAPI:
@@ -143,22 +154,22 @@ class DevAPI:
         def presets():
             return [p.public() for p in PRESETS.values()]
 
-        @app.get("/api/invariance")
+        @app.get("/api/invariance", response_model=Table1)
         def invariance():
             if self.invariance is None:
                 return JSONResponse({"detail": "Table 1 has not been computed yet.", "fields": {}}, 503)
             return self.invariance
 
-        @app.post("/api/runs", status_code=201)
+        @app.post("/api/runs", status_code=201, response_model=RunCreated)
         async def create(request: Request):
             body = await request.json()
             try:
                 spec = RunSpec.model_validate(body)
             except ValidationError as exc:
                 return _invalid(exc, body)
-            return {"id": self.create(spec), "status": "queued"}
+            return {"id": self.create(spec), "status": RunStatus.QUEUED}
 
-        @app.post("/api/sweeps", status_code=201)
+        @app.post("/api/sweeps", status_code=201, response_model=SweepCreated)
         async def sweep(request: Request):
             body = await request.json()
             try:
@@ -172,7 +183,7 @@ class DevAPI:
             group = uuid.uuid4().hex[:12]
             return {"group_id": group, "run_ids": [self.create(s, group) for s in specs]}
 
-        @app.get("/api/runs")
+        @app.get("/api/runs", response_model=RunList)
         def runs(task: str | None = None, norm: str | None = None, status: str | None = None,
                  group: str | None = None, owner: str | None = None, offset: int = 0, limit: int = 50):
             items = [r for r in reversed(self.runs.values())
@@ -182,12 +193,13 @@ class DevAPI:
             return {"items": items[offset:offset + limit], "total": len(items), "offset": offset,
                     "limit": limit}
 
-        @app.get("/api/runs/{rid}")
-        def run(rid: str):
-            return self.runs.get(rid) or missing(rid)
+        @app.get("/api/runs/{run_id}", response_model=RunPublic)
+        def run(run_id: str):
+            return self.runs.get(run_id) or missing(run_id)
 
-        @app.get("/api/runs/{rid}/metrics")
-        def metrics(rid: str, names: str | None = None, max_points: int = 1000):
+        @app.get("/api/runs/{run_id}/metrics", response_model=MetricsPublic)
+        def metrics(run_id: str, names: str | None = None, max_points: int = 1000):
+            rid = run_id
             if rid not in self.runs:
                 return missing(rid)
             wanted = names.split(",") if names else None
@@ -205,23 +217,25 @@ class DevAPI:
             return {"run_id": rid, "series": series, "downsampled": False,
                     "total_points": sum(len(s["step"]) for s in series.values())}
 
-        @app.post("/api/runs/{rid}/cancel")
-        def cancel(rid: str):
+        @app.post("/api/runs/{run_id}/cancel", response_model=RunPublic)
+        def cancel(run_id: str):
+            rid = run_id
             if rid not in self.runs:
                 return missing(rid)
-            if self.runs[rid]["status"] in ("queued", "running"):
-                self.runs[rid]["status"] = "cancelled"
+            if self.runs[rid]["status"] in ACTIVE_STATUSES:
+                self.runs[rid]["status"] = RunStatus.CANCELLED
             return self.runs[rid]
 
-        @app.delete("/api/runs/{rid}", status_code=204)
-        def delete(rid: str):
+        @app.delete("/api/runs/{run_id}", status_code=204)
+        def delete(run_id: str):
+            rid = run_id
             self.runs.pop(rid, None)
             self.events.pop(rid, None)
             return Response(status_code=204)
 
-        @app.get("/api/runs/{rid}/export")
-        def export(rid: str, format: str = "json"):
-            return self.events.get(rid, [])
+        @app.get("/api/runs/{run_id}/export")
+        def export(run_id: str, format: str = "json"):
+            return self.events.get(run_id, [])
 
         @app.get("/api/events")
         async def events(request: Request, runs: str, after: str | None = None):
@@ -243,7 +257,7 @@ class DevAPI:
 
             from frontend.app import create_app
 
-            app.mount("/", WSGIMiddleware(create_app("").server))
+            app.mount("/", WSGIMiddleware(create_app(api_base="").server))
         return app
 
     async def _stream(self, cursor: dict[str, int]):

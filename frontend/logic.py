@@ -1,5 +1,5 @@
 """Callback logic as pure functions: form → RunSpec JSON, API errors → field messages, URL ↔ page state,
-run lists → table rows, Table 1 (paper) beside Table 1 (computed). No Dash, no HTTP: unit-tested.
+run lists → table rows. No Dash, no HTTP: unit-tested.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES
+from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
+from normlab.spec import RunSpec
 
 # The Lab form, in display order: (field, label, widget kind). Sequence-only fields last.
 FORM_FIELDS = [
@@ -30,26 +31,14 @@ FORM_FIELDS = [
     ("probes", "Probes", "flag"),
 ]
 SEQUENCE_ONLY = {"cell", "seq_len", "eval_seq_len", "ln_placement"}
-STATUS_CLASSES = {
-    "queued": "badge queued", "running": "badge running", "completed": "badge completed",
-    "failed": "badge failed", "cancelled": "badge cancelled", "diverged": "badge diverged",
-    "lost": "badge lost",
-}
 
 
 def field_defaults(task: str) -> dict[str, Any]:
-    """The values the form shows for a task: its defaults, as `RunSpec.resolved()` would fill them."""
-    info = TASKS[task]
-    out: dict[str, Any] = {
-        "batch_size": info.batch_size, "steps": info.steps, "lr": info.lr, "optimizer": "adam", "seed": 0,
-        "hidden_size": info.hidden_size, "layers": info.layers, "gain_init": 1.0, "eval_every": 50,
-        "probes": [],
-    }
-    if info.kind == "sequence":
-        out.update(cell=info.cells[0] if info.cells else "lstm", seq_len=info.seq_len,
-                   eval_seq_len=info.seq_len, ln_placement="full")
-    else:
-        out.update(cell=None, seq_len=None, eval_seq_len=None, ln_placement="full")
+    """The values the form shows for a task: `RunSpec.resolved()`'s, the probes box as its checklist value."""
+    spec = RunSpec.model_validate({"task": task}).resolved()
+    values = spec.model_dump()
+    out: dict[str, Any] = {name: values[name] for name, _, kind in FORM_FIELDS if kind != "flag"}
+    out["probes"] = ["on"] if spec.probes.enabled else []
     return out
 
 
@@ -212,129 +201,4 @@ def runs_query(filters: dict[str, Any], limit: int = 200) -> dict[str, Any]:
 
 
 def can_cancel(status: str) -> bool:
-    return status in ("queued", "running")
-
-
-# ---- Table 1 -----------------------------------------------------------------------------------
-
-METHODS = ["batch", "weight", "layer"]
-METHOD_NAMES = {"batch": "Batch norm", "weight": "Weight norm", "layer": "Layer norm"}
-TRANSFORMS = ["w_matrix_scale", "w_matrix_shift", "w_vector_scale", "data_scale", "data_shift",
-              "case_scale"]
-TRANSFORM_NAMES = {
-    "w_matrix_scale": "Weight matrix re-scaling", "w_matrix_shift": "Weight matrix re-centering",
-    "w_vector_scale": "Weight vector re-scaling", "data_scale": "Dataset re-scaling",
-    "data_shift": "Dataset re-centering", "case_scale": "Single training case re-scaling",
-}
-# Table 1 exactly as the paper prints it (True = "Invariant", False = "No"). Text, not a result.
-PAPER_TABLE = {
-    "batch": [True, False, True, True, True, False],
-    "weight": [True, False, True, False, False, False],
-    "layer": [True, True, False, True, False, True],
-}
-PROSE_NOTE = ("§5.1's prose says \"all the normalization methods are invariant to re-scaling the "
-              "dataset\", but Table 1 prints \"No\" for weight normalization. The computed cell decides.")
-
-
-def method_key(name: str) -> str | None:
-    n = re.sub(r"[^a-z]", "", str(name).lower())
-    for m in METHODS:
-        if n.startswith(m):
-            return m
-    return None
-
-
-def transform_key(name: str) -> str | None:
-    n = re.sub(r"[^a-z]", "", str(name).lower())
-    scale = "scal" in n
-    shift = "cent" in n or "shift" in n
-    if "matrix" in n:
-        return "w_matrix_scale" if scale else "w_matrix_shift" if shift else None
-    if "vector" in n or "row" in n or "neuron" in n:
-        return "w_vector_scale" if scale else None
-    if "case" in n or "single" in n or "example" in n:
-        return "case_scale" if scale else None
-    if "data" in n or "input" in n:
-        return "data_scale" if scale else "data_shift" if shift else None
-    return None
-
-
-def _cells(computed: Any) -> list[dict]:
-    """Flatten the engine's Table 1 JSON, whatever its nesting, into cell dicts."""
-    if isinstance(computed, list):
-        return [c for c in computed if isinstance(c, dict)]
-    if not isinstance(computed, dict):
-        return []
-    if isinstance(computed.get("methods"), dict):  # the engine's: {methods: {m: {t: bool}}, max_abs_diff}
-        diffs = computed.get("max_abs_diff") or {}
-        return [{"method": m, "transform": t, "invariant": v, "max_abs_diff": (diffs.get(m) or {}).get(t)}
-                for m, row in computed["methods"].items() for t, v in (row or {}).items()]
-    for key in ("cells", "results", "table", "rows"):
-        if key in computed:
-            inner = computed[key]
-            if isinstance(inner, dict):  # {method: {transform: cell}}
-                out = []
-                for m, row in inner.items():
-                    for t, cell in (row or {}).items():
-                        cell = cell if isinstance(cell, dict) else {"invariant": cell}
-                        out.append({"method": m, "transform": t, **cell})
-                return out
-            return _cells(inner)
-    return []
-
-
-def _invariant(cell: dict) -> bool | None:
-    for key in ("invariant", "computed", "value", "result"):
-        v = cell.get(key)
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, str):
-            return v.lower().startswith("inv") or v.lower() in ("yes", "true")
-    return None
-
-
-def _difference(cell: dict) -> float | None:
-    for key in ("max_abs_diff", "max_diff", "difference", "diff", "max_abs_change", "max_relative_diff",
-                "rel_diff", "delta"):
-        v = cell.get(key)
-        if isinstance(v, int | float):
-            return float(v)
-    return None
-
-
-def extra_invariance_rows(computed: Any) -> dict[str, list[dict]]:
-    """Methods beyond the paper's three (e.g. RMSNorm, none) that the engine also computed."""
-    out: dict[str, list[dict]] = {}
-    for cell in _cells(computed):
-        name = str(cell.get("method") or "")
-        t = transform_key(cell.get("transform") or "")
-        if method_key(name) is None and t:
-            out.setdefault(name, []).append({"transform": t, "computed": _invariant(cell),
-                                             "difference": _difference(cell)})
-    for rows in out.values():
-        rows.sort(key=lambda r: TRANSFORMS.index(r["transform"]))
-    return out
-
-
-def invariance_table(computed: Any) -> list[dict]:
-    """18 rows, one per (method, transform): the paper's answer, the computed one, the measured output
-    difference, whether they agree, and a note on the one cell where prose and table disagree."""
-    found: dict[tuple[str, str], dict] = {}
-    for cell in _cells(computed):
-        m = method_key(cell.get("method") or cell.get("norm") or cell.get("normalizer") or "")
-        t = transform_key(cell.get("transform") or cell.get("transformation") or cell.get("name") or "")
-        if m and t:
-            found[(m, t)] = cell
-    rows = []
-    for m in METHODS:
-        for j, t in enumerate(TRANSFORMS):
-            cell = found.get((m, t), {})
-            comp = _invariant(cell) if cell else None
-            paper = PAPER_TABLE[m][j]
-            note = cell.get("note") or cell.get("explanation") or ""
-            if (m, t) == ("weight", "data_scale"):
-                note = (note + " " if note else "") + PROSE_NOTE
-            rows.append({"method": m, "transform": t, "paper": paper, "computed": comp,
-                         "difference": _difference(cell), "agrees": None if comp is None else comp == paper,
-                         "note": note})
-    return rows
+    return status in ACTIVE_STATUSES

@@ -6,10 +6,12 @@ Create shapes are what a client sends (a `RunSpec`, a `SweepCreate`); Public sha
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from normlab.catalog import CELLS, NORMS, TASKS, task_availability
 from normlab.events import RunStatus
 from normlab.spec import NormName, RunSpec, refuse_bool, refuse_unknown_fields
 
@@ -96,3 +98,17 @@ class ErrorDetail(BaseModel):
 
     detail: str
     fields: dict[str, str] = Field(default_factory=dict)
+
+
+def build_catalog(data_dir: Path | str | None = None) -> dict:
+    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges."""
+    tasks = []
+    for name, task in TASKS.items():
+        avail = task_availability(name, data_dir)
+        tasks.append({**task.public(), "available": avail.available, "unavailable_reason": avail.reason})
+    return {
+        "tasks": tasks,
+        "norms": NORMS,
+        "cells": CELLS,
+        "fields": RunSpec.field_ranges(),
+    }

@@ -5,7 +5,7 @@ Torch-free: the API, the front end and the CLI read it without importing the eng
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -133,27 +133,3 @@ def task_availability(name: str, data_dir: Path | str | None) -> Availability:
         return Availability(False, f"MNIST IDX files not found: put {', '.join(missing)} (raw or .gz) in "
                                    f"{where}, or choose task 'digits' or 'mnist1d'.")
     return Availability(True)
-
-
-@dataclass
-class Catalog:
-    tasks: list[dict] = field(default_factory=list)
-    norms: dict[str, str] = field(default_factory=dict)
-    cells: dict[str, str] = field(default_factory=dict)
-    fields: dict = field(default_factory=dict)
-
-
-def build_catalog(data_dir: Path | str | None = None) -> dict:
-    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges."""
-    from normlab.spec import RunSpec  # local: spec imports this module
-
-    tasks = []
-    for name, task in TASKS.items():
-        avail = task_availability(name, data_dir)
-        tasks.append({**task.public(), "available": avail.available, "unavailable_reason": avail.reason})
-    return {
-        "tasks": tasks,
-        "norms": NORMS,
-        "cells": CELLS,
-        "fields": RunSpec.field_ranges(),
-    }

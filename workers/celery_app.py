@@ -1,76 +1,39 @@
-"""The Celery app, configured from `normlab.settings` (the same object the API reads).
+"""The worker's Celery app, built by `create_app(settings)` at worker start (never at import).
 
-Redis form: broker = settings.broker_url (e.g. redis://…). Embedded form (no broker_url): kombu's
-filesystem transport under <data_dir>/queue — works across processes with nothing installed, polled
-every 50 ms. Long GPU runs: one task at a time per worker process (concurrency 1, prefetch 1), acked
-when it starts (a killed worker's run is reported `lost` by the heartbeat reaper, never re-run), and
-a fresh child process per task so CUDA memory is released.
+`celery -A workers.celery_app worker` also works: the module attribute `app` is built on first access
+from the environment's settings. The configuration itself is shared with the API (normlab.queue).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from normlab.settings import Settings, get_settings
+from normlab.queue import make_celery
+from normlab.settings import Settings
 
-TRAIN_TASK = "normlab.train_run"
-
-
-def broker_options(settings: Settings) -> tuple[str, dict]:
-    """(broker URL, transport options) for the configured form."""
-    if settings.broker_url:
-        # Only matters if acks_late is ever turned on: never redeliver a run that is still training.
-        return settings.broker_url, {"visibility_timeout": settings.max_run_seconds + 600}
-    folder = settings.data_dir / "queue"
-    for sub in ("messages", "processed", "control"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    return "filesystem://", {
-        "data_folder_in": str(folder / "messages"),
-        "data_folder_out": str(folder / "messages"),
-        "processed_folder": str(folder / "processed"),
-        "control_folder": str(folder / "control"),
-        "store_processed": False,
-        "polling_interval": 0.05,
-    }
+TASK_MODULES = ["workers.tasks"]
+_app: Celery | None = None
 
 
-def make_celery(settings: Settings) -> Celery:
-    url, transport_options = broker_options(settings)
-    app = Celery("normlab", broker=url, include=["workers.tasks"])
-    app.conf.update(
-        broker_transport_options=transport_options,
-        broker_connection_retry_on_startup=True,
-        task_default_queue=settings.queue,
-        task_serializer="json",
-        accept_content=["json"],
-        task_ignore_result=True,  # outcomes live in the results store, not in Celery
-        result_backend=None,
-        task_acks_late=False,
-        worker_prefetch_multiplier=1,
-        worker_concurrency=1,
-        worker_max_tasks_per_child=1,
-        task_soft_time_limit=settings.max_run_seconds,
-        task_time_limit=settings.max_run_seconds + 120,
-        worker_send_task_events=False,
-        worker_enable_remote_control=bool(settings.broker_url),  # the filesystem form has no pidbox use
-        worker_hijack_root_logger=False,
-    )
+def create_app(settings: Settings) -> Celery:
+    """The worker's app for `settings`; its tasks read the same settings from `app.normlab_settings`."""
+    app = make_celery(settings, include=TASK_MODULES)
+    app.normlab_settings = settings  # type: ignore[attr-defined]
     return app
 
 
-_clients: dict[tuple, Celery] = {}
+def settings_of(app: Celery) -> Settings:
+    """The settings an app was created with (see create_app)."""
+    return app.normlab_settings  # type: ignore[attr-defined, no-any-return]
 
 
-def celery_for(settings: Settings) -> Celery:
-    """One Celery client per broker and queue (the API sends tasks by name and never imports them)."""
-    key = (settings.broker_url, str(settings.data_dir), settings.queue, settings.max_run_seconds)
-    if key not in _clients:
-        _clients[key] = make_celery(settings)
-    return _clients[key]
+def __getattr__(name: str) -> Celery:
+    """`app` for `celery -A workers.celery_app`: built once, on first access, from NORMLAB_*."""
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    if _app is None:
+        from normlab.settings import Settings
 
-
-def enqueue_run(settings: Settings, run_id: str) -> None:
-    celery_for(settings).send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
-
-
-app = make_celery(get_settings())  # for `celery -A workers.celery_app worker`
+        _app = create_app(Settings())
+    return _app

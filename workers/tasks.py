@@ -10,39 +10,34 @@ import socket
 import time
 import traceback
 
+from celery import shared_task
 from celery.signals import worker_init
 
-from backend.feed.redis_feed import RedisPublisher
-from backend.feed.writer import EventWriter, RunWatch, _finite
-from backend.store import get_store
-from normlab.events import RunResult
-from normlab.settings import Settings, get_settings
+from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus
+from normlab.feed.redis_feed import RedisPublisher
+from normlab.feed.writer import EventWriter, RunWatch, finite
+from normlab.queue import TRAIN_TASK
+from normlab.settings import Settings
 from normlab.spec import RunSpec
-from workers.celery_app import TRAIN_TASK, app
+from normlab.store import get_store
+from workers.celery_app import settings_of
+from workers.engine import train as train_fn  # in the worker's parent: each forked child trains at once
 
 log = logging.getLogger(__name__)
 
-try:  # imported in the worker's parent process, so each forked child starts training at once
-    from workers.engine import train as train_fn
-except ImportError as exc:  # pragma: no cover - only while the engine is missing or broken
-    _missing = str(exc)
-
-    def train_fn(*_a, **_k):
-        raise RuntimeError(f"the training engine is not available: {_missing}")
-
 
 @worker_init.connect
-def _prepare_store(**_kwargs) -> None:
+def _prepare_store(sender=None, **_kwargs) -> None:
     """In the worker's parent, before the pool forks: create the tables and load the database driver
     once, then drop the connections (children must not share them). Each fresh child (one per run)
     then claims its run in milliseconds instead of repeating this."""
-    store = get_store(get_settings())
+    store = get_store(settings_of(sender.app))
     store.dispose()
 
 
-@app.task(name=TRAIN_TASK, ignore_result=True)
-def train_run(run_id: str) -> str | None:
-    return run_training(run_id, get_settings())
+@shared_task(name=TRAIN_TASK, ignore_result=True, bind=True)
+def train_run(self, run_id: str) -> str | None:
+    return run_training(run_id, settings_of(self.app))
 
 
 def run_training(run_id: str, settings: Settings, train=None) -> str | None:
@@ -63,17 +58,17 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
                        settings=settings)
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
-        result = RunResult(status="failed", step=0, wall_time=time.time() - started, device="unknown",
+        result = RunResult(status=RunStatus.FAILED, step=0, wall_time=time.time() - started, device="unknown",
                            kernel_backend="unknown", error=f"{type(exc).__name__}: {exc}")
     finally:
         watch.stop()
-    if watch.should_stop() and result.status not in ("cancelled", "failed", "diverged", "completed"):
+    if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
     summary = {"metrics": result.metrics, "probes": result.probes, "step": result.step,
                "wall_time": result.wall_time}
     finish = {"status": result.status, "finished_at": time.time(), "device": result.device,
               "kernel_backend": result.kernel_backend, "error": result.error,
-              "summary": json.dumps(_finite(summary))}
+              "summary": json.dumps(finite(summary))}
     writer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
                           "step": result.step, "time": time.time()})
     if publisher is not None:

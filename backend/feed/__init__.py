@@ -1,1 +1,2 @@
-"""The live feed: the worker's `EventWriter` (store + Redis Stream) and the API's `FeedHub` (fan-out)."""
+"""The API's side of the live feed: `FeedHub` fans a run's events out to SSE clients (normlab.feed
+writes them)."""

@@ -15,10 +15,10 @@ from typing import Any
 
 import anyio
 
-from backend.feed.redis_feed import is_terminal_row, stream_key
-from backend.store import EventRow, Store, event_json
 from normlab.events import TERMINAL_STATUSES
+from normlab.feed.redis_feed import is_terminal_row, stream_key
 from normlab.settings import Settings
+from normlab.store import EventRow, Store, event_json
 
 log = logging.getLogger(__name__)
 WINDOW = 20_000  # events a channel keeps in memory (older ones come from the store)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import sys
 
 from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep
-from normlab.catalog import build_catalog
+from normlab.api_models import build_catalog
+from normlab.table1 import Table1
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 INVARIANCE_KEY = "invariance"
@@ -37,7 +37,7 @@ def presets() -> list[dict]:
 
 
 @router.get("/invariance")
-async def invariance(store: StoreDep) -> dict:
+async def invariance(store: StoreDep) -> Table1:
     """Table 1 checked numerically by the engine. The API never imports torch: the first request runs
     `normlab invariance --json` in a subprocess and the result is cached in the store."""
     cached = store.cache_get(INVARIANCE_KEY)
@@ -47,7 +47,7 @@ async def invariance(store: StoreDep) -> dict:
             if cached is None:
                 cached = await _compute_invariance()
                 store.cache_set(INVARIANCE_KEY, cached)
-    return json.loads(cached)
+    return Table1.model_validate_json(cached)
 
 
 async def _compute_invariance() -> str:
@@ -63,5 +63,5 @@ async def _compute_invariance() -> str:
         raise HTTPException(503, "The invariance table could not be computed here: "
                                  + err.decode(errors="replace").strip()[-400:])
     text = out.decode()
-    json.loads(text)  # must be JSON before it is cached
+    Table1.model_validate_json(text)  # must be Table 1 before it is cached
     return text

@@ -12,10 +12,10 @@ from backend.auth import require_owner
 from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
-from backend.store.rollup import SCALAR_NAMES
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
 from normlab.events import RunStatus
 from normlab.spec import NormName, RunSpec, TaskName
+from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never sent to the database
@@ -26,7 +26,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"m
 def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: UserDep) -> RunCreated:
     """Queue one run. Invalid specs get 422 with the spec's messages per field."""
     [run_id] = create_and_enqueue(store, settings, [spec], user)
-    return RunCreated(id=run_id, status="queued")
+    return RunCreated(id=run_id, status=RunStatus.QUEUED)
 
 
 @router.get("", response_model=RunList)
@@ -91,7 +91,7 @@ async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserD
     """Delete a run and its history. A running run must be cancelled first (409)."""
     run = get_run_or_404(store, run_id)
     require_owner(request, run, "delete")
-    if run["status"] == "running":
+    if run["status"] == RunStatus.RUNNING:
         raise HTTPException(409, "This run is still training; cancel it first "
                                  f"(POST /api/runs/{run_id}/cancel), then delete it.")
     await anyio.to_thread.run_sync(store.delete_run, run["id"])

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
-from backend.store import new_run_id
 from normlab.api_models import ErrorDetail, SweepCreate, SweepCreated
 from normlab.spec import RunSpec
+from normlab.store import new_run_id
 
 router = APIRouter(prefix="/api", tags=["runs"])
 MAX_SWEEP_RUNS = 64

@@ -6,7 +6,7 @@
 (function () {
   "use strict";
   var KINDS = ["scalars", "hidden", "fisher", "status", "log", "message"];
-  var TERMINAL = {completed: 1, failed: 1, cancelled: 1, diverged: 1, lost: 1};
+  var TERMINAL = {};  // statuses that end a run: from the watch store (frontend/status.py), not typed here
   var MAX_QUEUE = 100000;
 
   var S = window.normlabStream = {
@@ -75,6 +75,7 @@
   S.watch = function (watch) {
     var cursor = (watch && watch.cursor) || {};
     S.apiBase = (watch && watch.api_base) || "";
+    ((watch && watch.terminal) || []).forEach(function (s) { TERMINAL[s] = 1; });
     S.runs = Object.keys(cursor);
     S.cursor = {}; S.status = {}; S.scalars = []; S.probes = {};
     S.runs.forEach(function (r) { S.cursor[r] = cursor[r] || 0; });

@@ -1,2 +1,3 @@
-"""One Dash page a file; each module registers its page on import and has `register(app)` for its
-callbacks."""
+"""One Dash page a file, discovered by `create_app` (Dash Pages `pages_folder`): each module calls
+`dash.register_page`, defines `layout(**query)` and its callbacks at module level (`dash.callback`).
+Dash imports them itself, once per app; importing one by hand needs an app to exist first."""

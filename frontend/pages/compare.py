@@ -4,7 +4,7 @@ The URL carries it all (runs, smooth, color, x, panels), so a link reproduces th
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, callback, dcc, html
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
@@ -81,35 +81,34 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
     ])
 
 
-def register(app: dash.Dash) -> None:
-    @app.callback(
-        Output(ids.CURVES, "figure", allow_duplicate=True),
-        Output(ids.CURVES_MAP, "data", allow_duplicate=True),
-        Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.URL_STATE, "data", allow_duplicate=True),
-        Output("cmp-runs-data", "data"), Output(ids.CMP_MESSAGE, "children"),
-        Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"), Input(ids.CMP_COLOR, "value"),
-        Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
-        State(ids.PRESENT, "data"),  # State: its update on page load must not rebuild the figure twice
-        prevent_initial_call=True)
-    def _update(runs, smooth, color, x, panels, present):
-        state = logic.compare_state({"runs": runs or [], "smooth": smooth, "color": color, "x": x,
-                                     "panels": panels})
-        try:
-            bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
-                                        x_mode=state["x"], panels=state["panels"], present=bool(present))
-        except ApiError as exc:
-            return (dash.no_update,) * 5 + (exc.detail,)  # type: ignore[return-value]
-        missing = bundle["missing"]
-        return (bundle["figure"], bundle["map"], bundle["watch"], state,
-                {"runs": bundle["runs"], "color": state["color"]},
-                f"Not found (deleted?): {', '.join(missing)}" if missing else "")
+@callback(
+    Output(ids.CURVES, "figure", allow_duplicate=True),
+    Output(ids.CURVES_MAP, "data", allow_duplicate=True),
+    Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Output("cmp-runs-data", "data"), Output(ids.CMP_MESSAGE, "children"),
+    Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"), Input(ids.CMP_COLOR, "value"),
+    Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
+    State(ids.PRESENT, "data"),  # State: its update on page load must not rebuild the figure twice
+    prevent_initial_call=True)
+def on_view_change(runs, smooth, color, x, panels, present):
+    state = logic.compare_state({"runs": runs or [], "smooth": smooth, "color": color, "x": x,
+                                 "panels": panels})
+    try:
+        bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
+                                    x_mode=state["x"], panels=state["panels"], present=bool(present))
+    except ApiError as exc:
+        return (dash.no_update,) * 5 + (exc.detail,)
+    missing = bundle["missing"]
+    return (bundle["figure"], bundle["map"], bundle["watch"], state,
+            {"runs": bundle["runs"], "color": state["color"]},
+            f"Not found (deleted?): {', '.join(missing)}" if missing else "")
 
 
-    @app.callback(Output("cmp-legend", "children"), Input("cmp-runs-data", "data"),
-                  Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
-    def _legend(runs_data, live):
-        runs_data = runs_data or {}
-        return components.run_chips(runs_data.get("runs", []), runs_data.get("color", "norm"), live)
+@callback(Output("cmp-legend", "children"), Input("cmp-runs-data", "data"),
+          Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
+def on_legend(runs_data, live):
+    runs_data = runs_data or {}
+    return components.run_chips(runs_data.get("runs", []), runs_data.get("color", "norm"), live)
 
 
-dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", layout=layout)
+dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", order=2)

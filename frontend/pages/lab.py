@@ -4,7 +4,8 @@ mode (normalizers × batch sizes × seeds), and the live view of the runs starte
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash.development.base_component import Component
 
 from frontend import components, data, ids, logic
 from frontend.api_client import ApiError
@@ -18,6 +19,7 @@ MAX_LIVE = 24
 
 def _field(name: str, label: str, kind: str, value) -> html.Div:
     fid = {"type": ids.LAB_FIELD, "field": name}
+    widget: Component
     if kind == "choice":
         widget = dcc.Dropdown(id=fid, options=CHOICES[name], value=value, clearable=name == "cell")
     elif kind == "flag":
@@ -39,7 +41,7 @@ def layout(runs: str | None = None, task: str | None = None, present: str | None
     except ApiError as exc:
         return html.Div([components.error_box(exc.detail), *components.page_stores()])
     tasks = catalog["tasks"]
-    task = task if task in {t["name"] for t in tasks} else "digits"
+    task = task if task is not None and task in {t["name"] for t in tasks} else "digits"
     defaults = logic.field_defaults(task)
     run_ids = logic.split_list(runs)[-MAX_LIVE:]
     bundle = data.curves_bundle(run_ids, present=present_on)
@@ -104,59 +106,61 @@ def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
     return norms, keep, norms, values, styles, info["description"]
 
 
-def register(app: dash.Dash) -> None:
-    @app.callback(
-        Output(ids.LAB_NORM, "options"), Output(ids.LAB_NORM, "value"),
-        Output(ids.LAB_SWEEP_NORMS, "options"),
-        Output({"type": ids.LAB_FIELD, "field": ALL}, "value"),
-        Output({"type": "lab-box", "field": ALL}, "style"), Output(ids.LAB_TASK_HELP, "children"),
-        Input(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"))
-    def _task(task, norm):
-        tasks = {t["name"]: t for t in data.api().catalog()["tasks"]}
-        return task_changed(task, tasks, norm)
+@callback(
+    Output(ids.LAB_NORM, "options"), Output(ids.LAB_NORM, "value"),
+    Output(ids.LAB_SWEEP_NORMS, "options"),
+    Output({"type": ids.LAB_FIELD, "field": ALL}, "value"),
+    Output({"type": "lab-box", "field": ALL}, "style"), Output(ids.LAB_TASK_HELP, "children"),
+    Input(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"))
+def on_task(task, norm):
+    tasks = {t["name"]: t for t in data.api().catalog()["tasks"]}
+    return task_changed(task, tasks, norm)
 
-    @app.callback(Output(ids.LAB_SWEEP_BOX, "style"), Output(ids.LAB_SINGLE_NORM_BOX, "style"),
-                  Output(ids.LAB_SUBMIT, "children"), Input(ids.LAB_SWEEP, "value"))
-    def _sweep(sweep):
-        on = bool(sweep)
-        return ({} if on else {"display": "none"}, {"display": "none"} if on else {},
-                "Start sweep" if on else "Start run")
 
-    @app.callback(
-        Output({"type": ids.LAB_ERROR, "field": ALL}, "children"), Output(ids.LAB_MESSAGE, "children"),
-        Output(ids.LAB_MESSAGE, "className"), Output(ids.URL_STATE, "data", allow_duplicate=True),
-        Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.CURVES, "figure", allow_duplicate=True),
-        Output(ids.CURVES_MAP, "data", allow_duplicate=True), Output("lab-runs-data", "data"),
-        Output(ids.LAB_COMPARE_LINK, "href"), Output(ids.LAB_COMPARE_LINK, "style"),
-        Input(ids.LAB_SUBMIT, "n_clicks"),
-        State(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"), State(ids.LAB_SWEEP, "value"),
-        State(ids.LAB_SWEEP_NORMS, "value"), State(ids.LAB_SWEEP_BATCH, "value"),
-        State(ids.LAB_SWEEP_SEEDS, "value"), State({"type": ids.LAB_FIELD, "field": ALL}, "value"),
-        State(ids.URL_STATE, "data"), State(ids.PRESENT, "data"), State(TOKEN_STORE, "data"),
-        prevent_initial_call=True)
-    def _submit(_n, task, norm, sweep, sweep_norms, sweep_batch, sweep_seeds, values, url_state,
-                present, token):
-        error_ids = [o["id"]["field"] for o in ctx.outputs_list[0]]
-        field_states = next(s for s in ctx.states_list if isinstance(s, list))  # the ALL wildcard
-        form = {o["id"]["field"]: v for o, v in zip(field_states, values, strict=True)}
-        result = submit(task, norm, bool(sweep), sweep_norms, sweep_batch, sweep_seeds, form, token)
-        errors = [result["errors"].get(f, "") for f in error_ids]
-        if not result["run_ids"]:
-            return (errors, result["message"], "message error", *([no_update] * 7))
-        previous = logic.split_list((url_state or {}).get("runs"))
-        run_ids = [r for r in previous if r not in result["run_ids"]] + result["run_ids"]
-        run_ids = run_ids[-MAX_LIVE:]
-        bundle = data.curves_bundle(run_ids, present=bool(present))
-        return (errors, result["message"], "message ok", {"runs": run_ids, "task": task}, bundle["watch"],
-                bundle["figure"], bundle["map"], bundle["runs"],
-                "/compare" + logic.encode_query({"runs": run_ids}), {})
+@callback(Output(ids.LAB_SWEEP_BOX, "style"), Output(ids.LAB_SINGLE_NORM_BOX, "style"),
+          Output(ids.LAB_SUBMIT, "children"), Input(ids.LAB_SWEEP, "value"))
+def on_sweep_toggle(sweep):
+    on = bool(sweep)
+    return ({} if on else {"display": "none"}, {"display": "none"} if on else {},
+            "Start sweep" if on else "Start run")
 
-    @app.callback(Output(ids.LAB_RUNS, "children"), Input("lab-runs-data", "data"),
-                  Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
-    def _chips(runs, live):
-        if not runs:
-            return no_update
-        return components.run_chips(runs, "norm", live)
+
+@callback(
+    Output({"type": ids.LAB_ERROR, "field": ALL}, "children"), Output(ids.LAB_MESSAGE, "children"),
+    Output(ids.LAB_MESSAGE, "className"), Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.CURVES, "figure", allow_duplicate=True),
+    Output(ids.CURVES_MAP, "data", allow_duplicate=True), Output("lab-runs-data", "data"),
+    Output(ids.LAB_COMPARE_LINK, "href"), Output(ids.LAB_COMPARE_LINK, "style"),
+    Input(ids.LAB_SUBMIT, "n_clicks"),
+    State(ids.LAB_TASK, "value"), State(ids.LAB_NORM, "value"), State(ids.LAB_SWEEP, "value"),
+    State(ids.LAB_SWEEP_NORMS, "value"), State(ids.LAB_SWEEP_BATCH, "value"),
+    State(ids.LAB_SWEEP_SEEDS, "value"), State({"type": ids.LAB_FIELD, "field": ALL}, "value"),
+    State(ids.URL_STATE, "data"), State(ids.PRESENT, "data"), State(TOKEN_STORE, "data"),
+    prevent_initial_call=True)
+def on_submit(_n, task, norm, sweep, sweep_norms, sweep_batch, sweep_seeds, values, url_state,
+              present, token):
+    error_ids = [o["id"]["field"] for o in ctx.outputs_list[0]]
+    field_states = next(s for s in ctx.states_list if isinstance(s, list))  # the ALL wildcard
+    form = {o["id"]["field"]: v for o, v in zip(field_states, values, strict=True)}
+    result = submit(task, norm, bool(sweep), sweep_norms, sweep_batch, sweep_seeds, form, token)
+    errors = [result["errors"].get(f, "") for f in error_ids]
+    if not result["run_ids"]:
+        return (errors, result["message"], "message error", *([no_update] * 7))
+    previous = logic.split_list((url_state or {}).get("runs"))
+    run_ids = [r for r in previous if r not in result["run_ids"]] + result["run_ids"]
+    run_ids = run_ids[-MAX_LIVE:]
+    bundle = data.curves_bundle(run_ids, present=bool(present))
+    return (errors, result["message"], "message ok", {"runs": run_ids, "task": task}, bundle["watch"],
+            bundle["figure"], bundle["map"], bundle["runs"],
+            "/compare" + logic.encode_query({"runs": run_ids}), {})
+
+
+@callback(Output(ids.LAB_RUNS, "children"), Input("lab-runs-data", "data"),
+          Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
+def on_runs(runs, live):
+    if not runs:
+        return no_update
+    return components.run_chips(runs, "norm", live)
 
 
 def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form: dict,
@@ -184,4 +188,4 @@ def submit(task, norm, sweep: bool, sweep_norms, sweep_batch, sweep_seeds, form:
         return {"run_ids": [], "errors": errors, "message": message}
 
 
-dash.register_page(__name__, path="/", name="Lab", title="normlab · Lab", layout=layout)
+dash.register_page(__name__, path="/", name="Lab", title="normlab · Lab", order=0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 
 from frontend import components, data, figures, ids, logic
 from frontend.api_client import ApiError
@@ -51,20 +51,19 @@ def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str
     return run_ids, "; ".join(problems)
 
 
-def register(app: dash.Dash) -> None:
-    @app.callback(Output(ids.PRESET_GO, "href"), Output(ids.PRESET_MESSAGE, "children"),
-                  Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(TOKEN_STORE, "data"),
-                  prevent_initial_call=True)
-    def _start(clicks, token):
-        if not ctx.triggered_id or not any(clicks):
-            return no_update, no_update
-        name = ctx.triggered_id["name"]
-        presets = {p["name"]: p for p in data.api().presets()}
-        run_ids, problem = start_preset(presets[name], token)
-        if not run_ids:
-            return no_update, f"Could not start {name}: {problem}"
-        panels = ["loss", "val", "metric"]
-        return "/compare" + logic.encode_query({"runs": run_ids, "panels": panels}), problem
+@callback(Output(ids.PRESET_GO, "href"), Output(ids.PRESET_MESSAGE, "children"),
+          Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(TOKEN_STORE, "data"),
+          prevent_initial_call=True)
+def on_start(clicks, token):
+    if not ctx.triggered_id or not any(clicks):
+        return no_update, no_update
+    name = ctx.triggered_id["name"]
+    presets = {p["name"]: p for p in data.api().presets()}
+    run_ids, problem = start_preset(presets[name], token)
+    if not run_ids:
+        return no_update, f"Could not start {name}: {problem}"
+    panels = ["loss", "val", "metric"]
+    return "/compare" + logic.encode_query({"runs": run_ids, "panels": panels}), problem
 
 
-dash.register_page(__name__, path="/presets", name="Presets", title="normlab · Presets", layout=layout)
+dash.register_page(__name__, path="/presets", name="Presets", title="normlab · Presets", order=3)

@@ -4,9 +4,9 @@ its spec, status, device, kernel backend and export links."""
 from __future__ import annotations
 
 import dash
-from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, logic
+from frontend import components, data, figures, ids, logic, probe_figures
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.events import TERMINAL_STATUSES
@@ -76,12 +76,12 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
             html.H2("Hidden states over time steps"),
-            dcc.Graph(id=ids.RUN_HIDDEN, figure=figures.hidden_figure([], present_on, ended),
+            dcc.Graph(id=ids.RUN_HIDDEN, figure=probe_figures.hidden_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
             components.svg_button(ids.RUN_HIDDEN)]),
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
-            dcc.Graph(id=ids.RUN_FISHER, figure=figures.fisher_figure([], present_on, ended),
+            dcc.Graph(id=ids.RUN_FISHER, figure=probe_figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
             html.P(fisher_note, className="muted fisher-note",
                    style={} if fisher_note else {"display": "none"}),
@@ -93,36 +93,39 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     ])
 
 
-def register(app: dash.Dash) -> None:
-    app.clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
-                            Input(ids.TICK, "n_intervals"), State(ids.RUN_ID, "data"),
-                            prevent_initial_call=True)
-
-    @app.callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
-                  Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
-    def _probes(probes, present):
-        probes = probes or {}
-        return (figures.hidden_figure(probes.get("hidden", []), bool(present), probes.get("ended", False)),
-                figures.fisher_figure(probes.get("fisher", []), bool(present), probes.get("ended", False)))
-
-    @app.callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),
-                  State(ids.RUN_ID, "data"), prevent_initial_call=True)
-    def _status(live, run_id):
-        if not run_id or run_id not in (live or {}):
-            return no_update
-        try:
-            return header(data.api().run(run_id), data.api_base())
-        except ApiError:
-            return no_update
-
-    @app.callback(Output(ids.RUN_MESSAGE, "children"), Input(ids.RUN_CANCEL, "n_clicks"),
-                  State(ids.RUN_ID, "data"), State(TOKEN_STORE, "data"), prevent_initial_call=True)
-    def _cancel(_n, run_id, token):
-        try:
-            data.api(token).cancel(run_id)
-        except ApiError as exc:
-            return exc.detail
-        return "Cancel requested."
+clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
+                    Input(ids.TICK, "n_intervals"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
 
 
-dash.register_page(__name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", layout=layout)
+@callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
+          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
+def on_probes(probes, present):
+    probes = probes or {}
+    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), probes.get("ended", False)),
+            probe_figures.fisher_figure(probes.get("fisher", []), bool(present), probes.get("ended", False)))
+
+
+@callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),
+          State(ids.RUN_ID, "data"), prevent_initial_call=True)
+def on_status(live, run_id):
+    if not run_id or run_id not in (live or {}):
+        return no_update
+    try:
+        return header(data.api().run(run_id), data.api_base())
+    except ApiError:
+        return no_update
+
+
+@callback(Output(ids.RUN_MESSAGE, "children"), Input(ids.RUN_CANCEL, "n_clicks"),
+          State(ids.RUN_ID, "data"), State(TOKEN_STORE, "data"), prevent_initial_call=True)
+def on_cancel(_n, run_id, token):
+    try:
+        data.api(token).cancel(run_id)
+    except ApiError as exc:
+        return exc.detail
+    return "Cancel requested."
+
+
+# nav=False: a run's page is reached from the others (chips, the Runs table), not from the top bar
+dash.register_page(__name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", order=5,
+                   nav=False)

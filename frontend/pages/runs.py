@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash.dash_table.DataTable import DataTable
 
-from frontend import components, data, ids, logic
+from frontend import components, data, ids, logic, status
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS, TASKS
+from normlab.events import RunStatus
 
 FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
-           ("status", "Status", list(logic.STATUS_CLASSES)), ("owner", "Owner", None),
+           ("status", "Status", [s.value for s in RunStatus]), ("owner", "Owner", None),
            ("group", "Group", None)]
 COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("batch_size", "Batch"),
            ("seed", "Seed"), ("steps", "Steps"), ("result", "Result"), ("owner", "Owner"),
            ("group", "Group"), ("created", "Created (UTC)"), ("link", "Run")]
-STATUS_STYLE = {"queued": ("#555", "#eee"), "running": ("#003f6b", "#d6ebfa"),
-                "completed": ("#0b5d3f", "#d5f2e5"), "failed": ("#7a1c00", "#fbdcd0"),
-                "cancelled": ("#555", "#e6e6e6"), "diverged": ("#7a1c00", "#fbe3b3"),
-                "lost": ("#5b2245", "#f2d9ea")}
 
 
 def _filter(name, label, options, value):
@@ -31,9 +29,9 @@ def _filter(name, label, options, value):
 
 
 def layout(present=None, **params) -> html.Div:
-    table = dash_table.DataTable(
+    table = DataTable(
         id=ids.RUNS_TABLE, data=[],
-        columns=[{"name": n, "id": c, **({"presentation": "markdown"} if c == "link" else {})}
+        columns=[{"name": n, "id": c, "presentation": "markdown" if c == "link" else "input"}
                  for c, n in COLUMNS],
         filter_options={"placeholder_text": "filter…"}, markdown_options={"link_target": "_self"},
         row_selectable="multi", selected_rows=[], sort_action="native", filter_action="native",
@@ -41,9 +39,7 @@ def layout(present=None, **params) -> html.Div:
         style_cell={"fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "fontSize": 14,
                     "padding": "6px 10px", "textAlign": "left"},
         style_header={"fontWeight": 600, "background": "#f4f6f8"},
-        style_data_conditional=[
-            {"if": {"filter_query": f'{{status}} = "{s}"', "column_id": "status"},
-             "color": fg, "backgroundColor": bg, "fontWeight": 600} for s, (fg, bg) in STATUS_STYLE.items()],
+        style_data_conditional=status.table_styles("status"),
     )
     return html.Div(className="runs-page", children=[
         components.card("Runs", className="controls", children=[
@@ -63,37 +59,37 @@ def layout(present=None, **params) -> html.Div:
     ])
 
 
-def register(app: dash.Dash) -> None:
-    @app.callback(
-        Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "selected_rows"),
-        Output(ids.RUNS_MESSAGE, "children"), Output(ids.URL_STATE, "data", allow_duplicate=True),
-        Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
-        Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
-        Input(ids.RUNS_DELETE, "n_clicks"),
-        State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"), State(TOKEN_STORE, "data"),
-        prevent_initial_call="initial_duplicate")
-    def _refresh(values, _r, _p, _c, _d, rows, selected, token):
-        filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
-        message = ""
-        chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
-        if ctx.triggered_id in (ids.RUNS_CANCEL, ids.RUNS_DELETE):
-            message = act(ctx.triggered_id, chosen, token)
-        try:
-            listing = data.api().runs(**logic.runs_query(filters))
-        except ApiError as exc:
-            return [], [], exc.detail, no_update
-        new_rows = logic.run_rows(listing["items"])
-        keep = {r["id"] for r in chosen} if ctx.triggered_id not in (ids.RUNS_DELETE,) else set()
-        new_sel = [i for i, r in enumerate(new_rows) if r["id"] in keep]
-        if not message and listing.get("total", 0) > len(new_rows):
-            message = f"Showing the newest {len(new_rows)} of {listing['total']} runs."
-        return new_rows, new_sel, message, filters
+@callback(
+    Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "selected_rows"),
+    Output(ids.RUNS_MESSAGE, "children"), Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
+    Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
+    Input(ids.RUNS_DELETE, "n_clicks"),
+    State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"), State(TOKEN_STORE, "data"),
+    prevent_initial_call="initial_duplicate")
+def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
+    filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
+    message = ""
+    chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
+    if ctx.triggered_id in (ids.RUNS_CANCEL, ids.RUNS_DELETE):
+        message = act(ctx.triggered_id, chosen, token)
+    try:
+        listing = data.api().runs(**logic.runs_query(filters))
+    except ApiError as exc:
+        return [], [], exc.detail, no_update
+    new_rows = logic.run_rows(listing["items"])
+    keep = {r["id"] for r in chosen} if ctx.triggered_id not in (ids.RUNS_DELETE,) else set()
+    new_sel = [i for i, r in enumerate(new_rows) if r["id"] in keep]
+    if not message and listing.get("total", 0) > len(new_rows):
+        message = f"Showing the newest {len(new_rows)} of {listing['total']} runs."
+    return new_rows, new_sel, message, filters
 
-    @app.callback(Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"),
-                  State(ids.RUNS_TABLE, "data"))
-    def _compare(selected, rows):
-        chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
-        return "/compare" + logic.encode_query({"runs": chosen})
+
+@callback(Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"),
+          State(ids.RUNS_TABLE, "data"))
+def compare_href(selected, rows):
+    chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
+    return "/compare" + logic.encode_query({"runs": chosen})
 
 
 def act(which: str, rows: list[dict], token: str | None = None) -> str:
@@ -117,4 +113,4 @@ def act(which: str, rows: list[dict], token: str | None = None) -> str:
     return f"{verb} {done} run(s)." + (f" Not done: {'; '.join(problems)}." if problems else "")
 
 
-dash.register_page(__name__, path="/runs", name="Runs", title="normlab · Runs", layout=layout)
+dash.register_page(__name__, path="/runs", name="Runs", title="normlab · Runs", order=1)

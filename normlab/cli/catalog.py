@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from normlab.catalog import build_catalog
+    from normlab.api_models import build_catalog
     from normlab.settings import get_settings
 
     catalog = build_catalog(get_settings().data_dir)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
+from normlab.table1 import Table1, Transform
 
-_SHORT = {
+_SHORT: dict[Transform, str] = {
     "weight_matrix_rescaling": "W scale",
     "weight_matrix_recentering": "W shift",
     "weight_vector_rescaling": "w_i scale",
@@ -33,28 +33,28 @@ def run(args) -> int:
 
     result = compute_table1(seed=args.seed, tol=args.tol if args.tol is not None else DEFAULT_TOL)
     if args.json:
-        print(json.dumps(result))
+        print(result.model_dump_json())
         return 0
     print(format_table(result))
     return 0
 
 
-def format_table(result: dict) -> str:
+def format_table(result: Table1) -> str:
     """Table 1 for humans: one row per method; '*' marks a cell that differs from the printed table."""
     keys = list(_SHORT)
-    lines = [f"Table 1, computed (float64, tolerance {result['tolerance']:g} on max |Δ| of layer outputs)",
+    lines = [f"Table 1, computed (float64, tolerance {result.tolerance:g} on max |Δ| of layer outputs)",
              f"{'':<8}" + "".join(f"{_SHORT[k]:>12}" for k in keys)]
-    for method, row in result["methods"].items():
-        agrees = result["agrees_with_paper_table"].get(method)
+    for method, row in result.methods.items():
+        agrees = result.agrees_with_paper_table.get(method)
         cells = []
         for k in keys:
             mark = "" if agrees is None or agrees[k] else "*"
             cells.append(f"{('Invariant' if row[k] else 'No') + mark:>12}")
-        extra = "  (extra row)" if method in result.get("extra_methods", []) else ""
+        extra = "  (extra row)" if method in result.extra_methods else ""
         lines.append(f"{method:<8}" + "".join(cells) + extra)
     verdict = ("all 18 cells of the paper's three methods agree with the printed table"
-               if result["all_paper_cells_agree"] else "'*' marks cells where the computation differs "
+               if result.all_paper_cells_agree else "'*' marks cells where the computation differs "
                "from the printed table")
     lines.append(f"\n{verdict}.")
-    lines.extend(f"Note: {n}" for n in result["notes"])
+    lines.extend(f"Note: {n}" for n in result.notes)
     return "\n".join(lines)

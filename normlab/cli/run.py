@@ -18,9 +18,12 @@ import types
 import typing
 from typing import Any, Literal
 
+from pydantic_core import ErrorDetails
+
+from normlab.events import RunStatus
 from normlab.spec import ProbeSpec, RunSpec
 
-EXIT_CODES = {"completed": 0, "diverged": 0, "failed": 1, "cancelled": 130}
+EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.DIVERGED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 130}
 
 
 def _option(parser, flag: str, dest: str, field) -> None:
@@ -77,7 +80,7 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         raise CLIError(" ".join(_explain(e) for e in exc.errors())) from None
 
 
-def _explain(error: dict) -> str:
+def _explain(error: ErrorDetails) -> str:
     if error["type"] == "spec_combination" or not error["loc"]:
         return error["msg"]
     loc = [str(p) for p in error["loc"]]

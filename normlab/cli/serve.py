@@ -47,16 +47,16 @@ def _common(p, port: int) -> None:
 
 
 def _settings(args):
-    """Settings from the environment, with command-line overrides exported so child processes (the
-    workers `up` starts) read the same values."""
-    from normlab.settings import get_settings
+    """Settings from the environment with this command's flags on top; passed down explicitly (the
+    workers `up` starts get the same values as flags, never through os.environ)."""
+    from normlab.settings import Settings
 
+    overrides = {}
     if getattr(args, "data_dir", None):
-        os.environ["NORMLAB_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
+        overrides["data_dir"] = Path(args.data_dir).expanduser().resolve()
     if getattr(args, "api_url", None):
-        os.environ["NORMLAB_API_URL"] = args.api_url
-    get_settings.cache_clear()
-    return get_settings()
+        overrides["api_url"] = args.api_url
+    return Settings(**overrides)
 
 
 def _listen(args, settings) -> tuple[str, int]:
@@ -91,14 +91,16 @@ def _die_with_parent() -> None:  # runs in the child before exec: no orphan if `
         pass
 
 
-def start_workers(n: int, log_dir: Path) -> list[subprocess.Popen]:
-    """Start n `normlab worker` processes, each in its own process group (stopped by stop_workers)."""
+def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen]:
+    """Start n `normlab worker --data-dir data_dir` processes, each in its own process group (stopped
+    by stop_workers); the rest of their settings come from the same NORMLAB_* environment."""
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
     for i in range(n):
         log = open(log_dir / f"worker-{i + 1}.log", "ab")
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}"],
+            [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}",
+             "--data-dir", str(data_dir)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_die_with_parent))
         log.close()
@@ -131,16 +133,25 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def cmd_up(args) -> int:
+def app_with_pages(settings):
+    """The API with the Dash pages mounted at "/" on the same origin (`normlab up`, `api --with-frontend`)."""
     from backend.app import create_app
+    from backend.wsgi import WSGIMiddleware
+    from frontend.app import create_app as create_dash
 
+    app = create_app(settings)
+    app.mount("/", WSGIMiddleware(create_dash(api_base="").server))  # after the API's routes: they win
+    return app
+
+
+def cmd_up(args) -> int:
     settings = _settings(args)
     if args.workers < 0 or args.workers > 16:
         raise CLIError("--workers must be between 0 and 16")
     host, port = _listen(args, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app = create_app(settings, frontend=True)
-    procs = start_workers(args.workers, settings.data_dir / "logs")
+    app = app_with_pages(settings)
+    procs = start_workers(args.workers, settings.data_dir / "logs", settings.data_dir)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     print(f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: {settings.data_dir}; "
           f"{args.workers} worker(s), logs in {settings.data_dir / 'logs'}). Press Ctrl-C to stop.",
@@ -159,17 +170,14 @@ def cmd_api(args) -> int:
     settings = _settings(args)
     host, port = _listen(args, settings)
     print(f"normlab API at http://{host}:{port}/api (docs: /api/docs)", flush=True)
-    _serve(create_app(settings, frontend=args.with_frontend), host, port)
+    _serve(app_with_pages(settings) if args.with_frontend else create_app(settings), host, port)
     return 0
 
 
 def cmd_frontend(args) -> int:
     settings = _settings(args)
-    try:
-        from frontend.app import create_app as create_dash
-    except ImportError as exc:
-        raise CLIError(f"the front end is not installed in this copy: {exc}") from exc
     from backend.wsgi import WSGIMiddleware
+    from frontend.app import create_app as create_dash
 
     host, port = _listen(args, settings)
     print(f"normlab pages at http://{host}:{port}/ (API: {settings.api_url or 'same origin'})", flush=True)
@@ -178,10 +186,11 @@ def cmd_frontend(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    settings = _settings(args)
-    from workers.celery_app import app
+    from workers.celery_app import create_app
 
-    app.worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1", "-Q", settings.queue,
-                     "--without-gossip", "--without-mingle", "--without-heartbeat",
-                     f"--loglevel={args.loglevel}", "-n", f"{args.name}@%h"])
+    settings = _settings(args)
+    create_app(settings).worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1",
+                                      "-Q", settings.queue, "--without-gossip", "--without-mingle",
+                                      "--without-heartbeat", f"--loglevel={args.loglevel}",
+                                      "-n", f"{args.name}@%h"])
     return 0

@@ -30,8 +30,8 @@ def register(sub) -> None:
 
 def _tokens(args):
     from backend.auth import TokenStore
-    from backend.store import get_store
     from normlab.settings import get_settings
+    from normlab.store import get_store
 
     if args.data_dir:
         os.environ["NORMLAB_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 import redis
 
-from backend.store import Store
 from backend.testing import start_api, start_worker, stop_process
+from normlab.store import Store
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
 REDIS_BASE = "redis://127.0.0.1:6379"

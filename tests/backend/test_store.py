@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from backend.feed.writer import EventWriter
 from backend.metrics import run_metrics
 from backend.reaper import reap_once
-from backend.store import Store, new_run_id
 from normlab.events import Event
+from normlab.feed.writer import EventWriter
 from normlab.spec import RunSpec
+from normlab.store import Store, new_run_id
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

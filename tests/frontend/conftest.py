@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from normlab.events import ACTIVE_STATUSES
+from normlab.table1 import PAPER_TABLE1, TRANSFORMS, Table1
+
 CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", "/usr/bin/chromium")  # a missing path: browser tests skip
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
@@ -112,10 +115,8 @@ def server(request, tmp_path_factory):
     if os.environ.get("NORMLAB_FRONTEND_TEST_API") == "dev":
         yield request.getfixturevalue("dev_server")
         return
-    try:
-        from backend.testing import running_lab
-    except ImportError as exc:  # pragma: no cover - only before the service exists
-        pytest.skip(f"the service is not available: {exc}")
+    from backend.testing import running_lab  # an import error of our own code fails the tests, loudly
+
     with running_lab(tmp_path_factory.mktemp("lab"), workers=1) as lab:
         lab.url = lab.url.rstrip("/")
         yield lab
@@ -129,5 +130,30 @@ def quiet_queue(browser, server):
     yield
     items = httpx.get(server.url + "/api/runs", params={"limit": 200}, timeout=10).json()["items"]
     for r in items:
-        if r["status"] in ("queued", "running"):
+        if r["status"] in ACTIVE_STATUSES:
             httpx.post(f"{server.url}/api/runs/{r['id']}/cancel", timeout=10)
+
+
+def _table1(flip: tuple[str, str] | None = None, extra: bool = True):
+    """A computed Table 1 that equals the printed one, except the cell `flip`; RMSNorm as an extra row."""
+    methods = {m: dict(row) for m, row in PAPER_TABLE1.items()}
+    if flip:
+        methods[flip[0]][flip[1]] = not methods[flip[0]][flip[1]]
+    if extra:
+        methods["rms"] = dict.fromkeys(TRANSFORMS, False)
+    diffs = {m: {t: (1e-16 if v else 3.0) for t, v in row.items()} for m, row in methods.items()}
+    agrees = {m: {t: methods[m][t] == PAPER_TABLE1[m][t] for t in TRANSFORMS} for m in PAPER_TABLE1}
+    return Table1.model_validate({
+        "methods": methods, "max_abs_diff": diffs, "tolerance": 1e-9, "paper_table1": PAPER_TABLE1,
+        "agrees_with_paper_table": agrees,
+        "all_paper_cells_agree": all(all(r.values()) for r in agrees.values()),
+        "notes": ["the engine's note on the prose cell"],
+        "setup": {"seed": 0, "units": 8, "inputs": 6, "cases": 16, "draws": 3, "dtype": "float64",
+                  "eps": 1e-300, "compared": "outputs", "weight_normalization_weights": "v"},
+        "extra_methods": ["rms"] if extra else []})
+
+
+@pytest.fixture
+def make_table1():
+    """make_table1(flip=(method, transform), extra=True): a Table 1 model to feed the pages."""
+    return _table1

@@ -2,24 +2,54 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import dash
 import httpx
 import pytest
 
 from frontend.api_client import ApiClient, ApiError
 from frontend.app import create_app
+from normlab.settings import Settings
 
 
 def test_create_app_registers_every_page_and_can_be_built_twice():
-    a, b = create_app(""), create_app("http://api.example:8000/")
+    a = create_app(Settings(api_url=""))
+    b = create_app(Settings(api_url="http://api.example:8000/"))
     paths = {p.get("path_template") or p["path"] for p in dash.page_registry.values()}
     assert {"/", "/runs", "/compare", "/run/<run_id>", "/invariance", "/presets"} <= paths
     assert b.server.config["NORMLAB_API_BASE"] == "http://api.example:8000"
+    assert create_app(api_base="http://x:1").server.config["NORMLAB_API_BASE"] == "http://x:1"
     for app in (a, b):
         outputs = " ".join(app.callback_map)
         assert "nl-curves-sink.children" in outputs and "nl-live-status.data" in outputs
+        # each app holds its pages' callbacks (Dash keeps dash.callback ones globally), once each
+        assert "lab-message.children" in outputs and "inv-table.children" in outputs
+        listed = [c["output"] for c in app._callback_list]
+        assert len(listed) == len(set(listed)), "a callback registered twice"
     html = a.server.test_client().get("/").get_data(as_text=True)
     assert "normlab" in html and "_dash-config" in html
+    assert b.server.test_client().get("/_dash-dependencies").status_code == 200
+
+
+def test_nav_comes_from_the_page_registry_in_page_order():
+    app = create_app()
+    nav = app.layout.children[4].children[2]  # the top bar's <nav>
+    assert [(link.children, link.href) for link in nav.children] == [
+        ("Lab", "/"), ("Runs", "/runs"), ("Compare", "/compare"), ("Presets", "/presets"),
+        ("Invariance", "/invariance")]  # a run's page (nav=False) is reached from the others
+
+
+def test_page_callbacks_are_module_functions_tests_can_call():
+    create_app()  # Dash imports the pages (register_page needs an app first)
+    # dash.callback hands back the function itself: a page's callback is called like any function
+    from frontend.pages import lab, runs
+
+    assert lab.on_sweep_toggle(["on"]) == ({}, {"display": "none"}, "Start sweep")
+    assert lab.on_sweep_toggle([])[2] == "Start run"
+    rows = [{"id": "a1"}, {"id": "b2"}]
+    assert runs.compare_href([1, 0], rows) == "/compare?runs=b2,a1"
 
 
 def _client(handler) -> ApiClient:
@@ -67,3 +97,11 @@ def test_same_origin_client_talks_to_the_listening_socket_not_the_host_header():
         assert flask.request.host == "lab.example.org"
         assert api_for("").base == "http://127.0.0.1:8050"
     assert api_for("http://api:8000/").base == "http://api:8000"
+
+
+def test_front_end_never_imports_torch_backend_or_workers():
+    # beside tests/backend/test_api.py::test_api_never_imports_torch: the front end talks HTTP only
+    code = ("import sys; from frontend.app import create_app; create_app().server.test_client().get('/');"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'backend', 'workers'));"
+            "assert not bad, f'imported: {bad}'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

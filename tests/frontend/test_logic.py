@@ -1,4 +1,4 @@
-"""Callback logic: forms, API errors, URL state, run tables, Table 1 matching."""
+"""Callback logic: forms, API errors, URL state, run tables."""
 
 from __future__ import annotations
 
@@ -81,49 +81,3 @@ def test_run_rows_and_final_metric():
     assert row["result"] == "val_loss 0.1235 · accuracy 0.9"
     assert logic.runs_query({"task": "digits", "norm": None, "owner": ""}) == {"task": "digits", "limit": 200}
     assert logic.can_cancel("running") and not logic.can_cancel("completed")
-
-
-@pytest.mark.parametrize("shape", ["cells", "nested", "list"])
-def test_invariance_table_reads_the_computed_cells_and_flags_disagreements(shape):
-    # a computed table that differs from the paper in exactly one cell (weight norm, dataset re-scaling)
-    truth = {m: list(row) for m, row in logic.PAPER_TABLE.items()}
-    truth["weight"][3] = True
-    names = ["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-             "dataset_rescaling", "dataset_recentering", "single_case_rescaling"]
-    cells = [{"method": f"{m}norm", "transform": names[j], "invariant": truth[m][j],
-              "max_abs_diff": 1e-16 if truth[m][j] else 0.5} for m in truth for j in range(6)]
-    if shape == "cells":
-        computed = {"cells": cells}
-    elif shape == "nested":
-        computed = {"table": {}}
-        for c in cells:
-            computed["table"].setdefault(c["method"], {})[c["transform"]] = {
-                "invariant": c["invariant"], "max_abs_diff": c["max_abs_diff"]}
-    else:
-        computed = cells
-    rows = logic.invariance_table(computed)
-    assert len(rows) == 18 and all(r["computed"] is not None for r in rows)
-    bad = [r for r in rows if r["agrees"] is False]
-    assert [(r["method"], r["transform"]) for r in bad] == [("weight", "data_scale")]
-    assert "prose" in bad[0]["note"] and bad[0]["difference"] == 1e-16
-    assert logic.invariance_table(None)[0]["computed"] is None
-
-
-def test_transform_keys_cover_the_paper_column_names():
-    for key, name in logic.TRANSFORM_NAMES.items():
-        assert logic.transform_key(name) == key
-    assert logic.method_key("Batch norm") == "batch" and logic.method_key("LayerNorm") == "layer"
-
-
-def test_invariance_table_reads_the_engines_json_form():
-    names = ["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-             "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling"]
-    methods = {m: dict(zip(names, row, strict=True)) for m, row in logic.PAPER_TABLE.items()}
-    methods["rms"] = dict.fromkeys(names, False)
-    diffs = {m: {n: (1e-16 if v else 3.0) for n, v in row.items()} for m, row in methods.items()}
-    rows = logic.invariance_table({"methods": methods, "max_abs_diff": diffs, "tolerance": 1e-9})
-    assert len(rows) == 18 and all(r["agrees"] for r in rows)
-    wd = next(r for r in rows if (r["method"], r["transform"]) == ("weight", "data_scale"))
-    assert wd["computed"] is False and wd["difference"] == 3.0
-    extra = logic.extra_invariance_rows({"methods": methods, "max_abs_diff": diffs})
-    assert list(extra) == ["rms"] and [r["transform"] for r in extra["rms"]] == logic.TRANSFORMS

@@ -3,7 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from normlab.catalog import TASKS, build_catalog, task_availability
+from normlab.api_models import build_catalog
+from normlab.catalog import TASKS, task_availability
 from normlab.spec import RunSpec
 
 

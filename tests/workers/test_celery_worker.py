@@ -9,10 +9,11 @@ import uuid
 
 from celery.contrib.testing.worker import start_worker
 
-from backend.store import Store, new_run_id
+from normlab.queue import TRAIN_TASK, make_celery
 from normlab.settings import Settings
 from normlab.spec import RunSpec
-from workers.celery_app import TRAIN_TASK, make_celery
+from normlab.store import Store, new_run_id
+from workers.celery_app import create_app
 
 
 def test_config_for_long_single_runs():
@@ -27,32 +28,17 @@ def test_config_for_long_single_runs():
 
 def test_task_is_registered_under_its_name():
     import workers.tasks  # noqa: F401  (imports the engine, as the worker's parent does)
-    from workers.celery_app import app
 
-    assert TRAIN_TASK in app.tasks
+    assert TRAIN_TASK in create_app(Settings()).tasks
 
 
-def test_real_worker_trains_a_queued_run(tmp_path, monkeypatch):
+def test_real_worker_trains_a_queued_run(tmp_path):
     """workers.tasks.train_run itself, in a real worker thread, configured like a `normlab worker`
-    process is: from NORMLAB_* (here a temporary data dir and queue)."""
-    import importlib
+    process is: from settings given at worker start (here a temporary data dir and queue)."""
+    import workers.tasks  # noqa: F401
 
-    import workers.celery_app
-    import workers.tasks
-    from normlab.settings import get_settings
-
-    monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("NORMLAB_QUEUE", f"nlw-{uuid.uuid4().hex[:6]}")
-    get_settings.cache_clear()
-    try:
-        importlib.reload(workers.celery_app)
-        importlib.reload(workers.tasks)
-        _train_one(get_settings(), workers.celery_app.app)
-    finally:
-        monkeypatch.undo()
-        get_settings.cache_clear()
-        importlib.reload(workers.celery_app)
-        importlib.reload(workers.tasks)
+    settings = Settings(data_dir=tmp_path, queue=f"nlw-{uuid.uuid4().hex[:6]}")
+    _train_one(settings, create_app(settings))
 
 
 def _train_one(settings, app) -> None:

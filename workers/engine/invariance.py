@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from normlab.table1 import METHODS, PAPER_METHODS, PAPER_TABLE1, TRANSFORMS, Method, Table1, Table1Setup
 from workers.engine.norms import (
     BatchNorm,
     LayerNorm,
@@ -35,17 +36,6 @@ from workers.engine.norms import (
     WeightNormLinear,
 )
 
-TRANSFORMS = ("weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-              "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling")
-METHODS = ("batch", "weight", "layer", "rms", "none")
-PAPER_METHODS = ("batch", "weight", "layer")
-
-# Table 1 as printed in the paper (True = "Invariant"), kept only to report agreement.
-PAPER_TABLE1 = {
-    "batch": dict(zip(TRANSFORMS, (True, False, True, True, True, False), strict=True)),
-    "weight": dict(zip(TRANSFORMS, (True, False, True, False, False, False), strict=True)),
-    "layer": dict(zip(TRANSFORMS, (True, True, False, True, False, True), strict=True)),
-}
 UNITS, INPUTS, CASES, DRAWS = 8, 6, 16, 3
 DEFAULT_TOL = 1e-9
 TINY_EPS = 1e-300
@@ -109,17 +99,18 @@ def _max_diffs(method: str, gen: torch.Generator) -> dict[str, float]:
     return out
 
 
-def compute_table1(seed: int = 0, tol: float = DEFAULT_TOL) -> dict:
-    """Table 1 computed: {"methods": {method: {transform: invariant?}}, "max_abs_diff", "tolerance", …}."""
+def compute_table1(seed: int = 0, tol: float = DEFAULT_TOL) -> Table1:
+    """Table 1 computed (normlab.table1.Table1): each method's verdict per transformation, and the
+    largest output change that decided it."""
     gen = torch.Generator().manual_seed(seed)
-    diffs: dict[str, dict[str, float]] = {m: dict.fromkeys(TRANSFORMS, 0.0) for m in METHODS}
+    diffs: dict[Method, dict[str, float]] = {m: dict.fromkeys(TRANSFORMS, 0.0) for m in METHODS}
     for _ in range(DRAWS):
         for method in METHODS:
             for name, d in _max_diffs(method, gen).items():
                 diffs[method][name] = max(diffs[method][name], d)
     methods = {m: {k: diffs[m][k] <= tol for k in TRANSFORMS} for m in METHODS}
     agrees = {m: {k: methods[m][k] == PAPER_TABLE1[m][k] for k in TRANSFORMS} for m in PAPER_METHODS}
-    return {
+    return Table1.model_validate({
         "methods": methods,
         "max_abs_diff": diffs,
         "tolerance": tol,
@@ -127,12 +118,12 @@ def compute_table1(seed: int = 0, tol: float = DEFAULT_TOL) -> dict:
         "agrees_with_paper_table": agrees,
         "all_paper_cells_agree": all(all(row.values()) for row in agrees.values()),
         "notes": [_dataset_rescaling_note(methods, diffs)],
-        "setup": {"seed": seed, "units": UNITS, "inputs": INPUTS, "cases": CASES, "draws": DRAWS,
-                  "dtype": "float64", "eps": TINY_EPS,
-                  "compared": "layer outputs before the non-linearity, g/σ (W x − μ) + b, random g and b",
-                  "weight_normalization_weights": "v (w = g v/‖v‖)"},
+        "setup": Table1Setup(
+            seed=seed, units=UNITS, inputs=INPUTS, cases=CASES, draws=DRAWS, dtype="float64", eps=TINY_EPS,
+            compared="layer outputs before the non-linearity, g/σ (W x − μ) + b, random g and b",
+            weight_normalization_weights="v (w = g v/‖v‖)"),
         "extra_methods": [m for m in METHODS if m not in PAPER_METHODS],
-    }
+    })
 
 
 def _dataset_rescaling_note(methods: dict, diffs: dict) -> str:

@@ -25,7 +25,7 @@ import torch
 
 import kernels
 from kernels import graphs
-from normlab.events import Event, EventCounter, RunResult, Scalars, StatusPayload
+from normlab.events import Event, EventCounter, RunResult, RunStatus, Scalars, StatusPayload
 from normlab.settings import Settings, get_settings
 from normlab.spec import RunSpec
 from workers.engine.loop_eval import beyond_trained_length, evaluate
@@ -110,7 +110,7 @@ class _Run:
         model.train()
         for step in range(1, spec.steps + 1):
             if self.should_stop is not None and self.should_stop():
-                return "cancelled", f"Cancelled before step {step}."
+                return RunStatus.CANCELLED, f"Cancelled before step {step}."
             t0 = time.perf_counter()
             self.step = step
             x, y = next(batches)
@@ -122,7 +122,7 @@ class _Run:
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 self.metrics["train_loss"] = None
-                return "diverged", (f"The training loss became {loss_value} at step {step}: training "
+                return RunStatus.DIVERGED, (f"The training loss became {loss_value} at step {step}: training "
                                     f"diverged. Lower the learning rate (now {spec.lr:g}) or try another "
                                     "normalizer.")
             optimizer.zero_grad(set_to_none=True)
@@ -153,7 +153,7 @@ class _Run:
             self.events("scalars", step, scalars.model_dump())
             window_loss, window_steps, window_time = 0.0, 0, 0.0
         self._evaluate(model, data, device, "test", None)
-        return "completed", f"Completed {spec.steps} steps."
+        return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
 
     def _evaluate(self, model, data, device, split: str, scalars: Scalars | None) -> None:
         m = evaluate(model, data, split, device, (self.spec.hidden_size or 0) * (self.spec.layers or 1))
@@ -197,7 +197,7 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     kernels.set_backend(settings.kernel_backend)
     graphs.set_enabled(settings.cuda_graphs)
     run = _Run(spec, events, should_stop, settings)
-    events("status", 0, {"status": "running"})
+    events("status", 0, {"status": RunStatus.RUNNING})
     error = None
     try:
         status, message = run.execute()
@@ -205,7 +205,7 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
             error = message
     except Exception as exc:  # noqa: BLE001 - a failed run is an outcome, reported and returned
         log.exception("run %s failed at step %d", run_id, run.step)
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        status, error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
         message = f"Failed at step {run.step}: {error}"
         run.log(message, "error", traceback=traceback.format_exc(limit=20))
     graphs.clear()  # the worker's next run has shapes of its own: free this run's captured graphs now
@@ -214,7 +214,7 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     if run.prober is not None:
         try:
             probes = run.prober.summary()
-            if probes.get("fisher_note") and status == "completed":
+            if probes.get("fisher_note") and status == RunStatus.COMPLETED:
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")

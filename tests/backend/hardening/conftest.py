@@ -43,7 +43,7 @@ def make_client(tmp_path):
 @pytest.fixture
 def tokens(tmp_path):
     """Create tokens in the same store: tokens("alice") -> headers dict."""
-    from backend.store import get_store
+    from normlab.store import get_store
 
     store = TokenStore(get_store(Settings(data_dir=tmp_path)))
 
@@ -237,7 +237,7 @@ def pg_proxy():
 @pytest.fixture
 def tokens_for():
     """Tokens in a live stack's store: tokens_for(stack, "ada", "grace") -> {name: headers}."""
-    from backend.store import Store
+    from normlab.store import Store
 
     stores = []
 

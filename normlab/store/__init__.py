@@ -1,5 +1,5 @@
 """The results store: `Store(url)` over SQLite (WAL) or PostgreSQL, and `get_store(settings)`."""
 
-from backend.store.store import EventRow, Store, event_json, get_store, new_run_id
+from normlab.store.store import EventRow, Store, event_json, get_store, new_run_id
 
 __all__ = ["EventRow", "Store", "event_json", "get_store", "new_run_id"]

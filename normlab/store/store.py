@@ -17,11 +17,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.pool import NullPool
 
-from backend.store.schema import cache, events, metadata, rollups, runs
-from normlab.events import TERMINAL_STATUSES
+from normlab.events import TERMINAL_STATUSES, RunStatus
 from normlab.settings import Settings
-
-ACTIVE = ("queued", "running")
+from normlab.store.schema import cache, events, metadata, rollups, runs
 
 
 class EventRow(NamedTuple):
@@ -77,7 +75,7 @@ class Store:
         """Insert queued runs: each item has id, spec (dict), owner, group_id."""
         now = time.time()
         rows = [{"id": it["id"], "spec": json.dumps(it["spec"]), "task": it["spec"]["task"],
-                 "norm": it["spec"]["norm"], "status": "queued", "owner": it.get("owner"),
+                 "norm": it["spec"]["norm"], "status": RunStatus.QUEUED, "owner": it.get("owner"),
                  "group_id": it.get("group_id"), "created_at": now + i * 1e-6, "last_seq": 0,
                  "scalars_count": 0, "cancel_requested": False} for i, it in enumerate(items)]
         with self.engine.begin() as conn:
@@ -105,15 +103,16 @@ class Store:
     def queue_position(self, created_at: float) -> int:
         with self.engine.connect() as conn:
             ahead = conn.execute(select(func.count()).select_from(runs).where(
-                runs.c.status == "queued", runs.c.created_at < created_at)).scalar_one()
+                runs.c.status == RunStatus.QUEUED, runs.c.created_at < created_at)).scalar_one()
         return int(ahead) + 1
 
     def claim(self, run_id: str, worker_host: str | None = None) -> dict | None:
         """Mark a queued run running (atomically); None when it was cancelled or deleted meanwhile."""
         now = time.time()
         with self.engine.begin() as conn:
-            n = conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "queued").values(
-                status="running", started_at=now, heartbeat_at=now,
+            queued = update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.QUEUED)
+            n = conn.execute(queued.values(
+                status=RunStatus.RUNNING, started_at=now, heartbeat_at=now,
                 worker_host=worker_host or socket.gethostname())).rowcount
             if n != 1:
                 return None
@@ -121,7 +120,7 @@ class Store:
 
     def heartbeat(self, run_id: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "running")
+            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
                          .values(heartbeat_at=time.time()))
 
     def cancel_requested(self, run_id: str) -> bool:
@@ -133,12 +132,12 @@ class Store:
 
     def request_cancel(self, run_id: str) -> tuple[str, EventRow | None]:
         """Cancel a run: a queued one ends now (returns its terminal event); a running one is flagged."""
-        ev = self.finish_with_status(run_id, "cancelled", "Cancelled before it started.",
-                                     only_from=("queued",))
+        ev = self.finish_with_status(run_id, RunStatus.CANCELLED, "Cancelled before it started.",
+                                     only_from=(RunStatus.QUEUED,))
         if ev is not None:
-            return "cancelled", ev
+            return RunStatus.CANCELLED, ev
         with self.engine.begin() as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "running")
+            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
                          .values(cancel_requested=True))
             row = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).first()
         return (row[0] if row else "missing"), None
@@ -150,7 +149,7 @@ class Store:
         with self.engine.begin() as conn:
             n = conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status.in_(only_from)).values(
                 status=status, finished_at=now, last_seq=runs.c.last_seq + 1,
-                error=message if status in ("failed", "lost") else None)).rowcount
+                error=message if status in (RunStatus.FAILED, RunStatus.LOST) else None)).rowcount
             if n != 1:
                 return None
             seq = conn.execute(select(runs.c.last_seq).where(runs.c.id == run_id)).scalar_one()
@@ -165,7 +164,7 @@ class Store:
     def stale_runs(self, older_than: float) -> list[str]:
         with self.engine.connect() as conn:
             return list(conn.execute(select(runs.c.id).where(
-                runs.c.status == "running", runs.c.heartbeat_at < older_than)).scalars())
+                runs.c.status == RunStatus.RUNNING, runs.c.heartbeat_at < older_than)).scalars())
 
     def delete_run(self, run_id: str) -> bool:
         with self.engine.begin() as conn:

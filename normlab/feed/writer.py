@@ -1,5 +1,5 @@
-"""Worker side: `EventWriter` batches a run's events into the store and the live feed; `RunWatch`
-keeps the run's heartbeat and turns a cancel request into a cheap `should_stop()`."""
+"""Writing a run's events (the worker uses it): `EventWriter` batches them into the store and the live
+feed; `RunWatch` keeps the run's heartbeat and turns a cancel request into a cheap `should_stop()`."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ import threading
 
 from sqlalchemy.exc import IntegrityError
 
-from backend.store import EventRow, Store
-from backend.store.rollup import RollupBuilder, bucket_json
 from normlab.events import Event
+from normlab.store import EventRow, Store
+from normlab.store.rollup import RollupBuilder, bucket_json
 
 log = logging.getLogger(__name__)
 
 
-def _finite(obj):
+def finite(obj):
     """JSON has no NaN/Infinity (browsers reject them): non-finite floats become null."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -32,7 +32,7 @@ def payload_text(payload: dict) -> str:
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        return json.dumps(_finite(payload), separators=(",", ":"))
+        return json.dumps(finite(payload), separators=(",", ":"))
 
 
 class EventWriter:

@@ -1,0 +1,77 @@
+"""`Table1`: the paper's Table 1 (§5.1, invariance under re-scaling and re-centering) as computed.
+
+The one contract for it: the engine (`workers/engine/invariance.py`) returns it, `normlab invariance
+--json` prints it, `GET /api/invariance` serves it and the front end reads it. Torch-free. The table as
+the paper prints it lives here too, carried only to say where the computation agrees with it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Transform = Literal["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
+                    "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling"]
+Method = Literal["batch", "weight", "layer", "rms", "none"]
+
+# The paper's column order.
+TRANSFORMS: tuple[Transform, ...] = (
+    "weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
+    "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling")
+METHODS: tuple[Method, ...] = ("batch", "weight", "layer", "rms", "none")
+PAPER_METHODS: tuple[Method, ...] = ("batch", "weight", "layer")  # the paper's rows; the rest are extra
+
+TRANSFORM_NAMES: dict[Transform, str] = {
+    "weight_matrix_rescaling": "Weight matrix re-scaling",
+    "weight_matrix_recentering": "Weight matrix re-centering",
+    "weight_vector_rescaling": "Weight vector re-scaling",
+    "dataset_rescaling": "Dataset re-scaling",
+    "dataset_recentering": "Dataset re-centering",
+    "single_training_case_rescaling": "Single training case re-scaling",
+}
+METHOD_NAMES: dict[Method, str] = {"batch": "Batch norm", "weight": "Weight norm", "layer": "Layer norm",
+                                   "rms": "RMSNorm", "none": "None"}
+
+# Table 1 exactly as the paper prints it (True = "Invariant", False = "No"). Text, not a result.
+PAPER_TABLE1: dict[Method, dict[Transform, bool]] = {
+    "batch": dict(zip(TRANSFORMS, (True, False, True, True, True, False), strict=True)),
+    "weight": dict(zip(TRANSFORMS, (True, False, True, False, False, False), strict=True)),
+    "layer": dict(zip(TRANSFORMS, (True, True, False, True, False, True), strict=True)),
+}
+# The one cell where the paper's prose ("all the normalization methods are invariant to re-scaling the
+# dataset") and its table ("No" for weight normalization) disagree.
+PROSE_CELL: tuple[Method, Transform] = ("weight", "dataset_rescaling")
+
+
+class Table1Setup(BaseModel):
+    """How the table was computed (sizes, precision), so a reader can redo it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int
+    units: int
+    inputs: int
+    cases: int
+    draws: int
+    dtype: str
+    eps: float
+    compared: str
+    weight_normalization_weights: str
+
+
+class Table1(BaseModel):
+    """Table 1 computed: for each method and transformation, invariant or not, and the measured largest
+    absolute change of the layer's output (float64) that decided it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    methods: dict[Method, dict[Transform, bool]]
+    max_abs_diff: dict[Method, dict[Transform, float]]
+    tolerance: float
+    paper_table1: dict[Method, dict[Transform, bool]]
+    agrees_with_paper_table: dict[Method, dict[Transform, bool]]
+    all_paper_cells_agree: bool
+    notes: list[str]  # notes[0] speaks to the prose-vs-table cell (PROSE_CELL)
+    setup: Table1Setup
+    extra_methods: list[Method]

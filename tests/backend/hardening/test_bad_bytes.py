@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from backend.app import create_app
-from backend.store.schema import runs
+from normlab.store.schema import runs
 from normlab.settings import Settings
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"

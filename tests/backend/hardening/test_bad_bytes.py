@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from backend.app import create_app
-from normlab.store.schema import runs
 from normlab.settings import Settings
+from normlab.store.schema import runs
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
 # Percent-encoded, as a client would put them in a URL: NUL, control characters, DEL, invalid UTF-8,

@@ -14,7 +14,7 @@ from backend import auth, errors, resubmit
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
-from backend.requeue import broker_watch_loop
+from backend.requeue import broker_watch_loop, orphan_watch_loop
 from backend.routes import ROUTERS
 from normlab.settings import Settings
 from normlab.store import get_store
@@ -29,11 +29,13 @@ def create_app(settings: Settings) -> FastAPI:
         reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish,
                                                   settings.worker_heartbeat_s))
         requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
+        orphans = asyncio.create_task(orphan_watch_loop(app.state.store, settings))  # dead holders
         try:
             yield
         finally:
             reaper.cancel()
             requeuer.cancel()
+            orphans.cancel()
             await app.state.hub.close()
 
     app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",

@@ -42,11 +42,17 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
 
 async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:
     period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
+    quiet_until = 0.0
     while True:
         try:
-            await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
+            if time.monotonic() >= quiet_until:
+                await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
+            else:  # just after an outage: only look whether the database answers
+                await anyio.to_thread.run_sync(store.ping)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the database may be briefly away; try again next period
-            log.warning("reaper: %s", exc)
+        except Exception as exc:  # the database is away, and the workers' heartbeats could not reach it
+            # either: once it is back, give them a whole heartbeat window before calling a run lost.
+            log.warning("reaper: %s", str(getattr(exc, "orig", None) or exc)[:200])
+            quiet_until = time.monotonic() + period + stale_s
         await asyncio.sleep(period)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
+from backend.feed.hub import Channel, FeedHub, Frame, frames_filling_gaps
 from normlab.events import ACTIVE_STATUSES
 from normlab.store import Store
 
@@ -69,7 +69,7 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
                 from_store = batch is None
                 if batch is None:  # behind the in-memory window: read the store
                     rows = await anyio.to_thread.run_sync(store.events_after, rid, cursors[rid], 1000)
-                    batch = [frame_from_row(rid, row) for row in rows]
+                    batch = frames_filling_gaps(rid, cursors[rid], rows)
                 for frame in batch:
                     cursors[rid] = frame.seq
                     if multiplexed:

@@ -54,7 +54,10 @@ class SweepCreate(BaseModel):
     batch_sizes: list[int] = Field(default_factory=list, max_length=8)
     seeds: list[int] = Field(default_factory=list, max_length=8)
 
-    _known = model_validator(mode="before")(classmethod(refuse_unknown_fields))
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
 
     @field_validator("batch_sizes", "seeds", mode="before")
     @classmethod

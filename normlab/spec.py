@@ -59,9 +59,15 @@ class ProbeSpec(BaseModel):
     budget: float = Field(0.15, gt=0, le=5.0,
                           description="Largest fraction of training time the probes may take.")
 
-    _known = model_validator(mode="before")(classmethod(refuse_unknown_fields))
-    _numbers = field_validator("trace_every", "fisher_every", "power_iterations", "budget",
-                               mode="before")(refuse_bool)
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    @field_validator("trace_every", "fisher_every", "power_iterations", "budget", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
 
 class RunSpec(BaseModel):
@@ -91,10 +97,16 @@ class RunSpec(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
 
-    _known = model_validator(mode="before")(classmethod(refuse_unknown_fields))
-    _numbers = field_validator("batch_size", "steps", "lr", "momentum", "weight_decay", "seed", "hidden_size",
-                               "layers", "seq_len", "eval_seq_len", "gain_init", "eval_every",
-                               mode="before")(refuse_bool)
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    @field_validator("batch_size", "steps", "lr", "momentum", "weight_decay", "seed", "hidden_size",
+                     "layers", "seq_len", "eval_seq_len", "gain_init", "eval_every", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunSpec:

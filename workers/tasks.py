@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import time
 import traceback
 
 from celery import shared_task
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init
 
 from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
+from normlab.lifeline import die_with_parent
 from normlab.queue import TRAIN_TASK
 from normlab.settings import Settings
 from normlab.spec import RunSpec
@@ -33,6 +35,13 @@ def _prepare_store(sender=None, **_kwargs) -> None:
     then claims its run in milliseconds instead of repeating this."""
     store = get_store(settings_of(sender.app))
     store.dispose()
+
+
+@worker_process_init.connect
+def _die_with_worker(**_kwargs) -> None:
+    """In each pool child: die when the worker's main process dies (killed, or with `normlab up`),
+    instead of training on as an orphan nobody can stop; the run is then reported `lost`."""
+    die_with_parent(signal.SIGKILL)
 
 
 @shared_task(name=TRAIN_TASK, ignore_result=True, bind=True)

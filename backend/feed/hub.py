@@ -9,6 +9,7 @@ events, keyed by seq: no gap and no duplicate.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,24 @@ def frame_from_row(run_id: str, row: EventRow) -> Frame:
 
 def _frame(seq: int, kind: str, terminal: bool, data: str) -> Frame:
     return Frame(seq, kind, terminal, data, f"id: {seq}\r\nevent: {kind}\r\ndata: {data}\r\n\r\n".encode())
+
+
+def frames_filling_gaps(run_id: str, last: int, rows: list[EventRow]) -> list[Frame]:
+    """Frames for store rows after seq `last`, with a `log` warning standing in for each sequence number
+    the store skips. One writer stores a run's events in order, so a number missing below a stored one
+    will never come (it was lost in a fault): a viewer moves on, told so, instead of waiting forever."""
+    frames: list[Frame] = []
+    expected = last + 1
+    for row in rows:
+        for seq in range(expected, row.seq):
+            payload = {"level": "warning", "missing": True,
+                       "message": f"Event {seq} of this run was never stored (lost in a fault); the stream "
+                                  "moves on."}
+            frames.append(frame_from_row(run_id, EventRow(seq, row.step, "log", row.time,
+                                                          json.dumps(payload, separators=(",", ":")))))
+        frames.append(frame_from_row(run_id, row))
+        expected = row.seq + 1
+    return frames
 
 
 class Channel:
@@ -142,7 +161,7 @@ class FeedHub:
     async def _from_store(self, ch: Channel, limit: int = 2000) -> int:
         rows = await anyio.to_thread.run_sync(self.store.events_after, ch.run_id, ch.last, limit)
         if rows:
-            ch.append([frame_from_row(ch.run_id, r) for r in rows])
+            ch.append(frames_filling_gaps(ch.run_id, ch.last, rows))
         return len(rows)
 
     async def _check_ended(self, ch: Channel) -> None:

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from backend import auth, errors, resubmit
+from backend import auth, errors, openapi, resubmit
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
@@ -48,6 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 before any parsing
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
     errors.install(app)
+    openapi.install(app, settings)  # the document describes the answers actually given
     for router in [*ROUTERS, auth.router, resubmit.router]:
         app.include_router(router)
     return app

@@ -35,9 +35,12 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
     """(period, staleness): how often to look, and how old a last heartbeat must be to call its run lost,
     so that a worker that dies is reported within `lost_after_s` of its death. Its last heartbeat can be
     a heartbeat period (plus the watcher's 0.2 s poll) older than the death, and the reaper looks once a
-    period: both come off. Never below two heartbeats, so a live run is not declared lost."""
+    period: both come off. Never below 2 s (or lost_after_s if shorter) and two heartbeats: a busy
+    worker's heartbeat thread can be held up that long (a run starting up, loading its data), and a live
+    run must not be declared lost."""
     period = max(0.2, min(1.0, lost_after_s / 8))
-    return period, max(2 * heartbeat_s, lost_after_s - heartbeat_s - 0.2 - 1.5 * period)
+    floor = max(2 * heartbeat_s, min(lost_after_s, 2.0))
+    return period, max(floor, lost_after_s - heartbeat_s - 0.2 - 1.5 * period)
 
 
 async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:

@@ -18,6 +18,7 @@ from normlab.spec import NormName, RunSpec, TaskName
 from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+NAMES_PATTERN = rf"^({'|'.join(SCALAR_NAMES)})(,({'|'.join(SCALAR_NAMES)}))*$"  # documented, checked below
 OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never sent to the database
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
 
@@ -47,7 +48,9 @@ def get_run(run_id: str, store: StoreDep) -> RunPublic:
 
 
 @router.get("/{run_id}/metrics", response_model=MetricsPublic, responses=ERRORS)
-def metrics(run_id: str, store: StoreDep, names: str | None = None,
+def metrics(run_id: str, store: StoreDep,
+            names: str | None = Query(None, description="Comma-separated metric names; all if absent.",
+                                      json_schema_extra={"pattern": NAMES_PATTERN}),
             max_points: int = Query(2000, ge=10, le=100_000)) -> JSONResponse:
     """Each metric's history; past max_points it comes in min/max buckets (spikes survive)."""
     run = get_run_or_404(store, run_id)
@@ -72,7 +75,12 @@ def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> Run
     return run_public(store, get_run_or_404(store, run_id))
 
 
-@router.get("/{run_id}/export", responses=ERRORS)
+EXPORT_CONTENT = {"text/csv": {"schema": {"type": "string"}},
+                  "application/json": {"schema": {"type": "object"}}}
+
+
+@router.get("/{run_id}/export", responses={**ERRORS, 200: {"content": EXPORT_CONTENT,
+                                                             "description": "csv or json, as asked"}})
 def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv") -> StreamingResponse:
     """The raw history (never downsampled): csv = one row per scalars event; json = the run and every
     event."""

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from backend import auth, errors, openapi, resubmit
@@ -40,7 +40,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",
                   openapi_url="/api/openapi.json", redoc_url=None,
-                  dependencies=[auth.GuardDep])  # tokens (NORMLAB_AUTH=tokens): who calls, 401s
+                  # tokens (NORMLAB_AUTH=tokens): who calls, 401s; one value per query parameter
+                  dependencies=[auth.GuardDep, Depends(openapi.no_repeated_query)])
     app.state.settings = settings
     app.state.store = get_store(settings)
     app.state.publish = _publisher(settings)

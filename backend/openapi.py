@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -19,6 +19,9 @@ from normlab.settings import Settings
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.",
                                "schema": {"type": "string"}}}
+SSE_EVENT = {"type": "object", "properties": {  # one event of the stream: `data` is the Event JSON
+    "event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"},
+    "retry": {"type": "integer"}}}
 SUBMITTING = {("post", "/api/runs"), ("post", "/api/sweeps"), ("post", "/api/runs/{run_id}/resubmit")}
 
 
@@ -51,10 +54,12 @@ def honest_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             stream = responses.get("200", {}).get("content", {})
             if "text/event-stream" in stream:
                 stream.pop("application/json", None)
+                stream["text/event-stream"]["schema"] = SSE_EVENT
             if "422" in responses or any(p.get("in") in ("query", "path") for p in op.get("parameters", [])) \
                     or "requestBody" in op:
                 responses["422"] = _error("The request is invalid; `fields` says what to change per field.")
             if "requestBody" in op:
+                responses["400"] = _error("The body could not be read (not UTF-8 JSON).")
                 responses["413"] = _error("The request body is larger than NORMLAB_MAX_BODY_BYTES.")
             if (method, path) in SUBMITTING:
                 responses["429"] = _error("Too many runs queued or running, or submissions per minute.",
@@ -72,6 +77,16 @@ def honest_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
                 responses["403"] = _error("Only the run's owner or an admin may do this.")
     app.openapi_schema = doc
     return doc
+
+
+def no_repeated_query(request: Request) -> None:
+    """Every query parameter of this API takes one value (lists are comma-separated): `?a=1&a=2` is
+    refused instead of silently taking the last."""
+    keys = [k for k, _ in request.query_params.multi_items()]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise HTTPException(422, {"detail": f"Give {', '.join(repeated)} once (lists are comma-separated).",
+                                  "fields": {k: "given more than once" for k in repeated}})
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -54,10 +54,10 @@ def metrics(run_id: str, store: StoreDep,
             max_points: int = Query(2000, ge=10, le=100_000)) -> JSONResponse:
     """Each metric's history; past max_points it comes in min/max buckets (spikes survive)."""
     run = get_run_or_404(store, run_id)
-    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else None
+    wanted = names.split(",") if names is not None else None
     unknown = [n for n in wanted or [] if n not in SCALAR_NAMES]
-    if unknown:
-        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(unknown)}; choose from "
+    if unknown or wanted == [""]:
+        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(map(repr, unknown))}; choose from "
                                             f"{', '.join(SCALAR_NAMES)}.", "fields": {"names": "unknown"}})
     # Built to the MetricsPublic shape by run_metrics; sent as is (re-validating ~40k floats costs more
     # than the query).

@@ -42,7 +42,8 @@ async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: Settin
                      last_event_id: str | None = Header(None, json_schema_extra=SINGLE)):
     """SSE of one run: its history after the cursor, then live events, until its terminal status."""
     try:
-        cursor = parse_single_cursor(last_event_id if last_event_id is not None else after)
+        given = parse_single_cursor(after)  # checked even when the header wins: bad input is never ignored
+        cursor = parse_single_cursor(last_event_id) if last_event_id is not None else given
     except CursorError as exc:
         raise HTTPException(400, str(exc)) from exc
     run = await anyio.to_thread.run_sync(get_run_or_404, store, run_id)
@@ -63,7 +64,8 @@ async def multiplexed_events(store: StoreDep, hub: HubDep, settings: SettingsDep
     if not ids or len(ids) > MAX_RUNS_PER_STREAM:
         raise HTTPException(400, f"runs must list 1 to {MAX_RUNS_PER_STREAM} run ids, comma-separated.")
     try:
-        cursors = parse_multi_cursor(last_event_id if last_event_id is not None else after)
+        given = parse_multi_cursor(after)
+        cursors = parse_multi_cursor(last_event_id) if last_event_id is not None else given
     except CursorError as exc:
         raise HTTPException(400, str(exc)) from exc
     rows = [await anyio.to_thread.run_sync(get_run_or_404, store, r) for r in ids]

@@ -83,13 +83,24 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     t0 = time.monotonic()
 
     def view(run_id: str) -> None:
+        """A viewer as a browser's EventSource is: it reconnects after an error with Last-Event-ID."""
         seen = viewers.setdefault(run_id, [])
-        try:
-            with httpx.Client() as c:
-                seen.extend(int(m.id) for m in iter_sse(c, url + f"api/runs/{run_id}/events",
-                                                        timeout=timeout) if m.id)
-        except Exception:  # noqa: BLE001 - a viewer that breaks counts as incomplete
-            pass
+        deadline = t0 + timeout
+        with httpx.Client() as c:
+            while time.monotonic() < deadline:
+                headers = {"Last-Event-ID": str(seen[-1])} if seen else {}
+                try:
+                    for m in iter_sse(c, url + f"api/runs/{run_id}/events", headers=headers,
+                                      timeout=max(1.0, deadline - time.monotonic())):
+                        if m.id:
+                            seen.append(int(m.id))
+                    return  # the stream ended after the terminal event
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code == 204:
+                        return  # finished, nothing after our cursor
+                except Exception:  # noqa: BLE001 - a dropped or refused connection: reconnect
+                    pass
+                time.sleep(1.0)
 
     def submit(c: httpx.Client, spec: dict, seed: int) -> str:
         for _ in range(100):  # the database may be away right now: a client retries a 503
@@ -117,12 +128,12 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             proxy.start()
             ids += [submit(c, SHORT, i) for i in range(100, 100 + n_runs - n_runs // 2)]
             time.sleep(5)
-            run = _get(c, url + f"api/runs/{ids[0]}")
-            if run and run["status"] == "running":
-                pid = int(run["worker_host"].rsplit(":", 1)[1])
+            victim = _wait_running(c, url, ids[:2], 30)
+            if victim is not None:
+                pid = int(victim["worker_host"].rsplit(":", 1)[1])
                 faults.append((time.time(), "worker SIGKILLed mid-run"))
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
-                killed[ids[0]] = time.time()
+                killed[victim["id"]] = time.time()
                 alive.append((time.time(), 1))
                 time.sleep(3)
                 workers.append(start_worker(data_dir, env, "w2"))
@@ -140,7 +151,9 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
                 faults.append((time.time(), "a process holding a queued run's message SIGKILLed"))
             os.killpg(holder.pid, signal.SIGKILL)
             holder.wait()
-            c.post(url + f"api/runs/{ids[1]}/cancel")
+            for rid in ids[:2]:  # the long run that was not killed
+                if rid not in killed:
+                    c.post(url + f"api/runs/{rid}/cancel")
             runs = _wait_all(c, url, ids, t0 + timeout)
         for t in threads:
             t.join(max(1.0, t0 + timeout - time.monotonic()))
@@ -162,6 +175,17 @@ def _get(c: httpx.Client, url: str) -> dict | None:
         return r.json() if r.status_code == 200 else None
     except httpx.HTTPError:
         return None
+
+
+def _wait_running(c: httpx.Client, url: str, ids: list[str], timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for rid in ids:
+            run = _get(c, url + f"api/runs/{rid}")
+            if run is not None and run["status"] == "running" and run["worker_host"]:
+                return run
+        time.sleep(0.5)
+    return None
 
 
 def _wait_all(c: httpx.Client, url: str, ids: list[str], deadline: float) -> dict[str, dict]:

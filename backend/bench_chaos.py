@@ -90,11 +90,14 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             while time.monotonic() < deadline:
                 headers = {"Last-Event-ID": str(seen[-1])} if seen else {}
                 try:
+                    ended = False
                     for m in iter_sse(c, url + f"api/runs/{run_id}/events", headers=headers,
                                       timeout=max(1.0, deadline - time.monotonic())):
                         if m.id:
                             seen.append(int(m.id))
-                    return  # the stream ended after the terminal event
+                        ended = m.event == "status" and m.json()["payload"]["status"] in TERMINAL
+                    if ended:
+                        return  # the stream ended after the terminal event; else reconnect
                 except httpx.HTTPStatusError as exc:
                     if exc.response.status_code == 204:
                         return  # finished, nothing after our cursor
@@ -219,13 +222,19 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
             running = [e for e in export["events"] if e["kind"] == "status"
                        and e["payload"]["status"] == "running"]
             twice += len(running) > 1
-    incomplete = sum(viewers.get(r, []) != list(range(1, runs.get(r, {}).get("last_seq", 0) + 1))
-                     for r in ids)
+    detail = {}
+    for r in ids:
+        seen, last = viewers.get(r, []), runs.get(r, {}).get("last_seq", 0)
+        if seen != list(range(1, last + 1)):
+            detail[r] = {"status": runs.get(r, {}).get("status"), "last_seq": last, "seen": len(seen),
+                         "missing": sorted(set(range(1, last + 1)) - set(seen))[:5],
+                         "duplicates": len(seen) - len(set(seen))}
+    incomplete = len(detail)
     return {"runs_submitted": len(ids), "completed": statuses.count("completed"),
             "lost": statuses.count("lost"), "cancelled": statuses.count("cancelled"),
             "not_finished": sum(s not in TERMINAL for s in statuses), "run_twice": twice,
             "events_emitted": emitted, "events_stored": stored, "lost_events": emitted - stored,
-            "viewers": len(ids), "incomplete_viewers": incomplete,
+            "viewers": len(ids), "incomplete_viewers": incomplete, "incomplete_detail": detail,
             "max_wait_with_free_worker_s": round(_max_wait(ids, runs, alive, killed), 1),
             "faults": [f for _, f in faults], "wall_s": round(wall_s, 1)}
 

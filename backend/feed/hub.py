@@ -24,6 +24,7 @@ from normlab.store import EventRow, Store, event_json
 log = logging.getLogger(__name__)
 WINDOW = 20_000  # events a channel keeps in memory (older ones come from the store)
 IDLE_CHECK_S = 1.0  # how often a quiet pump checks the store for a run that ended or vanished
+PUMP_RETRY_S = 1.0  # a pump whose store or Redis read failed tries again after this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +148,19 @@ class FeedHub:
 
     # ---- pumps --------------------------------------------------------------------------------
     async def _pump(self, ch: Channel) -> None:
-        try:
-            if self.redis is not None:
-                await self._pump_redis(ch)
-            else:
-                await self._pump_store(ch)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never leave clients hanging on a dead pump
-            log.exception("live feed for run %s failed", ch.run_id)
-            ch.finish()
+        while not ch.done:
+            try:
+                if self.redis is not None:
+                    await self._pump_redis(ch)
+                else:
+                    await self._pump_store(ch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is away: viewers keep their stream (heartbeats) and
+                # get the rest once it is back; ending it would drop them before the run's end
+                log.warning("live feed for run %s: %s; retrying in %.0f s", ch.run_id,
+                            str(getattr(exc, "orig", None) or exc)[:200], PUMP_RETRY_S)
+                await asyncio.sleep(PUMP_RETRY_S)
 
     async def _from_store(self, ch: Channel, limit: int = 2000) -> int:
         rows = await anyio.to_thread.run_sync(self.store.events_after, ch.run_id, ch.last, limit)

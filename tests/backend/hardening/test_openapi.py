@@ -54,7 +54,7 @@ def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path, form, table1
         proc = subprocess.run(
             [str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run",
              url + "api/openapi.json", "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
-             "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic", "--request-timeout", "15",
+             "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic", "--request-timeout", "5",
              "--continue-on-failure", "--no-color"],
             capture_output=True, text=True, timeout=900, cwd=tmp_path)
         summary = proc.stdout[proc.stdout.find("SUMMARY"):] if "SUMMARY" in proc.stdout else proc.stdout

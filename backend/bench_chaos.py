@@ -242,23 +242,28 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
 def _max_wait(ids, runs, alive, killed) -> float:
     """Longest stretch during which a run was queued while fewer runs were training than workers were
     alive (sampled every 0.1 s; a killed worker's run stops counting at the kill)."""
-    spans = []
+    inf = float("inf")
+    spans: list[tuple[float, float]] = []
+    queued: list[tuple[float, float]] = []
     for rid in ids:
-        run = runs.get(rid, {})
+        run = runs.get(rid)
+        if run is None:
+            continue
+        created = _ts(run["created_at"]) or 0.0
         start, end = _ts(run.get("started_at")), _ts(run.get("finished_at"))
         if start is not None:
-            spans.append((start, min(killed.get(rid, float("inf")), end or float("inf"))))
-    queued = [(_ts(runs[r]["created_at"]), _ts(runs[r].get("started_at")) or _ts(runs[r].get("finished_at")))
-              for r in ids if r in runs]
+            spans.append((start, min(killed.get(rid, inf), end if end is not None else inf)))
+        left = start if start is not None else end  # a queued run cancelled before it started
+        queued.append((created, left if left is not None else time.time()))
     if not queued:
         return 0.0
-    t, stop = min(q[0] for q in queued), max((q[1] or time.time()) for q in queued)
+    t, stop = min(a for a, _ in queued), max(b for _, b in queued)
     worst = current = 0.0
     while t < stop:
-        workers = [n for since, n in alive if since <= t][-1] if any(s <= t for s, _ in alive) else 0
+        workers = [n for since, n in alive if since <= t]
         training = sum(a <= t < b for a, b in spans)
-        waiting = any(a <= t < (b or float("inf")) for a, b in queued)
-        current = current + 0.1 if waiting and training < workers else 0.0
+        waiting = any(a <= t < b for a, b in queued)
+        current = current + 0.1 if waiting and training < (workers[-1] if workers else 0) else 0.0
         worst = max(worst, current)
         t += 0.1
     return worst

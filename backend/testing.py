@@ -245,7 +245,7 @@ class TCPProxy:
         self.port = free_port()
         self._lock = threading.Lock()
         self._socks: set = set()
-        self._listener = None
+        self._listener: socket.socket | None = None
 
     def start(self) -> None:
         import socket

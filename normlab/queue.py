@@ -111,7 +111,7 @@ def waiting_run_ids(settings: Settings) -> set[str] | None:
     return {run_id for m in raw if (run_id := _run_id_of(m)) is not None}
 
 
-def _run_id_of(message: bytes) -> str | None:
+def _run_id_of(message: bytes | str) -> str | None:
     """The run id a training-task message carries (kombu's JSON envelope, Celery's message protocol 2)."""
     import base64
     import json

@@ -26,7 +26,8 @@ class CursorError(ValueError):
 
 
 def parse_single_cursor(value: str | None) -> int:
-    if value is None or value == "":
+    """None (not given) is the start; an empty or malformed value is refused, never read as 0."""
+    if value is None:
         return 0
     if not (value.isascii() and value.isdigit()) or len(value) > 12:  # "١٢".isdigit() is True
         raise CursorError(f"Last-Event-ID / after must be an event sequence number (got {value[:40]!r}).")
@@ -35,7 +36,7 @@ def parse_single_cursor(value: str | None) -> int:
 
 def parse_multi_cursor(value: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
-    if not value:
+    if value is None:
         return out
     for part in value.split(","):
         m = _CURSOR_PART.match(part.strip())

@@ -85,6 +85,15 @@ class ApiClient:
     def create_sweep(self, body: dict) -> dict:
         return self._call("POST", "/api/sweeps", json=body)
 
+    def launch_preset(self, name: str, seeds: list[int] | None = None, steps: int | None = None) -> dict:
+        """POST /api/presets/{name}: the preset over its seeds as one group -> {group_id, run_ids}."""
+        body = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
+        return self._call("POST", f"/api/presets/{name}", json=body)
+
+    def group(self, group_id: str) -> dict:
+        """GET /api/groups/{id}: the group's runs, cells (mean ± std, bands) and, for a preset, claims."""
+        return self._call("GET", f"/api/groups/{group_id}")
+
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")
 

@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     app = dash.Dash(
         "frontend", use_pages=True, pages_folder="pages", assets_folder=str(HERE / "assets"),
         suppress_callback_exceptions=True, title="normlab", update_title="",
+        assets_path_ignore=["vendor"],  # loaded on demand, not on every page (assets/vendor/README.md)
     )
     _claim_page_callbacks(app)
     app.server.config["NORMLAB_API_BASE"] = base.rstrip("/")

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import flask
 
 from frontend import figures, logic, status
+from frontend import smoothing as smoothing_
 from frontend.api_client import ApiClient, ApiError, api_for
 from frontend.auth_box import TOKEN_COOKIE
 
@@ -56,14 +57,16 @@ def fetch_histories(client: ApiClient, runs: list[dict]) -> dict[str, dict]:
     return dict(_pool.map(one, runs))
 
 
-def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str = "norm",
+def curves_bundle(run_ids: list[str], *, smoothing: float | None = None, color_by: str = "norm",
                   x_mode: str = "step", panels: list[str] | None = None, present: bool = False,
                   from_start: bool = False) -> dict:
     """Figure + trace map + watch for the runs: history first, then the stream picks up after it.
 
     The cursor is each run's last_seq read *before* its history, so nothing between the two is lost;
-    points both in the history and on the stream are dropped in the browser by step.
+    points both in the history and on the stream are dropped in the browser by step. `smoothing`
+    None: the browser's setting for Lab and Run (frontend/smoothing.py).
     """
+    weight = smoothing_.cookie_weight() if smoothing is None else smoothing
     client = api()
     runs, missing = fetch_runs(client, run_ids)
     # runs of one colour group sit together in the legend and the chips
@@ -71,9 +74,10 @@ def curves_bundle(run_ids: list[str], *, smoothing: float = 0.0, color_by: str =
     runs.sort(key=lambda r: (str(r["spec"].get(color_by)), str(r["spec"].get(other)),
                              r["spec"].get("seed", 0)))
     histories = fetch_histories(client, runs)
-    fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=smoothing,
+    fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=weight,
                                            color_by=color_by, x_mode=x_mode, present=present)
     trace_map["id"] = uuid.uuid4().hex
+    trace_map["from_start"] = from_start  # a redraw (smoothing) replays the same events (Run: probes)
     # the page appends live points only once the graph shows this very figure (assets/normlab.js)
     fig.setdefault("layout", {})["meta"] = {"normlab_map": trace_map["id"]}
     cursor = {r["id"]: 0 for r in runs} if from_start else logic.cursor_of(runs)

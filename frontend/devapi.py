@@ -33,6 +33,7 @@ from normlab.api_models import (
 )
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from normlab.presets import PRESETS
+from normlab.settings import Settings
 from normlab.spec import RunSpec, combination_problems
 from normlab.table1 import Table1
 
@@ -126,7 +127,11 @@ class DevAPI:
                                 "trace_ww": 1.0, "scaled_trace_ww": 1.0, "gain_curvature": 0.5,
                                 "effective_lr": spec["lr"] / wn ** 2, "angular_update": 0.01}],
                     "cost_steps": 0.5, "empirical": None})
-        run["summary"] = {"metrics": {"val_loss": loss * 1.1, "accuracy": 1 - loss / 2.5}}
+        # the worker's summary shape (workers/tasks.py): final metrics per split, steps and wall time
+        run["summary"] = {"metrics": {"train_loss": loss, "val_loss": loss * 1.1,
+                                      "val_accuracy": 1 - loss / 2.5, "test_loss": loss * 1.12,
+                                      "test_accuracy": 1 - loss / 2.4},
+                          "step": steps, "wall_time": time.time() - t0}
         run["status"], run["finished_at"] = RunStatus.COMPLETED, datetime.now(UTC).isoformat()
         self._emit(rid, "status", steps,
                    {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]})
@@ -148,7 +153,7 @@ class DevAPI:
 
         @app.get("/api/catalog")
         def catalog():
-            return build_catalog(None)
+            return build_catalog(None, Settings())  # the default server limits, as `normlab up` shows
 
         @app.get("/api/presets")
         def presets():
@@ -248,6 +253,9 @@ class DevAPI:
             return StreamingResponse(self._stream(cursor), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
 
+        from frontend import devapi_groups
+
+        devapi_groups.add_routes(app, self)
         if with_frontend:
             import warnings
 

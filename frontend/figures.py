@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from frontend.smoothing import RAW_OPACITY, ema, format_elapsed, hovertemplate
 from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES
 
@@ -37,6 +38,8 @@ PANELS = {  # panel key -> (title, how to pick the series of a run)
 }
 METRIC_TITLES = {"accuracy": "Validation accuracy", "bpc": "Validation bits per character",
                  "mse": "Validation MSE"}
+SERIES_LABELS = {"train_loss": "train loss", "val_loss": "val loss", "accuracy": "val accuracy",
+                 "bpc": "val bpc"}
 MAX_POINTS = 20_000  # live appends (Plotly.extendTraces) keep at most this many points per trace
 
 
@@ -67,25 +70,6 @@ def run_label(run: dict) -> str:
     if spec.get("task") and spec.get("task") != "digits":
         label += f" · {spec['task']}"
     return label
-
-
-def ema(values: Iterable[float | None], smoothing: float, state: tuple[float, int] = (0.0, 0)):
-    """Debiased exponential moving average (TensorBoard's): returns (smoothed list, (accumulator, n)).
-
-    Passing the returned state back continues the average exactly where it stopped, which is how the
-    browser extends a smoothed history with live points.
-    """
-    acc, n = state
-    out: list[float | None] = []
-    for v in values:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            out.append(v)
-            continue
-        acc = acc * smoothing + (1.0 - smoothing) * v
-        n += 1
-        debias = 1.0 - smoothing ** n
-        out.append(acc / debias if debias > 0 else v)
-    return out, (acc, n)
 
 
 def colors_for(runs: list[dict], color_by: str) -> dict[str, tuple[str, str]]:
@@ -143,7 +127,8 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
     if present:
         fig.update_xaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
         fig.update_yaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
-        fig.update_traces(line={"width": 4})
+        # thick lines for the room; the raw series under a smoothed curve stays thin and faint
+        fig.update_traces(line={"width": 4}, selector=lambda t: not str(t.meta).endswith(":raw"))
     fig.update_annotations(font={"size": size + 1})
     return fig
 
@@ -166,7 +151,8 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             titles.append(PANELS[p])
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.07)
     colors = colors_for(runs, color_by)
-    trace_map: dict[str, Any] = {"runs": {}, "x": x_mode, "smooth": smoothing, "max_points": MAX_POINTS}
+    trace_map: dict[str, Any] = {"runs": {}, "x": x_mode, "smooth": smoothing, "max_points": MAX_POINTS,
+                                 "color": color_by, "panels": panels}
     index = 0
     seen_values: dict[str, list] = {}
     for run in runs:
@@ -182,7 +168,10 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             steps = list(s["step"])
             values = list(s["value"])
             smoothed, (acc, n) = ema(values, smoothing) if smoothing > 0 else (values, (0.0, 0))
-            xs = _elapsed_at(steps, history) if x_mode == "time" else steps
+            elapsed = _elapsed_at(steps, history)
+            xs = elapsed if x_mode == "time" else steps
+            # hover: [step, wall time since the start, raw value]; live points carry the same (normlab.js)
+            custom = [[st, format_elapsed(el), v] for st, el, v in zip(steps, elapsed, values, strict=True)]
             if history.get("downsampled") and s.get("min") and s.get("max"):
                 # each bucket's min..max as a faint band behind its mean: spikes stay visible
                 fig.add_trace(go.Scatter(
@@ -190,18 +179,30 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
                     mode="lines", line={"width": 0}, fillcolor=color, opacity=0.22, hoverinfo="skip",
                     showlegend=False, legendgroup=rid, meta=f"{rid}:range"), row=1, col=col)
                 index += 1
+            mode = "lines" if panel == "loss" else "lines+markers"  # evaluations are sparse: markers
+            raw_index = None
+            if smoothing > 0:  # the raw series, faint, under the smoothed one (TensorBoard's look)
+                fig.add_trace(go.Scatter(
+                    x=xs, y=values, mode=mode, marker={"size": 4}, customdata=custom, opacity=RAW_OPACITY,
+                    line={"color": color, "dash": dash, "width": 1}, connectgaps=True, showlegend=False,
+                    legendgroup=rid, meta=f"{rid}:raw", name=run_label(run), hoverinfo="skip"),
+                    row=1, col=col)
+                raw_index = index
+                index += 1
             fig.add_trace(go.Scatter(
-                # evaluations are sparse: markers, so a single evaluation is visible too
-                x=xs, y=smoothed, mode="lines" if panel == "loss" else "lines+markers",
+                x=xs, y=smoothed, mode=mode, customdata=custom,
                 marker={"size": 5}, name=run_label(run), legendgroup=rid,
                 showlegend=not entries, line={"color": color, "dash": dash, "width": 2},
-                connectgaps=True, meta=rid, hovertemplate="%{y:.4g} at %{x}<extra>%{fullData.name}</extra>",
+                connectgaps=True, meta=rid, hovertemplate=hovertemplate(SERIES_LABELS[key], smoothing > 0),
             ), row=1, col=col)
-            entries.append({"i": index, "key": key, "last": steps[-1] if steps else -1, "acc": acc, "n": n})
+            entries.append({"i": index, "raw": raw_index, "key": key, "last": steps[-1] if steps else -1,
+                            "acc": acc, "n": n})
             index += 1
         trace_map["runs"][rid] = entries
         for e in entries:
-            seen_values.setdefault(e["key"], []).extend(fig.data[e["i"]].y or [])
+            for i in (e["i"], e["raw"]):
+                if i is not None:
+                    seen_values.setdefault(e["key"], []).extend(fig.data[i].y or [])
     fig.update_xaxes(title_text="wall time (s)" if x_mode == "time" else "training step")
     for col, panel in enumerate(panels, start=1):
         if panel in ("loss", "val"):

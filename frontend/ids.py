@@ -39,6 +39,13 @@ LAB_TASK_HELP = "lab-task-help"
 LAB_RUNS = "lab-runs"  # list of the runs this tab started, with status badges
 LAB_COMPARE_LINK = "lab-compare-link"
 LAB_LIVE = "lab-live"  # container of the live view
+LAB_PROBE_FIELD = "lab-probe-field"  # pattern-matching: {"type": LAB_PROBE_FIELD, "field": name}
+LAB_PROBE_BOX = "lab-probe-box"  # the probe settings, shown while probes are on
+LAB_BOARD = "lab-board"  # dcc.Store {runs: [...]}: the runs on the Live card
+LAB_RUNS_DATA = "lab-runs-data"  # dcc.Store: those runs as the API returned them (for the chips)
+LAB_FORM_DEFAULTS = "lab-form-defaults"  # dcc.Store {task: {field: default}}: what the URL leaves out
+LAB_LIMITS = "lab-limits"  # dcc.Store {field: {min, max, min_open}}: the server's limits
+LAB_CLEAR = "lab-clear"  # button: take every run off the Live card
 
 # Runs
 RUNS_FILTER = "runs-filter"  # pattern-matching: {"type": RUNS_FILTER, "field": name}
@@ -57,6 +64,16 @@ CMP_COLOR = "cmp-color"
 CMP_X = "cmp-x"
 CMP_PANELS = "cmp-panels"
 CMP_MESSAGE = "cmp-message"
+CMP_GO = "cmp-go"  # dcc.Location: an empty Compare opens the last comparison (assets/normlab.js)
+CMP_RESTORE = "cmp-restore"  # dcc.Store, on an empty Compare only: asks for that
+CMP_LAST_KEY = "normlab.compare"  # localStorage key of the last comparison's query string
+CMP_GROUP = "cmp-group"  # dcc.Store: the group (preset or sweep) this Compare shows, or None
+CMP_GROUP_BOX = "cmp-group-box"  # its card: verdicts, mean ± std bands, results table
+CMP_GROUP_POLL = "cmp-group-poll"  # dcc.Interval: refresh the group until every run ended
+GROUP_IDS = {"verdicts": "cmp-group-verdicts", "bands": "cmp-group-bands", "table": "cmp-group-table",
+             "table_box": "cmp-group-table-box"}
+LAB_SMOOTH = "lab-smooth"  # smoothing slider of the Lab's live curves (frontend/smoothing.py)
+RUN_SMOOTH = "run-smooth"  # smoothing slider of a run's curves
 
 # Run
 RUN_ID = "run-id"  # dcc.Store with the run id
@@ -65,6 +82,9 @@ RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by 
 RUN_HIDDEN = "run-hidden"
 RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
+RUN_LOG = "run-log"  # the run's log lines, warnings first
+RUN_FISHER_WARNING = "run-fisher-warning"  # why the Fisher panel is empty (from the log), above it
+RUN_FISHER_RETRY = "run-fisher-retry"  # link: the same run set up in the Lab with the budget that fits
 RUN_MESSAGE = "run-message"
 
 # Invariance
@@ -74,3 +94,6 @@ INV_TABLE = "inv-table"
 PRESET_START = "preset-start"  # pattern-matching: {"type": PRESET_START, "name": preset}
 PRESET_MESSAGE = "preset-message"
 PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a preset
+PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, "name": preset}
+PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
+PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end

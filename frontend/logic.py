@@ -1,101 +1,17 @@
-"""Callback logic as pure functions: form → RunSpec JSON, API errors → field messages, URL ↔ page state,
-run lists → table rows. No Dash, no HTTP: unit-tested.
+"""Callback logic as pure functions: URL ↔ page state, run lists → table rows. No Dash, no HTTP:
+unit-tested. (The Lab's form is `frontend.lab_form`.)
 """
 
 from __future__ import annotations
 
-import re
+import math
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from normlab.catalog import TASKS
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
-from normlab.spec import RunSpec
 
-# The Lab form, in display order: (field, label, widget kind). Sequence-only fields last.
-FORM_FIELDS = [
-    ("batch_size", "Batch size", "int"),
-    ("steps", "Steps", "int"),
-    ("lr", "Learning rate", "float"),
-    ("optimizer", "Optimizer", "choice"),
-    ("seed", "Seed", "int"),
-    ("hidden_size", "Hidden units", "int"),
-    ("layers", "Layers", "int"),
-    ("gain_init", "Initial gain", "float"),
-    ("eval_every", "Evaluate every (steps)", "int"),
-    ("cell", "Recurrent cell", "choice"),
-    ("seq_len", "Sequence length", "int"),
-    ("eval_seq_len", "Evaluation length", "int"),
-    ("ln_placement", "LayerNorm placement (LSTM)", "choice"),
-    ("probes", "Probes", "flag"),
-]
-SEQUENCE_ONLY = {"cell", "seq_len", "eval_seq_len", "ln_placement"}
-
-
-def field_defaults(task: str) -> dict[str, Any]:
-    """The values the form shows for a task: `RunSpec.resolved()`'s, the probes box as its checklist value."""
-    spec = RunSpec.model_validate({"task": task}).resolved()
-    values = spec.model_dump()
-    out: dict[str, Any] = {name: values[name] for name, _, kind in FORM_FIELDS if kind != "flag"}
-    out["probes"] = ["on"] if spec.probes.enabled else []
-    return out
-
-
-def build_spec(task: str, norm: str, values: dict[str, Any]) -> dict[str, Any]:
-    """RunSpec JSON from the form: empty fields left out (the API fills the task's defaults), fields
-    that a non-sequential task does not have left out. Validation is the API's job, not ours."""
-    spec: dict[str, Any] = {"task": task, "norm": norm}
-    sequential = TASKS[task].kind == "sequence" if task in TASKS else False
-    for name, _label, kind in FORM_FIELDS:
-        value = values.get(name)
-        if name in SEQUENCE_ONLY and not sequential:
-            continue
-        if kind == "flag":
-            if value:
-                spec["probes"] = {"enabled": True}
-            continue
-        if value is None or value == "":
-            continue
-        spec[name] = value
-    return spec
-
-
-def parse_int_list(text: str | None, what: str) -> list[int]:
-    """'4, 32 128' -> [4, 32, 128]; a ValueError whose message says what to type otherwise."""
-    parts = [p for p in re.split(r"[\s,;]+", text or "") if p]
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"{what}: type whole numbers separated by commas, e.g. 4, 32, 128") from None
-
-
-def sweep_body(spec: dict[str, Any], norms: list[str], batch_text: str | None,
-               seed_text: str | None) -> dict[str, Any]:
-    """SweepCreate JSON: the base spec crossed with the chosen normalizers, batch sizes and seeds."""
-    return {"base": spec, "norms": list(norms or []),
-            "batch_sizes": parse_int_list(batch_text, "Batch sizes"),
-            "seeds": parse_int_list(seed_text, "Seeds")}
-
-
-def field_messages(error_fields: dict[str, str], names: list[str]) -> dict[str, str]:
-    """Map the API's per-field messages (keys like 'batch_size', 'base.batch_size', 'probes.budget',
-    'batch_sizes') onto the form's field names; messages for the same field are joined."""
-    aliases = {"batch_sizes": "batch_size", "norms": "norm", "seeds": "seed", "enabled": "probes"}
-    out: dict[str, str] = {}
-    for key, msg in (error_fields or {}).items():
-        parts = [p for p in re.split(r"[.\[\]]", str(key)) if p and p not in ("base", "body")]
-        target = None
-        for p in parts:
-            p = aliases.get(p, p)
-            if p in names:
-                target = p
-                break
-        if target is None and parts and parts[0] == "probes":
-            target = "probes"
-        if target is not None:
-            out[target] = f"{out[target]} {msg}".strip() if target in out else msg
-    return out
+RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
 
 
 # ---- URL state ---------------------------------------------------------------------------------
@@ -167,27 +83,53 @@ def when(value: str | None) -> str:
         return str(value)
 
 
+def _metrics(run: dict) -> dict:
+    m = (run.get("summary") or {}).get("metrics") or {}
+    return m if isinstance(m, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def final_results(run: dict) -> dict[str, float | None]:
+    """The run's final numbers for sortable columns: val loss; accuracy, bpc or mse (the test split's,
+    else the validation split's); steps per second (steps ÷ wall time, set-up included); wall time (s).
+    None where the run has not ended or did not measure it."""
+    m = _metrics(run)
+    summary = run.get("summary") or {}
+    out: dict[str, float | None] = {"val_loss": _number(m.get("val_loss"))}
+    for name in RESULT_METRICS:
+        out[name] = next((v for v in (_number(m.get(f"test_{name}")), _number(m.get(f"val_{name}")),
+                                      _number(m.get(name))) if v is not None), None)
+    wall, step = _number(summary.get("wall_time")), _number(summary.get("step"))
+    out["wall_time"] = round(wall, 2) if wall is not None else None
+    out["steps_per_s"] = round(step / wall, 1) if wall and step is not None else None
+    return out
+
+
 def final_metric(run: dict) -> str:
-    """The run's final headline number as text ('val_loss 0.123 · accuracy 0.95'), or ''."""
-    m = (run.get("summary") or {}).get("metrics") or run.get("summary") or {}
-    parts = []
-    for key in ("val_loss", "accuracy", "bpc", "test_accuracy"):
-        v = m.get(key) if isinstance(m, dict) else None
-        if isinstance(v, int | float):
-            parts.append(f"{key} {v:.4g}")
+    """The run's final headline numbers as text ('val_loss 0.1235 · accuracy 0.95'), or ''."""
+    results = final_results(run)
+    parts = [f"{key} {results[key]:.4g}" for key in ("val_loss", *RESULT_METRICS) if results[key] is not None]
     return " · ".join(parts[:2])
 
 
+def group_link(group_id: str | None) -> str:
+    """A run's group (preset or sweep) as a Markdown link to Compare's view of it (bands, verdicts)."""
+    return f"[{group_id}](/compare?group={group_id})" if group_id else ""
+
+
 def run_rows(items: list[dict]) -> list[dict]:
-    """Rows of the Runs table (one per run), flat and sortable."""
+    """Rows of the Runs table (one per run), flat; the results numeric, so they sort as numbers."""
     rows = []
     for r in items:
         spec = r.get("spec") or {}
         rows.append({
             "id": r["id"], "status": r.get("status", ""), "task": spec.get("task", ""),
             "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
-            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": r.get("group_id") or "",
-            "created": when(r.get("created_at")), "result": final_metric(r),
+            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": group_link(r.get("group_id")),
+            "created": when(r.get("created_at")), **final_results(r),
             "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
         })
     return rows

@@ -20,11 +20,18 @@ import torch
 import triton
 
 from kernels import ln_triton as K
+from kernels.launcher import Launcher
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TIERS = {"auto": 0, "resident": 1, "looped": 2}
 SUM_BLOCK_P = 32  # partial rows per step of `_column_sum`
 SUM_BLOCK_C = 128  # widest column strip of one `_column_sum` program (narrower when that adds programs)
+# Every LayerNorm kernel launches through a Launcher: its compiled kernel kept per specialization key and
+# its C launcher called directly (kernels/launcher.py), not Triton's JIT binder on every call.
+# (the count is each kernel's leading tensor arguments)
+LAUNCHERS = {name: Launcher(getattr(K, name), tensors, name) for name, tensors in (
+    ("_ln_fwd_resident", 6), ("_ln_fwd_shifted", 6), ("_ln_fwd_looped", 6), ("_ln_bwd_resident", 8),
+    ("_ln_bwd_shifted", 8), ("_ln_bwd_looped", 8), ("_column_sum", 3))}
 
 
 @functools.lru_cache(maxsize=8)
@@ -33,6 +40,34 @@ def persistent_programs(device: torch.device) -> int:
     if device.type == "cuda":
         return 2 * torch.cuda.get_device_properties(device).multi_processor_count
     return 4  # the interpreter runs programs one by one: few programs keep CPU tests fast
+
+
+class SM(NamedTuple):
+    """What one streaming multiprocessor offers resident blocks (torch's device properties)."""
+
+    count: int
+    regs: int = 65536
+    threads: int = 2048
+    shared: int = 228 * 1024
+    max_blocks: int = 32
+
+
+@functools.lru_cache(maxsize=8)
+def sm_of(device: torch.device) -> SM:
+    p = torch.cuda.get_device_properties(device)
+    return SM(p.multi_processor_count, getattr(p, "regs_per_multiprocessor", 65536),
+              getattr(p, "max_threads_per_multi_processor", 2048),
+              getattr(p, "shared_memory_per_multiprocessor", 228 * 1024))
+
+
+def co_resident(n_regs: int, num_warps: int, shared: int, sm: SM) -> int:
+    """Blocks of a kernel that fit on one SM at once: by registers (allocated per warp in units of 256),
+    threads, shared memory (1 KiB reserved per block) and the per-SM block limit; at least 1."""
+    per_warp = -(-max(n_regs, 1) * 32 // 256) * 256
+    by_regs = sm.regs // per_warp // num_warps
+    by_threads = sm.threads // (32 * num_warps)
+    by_shared = sm.shared // (shared + 1024) if shared else sm.max_blocks
+    return max(1, min(by_regs, by_threads, by_shared, sm.max_blocks))
 
 
 def warps_for(elems: int) -> int:
@@ -194,36 +229,39 @@ def _dense_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
                   tier: int, y: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor) -> None:
-    """Fills y (row-major, M·N elements, any shape) and the fp32 (M,) mean / rstd from the rows x2."""
+    """Fills y (row-major, M·N elements, any shape) and the fp32 (M,) mean / rstd from the rows x2; weight
+    and bias have a unit stride (`_check`)."""
     M, N = x2.shape
     if M == 0:
         return
     cfg = _fwd_launch(M, N, tier)
-    w = weight.contiguous() if weight is not None else x2  # a dummy pointer when absent
-    b = bias.contiguous() if bias is not None else x2
+    has_w, has_b = weight is not None, bias is not None
+    w = weight if has_w else x2  # a dummy pointer when absent
+    b = bias if has_b else x2
     if cfg.kernel == "shifted":
         if x2.stride(0) == N and x2.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-            K._ln_fwd_shifted[(cfg.grid,)](x2, y, w, b, mean, rstd, N, N, M, N, eps, BLOCK_N=cfg.BLOCK_N,
-                                           VEC=16 // x2.element_size(), HAS_W=weight is not None,
-                                           HAS_B=bias is not None, num_warps=cfg.num_warps)
+            LAUNCHERS["_ln_fwd_shifted"]((cfg.grid,), (x2, y, w, b, mean, rstd, N, N, M, N, eps),
+                                         (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N,
+                                         VEC=16 // x2.element_size(), HAS_W=has_w, HAS_B=has_b,
+                                         num_warps=cfg.num_warps)
             return
         cfg = cfg._replace(kernel="resident")  # same launch, one row per program
+    args = (x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps)
     if cfg.kernel == "resident":
-        K._ln_fwd_resident[(cfg.grid,)](x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps,
-                                        BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=weight is not None,
-                                        HAS_B=bias is not None, num_warps=cfg.num_warps)
-    else:
-        K._ln_fwd_looped[(cfg.grid,)](x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps,
-                                      BLOCK_N=cfg.BLOCK_N, HAS_W=weight is not None, HAS_B=bias is not None,
-                                      num_warps=cfg.num_warps)
+        LAUNCHERS["_ln_fwd_resident"]((cfg.grid,), args, (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N,
+                                      ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_b, num_warps=cfg.num_warps)
+    else:  # persistent: one wave of co-resident programs on a GPU (see _ln_fwd_looped)
+        meta = {"BLOCK_N": cfg.BLOCK_N, "HAS_W": has_w, "HAS_B": has_b, "num_warps": cfg.num_warps}
+        P = _persistent_grid("_ln_fwd_looped", cfg, M, args, (cfg, has_w, has_b), meta, x2)
+        LAUNCHERS["_ln_fwd_looped"]((P,), args, (cfg, has_w, has_b), **meta)
 
 
 def _sum_into(part: torch.Tensor, slabs: int, P: int, N: int, out: torch.Tensor, out2: torch.Tensor) -> None:
     """One launch: out = Σ_p part[0, p, :] and, when slabs = 2, out2 = Σ_p part[1, p, :]; part is a
     contiguous fp32 buffer of slabs·P·N elements (any shape), out / out2 any float dtype."""
     cfg = _sum_launch(P, N, slabs, part.device)
-    K._column_sum[cfg.grid](part, out, out2, P, N, BLOCK_P=cfg.BLOCK_P, BLOCK_C=cfg.BLOCK_C,
-                            num_warps=cfg.num_warps)
+    LAUNCHERS["_column_sum"](cfg.grid, (part, out, out2, P, N), cfg, BLOCK_P=cfg.BLOCK_P, BLOCK_C=cfg.BLOCK_C,
+                             num_warps=cfg.num_warps)
 
 
 def column_sum(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -232,6 +270,53 @@ def column_sum(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     out = torch.empty(N, dtype=dtype, device=part.device)
     _sum_into(part, 1, P, N, out, out)
     return out
+
+
+_BWD_KERNEL = {"resident": "_ln_bwd_resident", "shifted": "_ln_bwd_shifted", "looped": "_ln_bwd_looped"}
+
+
+def _bwd_meta(cfg: Launch, x2: torch.Tensor, has_w: bool, has_b: bool) -> dict:
+    """The constexprs and options of one backward launch."""
+    meta = {"BLOCK_N": cfg.BLOCK_N, "HAS_W": has_w, "HAS_B": has_b, "STAGES": cfg.STAGES,
+            "num_warps": cfg.num_warps}
+    if cfg.kernel == "shifted":
+        meta["VEC"] = 16 // x2.element_size()
+    elif cfg.kernel == "resident":
+        meta["ROWS"] = cfg.ROWS
+    return meta
+
+
+_GRIDS: dict = {}  # (kernel, launch, flags, dtypes, device) -> a persistent grid P on that GPU
+
+
+def _persistent_grid(name: str, cfg: Launch, M: int, args: tuple, meta_key, meta: dict,
+                     x2: torch.Tensor) -> int:
+    """A persistent kernel's grid P: on a GPU, as many programs as are co-resident (from the compiled
+    kernel's registers and shared memory: one wave, and for the backward no partial slab larger than
+    needed), else cfg.grid. Fixed per (launch, dtypes, device): the fixed-order dγ/dβ sums stay bitwise
+    repeatable."""
+    if x2.device.type != "cuda":  # the interpreter: a few programs, each looping over several rows
+        return min(cfg.grid, persistent_programs(x2.device))
+    key = (name, meta_key, args[0].dtype, args[2].dtype, x2.device)
+    P = _GRIDS.get(key)
+    if P is None:
+        ck = LAUNCHERS[name].warmup(args, meta_key, **meta)
+        sm = sm_of(x2.device)
+        blocks = co_resident(ck.n_regs, cfg.num_warps, ck.metadata.shared, sm) if ck is not None else 2
+        P = _GRIDS[key] = resident_grid(cfg, M, blocks, sm.count)
+    return P
+
+
+def resident_grid(cfg: Launch, M: int, blocks_per_sm: int, sms: int) -> int:
+    """The backward's P for `blocks_per_sm` co-resident programs on `sms` SMs: no more programs than units of
+    work (rows, or row groups of the resident tier: each program owns at least one, which the looped tier's
+    first-write rule needs); the shifted tier's P a multiple of 8 (its programs' rows share their 16-byte
+    alignment) unless that exceeds M."""
+    P = blocks_per_sm * sms
+    if cfg.kernel == "shifted":
+        P = max(8, P // 8 * 8)
+    units = triton.cdiv(M, cfg.ROWS) if cfg.kernel == "resident" else M
+    return max(1, min(P, units))
 
 
 def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
@@ -249,23 +334,18 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
     if cfg.kernel == "shifted" and not (dy2.stride(0) == x2.stride(0) == N and dy2.data_ptr() % 16 == 0
                                         and x2.data_ptr() % 16 == 0 and dx.data_ptr() % 16 == 0):
         cfg = _bwd_launch(M, N, dev, TIERS["resident"])  # rows that do not share one alignment
-    P = cfg.grid
+    w = weight if has_w else x2
+    strides = (dy2.stride(0), x2.stride(0), N, M, N)
+    # The grid is sized on a compile with dummy partial pointers (mean): registers do not depend on them.
+    P = _persistent_grid(_BWD_KERNEL[cfg.kernel], cfg, M, (dy2, x2, w, mean, rstd, dx, mean, mean, *strides),
+                         (cfg, has_w, has_bias), _bwd_meta(cfg, x2, has_w, has_bias), x2)
     slabs = int(has_w) + int(has_bias)
     part = torch.empty((slabs, P, N), dtype=torch.float32, device=dev) if slabs else mean
     # Slab 0 is dγ's when there is a weight, else dβ's; a dummy (mean) pointer for an absent one.
     dw_part = part if has_w else mean
     db_part = (part[1] if has_w else part) if has_bias else mean
-    args = (dy2, x2, weight.contiguous() if has_w else x2, mean, rstd, dx, dw_part, db_part,
-            dy2.stride(0), x2.stride(0), N, M, N)
-    if cfg.kernel == "shifted":
-        K._ln_bwd_shifted[(P,)](*args, BLOCK_N=cfg.BLOCK_N, VEC=16 // x2.element_size(), HAS_W=has_w,
-                                HAS_B=has_bias, STAGES=cfg.STAGES, num_warps=cfg.num_warps)
-    elif cfg.kernel == "looped":
-        K._ln_bwd_looped[(P,)](*args, BLOCK_N=cfg.BLOCK_N, HAS_W=has_w, HAS_B=has_bias, STAGES=cfg.STAGES,
-                               num_warps=cfg.num_warps)
-    else:
-        K._ln_bwd_resident[(P,)](*args, BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_bias,
-                                 STAGES=cfg.STAGES, num_warps=cfg.num_warps)
+    LAUNCHERS[_BWD_KERNEL[cfg.kernel]]((P,), (dy2, x2, w, mean, rstd, dx, dw_part, db_part, *strides),
+                                       (cfg, has_w, has_bias), **_bwd_meta(cfg, x2, has_w, has_bias))
     if not slabs:
         return None, None
     dw = torch.empty(N, dtype=weight.dtype, device=dev) if has_w else None
@@ -283,6 +363,7 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     """(y, mean, rstd): y like x; mean and rstd fp32 of shape (M,) with M = x.numel() // N."""
     x2 = _rows(x)
     M = x2.shape[0]
+    weight, bias = _unit_stride(weight), _unit_stride(bias)
     y = _dense_like(x, x.dtype)
     # Two allocations, not one (2, M) buffer as the eager path has: custom-op outputs must not alias.
     mean = torch.empty(M, dtype=torch.float32, device=x.device)
@@ -304,7 +385,7 @@ def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | Non
     """(dx, dweight, dbias); dweight / dbias are empty tensors when weight / bias are absent."""
     x2, dy2 = _rows(x), _rows(dy)
     dx = _dense_like(x, x.dtype)
-    dw, db = _backward_into(dy2, x2, weight, mean, rstd, dx, has_bias, bias_dtype, tier)
+    dw, db = _backward_into(dy2, x2, _unit_stride(weight), mean, rstd, dx, has_bias, bias_dtype, tier)
     # Distinct empty tensors for absent parameters: custom-op outputs must not alias.
     return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
@@ -373,6 +454,11 @@ def _forward_eager(x, x2, weight, bias, eps, tier):
     return y, (stats, rstd)
 
 
+def _unit_stride(p: torch.Tensor | None) -> torch.Tensor | None:
+    """γ or β as the kernels read it (unit stride); a copy only for a strided view, never a no-op call."""
+    return p if p is None or p.stride(0) == 1 else p.contiguous()
+
+
 def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                       eps: float = 1e-5, *, tier: str = "auto") -> torch.Tensor:
     """LayerNorm over the last dimension by the Triton kernels (differentiable; `tier` for tests/bench).
@@ -384,6 +470,7 @@ def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     t = TIERS.get(tier)
     if t is None:
         raise ValueError(f"unknown tier {tier!r}; use one of {sorted(TIERS)}")
+    weight, bias = _unit_stride(weight), _unit_stride(bias)
     if torch.compiler.is_compiling():
         return layer_norm_fwd(x, weight, bias, float(eps), t)[0]
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)

@@ -172,39 +172,52 @@ def _ln_fwd_looped(
     stride_x, stride_y, M, N, eps,
     BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    x_row = X + tl.cast(row, tl.int64) * stride_x
-    y_row = Y + tl.cast(row, tl.int64) * stride_y
+    # Persistent: program pid takes rows pid, pid + P, … (P = the grid: one wave of co-resident programs on
+    # a GPU), so only P long rows are in flight and the second pass finds its row in L2. The first pass's
+    # loads ask L2 to keep the row (evict_last); the second pass's loads and the stores of y stream
+    # (evict_first). The H200 profile showed the one-program-per-row grid (≈ 1000 rows in flight) missing
+    # L2 on the second read at N ≥ 32768.
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
-    # Pass 1: Chan's merge of per-chunk (count, mean, M2): stable without a third read.
-    n_a = 0.0
-    mean_a = 0.0
-    m2_a = 0.0
-    for off in range(0, N, BLOCK_N):
-        ok = off + cols < N
-        x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
-        n_b = tl.minimum(N - off, BLOCK_N).to(tl.float32)
-        mean_b = tl.sum(x, axis=0) / n_b
-        xc = tl.where(ok, x - mean_b, 0.0)
-        m2_b = tl.sum(xc * xc, axis=0)
-        n = n_a + n_b
-        delta = mean_b - mean_a
-        mean_a = mean_a + delta * (n_b / n)
-        m2_a = m2_a + m2_b + delta * delta * (n_a * n_b / n)
-        n_a = n
-    rstd = 1.0 / tl.sqrt(m2_a / N + eps)
-    tl.store(Mean + row, mean_a)
-    tl.store(Rstd + row, rstd)
-    # Pass 2: normalize, scale, shift.
-    for off in range(0, N, BLOCK_N):
-        ok = off + cols < N
-        x = tl.load(x_row + off + cols, mask=ok, other=0.0).to(tl.float32)
-        y = (x - mean_a) * rstd
-        if HAS_W:
-            y = y * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
-        if HAS_B:
-            y = y + tl.load(B + off + cols, mask=ok, other=0.0).to(tl.float32)
-        tl.store(y_row + off + cols, y.to(Y.dtype.element_ty), mask=ok)
+    for row in range(pid, M, n_prog):
+        x_row = X + tl.cast(row, tl.int64) * stride_x
+        y_row = Y + tl.cast(row, tl.int64) * stride_y
+        # Pass 1: Chan's merge of per-chunk (count, mean, M2): stable without a third read.
+        n_a = 0.0
+        mean_a = 0.0
+        m2_a = 0.0
+        for off in range(0, N, BLOCK_N):
+            ok = off + cols < N
+            x = tl.load(x_row + off + cols, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            n_b = tl.minimum(N - off, BLOCK_N).to(tl.float32)
+            mean_b = tl.sum(x, axis=0) / n_b
+            xc = tl.where(ok, x - mean_b, 0.0)
+            m2_b = tl.sum(xc * xc, axis=0)
+            n = n_a + n_b
+            delta = mean_b - mean_a
+            mean_a = mean_a + delta * (n_b / n)
+            m2_a = m2_a + m2_b + delta * delta * (n_a * n_b / n)
+            n_a = n
+        rstd = 1.0 / tl.sqrt(m2_a / N + eps)
+        tl.store(Mean + row, mean_a)
+        tl.store(Rstd + row, rstd)
+        # Pass 2: normalize, scale, shift.
+        for off in range(0, N, BLOCK_N):
+            ok = off + cols < N
+            x = tl.load(x_row + off + cols, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            y = (x - mean_a) * rstd
+            if HAS_W:
+                y = y * tl.load(W + off + cols, mask=ok, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(B + off + cols, mask=ok, other=0.0).to(tl.float32)
+            tl.store(y_row + off + cols, y.to(Y.dtype.element_ty), mask=ok, eviction_policy="evict_first")
+
+
+@triton.jit
+def _add_pair(a1, a2, b1, b2):
+    """Combine function of a two-operand sum (tl.reduce over a (Σ g⊙x̂, Σ g) pair)."""
+    return a1 + b1, a2 + b2
 
 
 @triton.jit
@@ -243,8 +256,11 @@ def _ln_bwd_resident(
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
         xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         g = dy * w[None, :]
-        c1 = tl.sum(xhat * g, axis=1) / N
-        c2 = tl.sum(g, axis=1) / N
+        # the (c1, c2) pair in one two-operand reduction: one pass over the row's lanes and one exchange
+        # through shared memory for both, where two tl.sum calls reduce (and synchronize) twice
+        c1, c2 = tl.reduce((xhat * g, g), 1, _add_pair)
+        c1 = c1 / N
+        c2 = c2 / N
         dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(DX + rows64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_W:

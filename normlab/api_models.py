@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from normlab.catalog import CELLS, NORMS, TASKS, task_availability
-from normlab.events import RunStatus
+from normlab.events import RunStatus, RunSummary
+from normlab.settings import Settings
 from normlab.spec import NormName, RunSpec, refuse_bool, refuse_unknown_fields
 
 
@@ -23,7 +24,7 @@ class RunCreated(BaseModel):
 
 class RunPublic(BaseModel):
     id: str
-    spec: dict[str, Any]  # the resolved RunSpec
+    spec: RunSpec  # resolved: every default filled in
     status: RunStatus
     owner: str | None = None
     group_id: str | None = None
@@ -34,7 +35,7 @@ class RunPublic(BaseModel):
     device: str | None = None
     kernel_backend: str | None = None
     error: str | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)  # final metrics (RunResult.metrics) and probes
+    summary: RunSummary = Field(default_factory=RunSummary)  # {} until the run finishes
     last_seq: int = 0  # sequence number of the newest stored event
     queue_position: int | None = None  # 1 = next to run; None unless queued
 
@@ -103,15 +104,30 @@ class ErrorDetail(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
 
 
-def build_catalog(data_dir: Path | str | None = None) -> dict:
-    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges."""
+def build_catalog(data_dir: Path | str | None = None, settings: Settings | None = None) -> dict:
+    """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges.
+
+    With `settings`, the field ranges are this server's: steps capped at `max_steps`, probe cadences
+    floored at `min_probe_every` (the limits POST /api/runs enforces), so a form can show them."""
     tasks = []
     for name, task in TASKS.items():
         avail = task_availability(name, data_dir)
         tasks.append({**task.public(), "available": avail.available, "unavailable_reason": avail.reason})
+    fields = RunSpec.field_ranges()
+    if settings is not None:
+        _tighten(fields["steps"], "maximum", settings.max_steps, min)
+        for name in ("trace_every", "fisher_every"):
+            _tighten(fields["probes"][name], "minimum", settings.min_probe_every, max)
     return {
         "tasks": tasks,
         "norms": NORMS,
         "cells": CELLS,
-        "fields": RunSpec.field_ranges(),
+        "fields": fields,
     }
+
+
+def _tighten(prop: dict[str, Any], key: str, value: int, pick) -> None:
+    """Set a JSON-schema bound on a field's numeric branch (an Optional field keeps it under anyOf)."""
+    for branch in [prop, *prop.get("anyOf", [])]:
+        if branch.get("type") in ("integer", "number"):
+            branch[key] = pick(branch.get(key, value), value)

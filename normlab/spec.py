@@ -15,7 +15,8 @@ from pydantic_core import PydanticCustomError
 
 from normlab.catalog import TASKS
 
-TaskName = Literal["digits", "mnist", "mnist1d", "seq-digits", "adding", "copy", "charlm", "conv-digits"]
+TaskName = Literal["digits", "mnist", "mnist5k", "mnist1d", "seq-digits", "pixel-digits", "handwriting",
+                   "adding", "copy", "charlm", "conv-digits"]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 
@@ -91,6 +92,9 @@ class RunSpec(BaseModel):
     eval_seq_len: int | None = Field(None, ge=1, le=10000,
                                      description="Evaluate on sequences of this length (≥ seq_len).")
     gain_init: float = Field(1.0, gt=0.0, le=10.0, description="Initial normalization gain (paper: 1).")
+    bn_variance: Literal["biased", "unbiased"] = Field(
+        "biased", description="BatchNorm's training variance: 'biased' (÷B) or 'unbiased' (÷(B−1), §6.6's "
+                              "choice at small batch sizes).")
     ln_placement: Literal["full", "cell"] = Field(
         "full", description="LSTM LayerNorm: 'full' = eq. 20/26, 'cell' = LN(c_t) only, eq. 29.")
     eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
@@ -156,6 +160,9 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
         out.append(("batch_size", f"BatchNorm needs batch size ≥ 2 (got {spec.batch_size}): its statistics "
                                   "come from the mini-batch. Use norm 'layer' for online learning, or raise "
                                   "batch_size."))
+    if spec.bn_variance != "biased" and spec.norm != "batch":
+        out.append(("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm "
+                                   "'batch'."))
     if task.kind != "sequence":
         if spec.cell is not None:
             out.append(("cell", f"Task '{spec.task}' is not sequential, so it has no recurrent cell; remove "

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One prepared GPU check: the `gpu` tests (the kernels, and the engine training on CUDA), then
-# `normlab bench kernel`, then scripts/gpu_overhead.py, with JSON and logs written into the results folder
-# given as $1. Installs nothing from a network (the GPU machine has none): it runs on whatever python3
+# One prepared GPU check (issue 20): the `gpu` tests first (the kernels, and the engine training on CUDA),
+# then `normlab bench kernel` (copy ceiling, LayerNorm rows timed with and without host time, Liger when its
+# wheel travelled, backward profile, LN-LSTM/GRU vs cuDNN at fp32 and TF32), then the engine's steps/s with
+# kernel_backend=auto vs torch (workers/engine/bench_cuda.py), then scripts/gpu_overhead.py, with JSON and
+# logs written into the results folder given as $1. Installs nothing from a network (the GPU machine has none): it runs on whatever python3
 # has torch + triton + pytest there, plus the wheels in .whl/ when they travelled with the call
 # (scripts/gpu_wheels.sh makes them: pydantic & co., without which the engine does not import there).
 #
@@ -27,9 +29,10 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 unset TRITON_INTERPRET  # compiled kernels only
 PY="${PYTHON:-python3}"
-tests_s="${GPU_CHECK_TESTS_S:-150}"
-bench_s="${GPU_CHECK_BENCH_S:-170}"
-overhead_s="${GPU_CHECK_OVERHEAD_S:-40}"
+tests_s="${GPU_CHECK_TESTS_S:-110}"
+bench_s="${GPU_CHECK_BENCH_S:-250}"
+engine_s="${GPU_CHECK_ENGINE_S:-50}"
+overhead_s="${GPU_CHECK_OVERHEAD_S:-30}"
 wheel_dir="${GPU_CHECK_WHEELS:-.whl}"
 t0=$(date +%s)
 
@@ -99,6 +102,14 @@ if [ "$bench_s" -gt 0 ]; then
   tail -25 "$out/bench.log"
 fi
 
+# The product claim: engine steps/s on CUDA with our kernels (kernel_backend=auto) vs torch's, every task.
+engine_rc=-1
+if [ "$engine_s" -gt 0 ] && [ "$engine" -eq 1 ]; then
+  timeout "$engine_s" "$PY" -m workers.engine.bench_cuda --out "$out" >"$out/engine_cuda.log" 2>&1
+  engine_rc=$?
+  tail -3 "$out/engine_cuda.log"
+fi
+
 # Where host and GPU time go (host µs per call, profiles); its figures are diagnostics, not targets.
 overhead_rc=-1
 if [ "$overhead_s" -gt 0 ]; then
@@ -108,10 +119,11 @@ if [ "$overhead_s" -gt 0 ]; then
 fi
 
 "$PY" scripts/gpu_status.py "$out" --tests-rc "$tests_rc" --bench-rc "$bench_rc" --overhead-rc "$overhead_rc" \
+  --engine-cuda-rc "$engine_rc" \
   --seconds "$(($(date +%s) - t0))" --engine "$engine" --wheels "$wheels" --bench-args "$*" \
   >"$out/status.log" 2>&1 || cp "$out/status.log" "$out/status.json"
 # At most 8 files come back: the rest travel in one archive.
-(cd "$out" && extras=$(ls -A | grep -vxE 'status\.json|gpu_tests\.log|bench\.log|kernel_bench\.jsonl?|overhead\.txt')
+(cd "$out" && extras=$(ls -A | grep -vxE 'status\.json|gpu_tests\.log|bench\.log|kernel_bench\.jsonl?|engine_cuda\.json|overhead\.txt')
  [ -z "$extras" ] || { tar -czf extras.tar.gz $extras && rm -rf $extras; })
 cat "$out/status.json"
-[ "$tests_rc" -le 0 ] && [ "$bench_rc" -le 0 ] && [ "$overhead_rc" -le 0 ]
+[ "$tests_rc" -le 0 ] && [ "$bench_rc" -le 0 ] && [ "$engine_rc" -le 0 ] && [ "$overhead_rc" -le 0 ]

@@ -2,10 +2,12 @@
 
     python scripts/gpu_status.py RESULTS_DIR --tests-rc N --bench-rc N --overhead-rc N --seconds S
                                  --engine 0|1 --wheels none|installed|failed [--bench-args "..."]
+                                 [--engine-cuda-rc N]
 
 Reads what the check left in RESULTS_DIR: env.txt, gpu_tests.xml (pytest's junit report: counts and the
 failing tests' names), kernel_bench.json (the benchmark's summary; when a time limit cut the run, the
-targets are checked on the rows streamed to kernel_bench.jsonl instead). An rc of -1 means the step was
+targets are checked on the rows streamed to kernel_bench.jsonl instead), engine_cuda.json (auto vs torch
+steps/s of the engine). An rc of -1 means the step was
 skipped. Prints the status as JSON and writes it to RESULTS_DIR/status.json.
 """
 
@@ -58,11 +60,20 @@ def _bench(out: Path) -> dict:
     return {"source": "none"}
 
 
+def _engine_cuda(out: Path) -> dict:
+    """The engine benchmark's summary (auto vs torch steps/s), or why there is none."""
+    path = out / "engine_cuda.json"
+    if not path.is_file():
+        return {"source": "none"}
+    return {"source": "engine_cuda.json", "summary": json.loads(path.read_text()).get("summary")}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     for step in ("tests", "bench", "overhead"):
         p.add_argument(f"--{step}-rc", type=int, required=True)
+    p.add_argument("--engine-cuda-rc", type=int, default=-1)
     p.add_argument("--seconds", type=int, required=True)
     p.add_argument("--engine", type=int, choices=(0, 1), required=True)
     p.add_argument("--wheels", choices=("none", "installed", "failed"), required=True)
@@ -71,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     env = a.out / "env.txt"
     status = {
         "seconds": a.seconds,
-        "rc": {"tests": a.tests_rc, "bench": a.bench_rc, "overhead": a.overhead_rc},
+        "rc": {"tests": a.tests_rc, "bench": a.bench_rc, "overhead": a.overhead_rc,
+               "engine_cuda": a.engine_cuda_rc},
         "engine_imports": bool(a.engine),
         "wheels": a.wheels,
         "env": env.read_text().strip().splitlines() if env.is_file() else [],
         "tests": _tests(a.out / "gpu_tests.xml") if a.tests_rc != -1 else {"report": "skipped"},
         "bench": _bench(a.out) if a.bench_rc != -1 else {"source": "skipped"},
         "bench_args": a.bench_args,
+        "engine_cuda": _engine_cuda(a.out) if a.engine_cuda_rc != -1 else {"source": "skipped"},
     }
     text = json.dumps(status, indent=1)
     (a.out / "status.json").write_text(text + "\n")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wheels for what the GPU machine lacks, so the engine imports there (it has torch, triton, numpy and
 # pytest, but not pydantic / pydantic-settings, which normlab.spec and normlab.settings need): without
-# them the engine's GPU tests and the benchmark's engine rows skip. Run here, before the device call;
+# them the engine's GPU tests and workers/engine/bench_cuda.py skip. Plus liger-kernel (pure Python,
+# its deps torch and triton are there), the LayerNorm baseline `kernels.bench` imports only if present. Run here, before the device call;
 # the folder travels with the call when `carry` names it, and scripts/gpu_check.sh installs it there:
 #   bash scripts/gpu_wheels.sh            # -> .whl/*.whl (ignored by git)
 #   run(command="bash scripts/gpu_check.sh $OUT/gpu", carry=[".whl"], timeout_s=420)
@@ -15,7 +16,7 @@ py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 # dist=fallback version (used when the local Python does not have the distribution)
 wanted="pydantic=2.14.4 pydantic-core=2.50.5 pydantic-settings=2.16.3 python-dotenv=1.2.4
-annotated-types=0.8.0 typing-inspection=0.4.5 typing-extensions=4.16.0"
+annotated-types=0.8.0 typing-inspection=0.4.5 typing-extensions=4.16.0 liger-kernel=0.8.5"
 specs=()
 for item in $wanted; do
   dist="${item%%=*}"

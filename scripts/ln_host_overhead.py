@@ -1,28 +1,28 @@
-"""Host (Python) time per call of the Triton LayerNorm's entry points, with every kernel launch stubbed out.
+"""Host (Python) time per call of the Triton LayerNorm, with Triton's real JIT path and only the GPU stubbed.
 
-    python scripts/ln_host_overhead.py [--rows 512] [--cols 768] [--calls 2000]
+    python scripts/ln_host_overhead.py [--rows 8] [--cols 256] [--calls 2000] [--before COMMIT]
 
-The GPU run behind BENCHMARKS.md measured 78 µs of host time per forward of `triton_layer_norm`, for a
-2.2 µs kernel. This script measures, on any machine (CPU tensors, no GPU, no interpreter), what our own
-Python costs around the launches: each kernel object in `kernels.ln_triton` is replaced by a stub whose
-`[grid](...)` does nothing, so what is left is validation, launch configuration, allocations, custom-op
-dispatch and autograd. Triton's own launcher (its argument binding and specialization key; real on a
-GPU) is not in these numbers, for any path.
-
-Paths, side by side in µs per call (median of --repeats runs):
-  * before:     `triton_layer_norm` as it was at commit BEFORE (the custom op on every call, launch
-                configuration recomputed each time), loaded from git under another op namespace;
-                skipped when git or that commit is not at hand
+The H200 run behind BENCHMARKS.md measured 78 µs of host time per forward of `triton_layer_norm` around a
+2.2 µs kernel; issue 20 asks ≤ 10 µs. This script measures on any machine (CPU tensors, no GPU, no
+interpreter) everything the host does per call except the C launcher itself:
+  * Triton's own per-launch Python runs for real: a fake driver says "device 0, stream 0, sm_90", and
+    compilation is stubbed (each specialization gets a stand-in compiled kernel whose launcher does
+    nothing). So the JIT's binder, specialization key and cache lookup — 9–12 µs a launch in published
+    GPU measurements — are in the numbers, and so is our `Launcher`'s own key and direct call.
+  * our validation, launch configuration, allocations, custom-op dispatch and autograd.
+Paths, side by side in µs per call (median of --repeats interleaved runs):
+  * before:     `kernels/layer_norm_op.py` at --before (every launch through `kernel[grid](...)`), loaded
+                from git under another op namespace; skipped when git or that commit is not at hand
+  * eager:      today's `triton_layer_norm` (launchers called directly after a specialization's first call)
   * custom op:  today's `normlab::layer_norm_fwd` / `_bwd` (what torch.compile's graph calls)
-  * eager:      today's `triton_layer_norm` outside torch.compile (a torch.autograd.Function; under
-                no_grad no autograd at all)
-Rows: forward with no_grad, forward of inputs that need gradients (builds the graph), and forward +
-backward (torch.autograd.grad for x, γ, β).
+  * F.layer_norm: torch's own, for scale (its CPU kernel runs: tiny shapes keep that small)
+Rows: forward under no_grad, forward of inputs that need gradients, and forward + backward.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -32,65 +32,109 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = "1ce4d59"  # the last commit with the custom op on every eager call
-KERNELS = ("_ln_fwd_resident", "_ln_fwd_looped", "_ln_bwd_resident", "_ln_bwd_looped", "_column_sum")
+BEFORE = "7eca48c"  # the last commit that launched every kernel through Triton's JIT on every call
 
 
-class _NoLaunch:
-    """Stands in for a @triton.jit kernel: `kernel[grid](*args, **kwargs)` does nothing."""
+class _Compiled:
+    """Stands in for a CompiledKernel: what Triton's JIT and our Launcher use of one; `run` does nothing."""
+
+    function = 0
+    packed_metadata = None
+    n_regs = 64
+    metadata = types.SimpleNamespace(shared=0)
+
+    name = "stub"
+    src = None  # launch_metadata then builds only the hooks' base dict, as for a kernel without its own
 
     @staticmethod
-    def _launch(*args, **kwargs):
+    def run(*args):
         return None
 
-    def __getitem__(self, grid):
-        return self._launch
+    def _init_handles(self):
+        return None
+
+    def launch_metadata(self, grid, stream, *args):
+        """The real CompiledKernel.launch_metadata (Triton's JIT builds it whenever hooks are not None)."""
+        from triton.compiler.compiler import CompiledKernel
+
+        return CompiledKernel.launch_metadata(self, grid, stream, *args)
 
 
-def _before_module():
-    """The layer_norm_op.py of commit BEFORE, its ops renamed to normlab_before::…, or None."""
+class _FakeDriver:
+    """Triton's active driver as the JIT asks it: device 0, stream 0, an sm_90 target."""
+
+    def __init__(self):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", 90, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device):
+        return 0
+
+
+def stub_gpu() -> None:
+    """Triton's JIT runs for real up to compilation, which returns a `_Compiled` (kept by the JIT)."""
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    driver.set_active(_FakeDriver())
+
+    def _do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
+        kernel = self.device_caches[device][0][key] = _Compiled()
+        return kernel
+
+    JITFunction._do_compile = _do_compile
+
+
+def _before_module(commit: str):
+    """The layer_norm_op.py of `commit`, its ops renamed to normlab_before::…, or None."""
     try:
-        src = subprocess.run(["git", "show", f"{BEFORE}:kernels/layer_norm_op.py"], cwd=ROOT,
+        src = subprocess.run(["git", "show", f"{commit}:kernels/layer_norm_op.py"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     mod = types.ModuleType("_ln_op_before")
-    exec(compile(src.replace('"normlab::', '"normlab_before::'), f"{BEFORE}:layer_norm_op.py", "exec"),
+    exec(compile(src.replace('"normlab::', '"normlab_before::'), f"{commit}:layer_norm_op.py", "exec"),
          mod.__dict__)
     return mod
 
 
-def _per_call_us(fn, calls: int, repeats: int) -> float:
-    fn()  # warm up (first-call caches, lazy imports)
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(runs)
+def _time_us(fn, calls: int) -> float:
+    """CPU time of this thread per call: time spent descheduled on a shared machine does not count."""
+    t0 = time.thread_time()
+    for _ in range(calls):
+        fn()
+    return (time.thread_time() - t0) / calls * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=512)
-    ap.add_argument("--cols", type=int, default=768)
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--cols", type=int, default=256)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before", default=BEFORE, help="the commit whose layer_norm_op.py is 'before'")
+    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
-        print("unset TRITON_INTERPRET: the kernels are stubbed out here, nothing needs interpreting")
+        print("unset TRITON_INTERPRET: the GPU is stubbed out here, nothing needs interpreting")
         return 2
     sys.path.insert(0, str(ROOT))
     import torch
+    import torch.nn.functional as F
 
+    stub_gpu()
+    # A direct launch asks torch for the current CUDA stream; there is none: stream 0, like the fake driver.
+    torch._C._cuda_getCurrentRawStream = lambda device: 0
     from kernels import layer_norm_op as op
-    from kernels import ln_triton
 
-    for name in KERNELS:
-        setattr(ln_triton, name, _NoLaunch())
-    before = _before_module()
-
+    before = _before_module(args.before)
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     M, N = args.rows, args.cols
@@ -102,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = {}
     if before is not None:
         paths["before"] = before.triton_layer_norm
-    paths["custom op"] = lambda x, w, b: op.layer_norm_fwd(x, w, b, 1e-5, 0)[0]
     paths["eager"] = op.triton_layer_norm
+    paths["custom op"] = lambda x, w, b: op.layer_norm_fwd(x, w, b, 1e-5, 0)[0]
+    paths["F.layer_norm"] = lambda x, w, b: F.layer_norm(x, (N,), w, b, 1e-5)
 
     def no_grad(f):
         def run():
@@ -111,23 +156,35 @@ def main(argv: list[str] | None = None) -> int:
                 f(x, w, b)
         return run
 
-    def fwd_bwd(f):
-        return lambda: torch.autograd.grad(f(xg, wg, bg), (xg, wg, bg), dy)
-
     rows = {
         "forward, no_grad": no_grad,
         "forward, needs grad": lambda f: lambda: f(xg, wg, bg),
-        "forward + backward": fwd_bwd,
+        "forward + backward": lambda f: lambda: torch.autograd.grad(f(xg, wg, bg), (xg, wg, bg), dy),
     }
-    print(f"host µs per call, {M}x{N} float32 on CPU, kernel launches stubbed out "
-          f"(median of {args.repeats} × {args.calls} calls)")
-    head = f"{'':22s}" + "".join(f"{name:>12s}" for name in paths)
-    print(head + f"{'eager/first':>13s}")
+    result: dict = {"rows": M, "cols": N, "before": args.before if before else None, "us_per_call": {}}
     for label, make in rows.items():
-        us = [_per_call_us(make(f), args.calls, args.repeats) for f in paths.values()]
-        print(f"{label:22s}" + "".join(f"{u:12.1f}" for u in us) + f"{us[-1] / us[0]:12.2f}x")
+        fns = {name: make(f) for name, f in paths.items()}
+        for fn in fns.values():
+            fn()  # first calls: caches, lazy imports, the stub compiles
+        runs: dict = {name: [] for name in fns}
+        for _ in range(args.repeats):  # interleaved: a shared machine's load hits every path alike
+            for name, fn in fns.items():
+                runs[name].append(_time_us(fn, args.calls))
+        result["us_per_call"][label] = {name: round(statistics.median(r), 2) for name, r in runs.items()}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"host µs per call, {M}x{N} float32 on CPU, Triton's JIT real, compile and C launcher stubbed "
+          f"(thread CPU time, median of {args.repeats} × {args.calls} calls, interleaved)")
+    names = list(paths)
+    print(f"{'':22s}" + "".join(f"{n:>14s}" for n in names) + (f"{'eager/before':>14s}" if before else ""))
+    for label, us in result["us_per_call"].items():
+        line = f"{label:22s}" + "".join(f"{us[n]:14.1f}" for n in names)
+        if before is not None:
+            line += f"{us['eager'] / us['before']:13.2f}x"
+        print(line)
     if before is None:
-        print(f"(no 'before' column: git or commit {BEFORE} not available)")
+        print(f"(no 'before' column: git or commit {args.before} not available)")
     return 0
 
 

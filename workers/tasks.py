@@ -14,7 +14,7 @@ import traceback
 from celery import shared_task
 from celery.signals import worker_init, worker_process_init
 
-from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus
+from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.lifeline import die_with_parent
@@ -73,11 +73,11 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
         watch.stop()
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
-    summary = {"metrics": result.metrics, "probes": result.probes, "step": result.step,
-               "wall_time": result.wall_time}
+    summary = RunSummary(metrics=result.metrics, probes=result.probes, step=result.step,
+                         wall_time=result.wall_time)
     finish = {"status": result.status, "finished_at": time.time(), "device": result.device,
               "kernel_backend": result.kernel_backend, "error": result.error,
-              "summary": json.dumps(finite(summary))}
+              "summary": json.dumps(finite(summary.model_dump(mode="json")))}
     writer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
                           "step": result.step, "time": time.time()})
     if publisher is not None:

@@ -1,5 +1,6 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, health, runs, sweeps
+from backend.routes import catalog, events, groups, health, presets, runs, sweeps
 
-ROUTERS = [health.router, catalog.router, runs.router, sweeps.router, events.router]
+ROUTERS = [health.router, catalog.router, runs.router, sweeps.router, presets.router, groups.router,
+           events.router]

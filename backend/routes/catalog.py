@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import sys
 
 from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep
 from normlab.api_models import build_catalog
+from normlab.presets import PRESETS
 from normlab.table1 import Table1
 
 router = APIRouter(prefix="/api", tags=["catalog"])
@@ -19,21 +19,13 @@ _invariance_lock = asyncio.Lock()
 
 @router.get("/catalog")
 def catalog(settings: SettingsDep) -> dict:
-    return build_catalog(settings.data_dir)
+    return build_catalog(settings.data_dir, settings)
 
 
 @router.get("/presets")
 def presets() -> list[dict]:
-    """The paper-figure presets (normlab/presets.py, torch-free); [] until that module exists."""
-    try:
-        module = importlib.import_module("normlab.presets")
-    except ModuleNotFoundError as exc:
-        if exc.name == "normlab.presets":
-            return []
-        raise
-    items = getattr(module, "PRESETS", {})
-    values = items.values() if isinstance(items, dict) else items
-    return [v.public() if hasattr(v, "public") else dict(v) for v in values]
+    """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order."""
+    return [preset.public() for preset in PRESETS.values()]
 
 
 @router.get("/invariance")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
@@ -11,6 +12,7 @@ from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
 from normlab.api_models import ErrorDetail, SweepCreate, SweepCreated
+from normlab.groups import group_meta_key, sweep_meta
 from normlab.spec import RunSpec
 from normlab.store import new_run_id
 
@@ -37,4 +39,8 @@ def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user
             raise HTTPException(422, {"detail": f"The sweep's combination {what} is invalid: "
                                                 + "; ".join(fields.values()), "fields": fields}) from exc
     group_id = new_run_id()
-    return SweepCreated(group_id=group_id, run_ids=create_and_enqueue(store, settings, specs, user, group_id))
+    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
+    varied = [name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes))
+              if len(values) > 1]  # GET /api/groups/{id} makes one cell per combination of these
+    store.cache_set(group_meta_key(group_id), json.dumps(sweep_meta(varied)))
+    return SweepCreated(group_id=group_id, run_ids=run_ids)

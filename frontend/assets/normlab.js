@@ -39,12 +39,21 @@
       var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
       p[ev.kind].push({step: ev.step, kind: ev.kind, payload: ev.payload});
       S.probeVersion += 1;
+    } else if (ev.kind === "log") {
+      keepLog(rid, ev);
     } else if (ev.kind === "status" && ev.payload) {
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;
       if (TERMINAL[ev.payload.status]) { S.probeVersion += 1; }  // panels then say "none recorded"
       if (liveRuns().length === 0) { close(); }  // every run ended: no reconnect loop
     }
+  }
+
+  /* A run's log lines (the Run page's log panel and its Fisher warning), kept beside its probe snapshots. */
+  function keepLog(rid, ev) {
+    var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
+    (p.log || (p.log = [])).push({step: ev.step, seq: ev.seq, kind: "log", payload: ev.payload});
+    S.probeVersion += 1;
   }
 
   function open() {
@@ -117,6 +126,25 @@
     if (kept.length !== notes.length) { window.Plotly.relayout(gd, {annotations: kept}); }
   }
 
+  /* Smoothing, continued from the server's history (frontend/smoothing.py `ema`, the same definition):
+   * TensorBoard's debiased EMA; the entry carries the accumulator and the count of values so far. */
+  function emaStep(en, s, v) {
+    if (!(s > 0) || !isFinite(v)) { return v; }
+    en.acc = en.acc * s + (1 - s) * v; en.n += 1;
+    return en.acc / (1 - Math.pow(s, en.n));
+  }
+  /* Wall time for a hover, as frontend/smoothing.py `format_elapsed` writes it. */
+  function formatElapsed(sec) {
+    if (sec === null || sec === undefined || !isFinite(sec)) { return "\u2013"; }
+    if (sec < 10) { return sec.toFixed(2) + " s"; }
+    if (sec < 60) { return sec.toFixed(1) + " s"; }
+    var w = Math.round(sec);
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    if (w < 3600) { return Math.floor(w / 60) + " min " + two(w % 60) + " s"; }
+    return Math.floor(w / 3600) + " h " + two(Math.floor((w % 3600) / 60)) + " min";
+  }
+  S.emaStep = emaStep; S.formatElapsed = formatElapsed;  // the unit of both, for tests
+
   /* Append the queued points to the curves graph with Plotly.extendTraces, here and now. Not through
    * dcc.Graph's extendData prop: the Graph keeps a batch queued until its asynchronous redraw resolves,
    * and a batch that arrives before then is queued beside it, so the earlier one is drawn twice. */
@@ -135,8 +163,12 @@
       state = S.maps[map.id] = JSON.parse(JSON.stringify(map));
     }
     var evs = S.scalars; S.scalars = [];
-    var xs = {}, ys = {}, order = [];
+    var xs = {}, ys = {}, cds = {}, order = [];
     var s = state.smooth || 0;
+    function push(i, x, y, cd) {
+      if (!(i in xs)) { xs[i] = []; ys[i] = []; cds[i] = []; order.push(i); }
+      xs[i].push(x); ys[i].push(y); cds[i].push(cd);
+    }
     for (var k = 0; k < evs.length; k++) {
       var ev = evs[k], entries = state.runs[ev.run_id];
       if (!entries) { continue; }
@@ -144,13 +176,10 @@
         var en = entries[j], v = ev.payload[en.key];
         if (v === null || v === undefined || ev.step <= en.last) { continue; }
         en.last = ev.step;
-        if (s > 0 && isFinite(v)) {
-          en.acc = en.acc * s + (1 - s) * v; en.n += 1;
-          v = en.acc / (1 - Math.pow(s, en.n));
-        }
-        if (!(en.i in xs)) { xs[en.i] = []; ys[en.i] = []; order.push(en.i); }
-        xs[en.i].push(state.x === "time" ? ev.payload.elapsed : ev.step);
-        ys[en.i].push(v);
+        var x = state.x === "time" ? ev.payload.elapsed : ev.step;
+        var cd = [ev.step, formatElapsed(ev.payload.elapsed), v];  // the hover's [step, wall time, raw]
+        if (en.raw !== null && en.raw !== undefined) { push(en.raw, x, v, cd); }
+        push(en.i, x, emaStep(en, s, v), cd);
       }
     }
     if (!order.length) { return ns(); }
@@ -160,10 +189,33 @@
     S.pendingSince = performance.now();
     // extendTraces concatenates gd.data at once (the redraw may finish later): no batch is drawn twice
     window.Plotly.extendTraces(gd, {x: order.map(function (i) { return xs[i]; }),
-                                    y: order.map(function (i) { return ys[i]; })},
+                                    y: order.map(function (i) { return ys[i]; }),
+                                    customdata: order.map(function (i) { return cds[i]; })},
                                order, state.max_points || 20000);
     return ns();
   }
+
+  /* plotly.js: dcc.Graph loads it, on the pages that show a graph, from window._dashPlotlyJSURL (Dash
+   * sets that to its full 4.8 MB bundle). Point it at the cartesian partial bundle (1.5 MB; every trace
+   * type the pages draw): see assets/vendor/README.md. */
+  (function usePartialPlotly() {
+    var prefix = "/";
+    try {
+      prefix = JSON.parse(document.getElementById("_dash-config").textContent).requests_pathname_prefix || "/";
+    } catch (err) { prefix = "/"; }
+    var url = prefix + "assets/vendor/plotly-cartesian-4.1.1.min.js";
+    Object.defineProperty(window, "_dashPlotlyJSURL", {
+      configurable: true, get: function () { return url; }, set: function () { /* keep ours */ }
+    });
+    // Pages that open with a graph fetch it now, while the server renders the page, instead of after
+    // (a preload: the graph's own script tag then uses this download; the others never fetch it).
+    var path = window.location.pathname.slice(prefix.length - 1);
+    if (path === "/" || path === "/compare" || path.indexOf("/run/") === 0) {
+      var link = document.createElement("link");
+      link.rel = "preload"; link.as = "script"; link.href = url;
+      document.head.appendChild(link);
+    }
+  })();
 
   // "Download SVG" buttons (the mode bar's camera saves PNG).
   document.addEventListener("click", function (e) {
@@ -172,6 +224,30 @@
     var gd = document.querySelector("#" + btn.getAttribute("data-graph") + " .js-plotly-plot");
     if (gd) { window.Plotly.downloadImage(gd, {format: "svg", filename: "normlab-" + btn.getAttribute("data-graph")}); }
   });
+
+  /* Compare: the URL follows each control change at once (replaceState here, in the browser; the
+   * server only redraws the figure), and the comparison is remembered for the nav link and reloads. */
+  var LAST_COMPARE = "normlab.compare";  // frontend/ids.py CMP_LAST_KEY
+  function compareUrl(runs, smooth, color, x, panels, group) {
+    var state = {runs: runs || [], smooth: smooth || 0, color: color, x: x, panels: panels || [],
+                 group: group || null};
+    var trig = (window.dash_clientside.callback_context || {}).triggered || [];
+    var byUser = trig.length > 0 && trig[0].prop_id !== ".";
+    // On load, an empty Compare leaves the URL and the remembered comparison alone: it is about to
+    // open that comparison (compareRestore), and a late write would overwrite it.
+    if (!state.runs.length && !byUser) { return ns(); }
+    var q = window.dash_clientside.normlab.urlState(state);
+    try {
+      window.localStorage.setItem(LAST_COMPARE, q.replace(/(^|&)present=[^&]*/, ""));
+    } catch (err) { /* storage off (private mode): nothing to remember */ }
+    return state;
+  }
+  function compareRestore(ask) {
+    var q = null;
+    try { q = window.localStorage.getItem(LAST_COMPARE); } catch (err) { q = null; }
+    if (!ask || !q || !/(^|&)runs=[^&]/.test(q)) { return ns(); }
+    return "/compare?" + q;
+  }
 
   window.dash_clientside = Object.assign({}, window.dash_clientside, {
     normlab: {
@@ -191,7 +267,7 @@
         if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
         S.probeSent = S.probeVersion; S.probeSentAt = now;
         var p = S.probes[runId] || {hidden: [], fisher: []};
-        return {hidden: p.hidden, fisher: p.fisher, ended: !!TERMINAL[S.status[runId]]};
+        return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};
       },
       urlState: function (state) {
         if (!state) { return ""; }
@@ -227,6 +303,8 @@
         }, 2500);
         return done();
       },
+      compareUrl: compareUrl,
+      compareRestore: compareRestore,
       present: function (search) {
         var on = /(^|[?&])present=(1|true|yes|on)(&|$)/.test(search || "");
         document.body.classList.toggle("present", on);

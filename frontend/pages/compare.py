@@ -1,35 +1,63 @@
 """Compare: overlay any runs; EMA smoothing; colour by normalizer or batch size; x by step or wall time.
-The URL carries it all (runs, smooth, color, x, panels), so a link reproduces the view."""
+
+The URL carries it all (runs, smooth, color, x, panels), so a link reproduces the view. The browser
+writes the URL the moment a control changes (a clientside callback, assets/normlab.js `compareUrl`),
+not after the server has rebuilt the figure, and keeps the last comparison (localStorage): Compare
+opened without runs (the nav link) shows it again."""
 
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
-from frontend import components, data, figures, ids, logic
+from frontend import components, data, figures, group_view, ids, logic
 from frontend.api_client import ApiError
 
 
-def _run_options(client, selected: list[dict]) -> list[dict]:
+def run_options(client, selected: list[dict], live: dict | None = None) -> list[dict]:
+    """The run picker's options: the chosen runs first, then the newest 200; each label says the run's
+    status as the API (or, fresher, the tab's stream in `live`) reports it now."""
     try:
         recent = client.runs(limit=200)["items"]
     except ApiError:
         recent = []
+    fresh = {r["id"]: r for r in recent}
     seen, out = set(), []
-    for r in selected + recent:
+    for r in [fresh.get(r["id"], r) for r in selected] + recent:
         if r["id"] not in seen:
             seen.add(r["id"])
-            out.append({"label": f"{figures.run_label(r)} · {r['status']} · {r['id'][:8]}", "value": r["id"]})
+            state = (live or {}).get(r["id"]) or r["status"]
+            out.append({"label": f"{figures.run_label(r)} · {state} · {r['id'][:8]}", "value": r["id"]})
     return out
 
 
-def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None, **_) -> html.Div:
-    state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
+def load_group(group_id: str | None) -> tuple[dict | None, str]:
+    """(the group as GET /api/groups/{id} answers, problem message or '')."""
+    if not group_id:
+        return None, ""
+    try:
+        return data.api().group(group_id), ""
+    except ApiError as exc:
+        return None, f"Group {group_id}: {exc.detail}"
+
+
+def group_box(group: dict | None, problem: str, present: bool) -> list:
+    if group is None:
+        return [components.error_box(problem)] if problem else []
+    return group_view.group_card(group, ids.GROUP_IDS, present)
+
+
+def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None, group=None,
+           **_) -> html.Div:
     present_on = logic.is_present({"present": present})
+    group_data, problem = load_group(group)
+    if group_data and not runs:  # a group's link: its runs (seeds × cells), bands and verdicts
+        runs = [r["id"] for r in group_data.get("runs", [])]
+    state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
     try:
         bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
                                     x_mode=state["x"], panels=state["panels"], present=present_on)
-        options = _run_options(data.api(), bundle["runs"])
+        options = run_options(data.api(), bundle["runs"])
     except ApiError as exc:
         return html.Div([components.error_box(exc.detail), *components.page_stores()])
     missing = bundle["missing"]
@@ -71,20 +99,30 @@ def layout(runs=None, smooth=None, color=None, x=None, panels=None, present=None
     ])
     return html.Div(className="compare-page", children=[
         controls,
+        html.Div(id=ids.CMP_GROUP_BOX, className="card group-card",
+                 style={} if group else {"display": "none"},
+                 children=group_box(group_data, problem, present_on)),
+        dcc.Store(id=ids.CMP_GROUP, data=group or None),
+        dcc.Interval(id=ids.CMP_GROUP_POLL, interval=3000,
+                     disabled=not group_data or bool(group_data.get("done"))),
         html.Div(className="card", children=[
             html.Div(id="cmp-legend", className="run-list",
                      children=components.run_chips(bundle["runs"], state["color"])),
             dcc.Store(id="cmp-runs-data", data={"runs": bundle["runs"], "color": state["color"]}),
             *components.curves_graph(bundle["figure"], bundle["map"]),
         ]),
-        *components.page_stores(bundle["watch"], {**state, "runs": found}),
+        # an empty Compare leaves the URL alone: it may open the last comparison (compareRestore)
+        *components.page_stores(bundle["watch"], {**state, "runs": found, "group": group}
+                                if state["runs"] else None),
+        *([dcc.Location(id=ids.CMP_GO, refresh="callback-nav"), dcc.Store(id=ids.CMP_RESTORE, data=True)]
+          if not state["runs"] else []),
     ])
 
 
 @callback(
     Output(ids.CURVES, "figure", allow_duplicate=True),
     Output(ids.CURVES_MAP, "data", allow_duplicate=True),
-    Output(ids.WATCH, "data", allow_duplicate=True), Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Output(ids.WATCH, "data", allow_duplicate=True),
     Output("cmp-runs-data", "data"), Output(ids.CMP_MESSAGE, "children"),
     Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"), Input(ids.CMP_COLOR, "value"),
     Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
@@ -97,18 +135,43 @@ def on_view_change(runs, smooth, color, x, panels, present):
         bundle = data.curves_bundle(state["runs"], smoothing=state["smooth"], color_by=state["color"],
                                     x_mode=state["x"], panels=state["panels"], present=bool(present))
     except ApiError as exc:
-        return (dash.no_update,) * 5 + (exc.detail,)
+        return (dash.no_update,) * 4 + (exc.detail,)
     missing = bundle["missing"]
-    return (bundle["figure"], bundle["map"], bundle["watch"], state,
+    return (bundle["figure"], bundle["map"], bundle["watch"],
             {"runs": bundle["runs"], "color": state["color"]},
             f"Not found (deleted?): {', '.join(missing)}" if missing else "")
 
 
-@callback(Output("cmp-legend", "children"), Input("cmp-runs-data", "data"),
+# The URL (and the remembered comparison) follow the controls at once, in the browser.
+clientside_callback(ClientsideFunction("normlab", "compareUrl"),
+                    Output(ids.URL_STATE, "data", allow_duplicate=True),
+                    Input(ids.CMP_RUNS, "value"), Input(ids.CMP_SMOOTH, "value"),
+                    Input(ids.CMP_COLOR, "value"), Input(ids.CMP_X, "value"), Input(ids.CMP_PANELS, "value"),
+                    State(ids.CMP_GROUP, "data"),
+                    prevent_initial_call="initial_duplicate")
+clientside_callback(ClientsideFunction("normlab", "compareRestore"), Output(ids.CMP_GO, "href"),
+                    Input(ids.CMP_RESTORE, "data"))
+
+
+@callback(Output("cmp-legend", "children"), Output(ids.CMP_RUNS, "options"), Input("cmp-runs-data", "data"),
           Input(ids.LIVE_STATUS, "data"), prevent_initial_call=True)
 def on_legend(runs_data, live):
+    """Chips and picker labels with the statuses the stream reports (a run that ended says so)."""
     runs_data = runs_data or {}
-    return components.run_chips(runs_data.get("runs", []), runs_data.get("color", "norm"), live)
+    runs = runs_data.get("runs", [])
+    chips = components.run_chips(runs, runs_data.get("color", "norm"), live)
+    return chips, run_options(data.api(), runs, live)
+
+
+@callback(Output(ids.CMP_GROUP_BOX, "children"), Output(ids.CMP_GROUP_POLL, "disabled"),
+          Input(ids.CMP_GROUP_POLL, "n_intervals"), State(ids.CMP_GROUP, "data"), State(ids.PRESENT, "data"),
+          prevent_initial_call=True)
+def on_group_poll(_n, group_id, present):
+    """The group's verdicts, bands and table as its runs finish; the polling stops once all ended."""
+    group, problem = load_group(group_id)
+    if group is None and not problem:
+        return dash.no_update, True
+    return group_box(group, problem, bool(present)), bool(group is None or group.get("done"))
 
 
 dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", order=2)

@@ -1,11 +1,15 @@
-"""Presets: the paper's figures as a gallery; one click starts a preset's runs and opens Compare."""
+"""Presets: the paper's figures as a gallery. One click launches a preset over its seeds as one group
+(`POST /api/presets/{name}`); its card then shows the verdict live (`GET /api/groups/{id}`: each claim,
+whether it held on every seed, the effect ± its standard error, the rule) and links to Compare, which
+draws mean ± std bands per cell. The launches are remembered in the browser, so the verdicts are still
+there after navigating away and back."""
 
 from __future__ import annotations
 
 import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 
-from frontend import components, data, figures, ids, logic
+from frontend import components, data, figures, group_view, ids, logic
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 
@@ -16,13 +20,16 @@ def preset_card(p: dict) -> html.Div:
                        className="chip")
              for r, label in zip(p["runs"], p.get("labels") or [r.get("norm") for r in p["runs"]],
                                  strict=False)]
+    seeds = p.get("seeds") or [0]
     return html.Div(className="preset card", children=[
         html.H3(p["title"]), html.Div(p.get("paper_ref", ""), className="muted"),
         html.P(p.get("shows", ""), className="shows"),
         html.Div(chips, className="chips"),
         html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
-        html.Button(f"Start {len(p['runs'])} runs and compare",
+        html.Button(f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
                     id={"type": ids.PRESET_START, "name": p["name"]}, className="btn primary"),
+        html.Div(id={"type": ids.PRESET_VERDICT, "name": p["name"]}, className="verdict-box",
+                 role="status"),
     ])
 
 
@@ -36,34 +43,84 @@ def layout(**_) -> html.Div:
         html.Div(id=ids.PRESET_MESSAGE, className="message", role="status"),
         html.Div([preset_card(p) for p in presets], className="gallery"),
         dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
+        dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
+        dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
         *components.page_stores(),
     ])
 
 
 def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str]:
-    """POST each of the preset's runs; (run ids, problem message or '')."""
+    """POST each of the preset's runs once per seed (an API without the presets route); (run ids, problem)."""
     run_ids, problems = [], []
-    for spec in preset["runs"]:
-        try:
-            run_ids.append(data.api(token).create_run(spec)["id"])
-        except ApiError as exc:
-            problems.append(exc.detail)
+    for seed in preset.get("seeds") or [None]:
+        for spec in preset["runs"]:
+            try:
+                body = spec if seed is None else {**spec, "seed": seed}
+                run_ids.append(data.api(token).create_run(body)["id"])
+            except ApiError as exc:
+                problems.append(exc.detail)
     return run_ids, "; ".join(problems)
 
 
-@callback(Output(ids.PRESET_GO, "href"), Output(ids.PRESET_MESSAGE, "children"),
-          Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(TOKEN_STORE, "data"),
-          prevent_initial_call=True)
-def on_start(clicks, token):
+def launch(name: str, token: str | None = None) -> tuple[dict | None, str]:
+    """({"group": id, "runs": [...]}, problem): the preset as one group; on an API that predates
+    `POST /api/presets/{name}` (404 or 405), the runs one by one, without a group."""
+    try:
+        launched = data.api(token).launch_preset(name)
+        return {"group": launched["group_id"], "runs": launched["run_ids"]}, ""
+    except ApiError as exc:
+        # the names come from the API's own list, so a 404/405 here means the route is missing
+        if exc.status not in (404, 405):
+            return None, f"Could not start {name}: {exc.detail}"
+    presets = {p["name"]: p for p in data.api(token).presets()}
+    run_ids, problem = start_preset(presets[name], token)
+    return ({"group": None, "runs": run_ids} if run_ids else None), problem
+
+
+@callback(Output(ids.PRESET_GROUPS, "data"), Output(ids.PRESET_MESSAGE, "children"),
+          Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(ids.PRESET_GROUPS, "data"),
+          State(TOKEN_STORE, "data"), prevent_initial_call=True)
+def on_start(clicks, launches, token):
     if not ctx.triggered_id or not any(clicks):
         return no_update, no_update
     name = ctx.triggered_id["name"]
-    presets = {p["name"]: p for p in data.api().presets()}
-    run_ids, problem = start_preset(presets[name], token)
-    if not run_ids:
-        return no_update, f"Could not start {name}: {problem}"
-    panels = ["loss", "val", "metric"]
-    return "/compare" + logic.encode_query({"runs": run_ids, "panels": panels}), problem
+    launched, problem = launch(name, token)
+    if launched is None:
+        return no_update, problem or f"Could not start {name}."
+    return {**(launches or {}), name: launched}, problem
+
+
+def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
+    """A card's live part: the group's verdicts and progress, and where to watch the curves."""
+    gid, runs = launched.get("group"), launched.get("runs") or []
+    href = "/compare" + logic.encode_query({"group": gid} if gid else {"runs": runs})
+    text = "Watch in Compare (mean ± std per cell) →" if gid else f"Compare these {len(runs)} runs →"
+    link = dcc.Link(text, href=href, className="btn small compare-link")
+    if group is None:
+        return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
+    return [*group_view.verdicts(group, expect=False), link]
+
+
+@callback(Output({"type": ids.PRESET_VERDICT, "name": ALL}, "children"), Output(ids.PRESET_POLL, "disabled"),
+          Input(ids.PRESET_POLL, "n_intervals"), Input(ids.PRESET_GROUPS, "data"))
+def on_poll(_n, launches):
+    """Every launched preset's verdict as its runs finish; the polling stops once every group ended."""
+    names = [o["id"]["name"] for o in ctx.outputs_list[0]]
+    out, live = [], False
+    for name in names:
+        launched = (launches or {}).get(name)
+        if not launched:
+            out.append(no_update)
+            continue
+        group, problem = None, ""
+        if launched.get("group"):
+            try:
+                group = data.api().group(launched["group"])
+            except ApiError as exc:
+                problem = exc.detail
+            live = live or (group is not None and not group.get("done"))
+        out.append(verdict_box(launched, group, problem))
+    return out, not live
 
 
 dash.register_page(__name__, path="/presets", name="Presets", title="normlab · Presets", order=3)

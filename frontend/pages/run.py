@@ -6,9 +6,10 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, logic, probe_figures
+from frontend import components, data, figures, ids, lab_form, logic, probe_figures, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
+from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES
 
 
@@ -63,34 +64,75 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     except ApiError as exc:
         msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
         return html.Div([components.error_box(msg), *components.page_stores()])
-    probes = run.get("spec", {}).get("probes", {}).get("enabled")
+    spec = run.get("spec", {})
+    probes = spec.get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
     ended = run.get("status") in TERMINAL_STATUSES
     note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
                               "panels: start a run with probes on (Lab → Probes) to see them.")
     fisher_note = ((run.get("summary") or {}).get("probes") or {}).get("fisher_note") or ""
+    sequential = TASKS[spec["task"]].kind == "sequence" if spec.get("task") in TASKS else False
     return html.Div(className="run-page", children=[
         html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
-        html.Div(className="card", children=[html.H2("Curves"),
-                                             *components.curves_graph(bundle["figure"], bundle["map"])]),
+        html.Div(className="card", children=[
+            html.H2("Curves"), smoothing_control.control(ids.RUN_SMOOTH, bundle["map"].get("smooth", 0.0)),
+            *components.curves_graph(bundle["figure"], bundle["map"])]),
         html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
         html.Div(className="card", style=off, children=[
-            html.H2("Hidden states over time steps"),
+            # feed-forward runs have no time steps: their panel shows each layer over training
+            html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
             dcc.Graph(id=ids.RUN_HIDDEN, figure=probe_figures.hidden_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
             components.svg_button(ids.RUN_HIDDEN)]),
         html.Div(className="card", style=off, children=[
             html.H2("Fisher curvature"),
+            html.Div(fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"),
+            html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
             dcc.Graph(id=ids.RUN_FISHER, figure=probe_figures.fisher_figure([], present_on, ended),
                       config=components.GRAPH_CONFIG, className="graph"),
-            html.P(fisher_note, className="muted fisher-note",
-                   style={} if fisher_note else {"display": "none"}),
             components.svg_button(ids.RUN_FISHER)]),
+        html.Div(className="card run-log", children=[
+            html.H2("Log"), html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([]))]),
         html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
         dcc.Store(id=ids.RUN_ID, data=run["id"]),
-        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": []}),
+        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
         *components.page_stores(bundle["watch"], None),
     ])
+
+
+smoothing_control.register(ids.RUN_SMOOTH)  # the smoothing slider redraws the curves
+
+
+LEVEL_ORDER = {"error": 0, "warning": 1}  # then info (and anything else), each in the order it came
+
+
+def log_items(events: list[dict]) -> list:
+    """The run's `log` events as list items, errors and warnings first."""
+    if not events:
+        return [html.Li("No log lines yet.", className="muted")]
+    seen: dict[tuple[str, str], int] = {}  # a line repeated (a warning during the run and at its end): once
+    for i, e in enumerate(events):
+        seen.setdefault((_level(e), str((e.get("payload") or {}).get("message", ""))), i)
+    ranked = sorted(((i, events[i]) for i in seen.values()),
+                    key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0]))
+    return [html.Li(className=f"log-line {_level(e)}", children=[
+        html.Span(_level(e), className=f"log-level {_level(e)}"),
+        html.Span(f"step {e.get('step', 0)}", className="log-step"),
+        html.Span(str((e.get("payload") or {}).get("message", "")), className="log-message")])
+        for _, e in ranked]
+
+
+def _level(event: dict) -> str:
+    return str((event.get("payload") or {}).get("level") or "info")
+
+
+def fisher_warning(events: list[dict], fallback: str = "") -> str:
+    """The log's warnings about the Fisher estimate (e.g. none fitted the probe budget, and the budget
+    that would), shown where the Fisher panel is; `fallback` (the run summary's note) without them."""
+    lines = [str((e.get("payload") or {}).get("message", "")) for e in events
+             if _level(e) in ("warning", "error")]
+    lines = [line for line in lines if "fisher" in line.lower()]
+    return " ".join(dict.fromkeys(lines)) or fallback
 
 
 clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
@@ -98,11 +140,35 @@ clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROB
 
 
 @callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
-          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"), prevent_initial_call=True)
-def on_probes(probes, present):
+          Output(ids.RUN_LOG, "children"), Output(ids.RUN_FISHER_WARNING, "children"),
+          Output(ids.RUN_FISHER_RETRY, "children"),
+          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"),
+          State(ids.RUN_FISHER_WARNING, "children"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
+def on_probes(probes, present, note, run_id):
     probes = probes or {}
-    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), probes.get("ended", False)),
-            probe_figures.fisher_figure(probes.get("fisher", []), bool(present), probes.get("ended", False)))
+    ended, log = probes.get("ended", False), probes.get("log", [])
+    fishers, warned = probes.get("fisher", []), fisher_warning(log)
+    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
+            probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
+            log_items(log), fisher_warning(log, note or ""), [] if fishers else retry_link(run_id, log))
+
+
+def retry_link(run_id: str | None, log: list[dict]) -> list:
+    """"Run it again with a budget of X %": a link to the Lab with this run's form and the budget its
+    warning asks for (nothing without such a warning)."""
+    budget = lab_form.budget_that_fits(log)
+    if budget is None or not run_id:
+        return []
+    try:
+        spec = data.api().run(run_id)["spec"]
+        largest = lab_form.field_limits(data.api().catalog()["fields"])["budget"]["max"]
+    except ApiError:
+        return []
+    if largest is not None and budget > largest:  # the warning says to train longer instead
+        return []
+    href = "/" + logic.encode_query(lab_form.query_from_spec(spec, budget=budget))
+    return [dcc.Link(f"Set this run up again in the Lab with a {budget:g} % probe budget →", href=href,
+                     className="btn small")]
 
 
 @callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),

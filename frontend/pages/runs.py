@@ -1,10 +1,16 @@
-"""Runs: the shared results browser — filter, sort, status badges, select to compare, cancel, delete."""
+"""Runs: the shared results browser — filter, sort, status badges, select to compare, cancel, delete.
+
+The results are numeric columns (val loss, accuracy / bpc / mse, steps/s, wall time): they sort as
+numbers; a metric column no listed run has is left out."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.dash_table.DataTable import DataTable
+from dash.dash_table.Format import Format, Scheme
 
 from frontend import components, data, ids, logic, status
 from frontend.api_client import ApiError
@@ -16,8 +22,36 @@ FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
            ("status", "Status", [s.value for s in RunStatus]), ("owner", "Owner", None),
            ("group", "Group", None)]
 COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("batch_size", "Batch"),
-           ("seed", "Seed"), ("steps", "Steps"), ("result", "Result"), ("owner", "Owner"),
-           ("group", "Group"), ("created", "Created (UTC)"), ("link", "Run")]
+           ("seed", "Seed"), ("steps", "Steps"), ("val_loss", "Val loss"), ("accuracy", "Accuracy"),
+           ("bpc", "BPC"), ("mse", "MSE"), ("steps_per_s", "Steps/s"), ("wall_time", "Wall (s)"),
+           ("owner", "Owner"), ("group", "Group"), ("created", "Created (UTC)"), ("link", "Run")]
+NUMERIC = {"batch_size", "seed", "steps", "val_loss", "accuracy", "bpc", "mse", "steps_per_s", "wall_time"}
+SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # 4 significant digits, no trailing zeros
+OPTIONAL = set(logic.RESULT_METRICS)  # shown only when a listed run has one
+TIPS: dict[str | float | int, Any] = {
+        "accuracy": "final test accuracy (validation when the run has no test evaluation)",
+        "bpc": "final test bits per character (validation when there is no test evaluation)",
+        "mse": "final test mean squared error (validation when there is no test evaluation)",
+        "val_loss": "final validation loss", "steps_per_s": "training steps ÷ wall time (set-up included)",
+        "wall_time": "seconds from the run's start to its end"}
+
+
+def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a TypedDict
+    """The table's columns: numbers typed numeric (they sort as numbers), metric columns only when some
+    row has that metric."""
+    out = []
+    for c, name in COLUMNS:
+        if c in OPTIONAL and not any(r.get(c) is not None for r in rows):
+            continue
+        col: dict = {"name": name, "id": c}
+        if c in ("link", "group"):
+            col["presentation"] = "markdown"
+        elif c in NUMERIC:
+            col["type"] = "numeric"
+            if c in ("val_loss", *OPTIONAL):
+                col["format"] = SIGNIFICANT
+        out.append(col)
+    return out
 
 
 def _filter(name, label, options, value):
@@ -31,14 +65,14 @@ def _filter(name, label, options, value):
 def layout(present=None, **params) -> html.Div:
     table = DataTable(
         id=ids.RUNS_TABLE, data=[],
-        columns=[{"name": n, "id": c, "presentation": "markdown" if c == "link" else "input"}
-                 for c, n in COLUMNS],
+        columns=columns([]), tooltip_header=TIPS,
         filter_options={"placeholder_text": "filter…"}, markdown_options={"link_target": "_self"},
         row_selectable="multi", selected_rows=[], sort_action="native", filter_action="native",
         page_size=25, style_as_list_view=True,
         style_cell={"fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "fontSize": 14,
                     "padding": "6px 10px", "textAlign": "left"},
         style_header={"fontWeight": 600, "background": "#f4f6f8"},
+        style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "right"} for c in sorted(NUMERIC)],
         style_data_conditional=status.table_styles("status"),
     )
     return html.Div(className="runs-page", children=[
@@ -60,7 +94,8 @@ def layout(present=None, **params) -> html.Div:
 
 
 @callback(
-    Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "selected_rows"),
+    Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "columns"),
+    Output(ids.RUNS_TABLE, "selected_rows"),
     Output(ids.RUNS_MESSAGE, "children"), Output(ids.URL_STATE, "data", allow_duplicate=True),
     Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
     Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
@@ -76,13 +111,13 @@ def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
     try:
         listing = data.api().runs(**logic.runs_query(filters))
     except ApiError as exc:
-        return [], [], exc.detail, no_update
+        return [], no_update, [], exc.detail, no_update
     new_rows = logic.run_rows(listing["items"])
     keep = {r["id"] for r in chosen} if ctx.triggered_id not in (ids.RUNS_DELETE,) else set()
     new_sel = [i for i, r in enumerate(new_rows) if r["id"] in keep]
     if not message and listing.get("total", 0) > len(new_rows):
         message = f"Showing the newest {len(new_rows)} of {listing['total']} runs."
-    return new_rows, new_sel, message, filters
+    return new_rows, columns(new_rows), new_sel, message, filters
 
 
 @callback(Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"),

@@ -33,14 +33,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="normlab", description="normlab: a live lab for normalization in neural-network training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # not written yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)  # a module that fails to import fails the command
     return parser
+
+
+def settings_from(args: argparse.Namespace):
+    """The settings a command runs with: NORMLAB_* from the environment, read here once, with the
+    command's --data-dir / --api-url on top. Passed down from here; never written back to os.environ."""
+    from pathlib import Path
+
+    from normlab.settings import Settings
+
+    overrides: dict[str, object] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir).expanduser().resolve()
+    if getattr(args, "api_url", None):
+        overrides["api_url"] = args.api_url
+    return Settings(**overrides)  # type: ignore[arg-type]
 
 
 def settings_message(exc: ValidationError) -> str:

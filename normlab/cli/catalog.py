@@ -13,9 +13,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from normlab.api_models import build_catalog
-    from normlab.settings import get_settings
+    from normlab.cli import settings_from
 
-    catalog = build_catalog(get_settings().data_dir)
+    settings = settings_from(args)
+    catalog = build_catalog(settings.data_dir, settings)  # this server's limits, as GET /api/catalog
     if args.json:
         print(json.dumps(catalog, indent=2, default=str))
         return 0

@@ -1,9 +1,10 @@
-"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--json]`: a figure, side by side.
+"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--jobs N] [--json]`: a figure.
 
 Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
 per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
-validation curve ÷ its span) and whether the paper's direction held. ``--json`` prints exactly one JSON
-object (workers.engine.reproduce.reproduce's result plus "command"). Unknown preset: exit 2 with the list.
+validation curve ÷ its span) and each claim with its effect size (paired by seed) and the rule.
+``--json`` prints exactly one JSON object (workers.engine.reproduce.reproduce's result plus "command").
+Unknown preset: exit 2 with the list.
 Progress goes to stderr, one line per finished run.
 """
 
@@ -21,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="override every run's steps (default: preset's)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads for the runs (default 1: small models on a shared machine)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs trained at once, one process each (default: the CPU count)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -61,19 +64,25 @@ def print_table(out: dict, file=None) -> None:
     for row in rows:
         cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
         print("  " + "  ".join(cells).rstrip(), file=file)
-    spreads = [(r["label"], r["hidden_spread"]) for r in out["runs"] if r.get("hidden_spread")]
-    if spreads:
-        print("Hidden state, max ÷ min of ‖h_t‖ over time steps (last trace; 1 = flat):", file=file)
-        for label, s in spreads:
-            per_seed = " ".join(_fmt(v, 2) for v in s["values"])
-            print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
+    names = {"hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
+             "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖"}
+    for key, name in names.items():
+        traced = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
+        if traced:
+            print(f"{name} (last trace):", file=file)
+            for label, s in traced:
+                per_seed = " ".join(_fmt(v, 2) for v in s["values"])
+                print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
     d = out["direction"]
     print(f"Paper: {out['expect']}", file=file)
     for c in d["claims"]:
         mark = "holds" if c["holds"] else "does NOT hold"
         seeds = "on every seed" if c["all_seeds"] else "not on every seed"
+        size = (f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
+                if c.get("difference") is not None else "")
         extra = f" — {c['message']}" if c.get("message") else ""
-        print(f"  {c['claim']}: {mark} ({seeds}){extra}", file=file)
+        print(f"  {c['claim']}: {mark} ({seeds}) {size}{extra}", file=file)
+        print(f"      rule: {c['rule']}", file=file)
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
     verdict = ("HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"]
@@ -91,6 +100,8 @@ def run(args) -> int:
         raise CLIError(f"--steps must be ≥ 1 (got {args.steps}).")
     if args.threads < 1:
         raise CLIError(f"--threads must be ≥ 1 (got {args.threads}).")
+    if args.jobs is not None and args.jobs < 1:
+        raise CLIError(f"--jobs must be ≥ 1 (got {args.jobs}).")
     seeds = parse_seeds(args.seeds)
     from workers.engine.reproduce import reproduce
 
@@ -100,7 +111,8 @@ def run(args) -> int:
         print(f"  {label} seed {seed}: {record['status']}, {metric} {_fmt(record['value'])} "
               f"({record['wall_time']:.1f} s)", file=sys.stderr, flush=True)
 
-    out = reproduce(args.preset, seeds=seeds, steps=args.steps, threads=args.threads, progress=progress)
+    out = reproduce(args.preset, seeds=seeds, steps=args.steps, threads=args.threads, jobs=args.jobs,
+                    progress=progress)
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:
         parts += ["--seeds", ",".join(map(str, seeds))]
@@ -108,6 +120,8 @@ def run(args) -> int:
         parts += ["--steps", str(args.steps)]
     if args.threads != 1:
         parts += ["--threads", str(args.threads)]
+    if args.jobs is not None:
+        parts += ["--jobs", str(args.jobs)]
     out["command"] = shlex.join(parts + (["--json"] if args.json else []))
     if args.json:
         print(json.dumps(out))

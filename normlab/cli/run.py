@@ -102,11 +102,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from normlab.catalog import task_availability
-    from normlab.cli import CLIError
-    from normlab.settings import get_settings
+    from normlab.cli import CLIError, settings_from
 
     spec = spec_from_args(args)
-    settings = get_settings()
+    settings = settings_from(args)
     available = task_availability(spec.task, settings.data_dir)
     if not available.available:
         raise CLIError(available.reason)

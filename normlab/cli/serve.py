@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from normlab.cli import CLIError
+from normlab.cli import CLIError, settings_from
 from normlab.lifeline import die_with_parent
 
 
@@ -46,19 +46,6 @@ def _common(p, port: int) -> None:
     p.set_defaults(default_port=port)
     p.add_argument("--data-dir", default=None, help="where the SQLite store and queue live "
                                                     "(default ~/.normlab)")
-
-
-def _settings(args):
-    """Settings from the environment with this command's flags on top; passed down explicitly (the
-    workers `up` starts get the same values as flags, never through os.environ)."""
-    from normlab.settings import Settings
-
-    overrides = {}
-    if getattr(args, "data_dir", None):
-        overrides["data_dir"] = Path(args.data_dir).expanduser().resolve()
-    if getattr(args, "api_url", None):
-        overrides["api_url"] = args.api_url
-    return Settings(**overrides)
 
 
 def _listen(args, settings) -> tuple[str, int]:
@@ -140,7 +127,7 @@ def app_with_pages(settings):
 
 
 def cmd_up(args) -> int:
-    settings = _settings(args)
+    settings = settings_from(args)
     if args.workers < 0 or args.workers > 16:
         raise CLIError("--workers must be between 0 and 16")
     host, port = _listen(args, settings)
@@ -162,7 +149,7 @@ def cmd_up(args) -> int:
 def cmd_api(args) -> int:
     from backend.app import create_app
 
-    settings = _settings(args)
+    settings = settings_from(args)
     host, port = _listen(args, settings)
     print(f"normlab API at http://{host}:{port}/api (docs: /api/docs)", flush=True)
     _serve(app_with_pages(settings) if args.with_frontend else create_app(settings), host, port)
@@ -170,7 +157,7 @@ def cmd_api(args) -> int:
 
 
 def cmd_frontend(args) -> int:
-    settings = _settings(args)
+    settings = settings_from(args)
     from backend.wsgi import WSGIMiddleware
     from frontend.app import create_app as create_dash
 
@@ -183,7 +170,7 @@ def cmd_frontend(args) -> int:
 def cmd_worker(args) -> int:
     from workers.celery_app import create_app
 
-    settings = _settings(args)
+    settings = settings_from(args)
     create_app(settings).worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1",
                                       "-Q", settings.queue, "--without-gossip", "--without-mingle",
                                       "--without-heartbeat", f"--loglevel={args.loglevel}",

@@ -5,9 +5,7 @@ results store named by NORMLAB_DATABASE_URL (or the SQLite store under --data-di
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
 
 from normlab.cli import CLIError
 
@@ -30,13 +28,10 @@ def register(sub) -> None:
 
 def _tokens(args):
     from backend.auth import TokenStore
-    from normlab.settings import get_settings
+    from normlab.cli import settings_from
     from normlab.store import get_store
 
-    if args.data_dir:
-        os.environ["NORMLAB_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
-    get_settings.cache_clear()
-    settings = get_settings()
+    settings = settings_from(args)
     return TokenStore(get_store(settings)), settings
 
 

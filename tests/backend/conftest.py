@@ -30,7 +30,7 @@ def pg_url():
         with psycopg.connect(PG_BASE, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
     except psycopg.OperationalError as exc:  # pragma: no cover - the machine always runs it
-        pytest.fail(f"PostgreSQL is not running on 127.0.0.1:5432 ({exc}); see notes/machine.md")
+        pytest.fail(f"PostgreSQL is not running on 127.0.0.1:5432 ({exc}); bash scripts/test starts it")
     yield f"postgresql+psycopg://127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
     with psycopg.connect(PG_BASE, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -44,7 +44,7 @@ def redis_url():
     try:
         redis.Redis.from_url(url).ping()
     except redis.RedisError as exc:  # pragma: no cover
-        pytest.fail(f"Redis is not running on 127.0.0.1:6379 ({exc}); see notes/machine.md")
+        pytest.fail(f"Redis is not running on 127.0.0.1:6379 ({exc}); bash scripts/test starts it")
     yield url
 
 

@@ -175,6 +175,10 @@ def test_health_catalog_presets_and_docs(client):
                  "auth": "off"}
     cat = client.get("/api/catalog").json()
     assert {t["name"] for t in cat["tasks"]} >= {"digits", "charlm"} and "layer" in cat["norms"]
+    # the ranges a form shows are this server's: max_steps=5000 here, probes at most every 5 steps
+    assert cat["fields"]["steps"]["anyOf"][0]["maximum"] == 5000
+    assert cat["fields"]["probes"]["fisher_every"]["minimum"] == 5
+    assert cat["fields"]["batch_size"]["maximum"] == 4096
     assert [p["name"] for p in client.get("/api/presets").json()] == list(PRESETS)
     assert client.get("/api/docs").status_code == 200
     assert "/api/runs/{run_id}/events" in client.get("/api/openapi.json").json()["paths"]

@@ -69,7 +69,7 @@ def test_compare_permalink_restores_runs_and_smoothing(page, shot, server):
         .get_attribute("aria-valuenow") == "0.8"
     assert "smooth=0.8" in page.url and f"runs={a},{b}" in page.url
     names = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data.map(t => t.meta)")
-    assert set(names) == {a, b}
+    assert set(names) == {a, b, f"{a}:raw", f"{b}:raw"}  # smoothed, over the raw series drawn faint
     page.click("#nl-copy-link")
     page.wait_for_function("() => window.normlabLastCopied !== undefined")
     assert "smooth=0.8" in page.evaluate("() => window.normlabLastCopied")
@@ -136,10 +136,12 @@ def test_invariance_page_shows_18_computed_cells(page, shot, server):
 
 def test_preset_starts_runs_and_opens_compare(page, shot, server):
     page.goto(server.url + "/presets")
-    page.get_by_role("button", name="Start 2 runs and compare").first.click()
-    page.wait_for_url(re.compile(r".*/compare\?runs=[0-9a-f]+,[0-9a-f]+.*"), timeout=20000)
+    page.get_by_role("button", name=re.compile(r"Start 2 runs × \d+ seeds")).first.click()
+    # the card follows the launch (verdicts as its runs end, with the presets API) and links to Compare
+    page.locator(".verdict-box .compare-link").first.click()
+    page.wait_for_url(re.compile(r".*/compare\?(group|runs)=[0-9a-f]+.*"), timeout=20000)
     page.wait_for_selector("#cmp-legend .run-chip", timeout=15000)
-    assert page.locator("#cmp-legend .run-chip").count() == 2
+    assert page.locator("#cmp-legend .run-chip").count() >= 2
     assert "bs 128" in page.locator("#cmp-legend").inner_text()
     shot(page, "preset-compare")
 

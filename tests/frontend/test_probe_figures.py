@@ -19,7 +19,7 @@ def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
     assert len(heat) == 2 and len(lines) == 2
     z = [x for r in heat[0]["z"] for x in r]
     assert z == pytest.approx([0.0, 1.0, 2.0, 0.0, 1.0, math.log10(200)])
-    assert list(heat[0]["y"]) == [1, 2]
+    assert list(heat[0]["y"]) == [1, 1.5, 2]  # band edges: halfway between snapshots, within the steps
     assert list(lines[0]["y"]) == [1.0, 10.0, 200.0]  # the latest snapshot, as a line
     assert list(heat[1]["z"][0]) == pytest.approx([-1.0, -2.0, -3.0])
 
@@ -49,9 +49,64 @@ def test_fisher_figure_names_estimators_and_summarises_many_groups():
     assert "fc1 (per-sample)" in names and "fc2 (summed-gradient)" in names
     eta = next(t for t in fig["data"] if t.get("name") == "η·λ_max(F)")
     assert list(eta["y"]) == [0.5, 1.0]
-    assert any(s.get("y0") == 2.0 for s in fig["layout"]["shapes"])  # the stability line at 2
+    line = next(t for t in fig["data"] if t.get("name") == "2: stability line")
+    assert list(line["y"]) == [2.0, 2.0] and line["legend"] == eta["legend"]  # the stability line, in view
+    assert fig["layout"]["yaxis2"]["range"][1] > 2.0
     many = probe_figures.fisher_figure([_fisher(1, 20)])
     wnames = {t["name"] for t in many["data"] if "groups" in str(t.get("name"))}
     assert wnames == {"min of 20 groups", "median of 20 groups", "max of 20 groups"}
     wmax = next(t for t in many["data"] if t["name"] == "max of 20 groups" and t["y"][0] == 20.0)
     assert wmax is not None
+
+
+def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_group():
+    fig = probe_figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
+    legends = {t.get("legend", "legend") for t in fig["data"]}
+    assert legends == {"legend", "legend2", "legend3", "legend4", "legend5", "legend6"}
+    layout = fig["layout"]
+    for n, legend in enumerate(sorted(legends), start=1):  # beside its subplot, at its top
+        axis = layout["yaxis" if n == 1 else f"yaxis{n}"]
+        assert layout[legend]["y"] == pytest.approx(axis["domain"][1])
+    layers = {t["legend"] for t in fig["data"] if "(" in t["name"] and "η" not in t["name"]}
+    assert layers == {"legend"}  # the layers' traces apart from the weight groups
+    for g in ("g0", "g1", "g2"):
+        colours = {t["line"]["color"] for t in fig["data"] if t["name"] == g}
+        assert len(colours) == 1, (g, colours)  # one colour per group in every subplot
+    assert len({t["line"]["color"] for t in fig["data"] if t["name"] in ("g0", "g1", "g2")}) == 3
+
+
+def test_fisher_figure_plots_the_measured_effective_step_labelled_by_optimizer():
+    events = [_fisher(1, 2), _fisher(2, 2)]
+    assert "η/‖w‖²" in str(probe_figures.fisher_figure(events)["layout"]["annotations"])  # older payloads
+    for e in events:
+        e["payload"]["optimizer"] = "adam"
+        for g in e["payload"]["groups"]:
+            g["effective_step"], g["optimizer"] = 1e-3, "adam"
+    fig = probe_figures.fisher_figure(events)
+    titles = [a["text"] for a in fig["layout"]["annotations"]]
+    assert "Effective step ‖Δw‖/‖w‖ per update (adam, measured)" in titles
+    step = [t for t in fig["data"] if t.get("legend") == "legend4"]
+    assert list(step[0]["y"]) == [1e-3, 1e-3]
+
+
+def test_heatmap_bands_follow_uneven_steps_and_many_snapshots_are_thinned_with_a_note():
+    ev = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0], "grad_norms": [0.1, 0.2]}}
+          for s in (25, 125)]
+    fig = probe_figures.hidden_figure(ev)
+    heat = fig["data"][0]
+    assert list(heat["y"]) == [25, 75, 125]
+    assert fig["layout"]["yaxis"]["range"] == [25, 125]  # within the recorded steps (was −50…190)
+    assert probe_figures.step_edges([1, 2, 10]) == [1, 1.5, 6, 10]
+    assert probe_figures.step_edges([7]) == [6.5, 7.5]
+    many = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0]}} for s in range(1, 401)]
+    fig = probe_figures.hidden_figure(many)
+    rows = fig["data"][0]["z"]
+    assert len(rows) == probe_figures.MAX_SNAPSHOTS and "400 snapshots" in fig["layout"]["title"]["text"]
+    assert fig["data"][0]["customdata"][-1][0] == 400 and fig["data"][0]["customdata"][0][0] == 1
+
+
+def test_colour_bar_ticks_are_round_norms():
+    vals, text = probe_figures._log_ticks(-1.8, 0.4)
+    assert text == ["0.02", "0.05", "0.1", "0.2", "0.5", "1", "2"]
+    vals, text = probe_figures._log_ticks(-6, 3)
+    assert all(v == int(v) for v in vals) and len(vals) >= 2  # whole decades over a wide range

@@ -275,6 +275,18 @@ class _Counting:
         return self.kernel[grid]
 
 
+def _count_shifted(monkeypatch):
+    """Counting wrappers around the shifted kernels, where the launch functions launch them (their
+    Launchers)."""
+    from kernels.layer_norm_op import LAUNCHERS
+
+    fwd = _Counting(LAUNCHERS["_ln_fwd_shifted"].kernel)
+    bwd = _Counting(LAUNCHERS["_ln_bwd_shifted"].kernel)
+    monkeypatch.setattr(LAUNCHERS["_ln_fwd_shifted"], "kernel", fwd)
+    monkeypatch.setattr(LAUNCHERS["_ln_bwd_shifted"], "kernel", bwd)
+    return fwd, bwd
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("N", [517, 1001, 2041])
 @pytest.mark.parametrize("affine", [True, False])
@@ -282,11 +294,7 @@ def test_odd_rows_take_the_shifted_kernels_and_match_float64(gen, tol, monkeypat
     # 19 rows of an N that is no multiple of 16 (nor of 4 or 8): rows start at every offset from a
     # 16-byte boundary, so heads and tails of every length 0..VEC-1 occur; the backward's 8 programs own
     # 2-3 rows each, all at one offset, and accumulate dγ/dβ over them.
-    from kernels import ln_triton
-
-    fwd, bwd = _Counting(ln_triton._ln_fwd_shifted), _Counting(ln_triton._ln_bwd_shifted)
-    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", fwd)
-    monkeypatch.setattr(ln_triton, "_ln_bwd_shifted", bwd)
+    fwd, bwd = _count_shifted(monkeypatch)
     x, w, b, dy = _data(gen, 19, N, dtype, weight=affine, bias=affine)
     got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
     assert (fwd.launches, bwd.launches) == (1, 1)
@@ -307,11 +315,7 @@ def test_odd_rows_take_the_shifted_kernels_and_match_float64(gen, tol, monkeypat
 
 
 def test_shifted_kernels_fall_back_when_rows_do_not_share_alignment(gen, tol, monkeypatch):
-    from kernels import ln_triton
-
-    fwd, bwd = _Counting(ln_triton._ln_fwd_shifted), _Counting(ln_triton._ln_bwd_shifted)
-    monkeypatch.setattr(ln_triton, "_ln_fwd_shifted", fwd)
-    monkeypatch.setattr(ln_triton, "_ln_bwd_shifted", bwd)
+    fwd, bwd = _count_shifted(monkeypatch)
     base, w, b, dy = _data(gen, 6, 1002, torch.float32)
     w, b = w[1:], b[1:]
     views = [  # (x from the leaf, dy): neither lets x, dy and the dense y / dx share one alignment

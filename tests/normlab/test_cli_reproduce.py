@@ -33,7 +33,7 @@ def test_table_names_each_run_and_the_verdict(data_dir, capsys):
     out = capsys.readouterr().out
     assert "mean ± std" in out and "Direction:" in out
     assert any(line.strip().startswith("layer ") for line in out.splitlines())
-    assert "layer better than batch" in out
+    assert "layer better than batch" in out and "rule: " in out and "Δ = " in out
 
 
 def test_unknown_preset_exits_2_and_lists_the_presets(capsys):
@@ -44,7 +44,7 @@ def test_unknown_preset_exits_2_and_lists_the_presets(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--seeds", "0,x"], ["--seeds", "1,1"], ["--steps", "0"],
-                                  ["--threads", "0"]])
+                                  ["--threads", "0"], ["--jobs", "0"]])
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     assert main(["reproduce", "online", *argv]) == 2
     assert capsys.readouterr().err.startswith("normlab reproduce: ")

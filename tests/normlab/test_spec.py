@@ -25,6 +25,8 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
     ({"task": "digits", "norm": "group"}, "norm"),
     ({"task": "adding", "norm": "batch", "ln_placement": "cell"}, "ln_placement"),
     ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
+    ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
+    ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
 ])
 def test_each_bad_combination_is_refused_with_its_field(bad, field):
     with pytest.raises(ValidationError) as err:
@@ -63,3 +65,17 @@ def test_catalog_lists_every_task_and_field_ranges():
     assert {t["name"] for t in cat["tasks"]} == set(TASKS)
     assert cat["fields"]["batch_size"]["minimum"] == 1
     assert "trace_every" in cat["fields"]["probes"]
+
+
+def test_catalog_gives_the_probe_settings_and_their_limits():
+    """The Lab's probe controls read their ranges from GET /api/catalog (fields.probes), not a copy."""
+    from normlab.api_models import build_catalog
+    from normlab.spec import ProbeSpec
+
+    probes = build_catalog()["fields"]["probes"]
+    for name in ("trace_every", "fisher_every", "budget", "hessian", "empirical_fisher", "power_iterations"):
+        assert probes[name]["default"] == getattr(ProbeSpec(), name), name
+    assert probes["trace_every"]["minimum"] == 1 and probes["trace_every"]["maximum"] == 100_000
+    assert probes["fisher_every"]["minimum"] == 1 and probes["fisher_every"]["maximum"] == 100_000
+    assert probes["budget"]["exclusiveMinimum"] == 0 and probes["budget"]["maximum"] == 5.0
+    assert probes["hessian"]["type"] == probes["empirical_fisher"]["type"] == "boolean"

@@ -81,12 +81,10 @@ def make_optimizer(spec: RunSpec, model: nn.Module) -> torch.optim.Optimizer:
 
 def make_prober(spec: RunSpec, model: nn.Module, data: TaskData,
                 optimizer) -> tuple[object | None, str | None]:
-    """(prober, None), or (None, why not) when the probes package is not installed or declines."""
+    """(prober, None), or (None, why not) when the probes decline this model."""
     if not spec.probes.enabled:
         return None, None
-    try:
-        from workers.probes import make_prober as make
-    except ImportError as exc:  # not installed, or not built yet: train without them, and say so
-        return None, f"probes were requested but are not available ({exc}); training without them."
+    from workers.probes import make_prober as make  # only when asked: the probes cost imports
+
     prober = make(spec, model, data, optimizer)
     return prober, (None if prober is not None else "the probes declined this model; training without them.")

@@ -38,7 +38,7 @@ def forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, sp
                          bc=params[3], c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh,
                          mean_h=stats[0], rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3])
     step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
-    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) else None
+    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
     w_hT = w_h.detach().t()
     HS = hs.unbind(0)
     h, before = h0, torch.get_num_threads()
@@ -71,7 +71,8 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
                          d_gh=acc[0], d_bh=acc[1], d_gc=acc[2], d_bc=acc[3], scratch=scratch)
     lib = native.library()
     step, ref = lib.lstm_bwd_step, ctypes.byref(ctx)
-    fast = onednn.applies(d_a, w_h)
+    big = onednn.applies(d_a, w_h)  # dW_h: one product over all steps
+    fast = big and onednn.per_step(B, w_h)
     packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for dL/dh_{t-1}
     w = w_h.detach()
     D_HS, RAW = d_hs.unbind(0), (hh if hh is not None else d_a).unbind(0)
@@ -90,7 +91,7 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
         torch.set_num_threads(before)
     d_raw = hh if hh is not None else d_a
     h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)  # cells are used up: h_{t-1} over them
-    if fast:
+    if big:
         d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
     else:
         d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))

@@ -100,7 +100,7 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     ln_h, ln_c = gain_h is not None, gain_c is not None
     w_hT = w_h.t()
     # float32 on the CPU: oneDNN's product, W_h packed once for all steps (see workers.engine.onednn)
-    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) else None
+    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
     spare = spare or {}
 
     def buffer(name, *shape):
@@ -239,7 +239,8 @@ class _LSTMSequence(torch.autograd.Function):
         threads = torch.set_num_threads
         dh_t = D_HS[T - 1]
         dc = torch.zeros_like(c0)
-        fast = onednn.applies(k, w_h)
+        big = onednn.applies(k, w_h)  # dW_h: one product over all steps
+        fast = big and onednn.per_step(B, w_h)
         packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for ∂L/∂h_{t-1}
         try:
             threads(1)
@@ -277,7 +278,7 @@ class _LSTMSequence(torch.autograd.Function):
             threads(before)
         d_raw = hh if ln_h else k
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
-        if fast:
+        if big:
             d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
         else:
             d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))

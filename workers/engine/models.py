@@ -175,11 +175,18 @@ def build_model(spec, info: TaskInfo, input_dim: int, n_outputs: int) -> nn.Modu
     hidden, layers = spec.hidden_size, spec.layers
     if hidden is None or layers is None:
         raise ValueError("build_model needs a resolved spec (call spec.resolved() first)")
+    model: nn.Module
     if info.kind == "flat":
-        return MLP(input_dim, hidden, layers, n_outputs, spec.norm, spec.gain_init)
-    if info.kind == "image":
-        return ConvNet(hidden, layers, n_outputs, spec.norm, spec.gain_init)
-    if info.kind == "sequence":
-        return RecurrentNet(input_dim, hidden, layers, n_outputs, spec.cell or "lstm", spec.norm,
-                            spec.gain_init, spec.ln_placement, max_steps=spec.seq_len or 1)
-    raise ValueError(f"unknown task kind {info.kind!r}")
+        model = MLP(input_dim, hidden, layers, n_outputs, spec.norm, spec.gain_init)
+    elif info.kind == "image":
+        model = ConvNet(hidden, layers, n_outputs, spec.norm, spec.gain_init)
+    elif info.kind == "sequence":
+        model = RecurrentNet(input_dim, hidden, layers, n_outputs, spec.cell or "lstm", spec.norm,
+                             spec.gain_init, spec.ln_placement, max_steps=spec.seq_len or 1)
+    else:
+        raise ValueError(f"unknown task kind {info.kind!r}")
+    if getattr(spec, "bn_variance", "biased") == "unbiased":
+        for module in model.modules():
+            if isinstance(module, BatchNorm):
+                module.unbiased = True
+    return model

@@ -113,6 +113,9 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(rows, features))
         self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
         self.last_eval_beyond = 0  # steps of the latest eval pass that reused the last step's statistics
+        # §6.6: at small batch sizes the paper normalizes with the unbiased variance (÷ (B − 1)); the
+        # running variance is the unbiased one either way (as in F.batch_norm)
+        self.unbiased = False
 
     def _grow(self, rows: int) -> None:
         extra = rows - self.running_mean.shape[0]
@@ -141,9 +144,23 @@ class BatchNorm(nn.Module):
                 self.last_eval_beyond = 0
             if t >= trained and self.per_step:
                 self.last_eval_beyond += 1
+        if self.training and self.unbiased:
+            return self._unbiased(x, row).view_as(a)
         y = F.batch_norm(x, self.running_mean[row], self.running_var[row], self.gain, self.bias,
                          self.training, self.momentum, self.eps)
         return y.view_as(a)
+
+    def _unbiased(self, x: torch.Tensor, row: int) -> torch.Tensor:
+        """Training-mode BN with σ² = Σ (a − μ)² / (n − 1) over the batch (and positions of conv maps)."""
+        dims = [0, *range(2, x.dim())]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        mean = x.mean(dims)
+        var = x.var(dims, unbiased=True)
+        with torch.no_grad():
+            self.running_mean[row].mul_(1 - self.momentum).add_(self.momentum * mean.detach())
+            self.running_var[row].mul_(1 - self.momentum).add_(self.momentum * var.detach())
+        xhat = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        return xhat * self.gain.view(shape) + self.bias.view(shape)
 
     def beyond_report(self) -> dict:
         """What evaluation does past the trained length, and how often the latest pass needed it."""

@@ -1,10 +1,14 @@
 """`normlab bench probes [--json] [--tasks a,b] [--norm layer] [--steps N] [--repeat R]`.
 
-Per task (its default spec; one evaluation, at the end): training with probes off and on, side by side
-in this process (a warm-up run first, then off/on pairs), the overhead ratio on ÷ off of the training
-loop's time, the prober's own measure of its share, and each estimator's cost in plain training steps
-from a third, short run with every estimator on (Hessian and empirical Fisher included; the first,
-cold estimate excluded).
+Per task, its default spec (one evaluation, at the end), side by side in this process after a warm-up:
+
+- a default-length run with probes off and one with the default probes on: the overhead (on ÷ off − 1 of
+  the run's CPU time, which a busy shared host disturbs less than wall time; the wall-time ratio too),
+  the number of Fisher estimates and the step of the first one;
+- the cost of one Fisher estimate (per-layer trace + λ_max(F), what a default run computes) in plain
+  training steps: the task's default model trains a few steps, then estimates alternate with timed plain
+  steps; the first (cold) estimate and the median of the later (warm) ones, in CPU time over the median
+  plain step's CPU time (run it with OMP_NUM_THREADS=1: then CPU time is the single thread's work).
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from normlab.catalog import TASKS, task_availability
 from normlab.settings import get_settings
 from normlab.spec import ProbeSpec, RunSpec
 
+WARM_STEPS = 10  # plain steps before the first estimate
+ESTIMATES = 6  # estimates timed (the first cold), each followed by PLAIN_BETWEEN timed plain steps
+PLAIN_BETWEEN = 3
+
 
 def _loop_seconds(events) -> float:
     """Seconds of the training loop: the last scalars event's `elapsed` (the run's evaluations included)."""
-    return max(e.payload["elapsed"] for e in events[:-1] if e.kind == "scalars")
+    return max(e.payload["elapsed"] for e in events if e.kind == "scalars")
 
 
 def _train(spec: RunSpec):
@@ -34,49 +42,93 @@ def _train(spec: RunSpec):
     events: list = []
     cpu = time.process_time()
     result = train(spec, events.append)
-    events.append(time.process_time() - cpu)  # CPU seconds of the whole run, last
+    cpu = time.process_time() - cpu  # CPU seconds: less sensitive than wall time to a busy host
     if result.status != "completed":
         raise RuntimeError(f"{spec.task}: run ended {result.status}: {result.error}")
-    return result, events
+    return result, events, cpu
+
+
+def estimate_costs(task: str, norm: str) -> list[float]:
+    """CPU time of successive Fisher estimates (trace + λ_max(F)) ÷ the median plain step's."""
+    from normlab.settings import get_settings
+    from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
+    from workers.engine.tasks import load_task
+    from workers.engine.tasks.base import seeded
+    from workers.probes.curvature import CurvatureProbe
+    from workers.probes.likelihood import Likelihood
+
+    spec = RunSpec(task=task, norm=norm).resolved()
+    data = load_task(spec, get_settings())
+    seed_everything(0)
+    model = build_model(spec, data)
+    optimizer = make_optimizer(spec, model)
+    batches = data.train_batches(spec.batch_size, seeded(0, 4))
+    probe = CurvatureProbe(model, Likelihood(data.info.target), data.loss)
+    plain: list[float] = []
+    x = y = None
+
+    def step() -> None:
+        nonlocal x, y
+        x, y = next(batches)
+        t0 = time.process_time()
+        optimizer.zero_grad(set_to_none=True)
+        data.loss(model(x), y).backward()
+        optimizer.step()
+        plain.append(time.process_time() - t0)
+
+    for _ in range(WARM_STEPS):
+        step()
+    estimates = []
+    for _ in range(ESTIMATES):
+        t0 = time.process_time()
+        probe.estimate(x, y, spec.lr)
+        estimates.append(time.process_time() - t0)
+        for _ in range(PLAIN_BETWEEN):
+            step()
+    median = statistics.median(plain[WARM_STEPS // 2:])
+    return [e / median for e in estimates]
+
+
+def _fisher(events) -> list:
+    return [e for e in events if e.kind == "fisher"]
 
 
 def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
-    """One task's overhead ratio and estimator costs."""
+    """One task's overhead with the default probes and its cost per Fisher estimate, cold and warm."""
     info = TASKS[task]
     steps = steps or info.steps
     base = dict(task=task, norm=norm, steps=steps, eval_every=steps, seed=0)
     _train(RunSpec(**{**base, "steps": 3, "eval_every": 3}, probes=ProbeSpec(enabled=True)))  # warm-up
-    off, on, off_cpu, on_cpu, share, fisher_n, hidden_n = [], [], [], [], [], [], []
+    off, on, off_cpu, on_cpu, runs = [], [], [], [], []
     for _ in range(repeat):
-        _, ev = _train(RunSpec(**base))
+        _, ev, cpu = _train(RunSpec(**base))
         off.append(_loop_seconds(ev))
-        off_cpu.append(ev[-1])
-        result, ev = _train(RunSpec(**base, probes=ProbeSpec(enabled=True)))
+        off_cpu.append(cpu)
+        result, ev, cpu = _train(RunSpec(**base, probes=ProbeSpec(enabled=True)))
         on.append(_loop_seconds(ev))
-        on_cpu.append(ev[-1])
-        share.append(result.probes["overhead"])
-        fisher_n.append(sum(getattr(e, "kind", None) == "fisher" for e in ev))
-        hidden_n.append(sum(getattr(e, "kind", None) == "hidden" for e in ev))
-    cost_steps = min(steps, 60)
-    _, ev = _train(RunSpec(**{**base, "steps": cost_steps, "eval_every": cost_steps},
-                           probes=ProbeSpec(enabled=True, fisher_every=10, budget=5.0, hessian=True,
-                                            empirical_fisher=True)))
-    estimates = [e.payload for e in ev[:-1] if e.kind == "fisher"]
-    warm = estimates[1:] or estimates
-    costs = {}
-    for key in sorted({k for p in warm for k in p.get("costs", {})}):
-        values = [p["costs"][key] for p in warm if p["costs"].get(key) is not None]
-        costs[key] = statistics.mean(values) if values else None
+        on_cpu.append(cpu)
+        runs.append((result, ev))
+    result, ev = runs[-1]
+    fisher = _fisher(ev)
+    warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
+    costs = estimate_costs(task, norm)
     on_s, off_s = statistics.median(on), statistics.median(off)
     return {"task": task, "norm": norm, "steps": steps, "off_s": off_s, "on_s": on_s,
-            "overhead_ratio": on_s / off_s, "off_cpu_s": statistics.median(off_cpu),
-            "on_cpu_s": statistics.median(on_cpu),
-            "overhead_ratio_cpu": statistics.median(on_cpu) / statistics.median(off_cpu),
-            "prober_share": statistics.median(share),
-            "fisher_events": fisher_n[-1], "hidden_events": hidden_n[-1],
-            "estimator_cost_steps": costs,
-            "estimate_cost_steps": statistics.mean(p["cost_steps"] for p in warm if p["cost_steps"]),
-            "cold_estimate_cost_steps": estimates[0]["cost_steps"] if estimates else None}
+            "overhead_wall": on_s / off_s - 1,
+            "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
+            "off_cpu_s": statistics.median(off_cpu), "on_cpu_s": statistics.median(on_cpu),
+            "prober_share": result.probes["overhead"],
+            "fisher_estimates": len(fisher), "first_fisher_step": fisher[0].step if fisher else None,
+            "first_fisher_fraction": fisher[0].step / steps if fisher else None,
+            "run_cost_steps": [e.payload["cost_steps"] for e in fisher],
+            "cold_cost_steps": costs[0] if costs else None,
+            "warm_cost_steps": statistics.median(costs[1:]) if len(costs) > 1 else None,
+            "cold_over_warm": costs[0] / statistics.median(costs[1:]) if len(costs) > 1 else None,
+            "warnings": warnings}
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{'task':12} {'steps':>5} {'off s':>7} {'on s':>7} {'on/off':>7} {'cpu':>6} {'share':>6} "
-          f"{'fisher':>6}  cost per estimate (steps): estimator costs")
+    print(f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'wall':>6} "
+          f"{'estimates':>9} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
+          "   (cost per estimate in plain training steps)")
     for r in rows:
-        costs = ", ".join(f"{k} {v:.2f}" for k, v in r["estimator_cost_steps"].items() if v is not None)
-        print(f"{r['task']:12} {r['steps']:>5} {r['off_s']:>7.2f} {r['on_s']:>7.2f} "
-              f"{r['overhead_ratio']:>7.3f} {r['overhead_ratio_cpu']:>6.3f} {r['prober_share']:>6.3f} "
-              f"{r['fisher_events']:>6}  {r['estimate_cost_steps']:.1f}: {costs}")
+        first = ("-" if r["first_fisher_step"] is None
+                 else f"{r['first_fisher_step']} ({r['first_fisher_fraction']:.0%})")
+        cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
+        print(f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
+              f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} {first:>9} "
+              f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}")
     return 0

@@ -2,6 +2,12 @@
 
 State carried across estimates: the previous top eigenvectors of F and H (warm starts), an EMA of the
 summed-gradient traces (they are noisier), and estimators switched off after they failed once.
+
+λ_max by Lanczos (`workers.probes.eigen`): warm, `power_iterations` products from the previous Ritz
+vector; cold (the first estimate, or after a failure), from the sampled-label gradient ∇S (free: the
+trace pass computes it, and its covariance is N·F, so it already leans towards the top eigenvectors)
+until the relative Ritz residual is ≤ COLD_TOL, at most COLD_MAX products; `lambda_residual` in the
+payload says how far it got, and the next estimate continues from its Ritz vector.
 """
 
 from __future__ import annotations
@@ -11,13 +17,16 @@ import time
 import torch
 from torch import nn
 
-from workers.probes.fisher import FisherPass, module_traces, power_iteration
+from workers.probes.eigen import lanczos_top
+from workers.probes.fisher import FisherPass, module_traces
 from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
 
-COLD_EXTRA = 2  # extra power iterations from a random start; later estimates continue from the last
-# eigenvector, so the iteration keeps converging across estimates while the weights drift slowly
+COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
+COLD_MAX = 4  # products at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
+ALONG_ROWS = ("uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
+              "normalized by ‖u‖², from one Jacobian-vector product")
 EMPIRICAL_NOTE = ("empirical Fisher: gradients at the observed labels. Not a curvature estimate "
                   "(Kunstner, Hennig & Balles 2019); shown only for comparison with the true Fisher.")
 
@@ -42,7 +51,8 @@ class CurvatureProbe:
         self.heig: list | None = None
         self.ema: dict[str, float] = {}
         self.failed: dict[str, str] = {}
-        self.iterations: dict[str, int] = {}  # power iterations since the cold start, per operator
+        self.iterations: dict[str, int] = {}  # products since the cold start, per operator
+        self.residuals: dict[str, float] = {}  # relative Ritz residual of the latest λ, per operator
 
     def _random(self, params) -> list:
         return [torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype)
@@ -53,7 +63,7 @@ class CurvatureProbe:
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         fp = FisherPass(self.model, self.lik, x, y, self.loss_fn)
-        stats, est, _ = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
+        stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
         scale = 1.0 / fp.n
         raw, kinds = module_traces(stats, est, scale)
         trace = {}
@@ -64,6 +74,10 @@ class CurvatureProbe:
             trace[mod] = value
         params = dict(self.model.named_parameters())
         groups = [group_payload(g, params, stats, est, scale, lr) for g in self.groups]
+        for entry, group in zip(groups, self.groups, strict=True):
+            if group.normalizer == "weight":
+                entry["along_w_curvature"] = self._along_rows(fp, params[group.param], group.param)
+                entry["along_w_measure"] = ALONG_ROWS
         _sync(self.device)
         seconds["trace"] = time.perf_counter() - t0
         payload: dict = {"trace": trace, "trace_raw": raw, "trace_estimator": kinds,
@@ -72,7 +86,7 @@ class CurvatureProbe:
                          "hessian_lambda_max": None, "eta_hessian_lambda_max": None,
                          "groups": groups, "empirical": None, "lr": lr}
         payload["lambda_max"], seconds["lambda_max"], self.eig = self._top(
-            "lambda_max", fp.fvp, fp.params, self.eig)
+            "lambda_max", fp.fvp, fp.params, self.eig, grad_s)
         if payload["lambda_max"] is not None:
             payload["eta_lambda_max"] = lr * payload["lambda_max"]
         if self.hessian and self.loss_fn is not None:
@@ -88,24 +102,38 @@ class CurvatureProbe:
             _sync(self.device)
             seconds["empirical"] = time.perf_counter() - t1
         payload["power_iterations_total"] = dict(self.iterations)
+        payload["lambda_residual"] = dict(self.residuals)
+        payload["products"] = "central differences (fused LSTM path)" if fp.fused else "double backward"
         if self.failed:
             payload["errors"] = dict(self.failed)
         del fp
         return payload, seconds
 
-    def _top(self, name: str, product, params, previous):
-        """(λ, seconds, eigenvector) by power iteration, warm-started; (None, …) if the product failed."""
+    def _along_rows(self, fp: FisherPass, param, name: str) -> float:
+        """WeightNorm rows: the curvature along a random signed sum of the row directions, measured."""
+        w = param.detach().reshape(param.shape[0], -1)
+        signs = torch.randint(0, 2, (w.shape[0], 1), generator=self.generator, device=w.device) * 2 - 1
+        u = (signs * w / w.norm(dim=1, keepdim=True).clamp_min(1e-30)).reshape(param.shape)
+        return fp.curvature_along([u if n == name else torch.zeros_like(p)
+                                   for n, p in zip(fp.names, fp.params, strict=True)])
+
+    def _top(self, name: str, product, params, previous, start=None):
+        """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed."""
         if name in self.failed:
             return None, 0.0, previous
         t0 = time.perf_counter()
         cold = previous is None
-        init = self._random(params) if cold else previous
-        iterations = self.power_iterations + (COLD_EXTRA if cold else 0)
-        self.iterations[name] = self.iterations.get(name, 0) + iterations
+        init = previous
+        if cold:
+            nonzero = start is not None and any(bool(t.abs().sum() > 0) for t in start)
+            init = [t.detach() for t in start] if nonzero else self._random(params)
         try:
-            lam, vec = power_iteration(product, init, iterations)
+            lam, vec, info = lanczos_top(product, init, self.power_iterations,
+                                         tol=COLD_TOL if cold else None, max_products=COLD_MAX)
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]
             return None, time.perf_counter() - t0, previous
+        self.iterations[name] = self.iterations.get(name, 0) + info["products"]
+        self.residuals[name] = info["residual"]
         _sync(self.device)
         return lam, time.perf_counter() - t0, vec

@@ -6,9 +6,16 @@ capture record are restored afterwards, parameter .grad is never touched) and of
 - `sampled(residual)`: back-propagate a residual (sampled labels: true Fisher; observed: empirical)
   and return RowStats per parameter plus the estimator used ("per-sample" from hooks where the layer
   allows it, else "summed-gradient": ‖∇θ Σ_n log p(ŷ_n|x_n)‖²/N, unbiased but noisier);
-- `fvp(v)` = F v = (1/N) Jᵀ Λ J v by two reverse passes (Jv as the derivative of a vjp, since forward
-  mode is missing for some of the engine's kernels), then Λ, then a vjp;
-- `hvp(v)` = ∇²L v of the task's training loss by double backward.
+- `fvp(v)` = F v = (1/N) Jᵀ Λ J v: Jv, then Λ, then a vjp;
+- `hvp(v)` = ∇²L v of the task's training loss.
+
+Two paths, chosen per model. A model with LSTM layers that train as one fused autograd node
+(`lstm_sequence`, no double backward and no forward mode) is probed through that same fast path: per-case
+gradient norms from its boundary tensors (`workers.probes.fused`), Jv by central differences of two
+forward passes without a graph (float64: ≈ 1e-9 relative; float32: ≈ 1e-4), ∇²L v by central
+differences of two gradients. Every other model keeps the exact products by double backward (Jv as the
+derivative of a vjp, since forward mode is missing for some kernels), with recurrent layers on their
+step-by-step path, where the hooks see each step.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import contextlib
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 import kernels
+from workers.probes.fused import FusedLSTMRecorder, fused_layers
 from workers.probes.likelihood import Likelihood
 from workers.probes.persample import Recorder, RowStats, row_stats, summed_stats
 
@@ -42,21 +51,28 @@ class FisherPass:
     """One batch's forward graph, kept for Monte-Carlo traces and curvature-vector products."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood, x: Tensor, y: Tensor,
-                 loss_fn=None, use_recorder: bool = True):
-        self.model, self.lik, self.y, self.loss_fn = model, likelihood, y, loss_fn
+                 loss_fn=None, use_recorder: bool = True, fused: bool | None = None):
+        self.model, self.lik, self.x, self.y, self.loss_fn = model, likelihood, x, y, loss_fn
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
-        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        self.buffers = {n: b.clone() for n, b in model.named_buffers()}
+        # the fused LSTM path (finite-difference products) or the step-by-step one (exact double backward)
+        self.fused = bool(fused_layers(model)) if fused is None else fused
         capture, captured = getattr(model, "capture", None), getattr(model, "captured", None)
-        if capture is not None:
-            model.capture = True  # the step-by-step recurrent path: twice differentiable
+        if capture is not None:  # recurrent nets off the fused path: step by step, twice differentiable
+            model.capture = hasattr(model, "rnn") and not self.fused
         self.recorder = Recorder(model, x.shape[0]) if use_recorder else None
+        self.fused_rec = FusedLSTMRecorder(model) if use_recorder and self.fused else None
         try:
-            hooks = self.recorder or contextlib.nullcontext()
-            with _twice_differentiable(x.device), torch.enable_grad(), hooks:
+            with contextlib.ExitStack() as hooks:
+                hooks.enter_context(_twice_differentiable(x.device))
+                hooks.enter_context(torch.enable_grad())
+                for rec in (self.recorder, self.fused_rec):
+                    if rec is not None:
+                        hooks.enter_context(rec)
                 self.outputs = model(x)
         finally:
-            _restore_buffers(model, buffers)
+            _restore_buffers(model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
                 model.capture = capture
                 model.captured = captured
@@ -72,26 +88,30 @@ class FisherPass:
 
     def sampled(self, residual: Tensor) -> tuple[dict[str, RowStats], dict[str, str], list[Tensor]]:
         """(RowStats per parameter name, estimator per parameter name, the summed gradient ∇S)."""
-        rec = self.recorder
-        if rec is not None:
+        recs = [r for r in (self.recorder, self.fused_rec) if r is not None]
+        for rec in recs:
             rec.clear_grads()
             rec.recording = True
         try:
             grads = self._grad(self.pred, residual, retain_graph=True)
         finally:
-            if rec is not None:
+            for rec in recs:
                 rec.recording = False
         stats: dict[str, RowStats] = {}
         est: dict[str, str] = {}
         by_name = dict(zip(self.names, zip(self.params, grads, strict=True), strict=True))
-        if rec is not None:
+        per_sample: dict[str, RowStats] = {}
+        if self.recorder is not None:
             mods = dict(self.model.named_modules())
-            for mod_name in rec.kinds:
-                per = rec.stats(mod_name, mods[mod_name])
+            for mod_name in self.recorder.kinds:
+                per = self.recorder.stats(mod_name, mods[mod_name])
                 for attr, st in (per or {}).items():
-                    full = f"{mod_name}.{attr}" if mod_name else attr
-                    if full in by_name and _consistent(st, *by_name[full]):
-                        stats[full], est[full] = st, "per-sample"
+                    per_sample[f"{mod_name}.{attr}" if mod_name else attr] = st
+        if self.fused_rec is not None:
+            per_sample.update(self.fused_rec.stats())
+        for full, st in per_sample.items():
+            if full in by_name and _consistent(st, *by_name[full]):
+                stats[full], est[full] = st, "per-sample"
         for name, (p, g) in by_name.items():
             if name not in stats:
                 stats[name], est[name] = summed_stats(g, p), "summed-gradient"
@@ -99,16 +119,64 @@ class FisherPass:
 
     def fvp(self, v: list[Tensor]) -> list[Tensor]:
         """F v = (1/N) Jᵀ Λ J v over this batch (J: Jacobian of the scored predictions)."""
+        jv = self.jvp_fd(v) if self.fused else self.jvp(v)
+        return self._grad(self.pred, self.lik.lam(self.pred, jv) / self.n, retain_graph=True)
+
+    def hvp(self, v: list[Tensor]) -> list[Tensor]:
+        """∇²L v for the task's training loss on this batch."""
+        return self.hvp_fd(v) if self.fused else self.hvp_exact(v)
+
+    def _step(self, v: list[Tensor]) -> float:
+        """Central-difference step for direction v: ≈ ∛(machine ε) relative to the parameters' norm."""
+        theta = _norm(self.params)
+        return float(torch.finfo(self.pred.dtype).eps) ** (1 / 3) * max(theta, 1.0) / max(_norm(v), 1e-30)
+
+    def _shifted(self, v: list[Tensor], h: float, grad: bool = False):
+        """The scored predictions (and with grad=True the loss gradient) at θ + h v; buffers kept."""
+        params = {n: (p.detach() + h * t).requires_grad_(grad)
+                  for n, p, t in zip(self.names, self.params, v, strict=True)}
+        capture, captured = getattr(self.model, "capture", None), getattr(self.model, "captured", None)
+        if capture is not None:
+            self.model.capture = False  # the fused path, and a traced step's record left alone
+        try:
+            with _twice_differentiable(self.x.device), torch.set_grad_enabled(grad):
+                out = functional_call(self.model, params, (self.x,))
+                if not grad:
+                    return self.lik.select(out, self.y)[0]
+                loss = self.loss_fn(out, self.y)
+                return torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        finally:
+            _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
+            if capture is not None:
+                self.model.capture, self.model.captured = capture, captured
+
+    def jvp_fd(self, v: list[Tensor]) -> Tensor:
+        """J v by central differences: two forward passes without a graph, on the training path."""
+        h = self._step(v)
+        return (self._shifted(v, h) - self._shifted(v, -h)) / (2 * h)
+
+    def hvp_fd(self, v: list[Tensor]) -> list[Tensor]:
+        """∇²L v by central differences of two loss gradients."""
+        h = self._step(v)
+        plus, minus = self._shifted(v, h, grad=True), self._shifted(v, -h, grad=True)
+        return [torch.zeros_like(p) if a is None else (a - b) / (2 * h)
+                for p, a, b in zip(self.params, plus, minus, strict=True)]
+
+    def curvature_along(self, v: list[Tensor]) -> float:
+        """vᵀ F v / ‖v‖² from one Jacobian-vector product: (1/N) Σ_k (J v)_kᵀ Λ_k (J v)_k / ‖v‖²."""
+        jv = self.jvp_fd(v) if self.fused else self.jvp(v)
+        return float((jv * self.lik.lam(self.pred, jv)).sum()) / self.n / max(_norm(v) ** 2, 1e-300)
+
+    def jvp(self, v: list[Tensor]) -> Tensor:
+        """J v exactly, as the derivative of a vjp (double backward)."""
         if self._gu is None:
             self._u = torch.zeros_like(self.pred, requires_grad=True)
             self._gu = tuple(self._grad(self.pred, self._u, retain_graph=True, create_graph=True))
         jv = torch.autograd.grad(self._gu, self._u, v, retain_graph=True, allow_unused=True)[0]
-        if jv is None:
-            jv = torch.zeros_like(self.pred)
-        return self._grad(self.pred, self.lik.lam(self.pred, jv) / self.n, retain_graph=True)
+        return torch.zeros_like(self.pred) if jv is None else jv.detach()
 
-    def hvp(self, v: list[Tensor]) -> list[Tensor]:
-        """∇²L v for the task's training loss on this batch (double backward)."""
+    def hvp_exact(self, v: list[Tensor]) -> list[Tensor]:
+        """∇²L v by double backward."""
         if self._hg is None:
             loss = self.loss_fn(self.outputs, self.y)
             self._hg = tuple(self._grad(loss, None, retain_graph=True, create_graph=True))
@@ -149,7 +217,7 @@ def power_iteration(product, init: list[Tensor], iterations: int) -> tuple[float
 
 
 def _norm(v: list[Tensor]) -> float:
-    return float(torch.sqrt(sum(t.pow(2).sum() for t in v)))
+    return float(torch.sqrt(sum(t.detach().pow(2).sum() for t in v)))
 
 
 def _normalized(v: list[Tensor]) -> list[Tensor]:

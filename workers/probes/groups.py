@@ -71,9 +71,14 @@ def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None
 
 
 def _angle(a: Tensor, b: Tensor) -> Tensor:
-    """Angle between corresponding rows of a and b (radians)."""
-    cos = (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-30)
-    return torch.arccos(cos.clamp(-1.0, 1.0))
+    """Angle between corresponding rows of a and b (radians), in float64.
+
+    2·atan2(‖â − b̂‖, ‖â + b̂‖) keeps full relative precision for tiny angles, where arccos of a float32
+    cosine rounds to 0 (an Adam step of 1e-3 turns a row by ~1e-3 rad: cos = 1 − 5e-7)."""
+    a, b = a.double(), b.double()
+    ua = a / a.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    ub = b / b.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    return 2 * torch.atan2((ua - ub).norm(dim=1), (ua + ub).norm(dim=1))
 
 
 def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> dict[str, Tensor]:
@@ -127,12 +132,17 @@ def snapshot(groups: list[Group], params: dict[str, Tensor]) -> dict[str, Tensor
     return {g.param: params[g.param].detach().clone() for g in groups}
 
 
-def add_update(entry: dict, group: Group, before: Tensor, after: Tensor) -> None:
-    """Angular update per step and the weight norm after the step, into a payload entry."""
-    b, a = rows(before), rows(after.detach())
-    if group.by_row:
-        entry["angular_update"] = float(_angle(b, a).median())
-        entry["weight_norm_next"] = float(a.norm(dim=1).median())
-    else:
-        entry["angular_update"] = float(_angle(b.reshape(1, -1), a.reshape(1, -1))[0])
-        entry["weight_norm_next"] = float(a.norm())
+def add_update(entry: dict, group: Group, before: Tensor, after: Tensor,
+               optimizer: str | None = None) -> None:
+    """The step the optimizer actually took, measured, into a payload entry: the angle between w_t and
+    w_{t+1} ("angular_update", radians), the effective step ‖w_{t+1} − w_t‖ / ‖w_t‖ and ‖w_{t+1}‖ (row
+    groups: medians over rows). Under Adam these, not η/‖w‖², say how fast a group's direction moves."""
+    b, a = rows(before).double(), rows(after.detach()).double()
+    if not group.by_row:
+        b, a = b.reshape(1, -1), a.reshape(1, -1)
+    step = (a - b).norm(dim=1) / b.norm(dim=1).clamp_min(1e-300)
+    entry["angular_update"] = float(_angle(b, a).median())
+    entry["effective_step"] = float(step.median())
+    entry["weight_norm_next"] = float(a.norm(dim=1).median())
+    if optimizer is not None:
+        entry["optimizer"] = optimizer

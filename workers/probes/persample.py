@@ -220,7 +220,9 @@ def _weight_norm(m: nn.Module, a: Tensor, s: Tensor, d: Tensor) -> dict[str, Row
     along = (d * s).sum(1) / vn  # (B, H): u_i · Σ_t d_ti a_t
     row_sq = _row_sq(a, d) - along.pow(2).sum(0)
     gg = along * vn / g  # ∂y/∂g_i = s_i/‖v_i‖ and ∂S/∂y = d ‖v‖/g
-    res = {"v": row_stats(torch.zeros_like(along), row_sq),
+    # ⟨G_n[i], v_i⟩ from its two paths (through s and through ‖v‖): ≈ 0 up to rounding; the payload's
+    # along_w_curvature for WeightNorm is measured independently, by a Jacobian-vector product
+    res = {"v": row_stats((d * s).sum(1) - along * vn, row_sq),
            "g": row_stats(gg * g, gg.pow(2).sum(0))}
     if m.b is not None and m.b.requires_grad:
         gb = d.sum(1) * vn / g

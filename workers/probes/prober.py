@@ -7,15 +7,16 @@ The loop calls, each step (contracts.md, "Probes hook"):
     optimizer.step()                                                             at the pre-update weights)
     prober.after_update(step)                          -> [("fisher", payload)]  (with the update's angle)
 
-Cost control (two token buckets): training time earns probe time at the rate TARGET × budget
-(`spec.probes.budget`), FISHER_SHARE of it for Fisher estimates, the rest for hidden traces. A due
-Fisher estimate (every `fisher_every` steps at the earliest) runs only when the Fisher time so far plus
-its predicted cost (the last one measured; before that COLD × PRIOR_COST_STEPS plain steps, or traced steps
-where a layer has a fused sequence path: the estimate's passes then take the step-by-step path, as a
-traced step does, ≈ 5× a plain fused LSTM step) fits in its share;
-otherwise it waits until training has earned it. A trace step's cost is the time its capture adds to
-the step (recording, and the unfused recurrent path) over the median plain step; a due trace waits
-while traces are over their share. Every estimate states its cost in plain training steps.
+Cost control. Hidden traces: a token bucket — training time earns trace time at the rate
+(1 − FISHER_SHARE) × TARGET × budget (`spec.probes.budget`); a due trace waits while traces are over their
+share. A trace step's cost is the time its capture adds to the step over the median plain step.
+Fisher estimates are planned over the whole run, whose length is known: the run's allowance is
+FISHER_SHARE × TARGET × budget × (steps × the median plain step), paced along a line that starts with
+credit for one estimate, so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
+the rest spread over the run (`fisher_every` apart at the least). The predicted cost is the last warm one
+measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps. When even one estimate does
+not fit the allowance, the run logs a warning at once with the budget that would fit.
+Every estimate states its cost in plain training steps.
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ from collections import deque
 
 from torch import nn
 
+from normlab.spec import ProbeSpec
 from workers.probes.curvature import CurvatureProbe
 from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 
-FISHER_SHARE = 0.6  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
+FISHER_SHARE = 0.7  # of the budget for Fisher estimates; the rest for hidden traces (their capture steps)
 TARGET = 0.75  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
-PRIOR_COST_STEPS = 12.0  # a warm estimate, in steps of its path: a trace (≈ 2) + 2-4 FVPs (≈ 3 each)
-COLD = 1.5  # the first estimate costs more (graphs and buffers built once): 1.25–1.64× the warm ones measured
+PRIOR_COST_STEPS = 6.0  # a warm estimate in plain steps: 3.6-5.5 measured (`normlab bench probes`)
+COLD = 1.3  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
 
 
 class Prober:
@@ -49,21 +51,21 @@ class Prober:
         self.curvature = CurvatureProbe(model, likelihood, task_data.loss,
                                         power_iterations=p.power_iterations, hessian=p.hessian,
                                         empirical=p.empirical_fisher, seed=spec.seed)
-        self.next_fisher = min(self.fisher_every, FIRST_FISHER)
+        self.next_fisher = FIRST_FISHER
+        self.total_steps = int(spec.steps if spec.steps is not None else spec.resolved().steps)
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
         self.step_times: deque[float] = deque(maxlen=25)  # steps without probe work
         self.any_times: deque[float] = deque(maxlen=25)  # every step (when all steps trace)
-        self.capture_times: deque[float] = deque(maxlen=25)  # whole traced steps
-        # layers that train through a fused sequence path (LSTMLayer) but are probed step by step
-        self.fused = any(callable(getattr(m, "_fused_ok", None)) and m._fused_ok() for m in model.modules())
         self.train_seconds = 0.0  # plain training time seen so far
         self.spent = {"hidden": 0.0, "fisher": 0.0}  # seconds the probes took, per kind
         self._step_start: float | None = None
         self._step_probe = 0.0
         self._step_flags = (False, False)
         self._pending: tuple | None = None
-        self.last_cost: float | None = None  # seconds of the latest Fisher estimate
+        self.last_cost: float | None = None  # seconds of the latest Fisher estimate, as if warm
         self.last_fisher_step = 0
+        self.no_fit: dict | None = None  # why no estimate fits, once known (logged once)
+        self._log: list[tuple[str, dict]] = []  # log events to hand out with the next step's events
         self._unpriced: float | None = None  # a traced step seen before any plain step (step 1)
 
     # -- timing ---------------------------------------------------------------------------------
@@ -73,7 +75,6 @@ class Prober:
         plain = max(now - self._step_start - self._step_probe, 0.0)
         hidden, fisher = self._step_flags
         if hidden and not fisher:  # recording (and the unfused recurrent path) slows the step itself
-            self.capture_times.append(plain)  # the smallest is used: step 1's warm-up counts only alone
             base = self.step_seconds()
             if base is None and self._unpriced is None:
                 self._unpriced = plain  # priced once a plain step is timed (it must not earn budget)
@@ -114,20 +115,49 @@ class Prober:
         return self.spent["hidden"] <= (1 - FISHER_SHARE) * earned
 
     def _predicted_cost(self, step_s: float) -> float:
-        """Seconds the next Fisher estimate should take: the last one's, or the prior in steps of its path."""
+        """Seconds the next Fisher estimate should take: the last one's (as if warm), or the prior."""
         if self.last_cost is not None:
             return self.last_cost
-        if self.fused and self.capture_times:  # the estimate's passes take the traced step's path
-            return COLD * PRIOR_COST_STEPS * max(step_s, min(self.capture_times))
         return COLD * PRIOR_COST_STEPS * step_s
 
-    def _affordable(self) -> bool:
-        """Whether the next Fisher estimate fits in what training has earned so far."""
+    def _allowance(self, step_s: float) -> tuple[float, float]:
+        """(seconds the whole run may spend on Fisher estimates, its projected plain training seconds)."""
+        total = max(self.total_steps * step_s, self.train_seconds)
+        return FISHER_SHARE * TARGET * self.budget * total, total
+
+    def _affordable(self, step: int) -> bool:
+        """Whether the next Fisher estimate fits the run's plan (see the module docstring)."""
         step_s = self.step_seconds()
         if step_s is None:
             return False
         predicted = self._predicted_cost(step_s)
-        return self.spent["fisher"] + predicted <= FISHER_SHARE * TARGET * self.budget * self.train_seconds
+        allowance, total = self._allowance(step_s)
+        if allowance < predicted:
+            if self.last["fisher"] is None and self.no_fit is None:
+                self._note_no_fit(step, predicted, allowance, total, step_s)
+            return False
+        paced = predicted + (allowance - predicted) * min(self.train_seconds / total, 1.0)
+        return self.spent["fisher"] + predicted <= paced
+
+    def _note_no_fit(self, step, predicted, allowance, total, step_s) -> None:
+        """Log (once) that no estimate fits, with the budget that would fit one."""
+        needed = predicted / (FISHER_SHARE * TARGET * total)
+        percent = math.ceil(needed * 100 * 1.05)  # a little headroom: step times vary
+        self.no_fit = {"level": "warning", "probe": "fisher_budget",
+                       "message": (f"No Fisher estimate fitted the budget — raise it to {percent} % (probe "
+                                   f"budget {self.budget:.0%} now; probes.budget {percent / 100:g}, "
+                                   f"--probe-budget {percent / 100:g}). One estimate is predicted to cost "
+                                   f"≈ {predicted / step_s:.1f} training steps (measured step time) and "
+                                   f"this run's {self.total_steps} steps leave room for "
+                                   f"{allowance / step_s:.1f}."),
+                       "budget": self.budget, "budget_needed": percent / 100,
+                       "estimate_cost_steps": predicted / step_s, "room_steps": allowance / step_s,
+                       "step": step}
+        largest = max_budget()
+        if percent / 100 > largest:
+            self.no_fit["message"] += (f" That is above the largest budget ({largest:.0%}): train "
+                                       "longer to see curvature for this model.")
+        self._log.append(("log", dict(self.no_fit)))
 
     # -- the hook ---------------------------------------------------------------------------------
     def capture_this_step(self, step: int) -> bool:
@@ -136,13 +166,14 @@ class Prober:
         self._close_step(now)
         self._step_start, self._step_probe = now, 0.0
         hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
-        fisher = step >= self.next_fisher and self._affordable()
+        fisher = step >= self.next_fisher and self._affordable(step)
         self._step_flags = (hidden, fisher)
         return hidden
 
     def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
         t0 = time.perf_counter()
-        events: list[tuple[str, dict]] = []
+        events: list[tuple[str, dict]] = self._log
+        self._log = []
         hidden, fisher = self._step_flags
         if hidden:
             payload = finite(hidden_payload(self.model))
@@ -170,7 +201,7 @@ class Prober:
         self._pending = None
         params = dict(self.model.named_parameters())
         for entry, group in zip(payload["groups"], self.curvature.groups, strict=True):
-            add_update(entry, group, before[group.param], params[group.param])
+            add_update(entry, group, before[group.param], params[group.param], self.spec.optimizer)
         seconds["groups_update"] = time.perf_counter() - t0
         step_s = self.step_seconds()
         total = sum(seconds.values())
@@ -178,8 +209,11 @@ class Prober:
         payload["cost_steps"] = total / step_s if step_s else None
         payload["cost_seconds"] = total
         payload["steps_since_last"] = step - self.last_fisher_step if self.last_fisher_step else None
+        payload["cold"] = self.last_fisher_step == 0
+        payload["optimizer"] = self.spec.optimizer  # effective_lr = η/‖w‖² is SGD's step; see effective_step
         payload = finite(payload)
-        self.last_cost, self.last_fisher_step = total, step
+        self.last_cost = total / COLD if payload["cold"] else total
+        self.last_fisher_step = step
         self.next_fisher = step + self.fisher_every
         self.last["fisher"] = payload
         spent = time.perf_counter() - t0
@@ -188,18 +222,16 @@ class Prober:
         return [("fisher", payload)]
 
     def fisher_note(self) -> str | None:
-        """Why the run has no Fisher estimate (None when it has one): its predicted cost never fitted."""
+        """Why the run has no Fisher estimate (None when it has one)."""
         if self.last["fisher"] is not None:
             return None
+        if self.no_fit is not None:
+            return self.no_fit["message"]
         step_s = self.step_seconds()
         if step_s is None or self.train_seconds <= 0:
             return "No Fisher estimate: the run ended before a training step was timed."
-        predicted = self._predicted_cost(step_s)
-        room = FISHER_SHARE * TARGET * self.budget * self.train_seconds
-        return (f"No Fisher estimate fitted the probe budget ({self.budget:.0%} of training time): one was "
-                f"predicted to cost ≈ {predicted / step_s:.0f} training steps and this run earned room for "
-                f"{room / step_s:.0f}. Raise the probe budget (probes.budget, --probe-budget) or train "
-                "longer to see curvature for this model.")
+        return (f"No Fisher estimate: the run ended ({self.total_steps} steps) before the first one was "
+                f"due (step {self.next_fisher}); set probes.fisher_every lower or train longer.")
 
     def summary(self) -> dict:
         """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share,
@@ -210,7 +242,13 @@ class Prober:
         train = self.train_seconds
         overhead = self.probe_seconds / train if train > 0 else None
         parts = {k: v / train for k, v in self.spent.items()} if train > 0 else None
-        return {**self.last, "overhead": overhead, "overhead_parts": parts, "fisher_note": self.fisher_note()}
+        return {**self.last, "overhead": overhead, "overhead_parts": parts, "fisher_note": self.fisher_note(),
+                "fisher_note_logged": self.no_fit is not None and self.last["fisher"] is None}
+
+
+def max_budget() -> float:
+    """ProbeSpec.budget's upper bound (the spec owns the range)."""
+    return float(next(m.le for m in ProbeSpec.model_fields["budget"].metadata if getattr(m, "le", None)))
 
 
 def finite(value):

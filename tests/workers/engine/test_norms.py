@@ -97,6 +97,20 @@ def test_batchnorm_training_uses_batch_statistics_eq2(gen):
     assert_close(bn.running_var[0], 0.9 + 0.1 * a.var(0, unbiased=True))
 
 
+def test_batchnorm_unbiased_variance_divides_by_b_minus_1_as_in_section_6_6(gen):
+    a = torch.randn(4, 5, generator=gen, dtype=D) * 2 + 3
+    bn = _randomize(BatchNorm(5).double(), gen)
+    bn.unbiased = True
+    var = ((a - a.mean(0)) ** 2).sum(0) / (4 - 1)
+    assert_close(bn(a), bn.gain * (a - a.mean(0)) / (var + bn.eps).sqrt() + bn.bias)
+    assert_close(bn.running_var[0], 0.9 + 0.1 * var)  # the running variance is unbiased either way
+    maps = torch.randn(3, 5, 2, 2, generator=gen, dtype=D)  # conv maps: statistics over batch and positions
+    flat = maps.transpose(0, 1).reshape(5, -1)
+    var = flat.var(1, unbiased=True).view(1, 5, 1, 1)
+    expected = (maps - flat.mean(1).view(1, 5, 1, 1)) / (var + bn.eps).sqrt()
+    assert_close(bn(maps), bn.gain.view(1, 5, 1, 1) * expected + bn.bias.view(1, 5, 1, 1))
+
+
 def test_batchnorm_eval_uses_running_statistics(gen):
     bn = BatchNorm(5).double()
     for _ in range(30):

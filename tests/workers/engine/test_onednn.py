@@ -66,8 +66,10 @@ def test_other_dtypes_small_products_and_switch_off_use_torch():
     assert torch.equal(onednn.fast_linear(x, w, b), F.linear(x, w, b))  # float64: torch's own product
     small = torch.randn(32, 64), torch.randn(256, 64)  # a batch of 32 rows: a oneDNN call would cost more
     assert torch.equal(onednn.fast_linear(*small), F.linear(*small))
+    # NORMLAB_ONEDNN=false reaches the engine as Settings(onednn=False); train() configures the path so
     env = {**os.environ, "NORMLAB_ONEDNN": "false"}
-    code = "from workers.engine import onednn; print(onednn.available())"
+    code = ("from normlab.settings import Settings; from workers.engine import onednn; "
+            "onednn.configure(Settings().onednn); print(onednn.available())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -90,3 +92,18 @@ def test_second_derivatives_through_fast_linear_are_torch_s():
         got = hvp(onednn.fast_linear)
     for a, want in zip(got, hvp(F.linear), strict=True):
         torch.testing.assert_close(a, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_settings_passed_to_train_switch_the_path():
+    from normlab.settings import Settings
+    from normlab.spec import RunSpec
+    from workers.engine import train
+
+    spec = RunSpec(task="digits", steps=2, hidden_size=8, eval_every=2)
+    try:
+        train(spec, settings=Settings(onednn=False))
+        assert not onednn.available()
+        train(spec, settings=Settings(onednn=True))
+        assert onednn.available() == onednn.supported()
+    finally:
+        onednn.configure(True)

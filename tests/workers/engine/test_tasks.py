@@ -21,6 +21,8 @@ SHAPES = {
     "digits": ({}, (64,), (64,), ()),
     "mnist1d": ({}, (40,), (40,), ()),
     "seq-digits": ({}, (8, 8), (8, 8), ()),
+    "pixel-digits": ({}, (64, 1), (64, 1), ()),
+    "mnist5k": ({}, (784,), (784,), ()),
     "conv-digits": ({}, (1, 8, 8), (1, 8, 8), ()),
     "adding": ({"seq_len": 12, "eval_seq_len": 30}, (12, 2), (30, 2), ()),
     "copy": ({"seq_len": 5, "eval_seq_len": 9}, (25, COPY_VOCAB), (29, COPY_VOCAB), (25,)),
@@ -50,7 +52,8 @@ def test_task_loads_with_the_right_shapes(task, settings, mnist_settings):
         assert int(y.max()) < data.n_outputs
 
 
-@pytest.mark.parametrize("task", ["digits", "mnist1d", "seq-digits", "adding", "copy", "charlm", "mnist"])
+@pytest.mark.parametrize("task", ["digits", "mnist1d", "seq-digits", "pixel-digits", "mnist5k", "adding",
+                                  "copy", "charlm", "mnist"])
 def test_splits_are_fixed_by_the_seed_and_differ_between_seeds(task, settings, mnist_settings):
     s = mnist_settings if task == "mnist" else settings
     a, b, c = (load_task(RunSpec(task=task, seed=seed), s) for seed in (3, 3, 4))
@@ -176,3 +179,53 @@ def test_mnist1d_is_generated_once_then_read_from_the_disk_cache(settings):
     again = load_task(RunSpec(task="mnist1d"), settings)
     assert torch.equal(first.split("test")[0], again.split("test")[0])
     assert first.split("test")[0].shape == (1000, 40)  # MNIST-1D's published 4000/1000 split
+
+
+def test_mnist5k_is_the_shipped_mnist_subset_with_every_class_and_pixel_order_kept(settings):
+    from workers.engine.tasks.mnist5k import raw_mnist5k
+
+    x, y = raw_mnist5k()
+    assert x.shape == (5000, 784) and x.max() == 255 and np.bincount(y).tolist() == [500] * 10
+    data = load_task(RunSpec(task="mnist5k", seed=0), settings)
+    assert len(data.train[1]) + len(data.split("val")[1]) + len(data.split("test")[1]) == 5000
+    # standardized with the training split's statistics: its per-pixel means are 0
+    assert float(data.train[0].mean(0).abs().max()) < 1e-4
+
+
+def test_pixel_digits_reads_the_row_by_row_digits_one_pixel_per_step(settings):
+    rows = load_task(RunSpec(task="seq-digits", seed=2), settings)
+    pixels = load_task(RunSpec(task="pixel-digits", seed=2), settings)
+    # seq-digits standardizes with one global scalar, as does pixel-digits: the same numbers, re-shaped
+    assert torch.equal(pixels.split("val")[0].reshape(-1, 8, 8), rows.split("val")[0])
+    assert pixels.seq_len == 64
+
+
+def test_handwriting_lines_are_next_point_pairs_with_pen_lifts(settings):
+    data = load_task(RunSpec(task="handwriting", seq_len=50), settings)
+    x, y = next(data.train_batches(4, torch.Generator().manual_seed(0)))
+    assert x.shape == y.shape == (4, 50, 3)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # the target is the next point
+    assert set(x[..., 2].unique().tolist()) == {0.0, 1.0} and data.n_outputs == 121
+    assert torch.equal(load_task(RunSpec(task="handwriting", seq_len=50), settings).split("val")[0],
+                       data.split("val")[0])
+
+
+def test_mixture_nll_is_the_bivariate_gaussian_and_bernoulli_likelihood():
+    from workers.engine.tasks.handwriting import MIXTURES, mixture_nll
+
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(2, 3, 3, generator=gen, dtype=torch.float64)
+    y[..., 2] = (y[..., 2] > 0).double()
+    out = torch.randn(2, 3, 1 + 6 * MIXTURES, generator=gen, dtype=torch.float64)
+    rest = out[..., 1:].reshape(2, 3, 6, MIXTURES)
+    rest[..., 0, 1:] = -1e4  # every weight on component 0
+    out[..., 1:] = rest.reshape(2, 3, -1)
+    mu = torch.stack([rest[..., 1, 0], rest[..., 2, 0]], -1)
+    s1, s2, rho = rest[..., 3, 0].exp(), rest[..., 4, 0].exp(), torch.tanh(rest[..., 5, 0]) * (1 - 1e-4)
+    off = rho * s1 * s2
+    cov = torch.stack([torch.stack([s1 * s1, off], -1), torch.stack([off, s2 * s2], -1)], -2)
+    log_n = torch.distributions.MultivariateNormal(mu, covariance_matrix=cov).log_prob(y[..., :2])
+    p = torch.sigmoid(out[..., 0])
+    log_pen = y[..., 2] * p.log() + (1 - y[..., 2]) * (1 - p).log()
+    expected = -(log_n + log_pen).mean()
+    torch.testing.assert_close(mixture_nll(out, y).double(), expected, rtol=1e-5, atol=1e-5)

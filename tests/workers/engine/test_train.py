@@ -180,7 +180,7 @@ def _matrix() -> list:
 
 
 SMALL = {"adding": {"seq_len": 6, "eval_seq_len": 9}, "copy": {"seq_len": 3, "eval_seq_len": 5},
-         "charlm": {"seq_len": 6, "eval_seq_len": 8}}
+         "charlm": {"seq_len": 6, "eval_seq_len": 8}, "handwriting": {"seq_len": 6}}
 
 
 @pytest.mark.slow  # ≈ 90 runs: 15-45 s on 2 shared cores
@@ -198,7 +198,6 @@ def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(task, norm, c
 
 
 def test_probes_report_through_the_same_numbered_stream(settings):
-    pytest.importorskip("workers.probes")
     spec = RunSpec(task="adding", seq_len=6, hidden_size=8, steps=12, eval_every=6,
                    probes={"enabled": True, "trace_every": 4, "fisher_every": 6})
     result, events = run(spec, settings)

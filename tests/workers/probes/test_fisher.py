@@ -140,7 +140,8 @@ def test_recurrent_fisher_fvp_and_mc_trace(cell, norm_name):
     fp = FisherPass(model, lik, x, y)
     v = [torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype) for p in fp.params]
     want = fisher @ _flat(v)
-    assert float((_flat(fp.fvp(v)) - want).norm() / want.norm()) <= 1e-10
+    tol = 1e-7 if fp.fused else 1e-10  # the fused LSTM path: Jv by central differences
+    assert float((_flat(fp.fvp(v)) - want).norm() / want.norm()) <= tol
     gen = torch.Generator().manual_seed(11)
     draws: dict[str, list[float]] = {}
     for _ in range(64):

@@ -12,8 +12,10 @@ from normlab.settings import Settings, get_settings
 from normlab.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
 from workers.engine.tasks.charlm import load_charlm
-from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load_seq_digits
+from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load_pixel_digits, load_seq_digits
+from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
+from workers.engine.tasks.mnist5k import load_mnist5k
 from workers.engine.tasks.synthetic import load_adding, load_copy
 
 Loader = Callable[[RunSpec, Settings], TaskData]
@@ -21,8 +23,11 @@ Loader = Callable[[RunSpec, Settings], TaskData]
 LOADERS: dict[str, Loader] = {
     "digits": load_digits_task,
     "mnist": load_mnist,
+    "mnist5k": load_mnist5k,
     "mnist1d": load_mnist1d,
     "seq-digits": load_seq_digits,
+    "pixel-digits": load_pixel_digits,
+    "handwriting": load_handwriting,
     "adding": load_adding,
     "copy": load_copy,
     "charlm": load_charlm,

@@ -52,6 +52,8 @@ class TaskData:
     seq_len: int | None = None  # time steps T of a training sequence (copy: the delay + 20)
     eval_seq_len: int | None = None  # time steps T of a val/test sequence
     notes: list[str] = field(default_factory=list)  # facts worth a `log` event (sizes, sources)
+    # a task's own loss on the per-step outputs (target 'density': a mixture density, nats per step)
+    loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Endless (x, y) training batches; the same generator state gives the same batches."""
@@ -89,6 +91,8 @@ class TaskData:
 
     def loss(self, outputs: Tensor, y: Tensor) -> Tensor:
         """The mean loss over the batch (cross-entropy in nats, or squared error)."""
+        if self.loss_fn is not None:
+            return self.loss_fn(outputs, y)
         out = self._scored(outputs)
         if self.info.target == "regression":
             return F.mse_loss(out.reshape(-1).float(), y.reshape(-1).float())
@@ -106,6 +110,8 @@ class TaskData:
             out["bpc"] = loss / math.log(2)
         elif metric == "mse":
             out["mse"] = loss
+        elif metric == "nll":
+            out["nll"] = loss
         else:
             pred = self._scored(outputs).argmax(-1)
             scored = y != IGNORE

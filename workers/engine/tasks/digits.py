@@ -15,8 +15,9 @@ from normlab.spec import RunSpec
 from workers.engine.tasks.base import TaskData, seeded
 
 SPLIT_FRACTIONS = (0.70, 0.15, 0.15)  # train / val / test
+_SEQ_LEN = {"sequence": 8, "pixel": 64}
 # flat: 64 pixels; sequence: 8 pixels per step; image: 1 input channel of 8×8
-_INPUT_DIM = {"flat": 64, "sequence": 8, "image": 1}
+_INPUT_DIM = {"flat": 64, "sequence": 8, "pixel": 1, "image": 1}
 
 
 @lru_cache(maxsize=1)
@@ -64,12 +65,14 @@ def _load(spec: RunSpec, shape: str) -> TaskData:
         x = x.reshape(-1, 1, 8, 8)
     elif shape == "sequence":
         x = x.reshape(-1, 8, 8)  # T = 8 rows of D = 8 pixels
+    elif shape == "pixel":
+        x = x.reshape(-1, 64, 1)  # T = 64 pixels, one per step
     data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
     info = TASKS[spec.task]
     return TaskData(
         info=info, input_dim=_INPUT_DIM[shape], n_outputs=10,
         splits={"val": data["val"], "test": data["test"]}, train=data["train"],
-        seq_len=8 if shape == "sequence" else None, eval_seq_len=8 if shape == "sequence" else None,
+        seq_len=_SEQ_LEN.get(shape), eval_seq_len=_SEQ_LEN.get(shape),
         notes=[f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / "
                f"{len(parts['test'])} test cases of scikit-learn's 8×8 digits "
                f"(split from seed {spec.seed})."],
@@ -89,3 +92,8 @@ def load_seq_digits(spec: RunSpec, settings: Settings) -> TaskData:
 def load_conv_digits(spec: RunSpec, settings: Settings) -> TaskData:
     """conv-digits: images (B, 1, 8, 8) for a small ConvNet."""
     return _load(spec, "image")
+
+
+def load_pixel_digits(spec: RunSpec, settings: Settings) -> TaskData:
+    """pixel-digits: each image read pixel by pixel, x (B, 64, 1) = (B, T, D)."""
+    return _load(spec, "pixel")

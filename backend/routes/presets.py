@@ -1,0 +1,57 @@
+"""POST /api/presets/{name}: launch a preset (a figure of the paper) over its seeds as one group."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, HTTPException
+
+from backend.deps import SettingsDep, StoreDep, UserDep
+from backend.routes.sweeps import MAX_SWEEP_RUNS
+from backend.runs_common import create_and_enqueue
+from normlab.api_models import ErrorDetail
+from normlab.group_models import PresetLaunch, PresetLaunched
+from normlab.groups import group_meta_key, preset_meta
+from normlab.presets import PRESETS
+from normlab.store import new_run_id
+
+router = APIRouter(prefix="/api", tags=["presets"])
+
+
+@router.post(
+    "/presets/{name}",
+    status_code=201,
+    response_model=PresetLaunched,
+    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+def launch_preset(
+    name: str, store: StoreDep, settings: SettingsDep, user: UserDep, body: PresetLaunch | None = None
+) -> PresetLaunched:
+    """Queue every run of the preset once per seed, in one group (followed by GET /api/groups/{group_id})."""
+    preset = PRESETS.get(name)
+    if preset is None:
+        raise HTTPException(404, f"Unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.")
+    body = body or PresetLaunch(seeds=None, steps=None)
+    seeds = list(body.seeds if body.seeds is not None else preset.seeds)
+    total = len(seeds) * len(preset.runs)
+    if total > MAX_SWEEP_RUNS:
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Preset {name!r} has {len(preset.runs)} runs per seed, so "
+                f"{len(seeds)} seeds make {total} runs; a group may have at most "
+                f"{MAX_SWEEP_RUNS}: give fewer seeds.",
+                "fields": {"seeds": "too many"},
+            },
+        )
+    specs, labels = [], []
+    for label, base in zip(preset.run_labels(), preset.runs, strict=True):
+        spec = base if body.steps is None else base.model_copy(update={"steps": body.steps})
+        for seed in seeds:
+            specs.append(spec.model_copy(update={"seed": seed}))
+            labels.append(label)
+    group_id = new_run_id()
+    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
+    meta = preset_meta(name, dict(zip(run_ids, labels, strict=True)), body.steps)
+    store.cache_set(group_meta_key(group_id), json.dumps(meta))
+    return PresetLaunched(group_id=group_id, run_ids=run_ids)

@@ -1,0 +1,56 @@
+"""The synthetic API's presets and groups routes (`POST /api/presets/{name}`, `GET /api/groups/{id}`),
+answered by the same torch-free code as the real API (normlab.groups, normlab.claims) over the synthetic
+runs: the browser tests of the Presets page and of Compare's group view run in seconds."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from normlab.claims import CURVE_FIELD
+from normlab.group_models import GroupPublic, PresetLaunch, PresetLaunched
+from normlab.groups import preset_meta, summarize
+from normlab.presets import PRESETS
+
+
+def add_routes(app: FastAPI, api: Any) -> None:
+    """Register both routes on the synthetic API's app (before the dashboard is mounted at "/");
+    `api` is the frontend.devapi.DevAPI (its runs, events and `create`)."""
+    meta: dict[str, dict] = {}
+
+    @app.post("/api/presets/{name}", status_code=201, response_model=PresetLaunched)
+    async def launch_preset(name: str, request: Request):
+        preset = PRESETS.get(name)
+        if preset is None:
+            return JSONResponse({"detail": f"Unknown preset {name!r}.", "fields": {}}, status_code=404)
+        try:
+            body = PresetLaunch.model_validate((await request.json()) if await request.body() else {})
+        except ValidationError as exc:
+            return JSONResponse({"detail": str(exc), "fields": {}}, status_code=422)
+        seeds = body.seeds if body.seeds is not None else list(preset.seeds)
+        group = uuid.uuid4().hex[:12]
+        labels: dict[str, str] = {}
+        for label, base in zip(preset.run_labels(), preset.runs, strict=True):
+            spec = base if body.steps is None else base.model_copy(update={"steps": body.steps})
+            for seed in seeds:
+                labels[api.create(spec.model_copy(update={"seed": seed}), group)] = label
+        meta[group] = preset_meta(name, labels, body.steps)
+        return {"group_id": group, "run_ids": list(labels)}
+
+    @app.get("/api/groups/{group_id}", response_model=GroupPublic)
+    def group(group_id: str, metric: str | None = None):
+        runs = [r for r in api.runs.values() if r["group_id"] == group_id]
+        if not runs:
+            return JSONResponse({"detail": f"No group {group_id!r}.", "fields": {}}, status_code=404)
+
+        def curve_of(run_id: str, field: str) -> list[tuple[int, float]]:
+            return [(e["step"], e["payload"][field]) for e in api.events.get(run_id, [])
+                    if e["kind"] == "scalars" and e["payload"].get(field) is not None]
+
+        if metric is not None and metric not in CURVE_FIELD:
+            return JSONResponse({"detail": f"Unknown metric {metric!r}.", "fields": {}}, status_code=422)
+        return summarize(group_id, meta.get(group_id), runs, curve_of, metric)

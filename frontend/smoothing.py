@@ -1,0 +1,78 @@
+"""Curve smoothing and hover, shared by every curves panel (Lab, Run, Compare).
+
+One definition of the smoothing: TensorBoard's debiased exponential moving average, `ema` here for the
+history the server draws and `normlab.emaStep` in assets/normlab.js for the live points, which continues
+from the (accumulator, count) state the trace map hands over, so the two join without a seam. The raw
+series is drawn faint underneath the smoothed one; the hover of a point says run, step, value (and the
+raw value when smoothed) and the wall time since the run started, formatted like `format_elapsed`
+(`normlab.formatElapsed` in the browser).
+
+Lab and Run share one browser-wide smoothing setting (a cookie the server reads when it renders them);
+Compare keeps its own in the URL. The slider and its callback are in frontend/smoothing_control.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+COOKIE = "normlab_smooth"  # Lab and Run: the smoothing weight this browser chose last
+RAW_OPACITY = 0.28  # the raw series under a smoothed curve: visible, but clearly behind it
+
+
+def ema(values: Iterable[float | None], weight: float, state: tuple[float, int] = (0.0, 0)):
+    """Debiased exponential moving average (TensorBoard's): (smoothed list, (accumulator, n)).
+
+    acc_k = w·acc_{k-1} + (1 − w)·v_k over the finite values (acc_0 = 0, w = weight), and the k-th output
+    is acc_k / (1 − w^k); missing and non-finite values pass through and do not count. Passing the
+    returned state back continues the average exactly where it stopped (how the browser extends a
+    smoothed history with live points).
+    """
+    acc, n = state
+    out: list[float | None] = []
+    for v in values:
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            out.append(v)
+            continue
+        acc = acc * weight + (1.0 - weight) * v
+        n += 1
+        debias = 1.0 - weight ** n
+        out.append(acc / debias if debias > 0 else v)
+    return out, (acc, n)
+
+
+def format_elapsed(seconds: float | None) -> str:
+    """Wall time since the run started, for a hover: '0.84 s', '12.3 s', '2 min 05 s', '1 h 02 min'."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = math.floor(seconds + 0.5)  # half up, as the browser's Math.round
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def parse_weight(value) -> float:
+    """A smoothing weight from a cookie or a control: a number in [0, 0.99], else 0 (raw curves)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(max(v, 0.0), 0.99) if math.isfinite(v) else 0.0
+
+
+def cookie_weight() -> float:
+    """The browser's smoothing setting for Lab and Run (0 outside a request or when never set)."""
+    import flask
+
+    return parse_weight(flask.request.cookies.get(COOKIE)) if flask.has_request_context() else 0.0
+
+
+def hovertemplate(series_label: str, smoothed: bool) -> str:
+    """Run, step, value (and raw value when smoothed), wall time: customdata = [step, wall, raw]."""
+    raw = " (raw %{customdata[2]:.4g})" if smoothed else ""
+    return ("<b>%{fullData.name}</b><br>step %{customdata[0]}<br>" + series_label + " %{y:.4g}" + raw
+            + "<br>wall time %{customdata[1]}<extra></extra>")

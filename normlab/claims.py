@@ -1,0 +1,373 @@
+"""A preset's outcome from its per-seed results: cells (mean ± std, mean ± band curves) and claims judged
+with effect sizes. Torch-free: `normlab reproduce` (through the engine) and `GET /api/groups/{id}` (from
+the store) call the same functions, so the browser and REPRODUCTIONS.md say the same thing.
+
+A record is one (run, seed): {"seed", "status", "value" (final metric), "curve" [(step, value)],
+"wall_time", "message", "probes" (the run's last probe payloads, optional)}.
+
+Every comparison is paired by seed (one seed = the same data split, initialization and batch order for
+every run of a preset): the per-seed differences d_s give the effect d̄ (their mean) and its paired
+standard error SE = sd(d)/√n. The rules, stated once here and reported with every claim:
+
+    better A B     A's final metric beats B's: d̄ = A − B favours A by more than Z·SE
+    faster A B     A's validation curve lies lower (or higher, for accuracy): the per-seed area under the
+                   curve ÷ its span, d̄ favours A by more than Z·SE ("converges faster")
+    close A B      equivalence: |d̄| + Z·SE ≤ EQUIV_REL × |mean B| (the difference's interval lies inside
+                   ±EQUIV_REL of B); per seed |d_s| ≤ EQUIV_REL × |B_s|
+    gap A1 A2 B1 B2   A is less sensitive to the change than B: d_s = |A1−A2| − |B1−B2| < 0 beyond Z·SE
+    steadier A B   hidden-state norm spread past the start-up steps (max ÷ min of ‖h_t‖ over t ≥ START):
+                   A's spread smaller than B's beyond Z·SE (§3.1)
+    gradient A B   ‖∂ℓ/∂h_t‖ falls by fewer orders of magnitude from the last to the first step with A than
+                   with B (log10 g_T/g_1 per seed), beyond Z·SE (§3.1: vanishing gradients)
+    best A         A better than every other run (each by the rule "better")
+    trains A       A's validation loss ends below ln(classes) (a uniform guess) by more than Z·SE
+    refused N      the spec refuses norm N at the preset's batch size (checked, not trained)
+
+"holds" is the rule on the paired differences; "all_seeds" says whether every seed's own difference
+pointed the claimed way. With one seed SE is unknown (0) and "holds" reduces to the sign.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, TypeGuard
+
+from pydantic import ValidationError
+
+from normlab.spec import RunSpec
+
+Z = 2.0  # effects must exceed 2 paired standard errors (≈ a 95 % interval) to count
+EQUIV_REL = 0.10  # "≈": the difference's interval within ±10 % of the reference run's mean
+START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
+FRACTIONS = (0.25, 0.5, 1.0)
+HIGHER_IS_BETTER = {"accuracy"}
+CURVE_FIELD = {"val_loss": "val_loss", "accuracy": "accuracy", "bpc": "bpc", "mse": "val_loss"}
+CLASSES = {
+    "digits": 10,
+    "mnist": 10,
+    "mnist5k": 10,
+    "mnist1d": 10,
+    "seq-digits": 10,
+    "pixel-digits": 10,
+    "conv-digits": 10,
+}
+
+RULE_TEXT = {
+    "better": f"paired by seed, A − B favours A by more than {Z:g} standard errors of the difference",
+    "faster": f"per-seed area under the validation curve ÷ its span, A − B favours A by more than {Z:g} "
+    "paired standard errors",
+    "close": f"|A − B| + {Z:g} paired standard errors ≤ {EQUIV_REL:.0%} of B's mean (equivalence margin)",
+    "gap": f"|A1 − A2| − |B1 − B2| below 0 by more than {Z:g} paired standard errors",
+    "steadier": f"max ÷ min of ‖h_t‖ over t ≥ {START}: A − B below 0 by more than {Z:g} paired standard "
+    "errors",
+    "gradient": f"orders of magnitude ‖∂ℓ/∂h_t‖ falls from t = T to t = 1: A − B below 0 by more than {Z:g} "
+    "paired standard errors",
+    "best": "better (the rule above) than every other run",
+    "trains": f"final validation loss − ln(classes) below 0 by more than {Z:g} standard errors",
+    "refused": "the RunSpec refuses the norm at this batch size",
+}
+
+
+def metric_key(metric: str) -> str:
+    """The RunResult.metrics key of a preset's metric: 'val_loss' stays, 'accuracy' -> 'val_accuracy'."""
+    return metric if metric.startswith(("val_", "test_")) else f"val_{metric}"
+
+
+def curve_field(metric: str) -> str:
+    """The scalars-event field holding a preset metric's validation curve."""
+    return CURVE_FIELD.get(metric.removeprefix("val_"), "val_loss")
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric.removeprefix("val_") in HIGHER_IS_BETTER
+
+
+def _finite(v: Any) -> TypeGuard[float]:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _sub(x: float | None, y: float | None) -> float | None:
+    return x - y if _finite(x) and _finite(y) else None
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def curve_area(curve: list[tuple[int, float]]) -> float | None:
+    """Area under one validation curve ÷ its step span (its mean height; lower = fell sooner)."""
+    pts = sorted((s, v) for s, v in curve if _finite(v))
+    if len(pts) < 2:
+        return pts[0][1] if pts else None
+    area = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:], strict=False))
+    return area / (pts[-1][0] - pts[0][0])
+
+
+def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
+    """Mean ± std validation curve over seeds, the mean near ¼, ½, 1 of training, and area ÷ span."""
+    by_step: dict[int, list[float]] = {}
+    for curve in curves:
+        for step, value in curve:
+            if _finite(value):
+                by_step.setdefault(int(step), []).append(float(value))
+    xs = sorted(by_step)
+    ys = [statistics.fmean(by_step[s]) for s in xs]
+    sd = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in xs]
+    at = []  # the last evaluation at or before each fraction of training (None when there was none yet)
+    for frac in FRACTIONS:
+        before = [i for i, s in enumerate(xs) if s <= max(1, round(frac * steps))]
+        at.append(
+            {
+                "fraction": frac,
+                "step": xs[before[-1]] if before else None,
+                "value": ys[before[-1]] if before else None,
+            }
+        )
+    return {"steps": xs, "mean": ys, "std": sd, "at": at, "auc": curve_area(list(zip(xs, ys, strict=True)))}
+
+
+def _series(hidden: dict, key: str) -> list[tuple[int, float]]:
+    values = hidden.get(key) or []
+    index = hidden.get("time_index") or list(range(len(values)))
+    return [(int(t), float(v)) for t, v in zip(index, values, strict=False) if _finite(v)]
+
+
+def trace_stats(probes: dict | None) -> dict[str, float | None]:
+    """From a run's last per-time-step trace: ‖h_t‖ max ÷ min over all steps and over t ≥ START, and the
+    orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace)."""
+    hidden = (probes or {}).get("hidden") or {}
+    norms = _series(hidden, "hidden_norms")
+    out: dict[str, float | None] = {"hidden_spread": None, "hidden_spread_late": None, "grad_orders": None}
+    if norms and min(v for _, v in norms) > 0:
+        out["hidden_spread"] = max(v for _, v in norms) / min(v for _, v in norms)
+        late = [v for t, v in norms if t >= START]
+        if late:
+            out["hidden_spread_late"] = max(late) / min(late)
+    grads = _series(hidden, "grad_norms")
+    if len(grads) > 1 and grads[-1][1] > 0:
+        first = max(grads[0][1], 1e-45)  # an underflow to 0 counts as float32's smallest value
+        out["grad_orders"] = math.log10(grads[-1][1] / first)
+    return out
+
+
+def aggregate(label: str, spec: dict, records: list[dict], metric: str) -> dict:
+    """One cell (a run label, or a sweep's combination) over its seeds."""
+    values = [r.get("value") for r in records]
+    mean, std = mean_std([v for v in values if _finite(v)])
+    per_seed_traces = [r.get("traces") or trace_stats(r.get("probes")) for r in records]
+    traces = {}
+    for key in ("hidden_spread", "hidden_spread_late", "grad_orders"):
+        vals = [t.get(key) for t in per_seed_traces]
+        m, s = mean_std([v for v in vals if v is not None])
+        if m is not None:
+            traces[key] = {"values": vals, "mean": m, "std": s}
+    return {
+        "label": label,
+        "spec": spec,
+        "seeds": [r["seed"] for r in records],
+        "values": values,
+        "n": sum(_finite(v) for v in values),
+        "mean": mean,
+        "std": std,
+        "statuses": [r.get("status") for r in records],
+        "messages": [r.get("message") for r in records if r.get("status") not in ("completed", None)],
+        "wall_time": sum(r.get("wall_time") or 0.0 for r in records),
+        "aucs": [curve_area(r.get("curve") or []) for r in records],
+        "curve": curve_summary([r.get("curve") or [] for r in records], int(spec.get("steps") or 1)),
+        "traces": traces,
+    }
+
+
+def _per_seed(cell: dict, key: str) -> dict[int, float | None]:
+    if key == "value":
+        vals = cell["values"]
+    elif key == "auc":
+        vals = cell["aucs"]
+    else:
+        vals = (cell["traces"].get(key) or {}).get("values") or [None] * len(cell["seeds"])
+    return dict(zip(cell["seeds"], vals, strict=True))
+
+
+def effect(diffs: list[float]) -> dict:
+    """{"difference": mean of the paired differences, "se": its standard error, "n"}."""
+    n = len(diffs)
+    if not n:
+        return {"difference": None, "se": None, "n": 0}
+    se = statistics.stdev(diffs) / math.sqrt(n) if n > 1 else 0.0
+    return {"difference": statistics.fmean(diffs), "se": se, "n": n}
+
+
+def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: bool) -> dict:
+    """A paired claim that A's `key` is lower (lower_wins) or higher than B's beyond Z·SE."""
+    pa, pb = _per_seed(a, key), _per_seed(b, key)
+    seeds = [s for s in pa if s in pb]
+    wins, diffs = [], []
+    for s in seeds:
+        x, y = pa[s], pb[s]
+        if _finite(x) and _finite(y):
+            diffs.append(x - y)
+            wins.append(x < y if lower_wins else x > y)
+        else:  # a failed or diverged run loses its seed
+            wins.append(_finite(x) and not _finite(y))
+    eff = effect(diffs)
+    d = eff["difference"]
+    holds = d is not None and (d < 0 if lower_wins else d > 0) and abs(d) > Z * eff["se"]
+    return {
+        "claim": claim,
+        "kind": kind,
+        "holds": bool(holds),
+        "all_seeds": bool(wins) and all(wins),
+        "per_seed": [_sub(pa[s], pb[s]) for s in seeds],
+        **eff,
+        "rule": RULE_TEXT[kind],
+    }
+
+
+def judge(
+    rule: tuple,
+    cells: dict[str, dict],
+    metric: str,
+    *,
+    chance: float | None = None,
+    base_spec: RunSpec | None = None,
+) -> dict:
+    """One claim: {"claim", "kind", "holds", "all_seeds", "difference", "se", "n", "per_seed", "rule"}."""
+    kind, *labels = rule
+    lower = not higher_is_better(metric)
+    if kind in ("better", "faster"):
+        a, b = labels
+        word = "better than" if kind == "better" else "converges faster than"
+        return _directional(
+            kind, f"{a} {word} {b}", cells[a], cells[b], "value" if kind == "better" else "auc", lower
+        )
+    if kind == "steadier":
+        a, b = labels
+        return _directional(
+            kind,
+            f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})",
+            cells[a],
+            cells[b],
+            "hidden_spread_late",
+            True,
+        )
+    if kind == "gradient":
+        a, b = labels
+        return _directional(
+            kind,
+            f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}",
+            cells[a],
+            cells[b],
+            "grad_orders",
+            True,
+        )
+    if kind == "close":
+        a, b = labels
+        pa, pb = _per_seed(cells[a], "value"), _per_seed(cells[b], "value")
+        pairs = [(pa[s], pb[s]) for s in pa if s in pb]
+        ok = [(x, y) for x, y in pairs if _finite(x) and _finite(y)]
+        eff = effect([x - y for x, y in ok])
+        ref = cells[b]["mean"]
+        margin = None if ref is None else EQUIV_REL * abs(ref)
+        holds = (
+            eff["difference"] is not None
+            and margin is not None
+            and abs(eff["difference"]) + Z * eff["se"] <= margin
+        )
+        return {
+            "claim": f"{a} ≈ {b}",
+            "kind": kind,
+            "holds": bool(holds),
+            "all_seeds": bool(ok)
+            and len(ok) == len(pairs)
+            and all(abs(x - y) <= EQUIV_REL * abs(y) for x, y in ok),
+            "per_seed": [x - y for x, y in ok],
+            "margin": margin,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
+    if kind == "gap":
+        a1, a2, b1, b2 = labels
+        maps = [_per_seed(cells[lab], "value") for lab in labels]
+        seeds = [s for s in maps[0] if all(s in m for m in maps)]
+        diffs = []
+        for s in seeds:
+            w, x, y, z = (m[s] for m in maps)
+            if _finite(w) and _finite(x) and _finite(y) and _finite(z):
+                diffs.append(abs(w - x) - abs(y - z))
+        eff = effect(diffs)
+        d = eff["difference"]
+        return {
+            "claim": f"|{a1} − {a2}| smaller than |{b1} − {b2}|",
+            "kind": kind,
+            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+            "all_seeds": bool(diffs) and len(diffs) == len(seeds) and all(x < 0 for x in diffs),
+            "per_seed": diffs,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
+    if kind == "best":
+        (a,) = labels
+        parts = [judge(("better", a, o), cells, metric) for o in cells if o != a]
+        return {
+            "claim": f"{a} best of {', '.join(cells)}",
+            "kind": kind,
+            "holds": bool(parts) and all(p["holds"] for p in parts),
+            "all_seeds": bool(parts) and all(p["all_seeds"] for p in parts),
+            "versus": parts,
+            "rule": RULE_TEXT[kind],
+        }
+    if kind == "trains":
+        (a,) = labels
+        vals = cells[a]["values"]
+        diffs = [v - chance for v in vals if _finite(v)] if chance is not None else []
+        eff = effect(diffs)
+        d = eff["difference"]
+        return {
+            "claim": f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains",
+            "kind": kind,
+            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+            "all_seeds": bool(vals) and len(diffs) == len(vals) and all(x < 0 for x in diffs),
+            "per_seed": diffs,
+            "chance": chance,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
+    if kind == "refused":
+        (norm,) = labels
+        message = refusal(base_spec, norm) if base_spec is not None else None
+        batch = base_spec.batch_size if base_spec is not None else None
+        return {
+            "claim": f"norm '{norm}' refused at batch size {batch}",
+            "kind": kind,
+            "holds": message is not None,
+            "all_seeds": message is not None,
+            "message": message,
+            "rule": RULE_TEXT[kind],
+        }
+    raise ValueError(f"unknown claim kind {kind!r}")
+
+
+def refusal(spec: RunSpec, norm: str) -> str | None:
+    """The spec's message when `spec` with `norm` is refused, else None."""
+    try:
+        RunSpec(**{**spec.model_dump(exclude={"probes"}), "norm": norm})
+    except ValidationError as exc:
+        return " ".join(e["msg"] for e in exc.errors())
+    return None
+
+
+def judge_all(rules: list[tuple], cells: dict[str, dict], metric: str, base_spec: RunSpec) -> dict:
+    """Every claim whose runs are present (a trimmed preset drops the others), and the overall verdict."""
+    usable = [r for r in rules if r[0] == "refused" or set(r[1:]) <= set(cells)]
+    classes = CLASSES.get(base_spec.task)
+    chance = math.log(classes) if classes else None
+    claims = [judge(r, cells, metric, chance=chance, base_spec=base_spec) for r in usable]
+    return {
+        "claims": claims,
+        "holds": bool(claims) and all(c["holds"] for c in claims),
+        "all_seeds": bool(claims) and all(c["all_seeds"] for c in claims),
+        "rule": None if usable else "no rule for this preset: compare the numbers",
+    }

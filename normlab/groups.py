@@ -1,0 +1,130 @@
+"""A group's results (a preset launched over seeds, or a sweep): cells and, for a preset, its claims.
+
+Torch-free and store-free: `summarize(meta, runs, curve_of)` takes the group's metadata (what launched it),
+its runs as stored ({"id", "spec", "status", "summary"}, JSON as dicts or text) and a function giving a
+run's validation curve, and returns `normlab.group_models.GroupPublic`'s fields, aggregated and judged by
+`normlab.claims` exactly as `normlab reproduce` does. Only runs that have ended enter cells and claims, so
+the verdict fills in as runs finish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from normlab.claims import aggregate, curve_field, higher_is_better, judge_all, metric_key, trace_stats
+from normlab.events import TERMINAL_STATUSES
+from normlab.presets import PRESETS
+
+SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
+
+
+def group_meta_key(group_id: str) -> str:
+    """The store cache key holding a group's metadata (until the store has a groups table)."""
+    return f"group:{group_id}"
+
+
+def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> dict:
+    return {"kind": "preset", "preset": name, "labels": run_labels, "steps": steps}
+
+
+def sweep_meta(varied: list[str]) -> dict:
+    return {"kind": "sweep", "varied": varied}
+
+
+def _json(value: Any) -> dict:
+    if value is None or value == "":
+        return {}
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def varied_fields(specs: list[dict]) -> list[str]:
+    """The spec fields whose values differ between runs (seed and probes left out)."""
+    keys = sorted({k for s in specs for k in s} - SKIP_FIELDS)
+    return [k for k in keys if len({json.dumps(s.get(k), sort_keys=True) for s in specs}) > 1]
+
+
+def summarize(
+    group_id: str,
+    meta: dict | None,
+    runs: list[dict],
+    curve_of: Callable[[str, str], list[tuple[int, float]]],
+    metric: str | None = None,
+) -> dict:
+    """GroupPublic's fields for the group's runs; `curve_of(run_id, field)` reads one validation curve."""
+    meta = meta or {}
+    specs = {r["id"]: _json(r["spec"]) for r in runs}
+    preset = PRESETS.get(meta.get("preset", "")) if meta.get("kind") == "preset" else None
+    kind = meta.get("kind") if meta.get("kind") in ("preset", "sweep") else "group"
+    metric = metric or (preset.metric if preset else "val_loss")
+    varied = [] if preset else list(meta.get("varied") or varied_fields(list(specs.values())))
+
+    def cell_of(run_id: str) -> str:
+        if preset:
+            return meta["labels"].get(run_id, "?")
+        spec = specs[run_id]
+        return ", ".join(f"{k}={spec.get(k)}" for k in varied) or "all"
+
+    order: list[str] = list(preset.run_labels()) if preset else []
+    public_runs: list[dict] = []
+    records: dict[str, list[dict]] = {}
+    cell_spec: dict[str, dict] = {}
+    counts: dict[str, int] = {}
+    field = curve_field(metric)
+    for r in sorted(runs, key=lambda r: (specs[r["id"]].get("seed", 0), r["id"])):
+        summary = _json(r.get("summary"))
+        final_metrics = summary.get("metrics") or {}
+        label, seed, status = cell_of(r["id"]), int(specs[r["id"]].get("seed", 0)), str(r["status"])
+        counts[status] = counts.get(status, 0) + 1
+        value = final_metrics.get(metric_key(metric))
+        public_runs.append(
+            {
+                "id": r["id"],
+                "cell": label,
+                "seed": seed,
+                "status": status,
+                "final": value,
+                "metrics": final_metrics,
+            }
+        )
+        if label not in order:
+            order.append(label)
+        cell_spec.setdefault(label, {k: v for k, v in specs[r["id"]].items() if k not in SKIP_FIELDS})
+        if status in TERMINAL_STATUSES:
+            records.setdefault(label, []).append(
+                {
+                    "seed": seed,
+                    "status": status,
+                    "value": value,
+                    "curve": curve_of(r["id"], field),
+                    "wall_time": summary.get("wall_time"),
+                    "message": r.get("error"),
+                    "traces": trace_stats(summary.get("probes")),
+                }
+            )
+    cells = {
+        label: aggregate(label, cell_spec.get(label, {}), records.get(label, []), metric)
+        for label in order
+        if label in cell_spec
+    }
+    out: dict[str, Any] = {
+        "group_id": group_id,
+        "kind": kind,
+        "preset": preset.name if preset else None,
+        "title": preset.title if preset else None,
+        "expect": preset.expect if preset else None,
+        "setup": preset.setup if preset else None,
+        "metric": metric,
+        "higher_is_better": higher_is_better(metric),
+        "varied": varied,
+        "counts": counts,
+        "done": bool(runs) and all(str(r["status"]) in TERMINAL_STATUSES for r in runs),
+        "runs": public_runs,
+        "cells": list(cells.values()),
+    }
+    if preset:
+        # cells with no finished seed yet are kept: their claims read "does not hold" until data arrives
+        verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0])
+        out.update(claims=verdict["claims"], holds=verdict["holds"], all_seeds=verdict["all_seeds"])
+    return out

@@ -1,0 +1,171 @@
+"""POST /api/presets/{name} and GET /api/groups/{id} on the real API and SQLite (runs finished by hand
+through the store's writer, as a worker would): cells, bands and claims computed by normlab.claims."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from backend.app import create_app
+from normlab.claims import Z
+from normlab.events import Event
+from normlab.feed.writer import EventWriter
+from normlab.presets import PRESETS
+from normlab.settings import Settings
+
+
+@pytest.fixture
+def app(tmp_path):
+    return create_app(Settings(data_dir=tmp_path, queue="nlpresets", max_steps=5000))
+
+
+@pytest.fixture
+def client(app):
+    with TestClient(app) as c:
+        yield c
+
+
+def finish(app, run_id: str, curve: list[tuple[int, float]], probes: dict | None = None) -> None:
+    """Train a run by hand: running, a scalars event per curve point (val_loss), completed with a summary."""
+    store = app.state.store
+    store.claim(run_id)
+    w = EventWriter(store, run_id)
+    w.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
+    for i, (step, value) in enumerate(curve):
+        w.emit(Event(seq=i + 2, step=step, kind="scalars", payload={"train_loss": value, "val_loss": value}))
+    summary = {
+        "metrics": {"val_loss": curve[-1][1]},
+        "probes": probes,
+        "wall_time": 1.0,
+        "step": curve[-1][0],
+    }
+    w.close(
+        {"status": "completed", "finished_at": time.time(), "summary": json.dumps(summary)},
+        {"status": "completed", "time": time.time()},
+    )
+
+
+def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(app, client):
+    r = client.post("/api/presets/fig6-batch4", json={"seeds": [0, 1, 2], "steps": 10})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert len(body["run_ids"]) == 6
+    runs = {x["id"]: x for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]}
+    assert set(runs) == set(body["run_ids"]) and all(x["spec"]["steps"] == 10 for x in runs.values())
+    assert {x["spec"]["bn_variance"] for x in runs.values() if x["spec"]["norm"] == "batch"} == {"unbiased"}
+
+    g = client.get(f"/api/groups/{body['group_id']}").json()
+    assert g["kind"] == "preset" and g["preset"] == "fig6-batch4" and g["counts"] == {"queued": 6}
+    assert not g["done"] and [c["label"] for c in g["cells"]] == ["batch", "layer"]
+    assert all(c["n"] == 0 for c in g["cells"])
+    assert g["claims"] and not any(c["holds"] for c in g["claims"])  # nothing finished: nothing holds yet
+
+    finals = {
+        ("batch", 0): 0.9,
+        ("batch", 1): 0.8,
+        ("batch", 2): 1.0,
+        ("layer", 0): 0.5,
+        ("layer", 1): 0.6,
+        ("layer", 2): 0.55,
+    }
+    by_id = {x["id"]: (x["spec"]["norm"], x["spec"]["seed"]) for x in runs.values()}
+    for run_id, key in by_id.items():
+        if key[1] == 0:
+            finish(app, run_id, [(5, 2.0), (10, finals[key])])
+    g = client.get(f"/api/groups/{body['group_id']}").json()
+    assert g["counts"] == {"completed": 2, "queued": 4} and [c["n"] for c in g["cells"]] == [1, 1]
+    for run_id, key in by_id.items():
+        if key[1] != 0:
+            finish(app, run_id, [(5, 2.0 + key[1]), (10, finals[key])])
+    g = client.get(f"/api/groups/{body['group_id']}").json()
+    assert g["done"] and g["counts"] == {"completed": 6}
+    cells = {c["label"]: c for c in g["cells"]}
+    layer = [finals["layer", s] for s in range(3)]
+    batch = [finals["batch", s] for s in range(3)]
+    assert cells["layer"]["values"] == layer and cells["layer"]["n"] == 3
+    assert cells["layer"]["mean"] == pytest.approx(statistics.fmean(layer))
+    assert cells["layer"]["std"] == pytest.approx(statistics.stdev(layer))
+    band = cells["layer"]["curve"]
+    assert band["steps"] == [5, 10] and band["mean"] == pytest.approx([3.0, statistics.fmean(layer)])
+    assert band["std"] == pytest.approx([1.0, statistics.stdev(layer)])
+    better = next(c for c in g["claims"] if c["kind"] == "better")
+    diffs = [x - y for x, y in zip(layer, batch, strict=True)]
+    assert better["claim"] == "layer better than batch" and better["holds"] and better["all_seeds"]
+    assert better["difference"] == pytest.approx(statistics.fmean(diffs)) and better["n"] == 3
+    assert better["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3))
+    assert better["per_seed"] == pytest.approx(diffs) and f"{Z:g} standard errors" in better["rule"]
+    assert g["holds"] == all(c["holds"] for c in g["claims"])
+    assert {x["cell"] for x in g["runs"]} == {"batch", "layer"} and all(
+        x["final"] is not None for x in g["runs"]
+    )
+
+
+def test_a_claim_that_fails_on_one_seed_says_so(app, client):
+    body = client.post("/api/presets/fig6-batch4", json={"seeds": [0, 1]}).json()
+    for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]:
+        worse = x["spec"]["norm"] == "layer" and x["spec"]["seed"] == 1
+        finish(app, x["id"], [(1000, 0.9 if worse else (0.5 if x["spec"]["norm"] == "layer" else 0.8))])
+    claim = next(
+        c for c in client.get(f"/api/groups/{body['group_id']}").json()["claims"] if c["kind"] == "better"
+    )
+    assert not claim["all_seeds"] and not claim["holds"] and claim["per_seed"] == pytest.approx([-0.3, 0.1])
+
+
+def test_hidden_state_claims_read_the_runs_probes(app, client):
+    body = client.post("/api/presets/long-sequences", json={"seeds": [0, 1], "steps": 5}).json()
+    for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]:
+        layer = x["spec"]["norm"] == "layer"
+        grads = [1e-4, 1.0] if layer else [1e-14 * (1 + x["spec"]["seed"]), 1.0]
+        norms = [0.1] * 21 + ([1.0, 1.1] if layer else [1.0, 3.0])
+        hidden = {"hidden_norms": norms, "grad_norms": grads, "time_index": None}
+        hidden["grad_norms"] = grads[:1] + [0.5] * 21 + grads[1:]
+        finish(app, x["id"], [(5, 0.2)], probes={"hidden": hidden})
+    g = client.get(f"/api/groups/{body['group_id']}").json()
+    claims = {c["kind"]: c for c in g["claims"]}
+    assert claims["gradient"]["holds"] and claims["gradient"]["all_seeds"]
+    assert claims["gradient"]["per_seed"] == pytest.approx([-10.0, -10.0 + math.log10(2)])
+    assert claims["steadier"]["per_seed"] == pytest.approx([1.1 - 3.0, 1.1 - 3.0])  # t ≥ 21 only
+    traces = {c["label"]: c["traces"] for c in g["cells"]}
+    assert traces["layer"]["grad_orders"]["mean"] == pytest.approx(4.0)
+
+
+def test_sweeps_get_a_group_with_one_cell_per_varied_combination(app, client):
+    r = client.post(
+        "/api/sweeps",
+        json={"base": {"task": "digits", "steps": 10}, "norms": ["layer", "batch"], "seeds": [0, 1]},
+    )
+    gid = r.json()["group_id"]
+    for x in client.get("/api/runs", params={"group": gid}).json()["items"]:
+        finish(app, x["id"], [(10, 0.1 * (1 + x["spec"]["seed"]))])
+    g = client.get(f"/api/groups/{gid}").json()
+    assert g["kind"] == "sweep" and g["varied"] == ["norm"] and g["claims"] is None
+    assert {c["label"]: (c["n"], c["mean"]) for c in g["cells"]} == {
+        "norm=layer": (2, pytest.approx(0.15)),
+        "norm=batch": (2, pytest.approx(0.15)),
+    }
+    assert client.get(f"/api/groups/{gid}", params={"metric": "loss"}).status_code == 422
+
+
+def test_bad_launches_and_unknown_names_say_what_to_change(client):
+    r = client.post("/api/presets/fig7")
+    assert r.status_code == 404 and "fig6-batch4" in r.json()["detail"] and "gain-init" in r.json()["detail"]
+    for body, field in [
+        ({"seeds": [-1]}, "seeds"),
+        ({"seeds": [1, 1]}, "seeds"),
+        ({"seeds": []}, "seeds"),
+        ({"steps": 0}, "steps"),
+        ({"steps": "many"}, "steps"),
+        ({"seed": [1]}, "seed"),
+    ]:
+        r = client.post("/api/presets/online", json=body)
+        assert r.status_code == 422 and field in r.json()["fields"], (body, r.text)
+    assert client.post("/api/presets/online", json={"steps": 10**6}).status_code == 422
+    assert client.get("/api/groups/nope").status_code == 404
+    # no body: the preset's own seeds (≥ 5) and steps
+    r = client.post("/api/presets/online")
+    assert r.status_code == 201 and len(r.json()["run_ids"]) == 2 * len(PRESETS["online"].seeds) >= 10

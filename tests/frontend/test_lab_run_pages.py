@@ -1,0 +1,139 @@
+"""The Lab's and the Run page's callbacks and layouts, called as functions against a fake API."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from frontend import data, logic
+from frontend.api_client import ApiError
+from frontend.app import create_app
+from normlab.api_models import build_catalog
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+
+CATALOG = build_catalog(None, Settings(max_steps=700))
+
+
+class FakeApi:
+    def __init__(self):
+        self.created: list[dict] = []
+
+    def catalog(self):
+        return CATALOG
+
+    def create_run(self, spec):
+        self.created.append(spec)
+        return {"id": f"r{len(self.created)}", "status": "queued"}
+
+    def run(self, run_id):
+        spec = RunSpec(task="adding", lr=0.003, probes={"enabled": True, "budget": 0.15}).resolved()
+        return {"id": run_id, "spec": spec.model_dump()}
+
+    def create_sweep(self, body):
+        raise ApiError(422, "bad", {"base.probes.budget": "Budget too big."})
+
+
+@pytest.fixture
+def pages(monkeypatch):
+    app = create_app()
+    api = FakeApi()
+    monkeypatch.setattr(data, "api", lambda token=None: api)
+    monkeypatch.setattr(data, "curves_bundle", lambda run_ids, **kw: {
+        "figure": {"data": [], "layout": {}}, "map": {"runs": {}},
+        "runs": [{"id": r, "spec": {}} for r in run_ids],
+        "watch": {"cursor": dict.fromkeys(run_ids, 0)}, "missing": []})
+    from frontend.pages import lab, run
+
+    return app, api, lab, run
+
+
+def _find(component, cid):
+    """The component with this id in a layout tree (None when absent)."""
+    if getattr(component, "id", None) == cid:
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list) else [children] if children is not None else []:
+        if hasattr(child, "children") or hasattr(child, "id"):
+            found = _find(child, cid)
+            if found is not None:
+                return found
+    return None
+
+
+def test_submit_refuses_an_empty_field_with_the_servers_range_and_sends_nothing(pages):
+    _, api, lab, _ = pages
+    from frontend import lab_form
+
+    form = {**lab_form.field_defaults("digits"), "batch_size": None}
+    limits = lab_form.field_limits(CATALOG["fields"])
+    out = lab.submit("digits", "layer", False, [], "", "", form, None, limits)
+    assert out["run_ids"] == [] and api.created == []
+    assert out["errors"] == {"batch_size": "Required: enter a whole number from 1 to 4096."}
+    assert out["message"] == "Not started: see the message under Batch size."
+    form["batch_size"], form["probes"], form["budget"] = 8, ["on"], 40
+    out = lab.submit("digits", "layer", False, [], "", "", form, None, limits)
+    assert out["run_ids"] == ["r1"] and api.created[0]["probes"]["budget"] == 0.4
+    # a sweep the API refuses: the probes.budget message lands under the budget field
+    out = lab.submit("digits", "layer", True, ["layer"], "4", "0", form, None, limits)
+    assert out["errors"] == {"budget": "Budget too big."} and "Probe budget" in out["message"]
+
+
+def test_layout_shows_the_servers_limits_and_restores_the_lab_from_the_query_or_cookie(pages):
+    app, _, lab, _ = pages
+    page = lab.layout(task="adding", lr="0.002", probes="1", runs="a1,b2")
+    assert _find(page, {"type": "lab-field", "field": "steps"}).max == 700
+    assert _find(page, {"type": "lab-field", "field": "lr"}).value == 0.002
+    assert _find(page, "lab-task").value == "adding"
+    assert _find(page, "lab-probe-box").style == {}  # probes on: its settings show
+    assert _find(page, "lab-board").data == {"runs": ["a1", "b2"]}
+    cookie = quote("runs=c3&task=adding&steps=90&sweep=1&sweep_batch=4%2C+8")
+    with app.server.test_request_context("/", headers={"Cookie": f"{lab.LAB_COOKIE}={cookie}"}):
+        bare = lab.layout()
+        assert _find(bare, "lab-board").data == {"runs": ["c3"]}
+        assert _find(bare, {"type": "lab-field", "field": "steps"}).value == 90
+        assert _find(bare, "lab-sweep").value == ["on"] and _find(bare, "lab-sweep-batch").value == "4, 8"
+        linked = lab.layout(task="digits", budget="40")  # a link to a form keeps this browser's board
+        assert _find(linked, "lab-board").data == {"runs": ["c3"]}
+        assert _find(linked, {"type": "lab-field", "field": "steps"}).value == 300  # the link's form
+        assert _find(lab.layout(task="digits", runs=""), "lab-board").data == {"runs": []}
+
+
+def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(pages):
+    _, _, lab, _ = pages
+    from frontend import lab_form
+
+    current = [["on"] if n == "probes" else None for n in lab.FIELD_NAMES]
+    out = lab.on_task("adding", "layer", current)
+    values = dict(zip(lab.FIELD_NAMES, out[3], strict=True))
+    assert values["probes"] == ["on"] and values["seq_len"] == lab_form.field_defaults("adding")["seq_len"]
+    cleared = lab.on_clear(1, False)
+    assert cleared[0] == {"runs": []} and cleared[-1] == {"display": "none"}
+    assert lab.on_probes_toggle(["on"]) == {} and lab.on_probes_toggle([]) == {"display": "none"}
+
+
+def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(pages):
+    _, _, _, run = pages
+    log = [{"step": 0, "payload": {"level": "info", "message": "data loaded"}},
+           {"step": 5, "payload": {"level": "warning", "message": "No Fisher estimate fitted the budget — "
+                                                                  "raise it to 40 %"}},
+           {"step": 9, "payload": {"level": "warning", "message": "Recurrent BatchNorm keeps statistics"}}]
+    items = run.log_items(log)
+    assert [i.className for i in items] == ["log-line warning", "log-line warning", "log-line info"]
+    assert "raise it to 40 %" in items[0].children[2].children
+    assert run.fisher_warning(log) == "No Fisher estimate fitted the budget — raise it to 40 %"
+    assert run.fisher_warning(log[:1], "summary note") == "summary note"
+    assert run.log_items([])[0].children == "No log lines yet."
+    assert len(run.log_items(log + log[1:2])) == 3  # a warning repeated at the end is listed once
+    hidden, fisher, items, warning, retry = run.on_probes(
+        {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9")
+    assert "see the warning above" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
+    # the way out: the same run set up in the Lab with the budget the warning asks for
+    (link,) = retry
+    assert "40 % probe budget" in link.children
+    query = logic.decode_query(link.href[1:])
+    assert query["budget"] == "40" and query["task"] == "adding" and query["probes"] == "1"
+    assert query["lr"] == "0.003"
+    too_much = [{"step": 5, "payload": {"level": "warning", "budget_needed": 9.0, "message": "train longer"}}]
+    assert run.retry_link("r9", too_much) == []  # above the largest budget: no link

@@ -1,0 +1,124 @@
+"""The import rules of the tree, read from the source with `ast` (nothing is imported):
+
+- backend/ never imports workers/ or frontend/; workers/ never imports backend/ or frontend/;
+- frontend/ imports only normlab/ of ours (it talks to the API over HTTP) and never torch;
+- backend/ and normlab/ never import torch; normlab/ imports none of the other packages; both rules
+  except for its CLI (normlab/cli: the edge that starts the API, the workers, the pages and the engine);
+- kernels/ imports nothing of ours;
+- no import cycles between our modules.
+
+Every import counts, also one inside a function: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("normlab", "backend", "workers", "frontend", "kernels")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+SOURCES = _sources()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module `name` imports (absolute names; for `from a import b`, a.b when that is a module)."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                out.add(sub if sub in SOURCES else module)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in SOURCES.items()}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _violations(where: str, forbidden: set[str], skip: str | None = None) -> list[str]:
+    return sorted(f"{src} imports {dst}" for src, dsts in GRAPH.items() for dst in dsts
+                  if _top(src) == where and not (skip and (src == skip or src.startswith(skip + ".")))
+                  and _top(dst) in forbidden)
+
+
+@pytest.mark.parametrize(("package", "forbidden", "skip"), [
+    ("backend", {"workers", "frontend", "torch"}, None),
+    ("workers", {"backend", "frontend"}, None),
+    ("frontend", {"backend", "workers", "kernels", "torch"}, None),
+    ("normlab", {"torch", "backend", "workers", "frontend", "kernels"}, "normlab.cli"),
+    ("kernels", {"normlab", "backend", "workers", "frontend"}, None),
+])
+def test_imports_point_down(package, forbidden, skip):
+    assert _violations(package, forbidden, skip) == []
+
+
+def test_the_rules_see_imports_inside_functions():
+    # normlab/cli/serve.py starts the API and the workers: lazily, inside its handlers
+    assert {"backend.app", "workers.celery_app"} <= GRAPH["normlab.cli.serve"]
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    ours = {n: {d for d in deps if d in GRAPH and d != n} for n, deps in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in ours[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(ours):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_between_our_modules():
+    assert _cycles() == []

@@ -1,0 +1,116 @@
+"""`normlab bench lstm [--threads 1] [--json]`: the LN-LSTM ÷ `torch.nn.LSTM` at small batches, same threads,
+and the engine's loop overhead against a plain loop (issue 19, item 8: online and batch-8 learning).
+
+Table: fwd+bwd of one layer (input size H, T steps, `out.sum().backward()`) at B ∈ {1, 8, 32} ×
+H ∈ {128, 256}: the engine's LN-LSTM (`LSTMLayer(norm="layer")`, its recurrence pinned to the same thread
+count as torch's), the same with every per-step product through oneDNN (the code before
+`onednn.per_step`, for the side-by-side "before"), and `torch.nn.LSTM` without normalization; torch
+set to the same `--threads` for all. The three run interleaved repeat by repeat; medians of this
+process's CPU time (one thread: time spent descheduled on a shared machine does not count) or of wall
+time (more threads). Targets: ≤ 2× at B = 1 and 8, ≤ 1.3× at B = 32. Loop overhead: see
+`workers.engine.bench_loop` (target ≤ 1.10×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from workers.engine import lstm_seq, onednn
+from workers.engine.recurrent import LSTMLayer
+
+BATCHES, HIDDENS = (1, 8, 32), (128, 256)
+TARGETS = {1: 2.0, 8: 2.0, 32: 1.3}
+
+
+def _fwd_bwd(module: nn.Module, x: torch.Tensor, clock) -> float:
+    module.zero_grad(set_to_none=True)
+    start = clock()
+    out = module(x)
+    (out[0] if isinstance(out, tuple) else out).sum().backward()
+    return clock() - start
+
+
+def measure_ratio_table(batches=BATCHES, hiddens=HIDDENS, seq_len: int = 64, repeats: int = 7,
+                        warmup: int = 2, threads: int = 1, seed: int = 0) -> list[dict]:
+    """One row per (B, H): median seconds of the engine, the engine before, nn.LSTM, and the ratios."""
+    if min(seq_len, repeats, threads) < 1 or warmup < 0:
+        raise ValueError("seq_len, repeats and threads must be ≥ 1, warmup ≥ 0")
+    clock = time.process_time if threads == 1 else time.perf_counter
+    saved = torch.get_num_threads(), (onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH)
+    torch.set_num_threads(threads)
+    lstm_seq.set_recurrence_threads(threads)
+    rows = []
+    try:
+        for H in hiddens:
+            for B in batches:
+                torch.manual_seed(seed)
+                engine, ref = LSTMLayer(H, H, "layer", placement="full"), nn.LSTM(H, H)
+                x = torch.randn(seq_len, B, H)
+                times: dict[str, list[float]] = {"engine": [], "engine_before": [], "torch_lstm": []}
+                for r in range(warmup + repeats):
+                    for name in times:
+                        before = name == "engine_before"  # every per-step product through oneDNN
+                        onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = (0, 0) if before else saved[1]
+                        t = _fwd_bwd(ref if name == "torch_lstm" else engine, x, clock)
+                        if r >= warmup:
+                            times[name].append(t)
+                    onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
+                med = {k: statistics.median(v) for k, v in times.items()}
+                ratio = med["engine"] / med["torch_lstm"]
+                rows.append({"B": B, "H": H, "T": seq_len, "threads": threads,
+                             **{f"{k}_ms": round(1e3 * v, 3) for k, v in med.items()},
+                             "ratio": round(ratio, 3),
+                             "ratio_before": round(med["engine_before"] / med["torch_lstm"], 3),
+                             "target": TARGETS.get(B), "meets_target": ratio <= TARGETS.get(B, float("inf"))})
+    finally:
+        torch.set_num_threads(saved[0])
+        onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
+        lstm_seq.set_recurrence_threads(None)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="normlab bench lstm", description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=1, help="torch and recurrence threads, both sides")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--loop-repeats", type=int, default=5, help="runs of the loop-overhead measurement")
+    p.add_argument("--no-loop", action="store_true", help="skip the loop-overhead measurement")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    if min(args.threads, args.seq_len, args.repeats, args.loop_repeats) < 1:
+        p.error("--threads, --seq-len, --repeats and --loop-repeats must be ≥ 1")
+    table = measure_ratio_table(seq_len=args.seq_len, repeats=args.repeats, threads=args.threads)
+    loop = None
+    if not args.no_loop:
+        from normlab.settings import get_settings
+        from workers.engine.bench_loop import measure_loop_overhead
+
+        loop = measure_loop_overhead(get_settings(), repeats=args.loop_repeats, threads=args.threads)
+    out = {"lnlstm_vs_torch_lstm": table, "loop_overhead": loop}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    clock = "CPU" if args.threads == 1 else "wall"
+    print(f"LN-LSTM ÷ torch.nn.LSTM, fwd+bwd, T={args.seq_len}, {args.threads} thread(s) both sides, median "
+          f"{clock} time of {args.repeats} interleaved repeats:")
+    print(f"  {'B':>3} {'H':>4} {'engine':>9} {'nn.LSTM':>9} {'ratio':>7} {'target':>7} {'before':>7}")
+    for r in table:
+        print(f"  {r['B']:>3} {r['H']:>4} {r['engine_ms']:>6.2f} ms {r['torch_lstm_ms']:>6.2f} ms "
+              f"{r['ratio']:>6.2f}x {'≤' + format(r['target'], 'g') + 'x':>7} {r['ratio_before']:>6.2f}x")
+    if loop:
+        print(f"Engine loop ÷ plain loop ({loop['task']} {loop['norm']} MLP {loop['model']}, batch "
+              f"{loop['batch_size']}, median of {loop['repeats']} runs × {loop['steps']} alternating steps): "
+              f"{loop['engine_ms']:.3f} vs {loop['plain_ms']:.3f} ms, {loop['ratio']:.3f}x (target ≤ "
+              f"{loop['target_ratio']}x)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

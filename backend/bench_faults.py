@@ -133,9 +133,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=100, help="events of the viewed run")
     p.add_argument("--rate", type=float, default=10.0, help="its events per second")
     p.add_argument("--no-lost", dest="lost", action="store_false", help="skip the SIGKILL measurement")
+    p.add_argument("--chaos", action="store_true", help="instead: the faults mixed while runs stream "
+                   "(backend/bench_chaos.py; its own redis-server and PostgreSQL schema)")
+    p.add_argument("--chaos-runs", type=int, default=10, help="short runs queued during the chaos run")
+    p.add_argument("--timeout", type=float, default=300.0, help="the chaos run stops by itself after this")
     p.add_argument("--pg-url", default="postgresql://127.0.0.1:5432/test")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     args = p.parse_args(argv)
+    if args.chaos:
+        from backend.bench_chaos import TARGETS as CHAOS_TARGETS
+        from backend.bench_chaos import run_chaos
+
+        if not 2 <= args.chaos_runs <= 50 or not 60 <= args.timeout <= 1800:
+            p.error("keep it bounded: 2-50 chaos runs, a timeout of 60-1800 s")
+        chaos = run_chaos(args.pg_url, args.chaos_runs, args.timeout)
+        if args.json:
+            print(json.dumps({"results": {"chaos": chaos}, "targets": CHAOS_TARGETS}))
+        else:
+            print_chaos(chaos)
+        return 0
     if args.runs > 1000 or args.viewers > 1000 or not 1 <= args.workers <= 8 or args.events > 10_000:
         p.error("keep it bounded: at most 1000 runs, 1000 viewers, 1-8 workers, 10000 events")
     report = {"results": run_bench(args), "targets": TARGETS,
@@ -163,3 +179,15 @@ def print_table(r: dict) -> None:
         lo = r["lost"]
         print(f"  SIGKILLed worker: run {lo['status']} after {lo['detect_s']} s, {lo['events_kept']} events "
               f"kept, resubmit -> HTTP {lo['resubmit_status']}")
+
+
+def print_chaos(c: dict) -> None:
+    print("normlab bench faults --chaos (Redis broker + feed, PostgreSQL, 2 workers, a viewer per run)")
+    print(f"  faults: {'; '.join(c['faults'])}")
+    print(f"  runs: {c['runs_submitted']} submitted, {c['completed']} completed, {c['lost']} lost "
+          f"(the SIGKILLed worker's), {c['cancelled']} cancelled, {c['not_finished']} not finished, "
+          f"{c['run_twice']} run twice")
+    print(f"  events: {c['events_emitted']} emitted, {c['events_stored']} stored, {c['lost_events']} lost")
+    print(f"  viewers: {c['viewers']}, {c['incomplete_viewers']} incomplete (a gap, a duplicate or a hang)")
+    print(f"  longest wait of a queued run with a worker free: {c['max_wait_with_free_worker_s']} s "
+          f"(target < 30 s); wall {c['wall_s']} s")

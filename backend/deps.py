@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -30,10 +31,17 @@ def _current_user(request: Request) -> str | None:
     return principal.name if principal is not None else None
 
 
+# What a run id can be (new ones are 12 hex digits); anything else is answered 404 without a query, so
+# a NUL byte or a control character never reaches the database (PostgreSQL refuses NUL in text).
+RUN_ID_PATTERN = r"^[0-9A-Za-z_-]{1,32}$"
+RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
 def get_run_or_404(store: Store, run_id: str) -> dict:
-    run = store.get_run(run_id) if len(run_id) <= 32 else None
+    run = store.get_run(run_id) if RUN_ID.fullmatch(run_id) else None
     if run is None:
-        raise HTTPException(404, f"No run with id '{run_id[:40]}'. List runs with GET /api/runs.")
+        shown = run_id[:40].encode("ascii", "backslashreplace").decode()
+        raise HTTPException(404, f"No run with id '{shown}'. List runs with GET /api/runs.")
     return run
 
 

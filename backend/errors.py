@@ -8,7 +8,7 @@ import math
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 
 from normlab.spec import RunSpec, combination_problems
 
@@ -90,10 +90,30 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"detail": str(detail), "fields": fields}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(OperationalError)
     @app.exception_handler(DBAPIError)
-    async def _database(_request: Request, exc: Exception):
-        log.warning("results database unavailable: %s", exc)
-        return JSONResponse({"detail": "The results database is unavailable right now; retry in a few "
-                                       "seconds (the server reconnects by itself).", "fields": {}},
-                            status_code=503, headers={"Retry-After": "5"})
+    async def _database(_request: Request, exc: DBAPIError):
+        # The driver's own message only: str(exc) would add the SQL and its parameters (a user's input,
+        # a token hash) to the log.
+        reason = f"{type(exc.orig).__name__}: {str(exc.orig).splitlines()[0] if str(exc.orig) else ''}"
+        if is_outage(exc):
+            log.warning("results database unavailable: %s", reason)
+            return JSONResponse({"detail": "The results database is unavailable right now; retry in a few "
+                                           "seconds (the server reconnects by itself).", "fields": {}},
+                                status_code=503, headers={"Retry-After": "5"})
+        if isinstance(exc, DataError):  # e.g. a NUL byte, which PostgreSQL refuses in text: bad input
+            log.info("the database refused a value: %s", reason)
+            return JSONResponse({"detail": "The request holds a value this server cannot store or look up "
+                                           "(e.g. a NUL byte or a control character); remove it.",
+                                 "fields": {}}, status_code=422)
+        log.error("database error: %s", reason)  # a bug, not an outage: retrying will not help
+        return JSONResponse({"detail": "Internal error in the results database; the server's log has the "
+                                       "reason.", "fields": {}}, status_code=500)
+
+
+def is_outage(exc: DBAPIError) -> bool:
+    """True when the database could not be reached (retry later), False when it refused the statement
+    (bad input or a bug: retrying changes nothing)."""
+    if exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError)):
+        # PostgreSQL's OperationalError also covers "query canceled" and lock timeouts: both transient.
+        return True
+    return exc.orig is None  # no driver error at all: the pool could not give a connection

@@ -2,7 +2,8 @@
 Retry-After), and request size (`BodyLimit` middleware -> 413). Every message says what to change.
 
 Quotas (active runs per user, submissions per minute) apply to named users, i.e. with
-`NORMLAB_AUTH=tokens`; with auth off there is one person at the keyboard and nothing to apportion.
+`NORMLAB_AUTH=tokens`. With auth off, every anonymous submitter shares one submission rate, and a
+server-wide cap on queued + running runs (`max_active_runs`) holds in every mode.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ OWN_MODEL_PARAMS: dict[str, dict[str, tuple[int, int, int]]] = {
     "order-embed": {"none": (3, 296, 1152), "layer": (3, 305, 1152)},
 }
 RATE_WINDOW_S = 60.0
+ANONYMOUS = "\x00anonymous"  # the rate key of every submitter without a token (never a user's name)
 
 
 def estimate_params(spec: RunSpec) -> int:
@@ -105,6 +107,7 @@ def limits_public(settings: Settings) -> dict:
             "max_seq_tokens": settings.max_seq_tokens, "min_probe_every": settings.min_probe_every,
             "max_active_runs_per_user": settings.max_active_runs_per_user,
             "submit_rate_per_minute": settings.submit_rate_per_minute,
+            "max_active_runs": settings.max_active_runs,
             "max_body_bytes": settings.max_body_bytes}
 
 
@@ -152,9 +155,20 @@ def too_many(detail: str, retry_after_s: float, field: str) -> HTTPException:
 
 
 def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> None:
-    """429 when `owner` would exceed their active-run cap or submission rate; nothing for anonymous
-    submitters (auth off)."""
+    """429 when the server would exceed its cap on active runs, or `owner` their active-run cap or
+    submission rate. Without named users (auth off) all anonymous submissions share one rate."""
+    total = active_total(store)
+    if total + n_runs > settings.max_active_runs:
+        raise too_many(f"This server has {total} runs queued or running and takes at most "
+                       f"{settings.max_active_runs} (this request adds {n_runs}). Retry when some have "
+                       "finished; NORMLAB_MAX_ACTIVE_RUNS sets the limit.", 30, "runs")
     if owner is None or settings.auth == "off":
+        wait = limiter_for(store).hit(ANONYMOUS, settings.submit_rate_per_minute)
+        if wait > 0:
+            raise too_many(f"Too many submissions: this server takes {settings.submit_rate_per_minute} per "
+                           f"minute from anonymous users together. Retry in {math.ceil(wait)} s, or submit "
+                           "several runs at once with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets "
+                           "the limit).", wait, "rate")
         return
     cap = settings.max_active_runs_per_user
     active, position = active_runs(store, owner)
@@ -170,6 +184,12 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
                        f"minute per user. Retry in {math.ceil(wait)} s, or submit several runs at once "
                        "with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets the limit).", wait,
                        "rate")
+
+
+def active_total(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(runs).where(
+            runs.c.status.in_(("queued", "running")))).scalar_one())
 
 
 class BodyLimit:

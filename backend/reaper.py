@@ -25,19 +25,37 @@ def reap_once(store: Store, lost_after_s: float, publish=None) -> list[str]:
         row = store.finish_with_status(run_id, RunStatus.LOST, LOST_MESSAGE, only_from=(RunStatus.RUNNING,))
         if row is not None:
             lost.append(run_id)
-            log.warning("run %s is lost (no heartbeat for %.0f s)", run_id, lost_after_s)
+            log.warning("run %s is lost (no heartbeat for %.1f s)", run_id, lost_after_s)
             if publish is not None:
                 publish(run_id, [row])
     return lost
 
 
-async def reaper_loop(store: Store, lost_after_s: float, publish=None) -> None:
-    period = max(0.2, min(2.0, lost_after_s / 4))
+def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float]:
+    """(period, staleness): how often to look, and how old a last heartbeat must be to call its run lost,
+    so that a worker that dies is reported within `lost_after_s` of its death. Its last heartbeat can be
+    a heartbeat period (plus the watcher's 0.2 s poll) older than the death, and the reaper looks once a
+    period: both come off. Never below 2 s (or lost_after_s if shorter) and two heartbeats: a busy
+    worker's heartbeat thread can be held up that long (a run starting up, loading its data), and a live
+    run must not be declared lost."""
+    period = max(0.2, min(1.0, lost_after_s / 8))
+    floor = max(2 * heartbeat_s, min(lost_after_s, 2.0))
+    return period, max(floor, lost_after_s - heartbeat_s - 0.2 - 1.5 * period)
+
+
+async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:
+    period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
+    quiet_until = 0.0
     while True:
         try:
-            await anyio.to_thread.run_sync(reap_once, store, lost_after_s, publish)
+            if time.monotonic() >= quiet_until:
+                await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
+            else:  # just after an outage: only look whether the database answers
+                await anyio.to_thread.run_sync(store.ping)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the database may be briefly away; try again next period
-            log.warning("reaper: %s", exc)
+        except Exception as exc:  # the database is away, and the workers' heartbeats could not reach it
+            # either: once it is back, give them a whole heartbeat window before calling a run lost.
+            log.warning("reaper: %s", str(getattr(exc, "orig", None) or exc)[:200])
+            quiet_until = time.monotonic() + period + stale_s
         await asyncio.sleep(period)

@@ -16,7 +16,7 @@ import anyio
 from sqlalchemy import select
 
 from normlab.events import RunStatus
-from normlab.queue import enqueue_run
+from normlab.queue import enqueue_run, waiting_run_ids
 from normlab.settings import Settings
 from normlab.store import Store
 from normlab.store.schema import runs
@@ -67,3 +67,56 @@ async def broker_watch_loop(store: Store, settings: Settings) -> None:
             await asyncio.sleep(PERIOD_S)
     finally:
         client.close()
+
+
+# A queued run missing from the broker's waiting queue for this long has been taken by a worker that
+# never claimed it (a live one claims within a second or two): that worker died holding it.
+MISSING_GRACE_S = 5.0
+ORPHAN_PERIOD_S = 2.0
+
+
+class OrphanWatch:
+    """Re-sends queued runs that no waiting message carries any more — taken by a worker that died
+    before claiming them (a prefetched message in Redis's unacked hash, a file the file queue already
+    handed out), or lost with an API that crashed between storing and sending. Either broker, and at API
+    start (a restart after a crash re-sends what nobody holds). A copy too many is skipped by the claim."""
+
+    def __init__(self, store: Store, settings: Settings, grace_s: float = MISSING_GRACE_S):
+        self.store, self.settings, self.grace_s = store, settings, grace_s
+        self.missing_since: dict[str, float] = {}
+
+    def check(self, now: float | None = None) -> list[str]:
+        """One look: re-send what has been missing for grace_s; return the ids re-sent."""
+        now = time.monotonic() if now is None else now
+        queued = queued_ids(self.store)
+        if not queued:
+            self.missing_since.clear()
+            return []
+        waiting = waiting_run_ids(self.settings)
+        if waiting is None:  # a broker this cannot look into
+            return []
+        # Read the store again: a run claimed while the broker was read is no longer queued.
+        still = set(queued_ids(self.store))
+        missing = [r for r in queued if r not in waiting and r in still]
+        self.missing_since = {r: self.missing_since.get(r, now) for r in missing}
+        resent = [r for r in missing if now - self.missing_since[r] >= self.grace_s]
+        for run_id in resent:
+            enqueue_run(self.settings, run_id)
+            self.missing_since[run_id] = now  # give the new message the same grace
+        if resent:
+            log.warning("re-sent %d queued run(s) that no message carried any more (a worker died holding "
+                        "them?): %s", len(resent), ", ".join(resent))
+        return resent
+
+
+async def orphan_watch_loop(store: Store, settings: Settings) -> None:
+    """Run in the API: OrphanWatch.check every ORPHAN_PERIOD_S."""
+    watch = OrphanWatch(store, settings)
+    while True:
+        try:
+            await anyio.to_thread.run_sync(watch.check)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the broker or the database is away: look again next period
+            log.debug("orphan watch: %s", exc)
+        await asyncio.sleep(ORPHAN_PERIOD_S)

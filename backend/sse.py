@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from backend.feed.hub import Channel, FeedHub, Frame, frame_from_row
+from backend.feed.hub import Channel, FeedHub, Frame, frames_filling_gaps
 from normlab.events import ACTIVE_STATUSES
 from normlab.store import Store
 
@@ -26,7 +26,8 @@ class CursorError(ValueError):
 
 
 def parse_single_cursor(value: str | None) -> int:
-    if value is None or value == "":
+    """None (not given) is the start; an empty or malformed value is refused, never read as 0."""
+    if value is None:
         return 0
     if not (value.isascii() and value.isdigit()) or len(value) > 12:  # "١٢".isdigit() is True
         raise CursorError(f"Last-Event-ID / after must be an event sequence number (got {value[:40]!r}).")
@@ -35,7 +36,7 @@ def parse_single_cursor(value: str | None) -> int:
 
 def parse_multi_cursor(value: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
-    if not value:
+    if value is None:
         return out
     for part in value.split(","):
         m = _CURSOR_PART.match(part.strip())
@@ -69,7 +70,7 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
                 from_store = batch is None
                 if batch is None:  # behind the in-memory window: read the store
                     rows = await anyio.to_thread.run_sync(store.events_after, rid, cursors[rid], 1000)
-                    batch = [frame_from_row(rid, row) for row in rows]
+                    batch = frames_filling_gaps(rid, cursors[rid], rows)
                 for frame in batch:
                     cursors[rid] = frame.seq
                     if multiplexed:

@@ -232,3 +232,75 @@ def iter_sse(client: httpx.Client, url: str, headers: dict | None = None, timeou
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
             fields[name] = fields[name] + "\n" + value if name == "data" and "data" in fields else value
+
+
+class TCPProxy:
+    """A loopback TCP forwarder to `target` that can be stopped (listener closed, every open
+    connection cut — like a database going away) and started again on the same port."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+        import threading
+
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._socks: set = set()
+        self._listener: socket.socket | None = None
+
+    def start(self) -> None:
+        import socket
+        import threading
+
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self._listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def stop(self) -> None:
+        import contextlib
+        import socket
+
+        ls, self._listener = self._listener, None
+        if ls is not None:
+            with contextlib.suppress(OSError):
+                ls.shutdown(socket.SHUT_RDWR)
+            ls.close()
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _accept(self, ls) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.close()
+        with contextlib.suppress(OSError):
+            src.close()

@@ -9,12 +9,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from normlab.catalog import CELLS, NORMS, TASKS, task_availability
 from normlab.events import RunStatus, RunSummary
 from normlab.settings import Settings
-from normlab.spec import NormName, RunSpec
+from normlab.spec import NormName, RunSpec, refuse_bool, refuse_unknown_fields
 
 
 class RunCreated(BaseModel):
@@ -54,6 +54,16 @@ class SweepCreate(BaseModel):
     norms: list[NormName] = Field(default_factory=list, max_length=6)
     batch_sizes: list[int] = Field(default_factory=list, max_length=8)
     seeds: list[int] = Field(default_factory=list, max_length=8)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    @field_validator("batch_sizes", "seeds", mode="before")
+    @classmethod
+    def _numbers(cls, values):
+        return [refuse_bool(v) for v in values] if isinstance(values, list) else values
 
     @field_validator("norms", "batch_sizes", "seeds")
     @classmethod

@@ -5,9 +5,14 @@ its app with `make_celery(settings, include=["workers.tasks"])` (workers/celery_
 
 Redis form: broker = settings.broker_url (e.g. redis://…). Embedded form (no broker_url): kombu's
 filesystem transport under <data_dir>/queue — works across processes with nothing installed, polled
-every 50 ms. Long GPU runs: one task at a time per worker process (concurrency 1, prefetch 1), acked
-when it starts (a killed worker's run is reported `lost` by the heartbeat reaper, never re-run), and
-a fresh child process per task so CUDA memory is released.
+every 50 ms. Long GPU runs: one task at a time per worker process (concurrency 1), a fresh child
+process per task so CUDA memory is released, and a message acked only when its run ends (acks_late)
+with prefetch 1: a worker busy training holds no second message, so a free worker takes the next run
+at once instead of it waiting behind the busy one's long run. A run is trained only by the worker that
+claims it in the store (queued -> running), so a message delivered twice never runs a run twice; a
+killed worker's run is reported `lost` by the heartbeat reaper. A queued run whose message nobody
+holds any more (its worker died after taking it) is sent again by the API (backend/requeue.py, using
+`waiting_run_ids`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ TRAIN_TASK = "normlab.train_run"
 def broker_options(settings: Settings) -> tuple[str, dict]:
     """(broker URL, transport options) for the configured form."""
     if settings.broker_url:
-        # Only matters if acks_late is ever turned on: never redeliver a run that is still training.
+        # With acks_late, an unacked message comes back after this long: above the longest allowed run
+        # (and the claim skips it anyway).
         return settings.broker_url, {"visibility_timeout": settings.max_run_seconds + 600}
     folder = settings.data_dir / "queue"
     for sub in ("messages", "processed", "control"):
@@ -50,7 +56,8 @@ def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
         accept_content=["json"],
         task_ignore_result=True,  # outcomes live in the results store, not in Celery
         result_backend=None,
-        task_acks_late=False,
+        task_acks_late=True,  # see the module docstring: prefetch 1 then means "only the run I train"
+        task_reject_on_worker_lost=False,  # a run whose worker was killed is `lost`, not redelivered
         worker_prefetch_multiplier=1,
         worker_concurrency=1,
         worker_max_tasks_per_child=1,
@@ -77,3 +84,46 @@ def celery_for(settings: Settings) -> Celery:
 def enqueue_run(settings: Settings, run_id: str) -> None:
     celery_for(settings).send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
 
+
+
+def waiting_run_ids(settings: Settings) -> set[str] | None:
+    """Ids of the runs whose message waits in the broker for any free worker (not those a worker has
+    taken); None when this broker cannot be looked into."""
+    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        import redis
+
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=5, socket_connect_timeout=2)
+        try:  # kombu keeps a queue as a list, one per priority step ("\x06\x16" + 3, 6, 9)
+            keys = [settings.queue] + [f"{settings.queue}\x06\x16{p}" for p in (3, 6, 9)]
+            raw = [m for key in keys for m in client.lrange(key, 0, -1)]
+        finally:
+            client.close()
+    elif not settings.broker_url:
+        folder = settings.data_dir / "queue" / "messages"
+        raw = []
+        for path in folder.glob(f"*.{settings.queue}.msg"):
+            try:
+                raw.append(path.read_bytes())
+            except OSError:  # taken by a worker meanwhile
+                continue
+    else:
+        return None
+    return {run_id for m in raw if (run_id := _run_id_of(m)) is not None}
+
+
+def _run_id_of(message: bytes | str) -> str | None:
+    """The run id a training-task message carries (kombu's JSON envelope, Celery's message protocol 2)."""
+    import base64
+    import json
+
+    try:
+        envelope = json.loads(message)
+        if envelope.get("headers", {}).get("task") != TRAIN_TASK:
+            return None
+        body = envelope["body"]
+        if envelope.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return str(args[0])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None

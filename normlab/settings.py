@@ -62,7 +62,12 @@ class Settings(BaseSettings):
     max_active_runs_per_user: int = Field(20, ge=1)
     submit_rate_per_minute: int = Field(120, ge=1)
     min_probe_every: int = Field(5, ge=1)  # probes (hidden traces, Fisher) at most every N steps
-    max_body_bytes: int = Field(1_000_000, ge=1024)  # larger request bodies get 413
+    # A server-wide cap on queued + running runs (every user together, auth on or off): the queue and the
+    # store stay bounded on a server without tokens too.
+    max_active_runs: int = Field(1000, ge=1)
+    # Larger request bodies get 413. A spec or sweep is under 2 kB; parsing JSON holds the API's event
+    # loop, so a 1 MB body would stall every other request for about a second.
+    max_body_bytes: int = Field(65_536, ge=1024)
 
     @property
     def sqlite_path(self) -> Path:

@@ -7,9 +7,10 @@ combinations are checked here, each violation answered with a message that says 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from normlab.catalog import TASKS
@@ -20,6 +21,29 @@ NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 
 MAX_STEPS = 200_000
+NAMED_UNKNOWN = 5  # an answer names this many unknown fields at most
+
+
+def refuse_unknown_fields(model: type[BaseModel], data: Any) -> Any:
+    """One cheap error naming the first few unknown keys, before pydantic validates (and its error
+    answer would echo) every one of them: a body of 60,000 unknown keys costs a dict scan, not seconds."""
+    fields = model.model_fields
+    if isinstance(data, dict) and not data.keys() <= fields.keys():
+        unknown = [k for k in itertools.islice((k for k in data if k not in fields), NAMED_UNKNOWN)]
+        more = len(data.keys() - fields.keys()) - len(unknown)
+        named = ", ".join(repr(str(k)[:40]) for k in unknown) + (f" and {more:,} more" if more else "")
+        raise PydanticCustomError(
+            "unknown_fields", "{message}",
+            {"message": f"Unknown field(s) {named}; the fields are {', '.join(fields)}."})
+    return data
+
+
+def refuse_bool(value: Any) -> Any:
+    """JSON true/false where a number is expected is a mistake, not 1/0 (pydantic's lax mode reads it
+    as one)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
 
 
 class ProbeSpec(BaseModel):
@@ -35,6 +59,16 @@ class ProbeSpec(BaseModel):
     empirical_fisher: bool = Field(False, description="Also report the empirical Fisher, labelled as such.")
     budget: float = Field(0.15, gt=0, le=5.0,
                           description="Largest fraction of training time the probes may take.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    @field_validator("trace_every", "fisher_every", "power_iterations", "budget", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
 
 class RunSpec(BaseModel):
@@ -66,6 +100,17 @@ class RunSpec(BaseModel):
     eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    @field_validator("batch_size", "steps", "lr", "momentum", "weight_decay", "seed", "hidden_size",
+                     "layers", "seq_len", "eval_seq_len", "gain_init", "eval_every", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunSpec:

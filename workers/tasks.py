@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import time
 import traceback
@@ -16,6 +17,7 @@ from celery.signals import worker_init, worker_process_init, worker_ready
 from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
+from normlab.lifeline import die_with_parent
 from normlab.queue import TRAIN_TASK
 from normlab.settings import Settings
 from normlab.spec import RunSpec
@@ -45,7 +47,11 @@ def _warm_parent(sender=None, **_kwargs) -> None:
 
 @worker_process_init.connect
 def _pool_child(**_kwargs) -> None:
-    runguard.allow_hard_exit()  # this child exists for one run (worker_max_tasks_per_child=1)
+    """In each pool child, which exists for one run (worker_max_tasks_per_child=1): die when the
+    worker's main process dies (killed, or with `normlab up`) instead of training on as an orphan
+    nobody can stop (the run is then reported `lost`); a cancel may end it at once."""
+    die_with_parent(signal.SIGKILL)
+    runguard.allow_hard_exit()
     warm.close_inherited_ready_fd(current_app)
 
 

@@ -9,6 +9,7 @@ events, keyed by seq: no gap and no duplicate.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from normlab.store import EventRow, Store, event_json
 log = logging.getLogger(__name__)
 WINDOW = 20_000  # events a channel keeps in memory (older ones come from the store)
 IDLE_CHECK_S = 1.0  # how often a quiet pump checks the store for a run that ended or vanished
+PUMP_RETRY_S = 1.0  # a pump whose store or Redis read failed tries again after this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,24 @@ def frame_from_row(run_id: str, row: EventRow) -> Frame:
 
 def _frame(seq: int, kind: str, terminal: bool, data: str) -> Frame:
     return Frame(seq, kind, terminal, data, f"id: {seq}\r\nevent: {kind}\r\ndata: {data}\r\n\r\n".encode())
+
+
+def frames_filling_gaps(run_id: str, last: int, rows: list[EventRow]) -> list[Frame]:
+    """Frames for store rows after seq `last`, with a `log` warning standing in for each sequence number
+    the store skips. One writer stores a run's events in order, so a number missing below a stored one
+    will never come (it was lost in a fault): a viewer moves on, told so, instead of waiting forever."""
+    frames: list[Frame] = []
+    expected = last + 1
+    for row in rows:
+        for seq in range(expected, row.seq):
+            payload = {"level": "warning", "missing": True,
+                       "message": f"Event {seq} of this run was never stored (lost in a fault); the stream "
+                                  "moves on."}
+            frames.append(frame_from_row(run_id, EventRow(seq, row.step, "log", row.time,
+                                                          json.dumps(payload, separators=(",", ":")))))
+        frames.append(frame_from_row(run_id, row))
+        expected = row.seq + 1
+    return frames
 
 
 class Channel:
@@ -128,21 +148,24 @@ class FeedHub:
 
     # ---- pumps --------------------------------------------------------------------------------
     async def _pump(self, ch: Channel) -> None:
-        try:
-            if self.redis is not None:
-                await self._pump_redis(ch)
-            else:
-                await self._pump_store(ch)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never leave clients hanging on a dead pump
-            log.exception("live feed for run %s failed", ch.run_id)
-            ch.finish()
+        while not ch.done:
+            try:
+                if self.redis is not None:
+                    await self._pump_redis(ch)
+                else:
+                    await self._pump_store(ch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is away: viewers keep their stream (heartbeats) and
+                # get the rest once it is back; ending it would drop them before the run's end
+                log.warning("live feed for run %s: %s; retrying in %.0f s", ch.run_id,
+                            str(getattr(exc, "orig", None) or exc)[:200], PUMP_RETRY_S)
+                await asyncio.sleep(PUMP_RETRY_S)
 
     async def _from_store(self, ch: Channel, limit: int = 2000) -> int:
         rows = await anyio.to_thread.run_sync(self.store.events_after, ch.run_id, ch.last, limit)
         if rows:
-            ch.append([frame_from_row(ch.run_id, r) for r in rows])
+            ch.append(frames_filling_gaps(ch.run_id, ch.last, rows))
         return len(rows)
 
     async def _check_ended(self, ch: Channel) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from fastapi import APIRouter, Header, HTTPException, Response
+from fastapi import APIRouter, Header, HTTPException, Query, Response
 from sse_starlette import EventSourceResponse
 
 from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
@@ -19,7 +19,18 @@ from normlab.api_models import ErrorDetail
 from normlab.events import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/api", tags=["events"])
-ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "Server-Sent Events until the runs' terminal status events"},
+    204: {"description": "The runs have ended and nothing is left after the cursor"},
+    400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
+# Documented (clients learn the forms); a value that does not match is answered 400 with what to send.
+SINGLE = {"pattern": r"^[0-9]{1,12}$"}
+MULTI = {"pattern": r"^[0-9a-f]{1,32}:[0-9]{1,12}(,[0-9a-f]{1,32}:[0-9]{1,12})*$"}
+# An empty Last-Event-ID header means "from the start" (as if absent); an empty ?after= is refused.
+SINGLE_HEADER = {"pattern": r"^([0-9]{1,12})?$"}
+MULTI_HEADER = {"pattern": r"^([0-9a-f]{1,32}:[0-9]{1,12}(,[0-9a-f]{1,32}:[0-9]{1,12})*)?$"}
+RUN_IDS = {"pattern": r"^[0-9A-Za-z_-]{1,32}(,[0-9A-Za-z_-]{1,32}){0,49}$"}
 MAX_RUNS_PER_STREAM = 50
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -30,10 +41,12 @@ def _finished(run: dict, cursor: int) -> bool:
 
 @router.get("/runs/{run_id}/events", responses=ERRORS)
 async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: SettingsDep,
-                     after: str | None = None, last_event_id: str | None = Header(None)):
+                     after: str | None = Query(None, json_schema_extra=SINGLE),
+                     last_event_id: str | None = Header(None, json_schema_extra=SINGLE_HEADER)):
     """SSE of one run: its history after the cursor, then live events, until its terminal status."""
     try:
-        cursor = parse_single_cursor(last_event_id if last_event_id is not None else after)
+        given = parse_single_cursor(after)  # checked even when the header wins: bad input is never ignored
+        cursor = parse_single_cursor(last_event_id) if last_event_id else given
     except CursorError as exc:
         raise HTTPException(400, str(exc)) from exc
     run = await anyio.to_thread.run_sync(get_run_or_404, store, run_id)
@@ -44,15 +57,18 @@ async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: Settin
 
 
 @router.get("/events", responses=ERRORS)
-async def multiplexed_events(runs: str, store: StoreDep, hub: HubDep, settings: SettingsDep,
-                             after: str | None = None, last_event_id: str | None = Header(None)):
+async def multiplexed_events(store: StoreDep, hub: HubDep, settings: SettingsDep,
+                             runs: str = Query(json_schema_extra=RUN_IDS),
+                             after: str | None = Query(None, json_schema_extra=MULTI),
+                             last_event_id: str | None = Header(None, json_schema_extra=MULTI_HEADER)):
     """One SSE stream for several runs (a browser tab): `event:` = kind, `data:` = Event JSON with its
     run_id, `id:` = the cursor of every run, so a reconnect resumes each where it was."""
     ids = list(dict.fromkeys(r.strip() for r in runs.split(",") if r.strip()))
     if not ids or len(ids) > MAX_RUNS_PER_STREAM:
         raise HTTPException(400, f"runs must list 1 to {MAX_RUNS_PER_STREAM} run ids, comma-separated.")
     try:
-        cursors = parse_multi_cursor(last_event_id if last_event_id is not None else after)
+        given = parse_multi_cursor(after)
+        cursors = parse_multi_cursor(last_event_id) if last_event_id else given
     except CursorError as exc:
         raise HTTPException(400, str(exc)) from exc
     rows = [await anyio.to_thread.run_sync(get_run_or_404, store, r) for r in ids]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.auth import require_owner
-from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
+from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
@@ -18,6 +18,8 @@ from normlab.spec import NormName, RunSpec, TaskName
 from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+NAMES_PATTERN = rf"^({'|'.join(SCALAR_NAMES)})(,({'|'.join(SCALAR_NAMES)}))*$"  # documented, checked below
+OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never sent to the database
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
 
 
@@ -30,7 +32,10 @@ def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: User
 
 @router.get("", response_model=RunList)
 def list_runs(store: StoreDep, task: TaskName | None = None, norm: NormName | None = None,
-              status: RunStatus | None = None, group: str | None = None, owner: str | None = None,
+              status: RunStatus | None = None,
+              group: str | None = Query(None, pattern=RUN_ID_PATTERN, description="A sweep's group_id."),
+              owner: str | None = Query(None, max_length=128, pattern=OWNER_PATTERN,
+                                        description="A user name (runs submitted with auth on)."),
               offset: int = Query(0, ge=0, le=10**9), limit: int = Query(50, ge=1, le=500)) -> RunList:
     rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
                                   offset=offset, limit=limit)
@@ -43,14 +48,16 @@ def get_run(run_id: str, store: StoreDep) -> RunPublic:
 
 
 @router.get("/{run_id}/metrics", response_model=MetricsPublic, responses=ERRORS)
-def metrics(run_id: str, store: StoreDep, names: str | None = None,
+def metrics(run_id: str, store: StoreDep,
+            names: str | None = Query(None, description="Comma-separated metric names; all if absent.",
+                                      json_schema_extra={"pattern": NAMES_PATTERN}),
             max_points: int = Query(2000, ge=10, le=100_000)) -> JSONResponse:
     """Each metric's history; past max_points it comes in min/max buckets (spikes survive)."""
     run = get_run_or_404(store, run_id)
-    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else None
+    wanted = names.split(",") if names is not None else None
     unknown = [n for n in wanted or [] if n not in SCALAR_NAMES]
-    if unknown:
-        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(unknown)}; choose from "
+    if unknown or wanted == [""]:
+        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(map(repr, unknown))}; choose from "
                                             f"{', '.join(SCALAR_NAMES)}.", "fields": {"names": "unknown"}})
     # Built to the MetricsPublic shape by run_metrics; sent as is (re-validating ~40k floats costs more
     # than the query).
@@ -68,7 +75,12 @@ def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> Run
     return run_public(store, get_run_or_404(store, run_id))
 
 
-@router.get("/{run_id}/export", responses=ERRORS)
+EXPORT_CONTENT = {"text/csv": {"schema": {"type": "string"}},
+                  "application/json": {"schema": {"type": "object"}}}
+
+
+@router.get("/{run_id}/export", responses={**ERRORS, 200: {"content": EXPORT_CONTENT,
+                                                             "description": "csv or json, as asked"}})
 def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv") -> StreamingResponse:
     """The raw history (never downsampled): csv = one row per scalars event; json = the run and every
     event."""

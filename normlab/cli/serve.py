@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from normlab.cli import CLIError, settings_from
+from normlab.lifeline import die_with_parent
 
 READY_TIMEOUT_S = 180.0  # a worker's start and warm-up; past it `up` serves anyway (runs then wait)
 
@@ -73,15 +75,6 @@ def _serve(app, host: str, port: int) -> None:
                                   timeout_graceful_shutdown=2)).run()
 
 
-def _die_with_parent() -> None:  # runs in the child before exec: no orphan if `up` itself is killed
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen]:
     """Start n `normlab worker --data-dir data_dir` processes, each in its own process group (stopped
     by stop_workers); the rest of their settings come from the same NORMLAB_* environment."""
@@ -94,7 +87,9 @@ def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Pope
             [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}",
              "--data-dir", str(data_dir), "--ready-fd", str(ready_w)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent, pass_fds=(ready_w,))
+            # SIGKILL, not SIGTERM: a SIGTERMed Celery worker shuts down warm, i.e. trains its current
+            # run to the end first (minutes) as an orphan. Its pool child dies with it (workers.tasks).
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()), pass_fds=(ready_w,))
         os.close(ready_w)
         proc.ready_fd = ready_r  # type: ignore[attr-defined]
         procs.append(proc)

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import threading
+import time
 
 from sqlalchemy.exc import IntegrityError
 
@@ -15,6 +16,10 @@ from normlab.store import EventRow, Store
 from normlab.store.rollup import RollupBuilder, bucket_json
 
 log = logging.getLogger(__name__)
+# A batch that cannot be stored (database away) is retried with doubling waits up to RETRY_MAX_S, for as
+# long as it takes: events are never dropped and never reordered; what the engine emits meanwhile
+# queues up behind it in memory.
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 
 
 def finite(obj):
@@ -46,6 +51,7 @@ class EventWriter:
         self.store, self.run_id, self.publisher, self.flush_s = store, run_id, publisher, flush_s
         self.last_seq = 0
         self.broken = False  # the store refused our events (the run was declared lost meanwhile)
+        self.retries = 0  # failed attempts to store a batch (each retried until it is stored)
         self.terminal: EventRow | None = None
         self._pending: list[EventRow] = []
         self._rollup = RollupBuilder()
@@ -92,13 +98,23 @@ class EventWriter:
                     buckets.append({"level": level, "bucket": number, "seq_last": b.seq_last,
                                     "step_last": b.step_last, "time_last": b.time_last,
                                     "data": bucket_json(b)})
-        try:
-            self.store.append_events(self.run_id, rows, buckets, scalars, finish)
-        except IntegrityError:
-            log.error("run %s: the store already has these sequence numbers (declared lost?); stopping",
-                      self.run_id)
-            self.broken = True
-            return
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                self.store.append_events(self.run_id, rows, buckets, scalars, finish)
+                break
+            except IntegrityError:
+                log.error("run %s: the store already has these sequence numbers (declared lost?); stopping",
+                          self.run_id)
+                self.broken = True
+                return
+            except Exception as exc:  # the database is away: keep these rows (and their order), retry
+                self.retries += 1
+                reason = str(getattr(exc, "orig", None) or exc)[:200]
+                log.warning("run %s: could not store events %d-%d (%s: %s); retrying in %.1f s", self.run_id,
+                            rows[0].seq, rows[-1].seq, type(exc).__name__, reason, delay)
+                time.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
         if self.publisher is not None:
             self.publisher.publish(self.run_id, rows)
 

@@ -42,7 +42,8 @@ def event_json(run_id: str, row: EventRow) -> str:
 
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
+                               hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # WAL: one writer and many readers at once
@@ -55,7 +56,9 @@ def _make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     # pre_ping: after a database outage the pool drops dead connections and recovers by itself.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # hide_parameters: an error's text (logged) names the statement, never the values (tokens' hashes,
+    # users' input).
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
 
 
 class Store:
@@ -63,7 +66,8 @@ class Store:
 
     def __init__(self, url: str, *, pool: bool = True):
         self.url = url
-        self.engine = _make_engine(url) if pool else create_engine(url, poolclass=NullPool)
+        self.engine = (_make_engine(url) if pool
+                       else create_engine(url, poolclass=NullPool, hide_parameters=True))
         self.is_sqlite = url.startswith("sqlite")
         metadata.create_all(self.engine)
 

@@ -20,7 +20,9 @@ def test_config_for_long_single_runs():
     conf = make_celery(Settings(broker_url="redis://127.0.0.1:6379/9", max_run_seconds=7200)).conf
     assert conf.worker_concurrency == 1 and conf.worker_prefetch_multiplier == 1
     assert conf.worker_max_tasks_per_child == 1  # a fresh process per run releases CUDA memory
-    assert conf.task_acks_late is False  # acked at start: a killed worker's run is reported lost, not re-run
+    # Acked when the run ends, so prefetch 1 holds only the run being trained (a free worker takes the
+    # next); a killed worker's run is reported lost (not redelivered; the claim skips it anyway).
+    assert conf.task_acks_late is True and conf.task_reject_on_worker_lost is False
     assert conf.broker_transport_options["visibility_timeout"] > 7200
     assert conf.task_soft_time_limit == 7200 < conf.task_time_limit
     assert conf.task_ignore_result

@@ -206,6 +206,8 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     error = None
     try:
         status, message = run.execute()
+        if status == "diverged":  # the run's `error` says what diverged and at which step, like its event
+            error = message
     except Exception as exc:  # noqa: BLE001 - a failed run is an outcome, reported and returned
         log.exception("run %s failed at step %d", run_id, run.step)
         status, error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"

@@ -59,6 +59,7 @@ def test_nan_loss_ends_as_diverged_with_its_step(live_stack, client):
     assert 1 < final["step"] < 200 and f"step {final['step']}" in final["payload"]["message"]
     run = client.get(stack.api(f"api/runs/{run_id}")).json()
     assert run["status"] == "diverged" and run["summary"]["step"] == final["step"]
+    assert run["error"] == final["payload"]["message"]  # the run itself says what diverged, and where
 
 
 def test_redis_restart_loses_no_run_and_viewers_resume(live_stack, client, disposable_redis, pg_url):

@@ -4,6 +4,8 @@ and invalid (positive and negative generation), and not one answer with status 5
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -11,15 +13,16 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
+from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from backend.app import create_app
 from normlab.settings import Settings
-from workers.engine.invariance import compute_table1
 
-# Per operation and generation mode: 16 operations × 2 modes × 40 ≈ 1,280 requests with auth off; a
+# Per operation and generation mode: up to 16 operations × 2 modes × 60 requests with auth off; a
 # shorter pass with NORMLAB_AUTH=tokens and private reading (mostly the 401 paths).
-EXAMPLES = {"off": 40, "tokens": 10}
+EXAMPLES = {"off": 60, "tokens": 15}
+MIN_REQUESTS = {"off": 1000, "tokens": 250}
 
 
 def _request_kwargs(case) -> dict:
@@ -34,11 +37,19 @@ def _request_kwargs(case) -> dict:
     return out
 
 
+@pytest.fixture(scope="module")
+def table1_json() -> str:
+    out = subprocess.run([sys.executable, "-m", "normlab", "invariance", "--json"], capture_output=True,
+                         text=True, timeout=600, check=True)
+    return out.stdout
+
+
 @pytest.mark.parametrize("auth", ["off", "tokens"])
-def test_no_5xx_over_1000_generated_requests(tmp_path, auth):
+def test_no_5xx_over_1000_generated_requests(tmp_path, auth, table1_json):
     app = create_app(Settings(data_dir=tmp_path, queue=f"fuzz{auth}", auth=auth, public_read=False))
-    # The Table 1 JSON is computed by a subprocess with torch on first use: seed the cache instead.
-    app.state.store.cache_set("invariance", compute_table1().model_dump_json())
+    # The Table 1 JSON is computed by a subprocess with torch on first use: cached here (a stand-in that
+    # is not a Table1 would itself be a 500).
+    app.state.store.cache_set("invariance", table1_json)
     schema = schemathesis.openapi.from_asgi("/api/openapi.json", app)
     statuses: Counter = Counter()
     failures: list[str] = []
@@ -48,7 +59,9 @@ def test_no_5xx_over_1000_generated_requests(tmp_path, auth):
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                 _fuzz(client, op, mode, EXAMPLES[auth], statuses, failures)
     total = sum(statuses.values())
-    assert total >= 25 * EXAMPLES[auth], statuses  # ≥ 1,000 with auth off
+    assert not failures, "\n".join(failures[:20])
+    # Operations without parameters have no invalid request to send: fewer than 2 modes × EXAMPLES each.
+    assert total >= MIN_REQUESTS[auth], statuses
     assert not failures, "\n".join(failures[:20])
     if auth == "off":
         assert statuses[422] > 0 and statuses[201] > 0  # both invalid and valid requests were sent
@@ -68,4 +81,7 @@ def _fuzz(client, op, mode, examples: int, statuses: Counter, failures: list[str
             failures.append(f"{op.method.upper()} {kw['url']} {kw['params']} ({mode.value}) -> "
                             f"{r.status_code}: {r.text[:200]}")
 
-    call()
+    try:
+        call()
+    except Unsatisfiable:  # an operation without parameters or body has no invalid request to send
+        assert mode == GenerationMode.NEGATIVE, f"{op.method.upper()} {op.path}: nothing valid to send"

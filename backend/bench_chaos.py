@@ -1,0 +1,269 @@
+"""`normlab bench faults --chaos`: the faults mixed while runs stream, on a real Redis/PostgreSQL stack
+started here (its own redis-server on a free port, its own PostgreSQL schema reached through a proxy
+that can cut it), an API and two workers. While runs of both users train and every run has a live SSE
+viewer, it takes PostgreSQL away, SIGKILLs a worker mid-run (and starts another), restarts Redis, and
+kills a process holding a queued run's message. It reports runs submitted / completed / lost / run
+twice, events stored vs emitted, viewer gaps, and the longest time queued runs waited with a worker
+free. Bounded: it stops by itself within `--timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from backend.testing import TCPProxy, free_port, iter_sse, start_api, start_worker, stop_process
+
+TARGETS = {"lost_events": 0, "run_twice": 0, "max_wait_with_free_worker_s": 30, "incomplete_viewers": 0}
+SHORT = {"task": "digits", "steps": 600, "hidden_size": 16, "eval_every": 100}
+LONG = {"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
+TERMINAL = ("completed", "failed", "cancelled", "diverged", "lost")
+HOLDER = ("from normlab.queue import make_celery\nfrom normlab.settings import Settings\n"
+          "s = Settings()\nwith make_celery(s).connection_for_read() as c:\n"
+          "    m = c.SimpleQueue(s.queue, no_ack=False).get(timeout=60)\n"
+          "    print('holding', flush=True)\n    import time; time.sleep(600)\n")
+
+
+class Redis:
+    """A redis-server of our own on a free port (no persistence), restartable."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def up(self) -> None:
+        subprocess.run(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "yes",
+                        "--save", "", "--appendonly", "no"], check=True, capture_output=True, timeout=10)
+        deadline = time.monotonic() + 10
+        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    def down(self) -> None:
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True,
+                       timeout=10)
+
+
+def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
+    import psycopg
+
+    from backend.testing import service_env
+
+    data_dir = Path(f"/tmp/nlchaos-{uuid.uuid4().hex[:8]}")
+    data_dir.mkdir(parents=True)
+    schema = f"nlchaos_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    port = int(pg_base.rsplit(":", 1)[1].split("/")[0])
+    proxy, redis = TCPProxy(port), Redis()
+    proxy.start()
+    redis.up()
+    db = (f"postgresql+psycopg://127.0.0.1:{proxy.port}/{pg_base.rsplit('/', 1)[1]}"
+          f"?options=-csearch_path%3D{schema}&connect_timeout=2")
+    env = service_env(data_dir, queue=f"nlchaos-{uuid.uuid4().hex[:6]}", database_url=db,
+                      broker_url=redis.url, redis_url=redis.url, lost_after_s=6, worker_heartbeat_s=1,
+                      submit_rate_per_minute=10_000)
+    workers = [start_worker(data_dir, env, f"w{i}") for i in range(2)]
+    url, api = start_api(data_dir, env)
+    alive = [(time.time(), 2)]  # (since, workers alive)
+    faults: list[tuple[float, str]] = []
+    viewers: dict[str, list[int]] = {}
+    threads: list[threading.Thread] = []
+    killed: dict[str, float] = {}  # run id -> when its worker was killed
+    t0 = time.monotonic()
+
+    def view(run_id: str) -> None:
+        """A viewer as a browser's EventSource is: it reconnects after an error with Last-Event-ID."""
+        seen = viewers.setdefault(run_id, [])
+        deadline = t0 + timeout
+        with httpx.Client() as c:
+            while time.monotonic() < deadline:
+                headers = {"Last-Event-ID": str(seen[-1])} if seen else {}
+                try:
+                    ended = False
+                    for m in iter_sse(c, url + f"api/runs/{run_id}/events", headers=headers,
+                                      timeout=max(1.0, deadline - time.monotonic())):
+                        if m.id:
+                            seen.append(int(m.id))
+                        ended = m.event == "status" and m.json()["payload"]["status"] in TERMINAL
+                    if ended:
+                        return  # the stream ended after the terminal event; else reconnect
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code == 204:
+                        return  # finished, nothing after our cursor
+                except Exception:  # noqa: BLE001 - a dropped or refused connection: reconnect
+                    pass
+                time.sleep(1.0)
+
+    def submit(c: httpx.Client, spec: dict, seed: int) -> str:
+        for _ in range(100):  # the database may be away right now: a client retries a 503
+            try:
+                r = c.post(url + "api/runs", json={**spec, "seed": seed})
+                if r.status_code == 201:
+                    run_id = r.json()["id"]
+                    threads.append(threading.Thread(target=view, args=(run_id,), daemon=True))
+                    threads[-1].start()
+                    return run_id
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("could not submit")
+
+    ids: list[str] = []
+    try:
+        with httpx.Client(timeout=30) as c:
+            ids += [submit(c, LONG, 0), submit(c, LONG, 1)]  # both workers busy, then a queue behind
+            ids += [submit(c, SHORT, i) for i in range(2, 2 + n_runs // 2)]
+            time.sleep(8)
+            faults.append((time.time(), "postgresql away 8 s"))
+            proxy.stop()
+            time.sleep(8)
+            proxy.start()
+            ids += [submit(c, SHORT, i) for i in range(100, 100 + n_runs - n_runs // 2)]
+            time.sleep(5)
+            victim = _wait_running(c, url, ids[:2], 30)
+            if victim is not None:
+                pid = int(victim["worker_host"].rsplit(":", 1)[1])
+                faults.append((time.time(), "worker SIGKILLed mid-run"))
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                killed[victim["id"]] = time.time()
+                alive.append((time.time(), 1))
+                time.sleep(3)
+                workers.append(start_worker(data_dir, env, "w2"))
+                alive.append((time.time() + 3, 2))  # a worker process takes ~3 s to start
+            time.sleep(5)
+            faults.append((time.time(), "redis restarted"))
+            redis.down()
+            time.sleep(1)
+            redis.up()
+            ids.append(submit(c, SHORT, 200))
+            holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE,
+                                      text=True, start_new_session=True)
+            ids.append(submit(c, SHORT, 201))
+            if holder.stdout is not None and holder.stdout.readline().startswith("holding"):
+                faults.append((time.time(), "a process holding a queued run's message SIGKILLed"))
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+            for rid in ids[:2]:  # the long run that was not killed
+                if rid not in killed:
+                    c.post(url + f"api/runs/{rid}/cancel")
+            runs = _wait_all(c, url, ids, t0 + timeout)
+        for t in threads:
+            t.join(max(1.0, t0 + timeout - time.monotonic()))
+        return _report(c_url=url, ids=ids, runs=runs, viewers=viewers, alive=alive, killed=killed,
+                       faults=faults, wall_s=time.monotonic() - t0)
+    finally:
+        stop_process(api, signal.SIGTERM, timeout=10)
+        for w in workers:
+            stop_process(w, signal.SIGKILL, timeout=5)
+        redis.down()
+        proxy.stop()
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _get(c: httpx.Client, url: str) -> dict | None:
+    try:
+        r = c.get(url)
+        return r.json() if r.status_code == 200 else None
+    except httpx.HTTPError:
+        return None
+
+
+def _wait_running(c: httpx.Client, url: str, ids: list[str], timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for rid in ids:
+            run = _get(c, url + f"api/runs/{rid}")
+            if run is not None and run["status"] == "running" and run["worker_host"]:
+                return run
+        time.sleep(0.5)
+    return None
+
+
+def _wait_all(c: httpx.Client, url: str, ids: list[str], deadline: float) -> dict[str, dict]:
+    runs: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        for rid in ids:
+            run = _get(c, url + f"api/runs/{rid}")
+            if run is not None:
+                runs[rid] = run
+        if all(runs.get(r, {}).get("status") in TERMINAL for r in ids):
+            break
+        time.sleep(1.0)
+    return runs
+
+
+def _ts(value) -> float | None:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value).timestamp() if value else None
+
+
+def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float) -> dict:
+    statuses = [runs.get(r, {}).get("status", "unknown") for r in ids]
+    twice = stored = emitted = 0
+    with httpx.Client(timeout=60) as c:
+        for rid in ids:
+            export = c.get(c_url + f"api/runs/{rid}/export", params={"format": "json"}).json()
+            seqs = [e["seq"] for e in export["events"]]
+            stored += len(seqs)
+            emitted += export["run"]["last_seq"]
+            running = [e for e in export["events"] if e["kind"] == "status"
+                       and e["payload"]["status"] == "running"]
+            twice += len(running) > 1
+    detail = {}
+    for r in ids:
+        seen, last = viewers.get(r, []), runs.get(r, {}).get("last_seq", 0)
+        if seen != list(range(1, last + 1)):
+            detail[r] = {"status": runs.get(r, {}).get("status"), "last_seq": last, "seen": len(seen),
+                         "missing": sorted(set(range(1, last + 1)) - set(seen))[:5],
+                         "duplicates": len(seen) - len(set(seen))}
+    incomplete = len(detail)
+    return {"runs_submitted": len(ids), "completed": statuses.count("completed"),
+            "lost": statuses.count("lost"), "cancelled": statuses.count("cancelled"),
+            "not_finished": sum(s not in TERMINAL for s in statuses), "run_twice": twice,
+            "events_emitted": emitted, "events_stored": stored, "lost_events": emitted - stored,
+            "viewers": len(ids), "incomplete_viewers": incomplete, "incomplete_detail": detail,
+            "max_wait_with_free_worker_s": round(_max_wait(ids, runs, alive, killed), 1),
+            "faults": [f for _, f in faults], "wall_s": round(wall_s, 1)}
+
+
+def _max_wait(ids, runs, alive, killed) -> float:
+    """Longest stretch during which a run was queued while fewer runs were training than workers were
+    alive (sampled every 0.1 s; a killed worker's run stops counting at the kill)."""
+    inf = float("inf")
+    spans: list[tuple[float, float]] = []
+    queued: list[tuple[float, float]] = []
+    for rid in ids:
+        run = runs.get(rid)
+        if run is None:
+            continue
+        created = _ts(run["created_at"]) or 0.0
+        start, end = _ts(run.get("started_at")), _ts(run.get("finished_at"))
+        if start is not None:
+            spans.append((start, min(killed.get(rid, inf), end if end is not None else inf)))
+        left = start if start is not None else end  # a queued run cancelled before it started
+        queued.append((created, left if left is not None else time.time()))
+    if not queued:
+        return 0.0
+    t, stop = min(a for a, _ in queued), max(b for _, b in queued)
+    worst = current = 0.0
+    while t < stop:
+        workers = [n for since, n in alive if since <= t]
+        training = sum(a <= t < b for a, b in spans)
+        waiting = any(a <= t < b for a, b in queued)
+        current = current + 0.1 if waiting and training < (workers[-1] if workers else 0) else 0.0
+        worst = max(worst, current)
+        t += 0.1
+    return worst

@@ -21,13 +21,17 @@ from normlab.store import get_store
 
 log = logging.getLogger(__name__)
 
+
 def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.hub = FeedHub(app.state.store, settings)
-        reaper = asyncio.create_task(reaper_loop(app.state.store, settings.lost_after_s, app.state.publish,
-                                                  settings.worker_heartbeat_s))
+        reaper = asyncio.create_task(
+            reaper_loop(
+                app.state.store, settings.lost_after_s, app.state.publish, settings.worker_heartbeat_s
+            )
+        )
         requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
         orphans = asyncio.create_task(orphan_watch_loop(app.state.store, settings))  # dead holders
         try:
@@ -38,10 +42,16 @@ def create_app(settings: Settings) -> FastAPI:
             orphans.cancel()
             await app.state.hub.close()
 
-    app = FastAPI(title="normlab API", version="0.1.0", lifespan=lifespan, docs_url="/api/docs",
-                  openapi_url="/api/openapi.json", redoc_url=None,
-                  # tokens (NORMLAB_AUTH=tokens): who calls, 401s; one value per query parameter
-                  dependencies=[auth.GuardDep, Depends(openapi.no_repeated_query)])
+    app = FastAPI(
+        title="normlab API",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        openapi_url="/api/openapi.json",
+        redoc_url=None,
+        # tokens (NORMLAB_AUTH=tokens): who calls, 401s; one value per query parameter
+        dependencies=[auth.GuardDep, Depends(openapi.no_repeated_query)],
+    )
     app.state.settings = settings
     app.state.store = get_store(settings)
     app.state.publish = _publisher(settings)

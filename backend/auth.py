@@ -29,7 +29,8 @@ CACHE_S = 2.0  # a revoked token stops working within this long in a running API
 
 _metadata = MetaData()
 tokens = Table(
-    "api_tokens", _metadata,
+    "api_tokens",
+    _metadata,
     Column("id", String(16), primary_key=True),  # public handle for `normlab token revoke`
     Column("user", String(128), nullable=False),
     Column("admin", Boolean, nullable=False, default=False),
@@ -68,8 +69,11 @@ class TokenStore:
         token = TOKEN_PREFIX + secrets.token_urlsafe(24)
         token_id = secrets.token_hex(4)
         with self.engine.begin() as conn:
-            conn.execute(insert(tokens).values(id=token_id, user=user, admin=admin,
-                                               token_hash=hash_token(token), created_at=time.time()))
+            conn.execute(
+                insert(tokens).values(
+                    id=token_id, user=user, admin=admin, token_hash=hash_token(token), created_at=time.time()
+                )
+            )
         return token_id, token
 
     def revoke(self, token_id: str | None = None, user: str | None = None) -> int:
@@ -88,8 +92,11 @@ class TokenStore:
 
     def list(self) -> list[dict]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(tokens.c.id, tokens.c.user, tokens.c.admin, tokens.c.created_at,
-                                       tokens.c.revoked_at).order_by(tokens.c.created_at))
+            rows = conn.execute(
+                select(
+                    tokens.c.id, tokens.c.user, tokens.c.admin, tokens.c.created_at, tokens.c.revoked_at
+                ).order_by(tokens.c.created_at)
+            )
             return [dict(r._mapping) for r in rows]
 
     def check(self, token: str) -> Principal | None:
@@ -100,8 +107,11 @@ class TokenStore:
         if hit is not None and now - hit[0] < CACHE_S:
             return hit[1]
         with self.engine.connect() as conn:
-            row = conn.execute(select(tokens.c.user, tokens.c.admin).where(
-                tokens.c.token_hash == key, tokens.c.revoked_at.is_(None))).first()
+            row = conn.execute(
+                select(tokens.c.user, tokens.c.admin).where(
+                    tokens.c.token_hash == key, tokens.c.revoked_at.is_(None)
+                )
+            ).first()
         principal = Principal(row[0], bool(row[1])) if row else None
         if len(self._cache) > 10_000:  # bounded: random tokens from a scanner must not grow it forever
             self._cache.clear()
@@ -116,13 +126,17 @@ def token_store(request: Request) -> TokenStore:
     return state.tokens
 
 
-bearer = HTTPBearer(auto_error=False, description="An API token from `normlab token create --user NAME` "
-                    "(needed when the server runs with NORMLAB_AUTH=tokens).")
+bearer = HTTPBearer(
+    auto_error=False,
+    description="An API token from `normlab token create --user NAME` "
+    "(needed when the server runs with NORMLAB_AUTH=tokens).",
+)
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 
 
-async def guard(request: Request,
-                creds: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None) -> None:
+async def guard(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None
+) -> None:
     """Every API route's first dependency: who is calling (request.state.principal), and 401 when a
     token is needed and missing, unknown or revoked."""
     request.state.principal = None
@@ -136,19 +150,31 @@ async def guard(request: Request,
         tokens_ = token_store(request)
         principal = await anyio.to_thread.run_sync(tokens_.check, token[:200])
         if principal is None:
-            raise HTTPException(401, "This API token is unknown or revoked; ask the server's admin for a "
-                                     "new one (normlab token create --user NAME).", headers=UNAUTHORIZED)
+            raise HTTPException(
+                401,
+                "This API token is unknown or revoked; ask the server's admin for a "
+                "new one (normlab token create --user NAME).",
+                headers=UNAUTHORIZED,
+            )
         request.state.principal = principal
         return
     writing = request.method not in ("GET", "HEAD", "OPTIONS")
     if writing:
-        raise HTTPException(401, "Submitting, cancelling and deleting runs on this server need an API "
-                                 "token: send 'Authorization: Bearer <token>' (normlab token create "
-                                 "--user NAME makes one).", headers=UNAUTHORIZED)
+        raise HTTPException(
+            401,
+            "Submitting, cancelling and deleting runs on this server need an API "
+            "token: send 'Authorization: Bearer <token>' (normlab token create "
+            "--user NAME makes one).",
+            headers=UNAUTHORIZED,
+        )
     if not settings.public_read and request.url.path not in OPEN_PATHS:
-        raise HTTPException(401, "Reading this server needs an API token (NORMLAB_PUBLIC_READ is off): "
-                                 "send 'Authorization: Bearer <token>', or ?token=<token> for event "
-                                 "streams.", headers=UNAUTHORIZED)
+        raise HTTPException(
+            401,
+            "Reading this server needs an API token (NORMLAB_PUBLIC_READ is off): "
+            "send 'Authorization: Bearer <token>', or ?token=<token> for event "
+            "streams.",
+            headers=UNAUTHORIZED,
+        )
 
 
 def principal_of(request: Request) -> Principal | None:
@@ -163,8 +189,9 @@ def require_owner(request: Request, run: dict, action: str) -> None:
     if who is not None and (who.admin or who.name == run.get("owner")):
         return
     owner = run.get("owner") or "nobody (it was submitted with auth off)"
-    raise HTTPException(403, f"Run {run['id']} belongs to {owner}; only its owner or an admin may "
-                             f"{action} it.")
+    raise HTTPException(
+        403, f"Run {run['id']} belongs to {owner}; only its owner or an admin may {action} it."
+    )
 
 
 router = APIRouter(prefix="/api", tags=["auth"])
@@ -175,9 +202,13 @@ def me(request: Request) -> dict:
     """Who the token identifies, whether this server asks for tokens, and its limits."""
     settings = request.app.state.settings
     who = principal_of(request)
-    out = {"auth": settings.auth, "public_read": settings.public_read,
-           "user": who.name if who else None, "admin": bool(who and who.admin),
-           "limits": limits_public(settings)}
+    out = {
+        "auth": settings.auth,
+        "public_read": settings.public_read,
+        "user": who.name if who else None,
+        "admin": bool(who and who.admin),
+        "limits": limits_public(settings),
+    }
     if who is not None:
         out["active_runs"], out["oldest_queued_position"] = active_runs(request.app.state.store, who.name)
     return out

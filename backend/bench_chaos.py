@@ -26,10 +26,12 @@ TARGETS = {"lost_events": 0, "run_twice": 0, "max_wait_with_free_worker_s": 30, 
 SHORT = {"task": "digits", "steps": 600, "hidden_size": 16, "eval_every": 100}
 LONG = {"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
 TERMINAL = ("completed", "failed", "cancelled", "diverged", "lost")
-HOLDER = ("from normlab.queue import make_celery\nfrom normlab.settings import Settings\n"
-          "s = Settings()\nwith make_celery(s).connection_for_read() as c:\n"
-          "    m = c.SimpleQueue(s.queue, no_ack=False).get(timeout=60)\n"
-          "    print('holding', flush=True)\n    import time; time.sleep(600)\n")
+HOLDER = (
+    "from normlab.queue import make_celery\nfrom normlab.settings import Settings\n"
+    "s = Settings()\nwith make_celery(s).connection_for_read() as c:\n"
+    "    m = c.SimpleQueue(s.queue, no_ack=False).get(timeout=60)\n"
+    "    print('holding', flush=True)\n    import time; time.sleep(600)\n"
+)
 
 
 class Redis:
@@ -40,18 +42,39 @@ class Redis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
     def up(self) -> None:
-        subprocess.run(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "yes",
-                        "--save", "", "--appendonly", "no"], check=True, capture_output=True, timeout=10)
+        subprocess.run(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "yes",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
         deadline = time.monotonic() + 10
-        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
-                             text=True).stdout.strip() != "PONG":
+        while (
+            subprocess.run(
+                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
+            ).stdout.strip()
+            != "PONG"
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
 
     def down(self) -> None:
-        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True,
-                       timeout=10)
+        subprocess.run(
+            ["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True, timeout=10
+        )
 
 
 def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
@@ -68,11 +91,20 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     proxy, redis = TCPProxy(port), Redis()
     proxy.start()
     redis.up()
-    db = (f"postgresql+psycopg://127.0.0.1:{proxy.port}/{pg_base.rsplit('/', 1)[1]}"
-          f"?options=-csearch_path%3D{schema}&connect_timeout=2")
-    env = service_env(data_dir, queue=f"nlchaos-{uuid.uuid4().hex[:6]}", database_url=db,
-                      broker_url=redis.url, redis_url=redis.url, lost_after_s=6, worker_heartbeat_s=1,
-                      submit_rate_per_minute=10_000)
+    db = (
+        f"postgresql+psycopg://127.0.0.1:{proxy.port}/{pg_base.rsplit('/', 1)[1]}"
+        f"?options=-csearch_path%3D{schema}&connect_timeout=2"
+    )
+    env = service_env(
+        data_dir,
+        queue=f"nlchaos-{uuid.uuid4().hex[:6]}",
+        database_url=db,
+        broker_url=redis.url,
+        redis_url=redis.url,
+        lost_after_s=6,
+        worker_heartbeat_s=1,
+        submit_rate_per_minute=10_000,
+    )
     workers = [start_worker(data_dir, env, f"w{i}") for i in range(2)]
     url, api = start_api(data_dir, env)
     alive = [(time.time(), 2)]  # (since, workers alive)
@@ -91,8 +123,12 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
                 headers = {"Last-Event-ID": str(seen[-1])} if seen else {}
                 try:
                     ended = False
-                    for m in iter_sse(c, url + f"api/runs/{run_id}/events", headers=headers,
-                                      timeout=max(1.0, deadline - time.monotonic())):
+                    for m in iter_sse(
+                        c,
+                        url + f"api/runs/{run_id}/events",
+                        headers=headers,
+                        timeout=max(1.0, deadline - time.monotonic()),
+                    ):
                         if m.id:
                             seen.append(int(m.id))
                         ended = m.event == "status" and m.json()["payload"]["status"] in TERMINAL
@@ -147,8 +183,13 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             time.sleep(1)
             redis.up()
             ids.append(submit(c, SHORT, 200))
-            holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE,
-                                      text=True, start_new_session=True)
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLDER],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             ids.append(submit(c, SHORT, 201))
             if holder.stdout is not None and holder.stdout.readline().startswith("holding"):
                 faults.append((time.time(), "a process holding a queued run's message SIGKILLed"))
@@ -160,8 +201,16 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             runs = _wait_all(c, url, ids, t0 + timeout)
         for t in threads:
             t.join(max(1.0, t0 + timeout - time.monotonic()))
-        return _report(c_url=url, ids=ids, runs=runs, viewers=viewers, alive=alive, killed=killed,
-                       faults=faults, wall_s=time.monotonic() - t0)
+        return _report(
+            c_url=url,
+            ids=ids,
+            runs=runs,
+            viewers=viewers,
+            alive=alive,
+            killed=killed,
+            faults=faults,
+            wall_s=time.monotonic() - t0,
+        )
     finally:
         stop_process(api, signal.SIGTERM, timeout=10)
         for w in workers:
@@ -219,24 +268,39 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
             seqs = [e["seq"] for e in export["events"]]
             stored += len(seqs)
             emitted += export["run"]["last_seq"]
-            running = [e for e in export["events"] if e["kind"] == "status"
-                       and e["payload"]["status"] == "running"]
+            running = [
+                e for e in export["events"] if e["kind"] == "status" and e["payload"]["status"] == "running"
+            ]
             twice += len(running) > 1
     detail = {}
     for r in ids:
         seen, last = viewers.get(r, []), runs.get(r, {}).get("last_seq", 0)
         if seen != list(range(1, last + 1)):
-            detail[r] = {"status": runs.get(r, {}).get("status"), "last_seq": last, "seen": len(seen),
-                         "missing": sorted(set(range(1, last + 1)) - set(seen))[:5],
-                         "duplicates": len(seen) - len(set(seen))}
+            detail[r] = {
+                "status": runs.get(r, {}).get("status"),
+                "last_seq": last,
+                "seen": len(seen),
+                "missing": sorted(set(range(1, last + 1)) - set(seen))[:5],
+                "duplicates": len(seen) - len(set(seen)),
+            }
     incomplete = len(detail)
-    return {"runs_submitted": len(ids), "completed": statuses.count("completed"),
-            "lost": statuses.count("lost"), "cancelled": statuses.count("cancelled"),
-            "not_finished": sum(s not in TERMINAL for s in statuses), "run_twice": twice,
-            "events_emitted": emitted, "events_stored": stored, "lost_events": emitted - stored,
-            "viewers": len(ids), "incomplete_viewers": incomplete, "incomplete_detail": detail,
-            "max_wait_with_free_worker_s": round(_max_wait(ids, runs, alive, killed), 1),
-            "faults": [f for _, f in faults], "wall_s": round(wall_s, 1)}
+    return {
+        "runs_submitted": len(ids),
+        "completed": statuses.count("completed"),
+        "lost": statuses.count("lost"),
+        "cancelled": statuses.count("cancelled"),
+        "not_finished": sum(s not in TERMINAL for s in statuses),
+        "run_twice": twice,
+        "events_emitted": emitted,
+        "events_stored": stored,
+        "lost_events": emitted - stored,
+        "viewers": len(ids),
+        "incomplete_viewers": incomplete,
+        "incomplete_detail": detail,
+        "max_wait_with_free_worker_s": round(_max_wait(ids, runs, alive, killed), 1),
+        "faults": [f for _, f in faults],
+        "wall_s": round(wall_s, 1),
+    }
 
 
 def _max_wait(ids, runs, alive, killed) -> float:

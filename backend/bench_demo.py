@@ -33,16 +33,33 @@ import httpx
 from backend.testing import free_port, iter_sse, service_env, stop_process, wait_http
 from normlab.events import TERMINAL_STATUSES
 
-TARGETS = {"first_point_median_s": 1.0, "first_point_after_start_s": 1.5, "cancel_s": 1.0,
-           "meaningful_paint_ms": 1000.0}
+TARGETS = {
+    "first_point_median_s": 1.0,
+    "first_point_after_start_s": 1.5,
+    "cancel_s": 1.0,
+    "meaningful_paint_ms": 1000.0,
+}
 RUN = {"task": "digits", "norm": "layer", "batch_size": 4}  # issue 19's "LN bs 4" run
 LONG = {**RUN, "steps": 20000}
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
-PAGES = {"lab": ("/", "document.querySelector('.builder .field-grid input') !== null && "
-                     "document.querySelector('#nl-curves .js-plotly-plot .main-svg') !== null"),
-         "runs": ("/runs", "document.querySelector('#runs-table') !== null")}
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+PAGES = {
+    "lab": (
+        "/",
+        "document.querySelector('.builder .field-grid input') !== null && "
+        "document.querySelector('#nl-curves .js-plotly-plot .main-svg') !== null",
+    ),
+    "runs": ("/runs", "document.querySelector('#runs-table') !== null"),
+}
 FCP_JS = "() => (performance.getEntriesByName('first-contentful-paint')[0] || {startTime: null}).startTime"
 
 
@@ -131,8 +148,13 @@ def first_point(url: str) -> float:
 
 
 def cancel_latencies(url: str, repeats: int) -> dict:
-    out: dict[str, list] = {"queued": [], "setting_up": [], "training": [], "setting_up_had_scalars": [],
-                            "errors": []}
+    out: dict[str, list] = {
+        "queued": [],
+        "setting_up": [],
+        "training": [],
+        "setting_up_had_scalars": [],
+        "errors": [],
+    }
     for _ in range(repeats):
         try:
             a, _, wa = _submit(url, LONG)
@@ -160,8 +182,10 @@ def _page_load(context, url: str, path: str, ready: str) -> dict:
     body: dict[str, int] = {}
     cached = [0]
     cdp.on("Network.loadingFinished", lambda e: wire.__setitem__(e["requestId"], e["encodedDataLength"]))
-    cdp.on("Network.dataReceived", lambda e: body.__setitem__(e["requestId"],
-                                                              body.get(e["requestId"], 0) + e["dataLength"]))
+    cdp.on(
+        "Network.dataReceived",
+        lambda e: body.__setitem__(e["requestId"], body.get(e["requestId"], 0) + e["dataLength"]),
+    )
     cdp.on("Network.requestServedFromCache", lambda e: cached.__setitem__(0, cached[0] + 1))
     page.goto(url.rstrip("/") + path)
     page.wait_for_function(f"() => {ready}", timeout=60000)
@@ -169,8 +193,14 @@ def _page_load(context, url: str, path: str, ready: str) -> dict:
     fcp = page.evaluate(FCP_JS)
     page.wait_for_load_state("networkidle")
     page.close()
-    return {"wire_bytes": int(sum(wire.values())), "body_bytes": int(sum(body.values())),
-            "requests": len(wire), "from_cache": cached[0], "meaningful_ms": meaningful, "fcp_ms": fcp}
+    return {
+        "wire_bytes": int(sum(wire.values())),
+        "body_bytes": int(sum(body.values())),
+        "requests": len(wire),
+        "from_cache": cached[0],
+        "meaningful_ms": meaningful,
+        "fcp_ms": fcp,
+    }
 
 
 def pages(url: str, repeats: int) -> dict:
@@ -194,8 +224,10 @@ def pages(url: str, repeats: int) -> dict:
 
 
 def _median_dict(rows: list[dict]) -> dict:
-    return {k: (statistics.median(r[k] for r in rows) if all(r[k] is not None for r in rows) else None)
-            for k in rows[0]}
+    return {
+        k: (statistics.median(r[k] for r in rows) if all(r[k] is not None for r in rows) else None)
+        for k in rows[0]
+    }
 
 
 def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repeats: int) -> dict:
@@ -207,9 +239,15 @@ def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repe
         port = free_port()
         t0 = time.perf_counter()
         with open(Path(tmp) / "up.log", "ab") as log:  # cwd: `python -m` puts it first on sys.path
-            proc = subprocess.Popen([sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers",
-                                     "1"], env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers", "1"],
+                env=env,
+                cwd=tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         url = f"http://127.0.0.1:{port}/"
         try:
             wait_http(url + "api/health", 180, proc)
@@ -220,9 +258,15 @@ def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repe
             weight = pages(url, page_repeats)
         finally:
             stop_process(proc)
-    return {"startup_s": startup, "first_point_after_start_s": first,
-            "first_point_median_s": statistics.median(more), "first_point_s": more,
-            "cancel_s": cancels, "pages": weight, "code": pythonpath or "this checkout"}
+    return {
+        "startup_s": startup,
+        "first_point_after_start_s": first,
+        "first_point_median_s": statistics.median(more),
+        "first_point_s": more,
+        "cancel_s": cancels,
+        "pages": weight,
+        "code": pythonpath or "this checkout",
+    }
 
 
 def _fmt(v, digits=2, unit="") -> str:
@@ -234,22 +278,40 @@ def rows(res: dict) -> list[tuple[str, float | None, float | None]]:
     c = res["cancel_s"]
     out: list[tuple[str, float | None, float | None]] = [
         ("start-up: launch -> API answers (s)", res["startup_s"], None),
-        ("click -> first point, first run after start (s)", res["first_point_after_start_s"],
-         TARGETS["first_point_after_start_s"]),
+        (
+            "click -> first point, first run after start (s)",
+            res["first_point_after_start_s"],
+            TARGETS["first_point_after_start_s"],
+        ),
         ("click -> first point, median (s)", res["first_point_median_s"], TARGETS["first_point_median_s"]),
     ]
     for phase in ("queued", "setting_up", "training"):
         ok = [v for v in c[phase] if v is not None]  # None: the run ended otherwise (see stderr)
-        out.append((f"cancel -> cancelled, {phase.replace('_', ' ')}, median (s)",
-                    statistics.median(ok) if ok else None, TARGETS["cancel_s"]))
-        out.append((f"cancel -> cancelled, {phase.replace('_', ' ')}, worst (s)", max(ok) if ok else None,
-                    TARGETS["cancel_s"]))
+        out.append(
+            (
+                f"cancel -> cancelled, {phase.replace('_', ' ')}, median (s)",
+                statistics.median(ok) if ok else None,
+                TARGETS["cancel_s"],
+            )
+        )
+        out.append(
+            (
+                f"cancel -> cancelled, {phase.replace('_', ' ')}, worst (s)",
+                max(ok) if ok else None,
+                TARGETS["cancel_s"],
+            )
+        )
     for name, r in res["pages"].items() if "skipped" not in res["pages"] else ():
         for visit in ("first", "repeat"):
             v = r[visit]
             out.append((f"{name} page, {visit} visit: bytes on the wire (kB)", v["wire_bytes"] / 1000, None))
-            out.append((f"{name} page, {visit} visit: first meaningful paint (ms)", v["meaningful_ms"],
-                        TARGETS["meaningful_paint_ms"]))
+            out.append(
+                (
+                    f"{name} page, {visit} visit: first meaningful paint (ms)",
+                    v["meaningful_ms"],
+                    TARGETS["meaningful_paint_ms"],
+                )
+            )
             out.append((f"{name} page, {visit} visit: first contentful paint (ms)", v["fcp_ms"], None))
         out.append((f"{name} page: uncompressed bytes (kB)", r["first"]["body_bytes"] / 1000, None))
     return out
@@ -265,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     results = {}
     if args.baseline:
-        results["baseline"] = measure(str(Path(args.baseline).resolve()), args.repeats, args.cancel_repeats,
-                                      args.page_repeats)
+        results["baseline"] = measure(
+            str(Path(args.baseline).resolve()), args.repeats, args.cancel_repeats, args.page_repeats
+        )
     results["current"] = measure(None, args.repeats, args.cancel_repeats, args.page_repeats)
     results["targets"] = TARGETS
     if args.json:

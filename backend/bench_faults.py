@@ -21,13 +21,25 @@ import httpx
 from backend.testing import bench_service, start_api, start_worker, stop_process
 from normlab.events import TERMINAL_STATUSES, RunStatus
 
-TARGETS = {"queue_lost": 0, "queue_twice": 0, "queue_fifo_violations": 0, "viewers_p95_ms": 1000,
-           "viewers_lost": 0, "lost_detect_s": 30}
+TARGETS = {
+    "queue_lost": 0,
+    "queue_twice": 0,
+    "queue_fifo_violations": 0,
+    "viewers_p95_ms": 1000,
+    "viewers_lost": 0,
+    "lost_detect_s": 30,
+}
 TINY = {"task": "digits", "steps": 5, "hidden_size": 16, "eval_every": 5}
 
 
-def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, timeout: float = 1800.0,
-               spec: dict | None = None) -> dict:
+def queue_load(
+    url: str,
+    users: dict[str, dict],
+    n_runs: int,
+    workers: int,
+    timeout: float = 1800.0,
+    spec: dict | None = None,
+) -> dict:
     """Submit n_runs tiny runs round-robin over `users` ({name: headers}), wait for all, and check:
     every run finished once (one `running` status event, one terminal), none lost, FIFO per user
     (a run may start before an earlier one of the same user only within the `workers` runs that are
@@ -58,27 +70,38 @@ def queue_load(url: str, users: dict[str, dict], n_runs: int, workers: int, time
         for rid in runs:
             export = c.get(url + f"api/runs/{rid}/export", params={"format": "json"}).json()
             statuses = [e["payload"]["status"] for e in export["events"] if e["kind"] == "status"]
-            twice += (statuses.count(RunStatus.RUNNING) > 1
-                      or len([s for s in statuses if s in TERMINAL_STATUSES]) > 1)
+            twice += (
+                statuses.count(RunStatus.RUNNING) > 1
+                or len([s for s in statuses if s in TERMINAL_STATUSES]) > 1
+            )
     fifo_violations = 0
     for name in names:
         started = [runs[r]["started_at"] for r in submitted[name] if r in runs and runs[r]["started_at"]]
         order = sorted(range(len(started)), key=lambda k: started[k])
         fifo_violations += sum(abs(rank - k) > max(0, workers - 1) for rank, k in enumerate(order))
     statuses = [r["status"] for r in runs.values()]
-    return {"runs": n_runs, "users": len(names), "workers": workers,
-            "completed": statuses.count(RunStatus.COMPLETED), "not_finished": len(ids) - len(runs),
-            "failed_or_lost": sum(s != "completed" for s in statuses), "twice": twice,
-            "fifo_violations": fifo_violations, "submit_s": round(submit_s, 2), "wall_s": round(wall_s, 1),
-            "runs_per_min": round(60 * len(runs) / wall_s, 1) if wall_s else None}
+    return {
+        "runs": n_runs,
+        "users": len(names),
+        "workers": workers,
+        "completed": statuses.count(RunStatus.COMPLETED),
+        "not_finished": len(ids) - len(runs),
+        "failed_or_lost": sum(s != "completed" for s in statuses),
+        "twice": twice,
+        "fifo_violations": fifo_violations,
+        "submit_s": round(submit_s, 2),
+        "wall_s": round(wall_s, 1),
+        "runs_per_min": round(60 * len(runs) / wall_s, 1) if wall_s else None,
+    }
 
 
 def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
     """Start a long run, SIGKILL the process group of the worker that trains it (the Celery parent
     and its pool child) mid-run, and time until the run reads `lost`."""
     with httpx.Client(timeout=30) as c:
-        rid = c.post(url + "api/runs", json={**TINY, "steps": 20000, "eval_every": 1000},
-                     headers=headers).json()["id"]
+        rid = c.post(
+            url + "api/runs", json={**TINY, "steps": 20000, "eval_every": 1000}, headers=headers
+        ).json()["id"]
         deadline = time.monotonic() + timeout
         run = c.get(url + f"api/runs/{rid}").json()
         while run["last_seq"] < 3 and time.monotonic() < deadline:
@@ -87,21 +110,30 @@ def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
         child_pid = int(run["worker_host"].rsplit(":", 1)[1])  # "host:pid" of the pool child
         os.killpg(os.getpgid(child_pid), signal.SIGKILL)
         t_kill = time.monotonic()
-        while (c.get(url + f"api/runs/{rid}").json()["status"] != RunStatus.LOST
-               and time.monotonic() < deadline):
+        while (
+            c.get(url + f"api/runs/{rid}").json()["status"] != RunStatus.LOST and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         run = c.get(url + f"api/runs/{rid}").json()
         resubmitted = c.post(url + f"api/runs/{rid}/resubmit", headers=headers).status_code
-    return {"status": run["status"], "detect_s": round(time.monotonic() - t_kill, 1),
-            "events_kept": run["last_seq"], "resubmit_status": resubmitted}
+    return {
+        "status": run["status"],
+        "detect_s": round(time.monotonic() - t_kill, 1),
+        "events_kept": run["last_seq"],
+        "resubmit_status": resubmitted,
+    }
 
 
 def run_bench(args) -> dict:
     from backend.auth import TokenStore
     from backend.bench_stream import measure_feed
 
-    limits = {"auth": "tokens", "public_read": True, "max_active_runs_per_user": max(20, args.runs),
-              "submit_rate_per_minute": 10_000}
+    limits = {
+        "auth": "tokens",
+        "public_read": True,
+        "max_active_runs_per_user": max(20, args.runs),
+        "submit_rate_per_minute": 10_000,
+    }
     with bench_service(args.form, "nlfaults", args.pg_url, args.redis_url, **limits) as svc:
         tokens = TokenStore(svc.store)
         users = {n: {"Authorization": f"Bearer {tokens.create(n)[1]}"} for n in ("ada", "grace")}
@@ -112,8 +144,9 @@ def run_bench(args) -> dict:
             if args.runs:
                 out["queue"] = queue_load(url, users, args.runs, args.workers)
             if args.viewers:
-                out["viewers"] = measure_feed(url, svc.store, svc.publisher, args.viewers, args.events,
-                                              args.rate)
+                out["viewers"] = measure_feed(
+                    url, svc.store, svc.publisher, args.viewers, args.events, args.rate
+                )
             if args.lost:
                 out["lost"] = lost_detection(url, users["ada"])
             return out
@@ -133,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=100, help="events of the viewed run")
     p.add_argument("--rate", type=float, default=10.0, help="its events per second")
     p.add_argument("--no-lost", dest="lost", action="store_false", help="skip the SIGKILL measurement")
-    p.add_argument("--chaos", action="store_true", help="instead: the faults mixed while runs stream "
-                   "(backend/bench_chaos.py; its own redis-server and PostgreSQL schema)")
+    p.add_argument(
+        "--chaos",
+        action="store_true",
+        help="instead: the faults mixed while runs stream "
+        "(backend/bench_chaos.py; its own redis-server and PostgreSQL schema)",
+    )
     p.add_argument("--chaos-runs", type=int, default=10, help="short runs queued during the chaos run")
     p.add_argument("--timeout", type=float, default=300.0, help="the chaos run stops by itself after this")
     p.add_argument("--pg-url", default="postgresql://127.0.0.1:5432/test")
@@ -154,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.runs > 1000 or args.viewers > 1000 or not 1 <= args.workers <= 8 or args.events > 10_000:
         p.error("keep it bounded: at most 1000 runs, 1000 viewers, 1-8 workers, 10000 events")
-    report = {"results": run_bench(args), "targets": TARGETS,
-              "args": {k: v for k, v in vars(args).items() if k != "json"}}
+    report = {
+        "results": run_bench(args),
+        "targets": TARGETS,
+        "args": {k: v for k, v in vars(args).items() if k != "json"},
+    }
     if args.json:
         print(json.dumps(report))
     else:
@@ -167,27 +207,37 @@ def print_table(r: dict) -> None:
     print(f"normlab bench faults ({r['form']} form)")
     if "queue" in r:
         q = r["queue"]
-        print(f"  {q['runs']} runs / {q['users']} users / {q['workers']} workers: "
-              f"{q['completed']} completed, {q['not_finished']} not finished, "
-              f"{q['failed_or_lost']} failed or lost, {q['twice']} twice, "
-              f"{q['fifo_violations']} FIFO violations; {q['wall_s']} s ({q['runs_per_min']} runs/min)")
+        print(
+            f"  {q['runs']} runs / {q['users']} users / {q['workers']} workers: "
+            f"{q['completed']} completed, {q['not_finished']} not finished, "
+            f"{q['failed_or_lost']} failed or lost, {q['twice']} twice, "
+            f"{q['fifo_violations']} FIFO violations; {q['wall_s']} s ({q['runs_per_min']} runs/min)"
+        )
     if "viewers" in r:
         v = r["viewers"]
-        print(f"  {v['clients']} SSE viewers x {v['events']} events: p50 {v['p50_ms']} ms, "
-              f"p95 {v['p95_ms']} ms, max {v['max_ms']} ms, lost {v['lost']}, duplicates {v['duplicates']}")
+        print(
+            f"  {v['clients']} SSE viewers x {v['events']} events: p50 {v['p50_ms']} ms, "
+            f"p95 {v['p95_ms']} ms, max {v['max_ms']} ms, lost {v['lost']}, duplicates {v['duplicates']}"
+        )
     if "lost" in r:
         lo = r["lost"]
-        print(f"  SIGKILLed worker: run {lo['status']} after {lo['detect_s']} s, {lo['events_kept']} events "
-              f"kept, resubmit -> HTTP {lo['resubmit_status']}")
+        print(
+            f"  SIGKILLed worker: run {lo['status']} after {lo['detect_s']} s, {lo['events_kept']} events "
+            f"kept, resubmit -> HTTP {lo['resubmit_status']}"
+        )
 
 
 def print_chaos(c: dict) -> None:
     print("normlab bench faults --chaos (Redis broker + feed, PostgreSQL, 2 workers, a viewer per run)")
     print(f"  faults: {'; '.join(c['faults'])}")
-    print(f"  runs: {c['runs_submitted']} submitted, {c['completed']} completed, {c['lost']} lost "
-          f"(the SIGKILLed worker's), {c['cancelled']} cancelled, {c['not_finished']} not finished, "
-          f"{c['run_twice']} run twice")
+    print(
+        f"  runs: {c['runs_submitted']} submitted, {c['completed']} completed, {c['lost']} lost "
+        f"(the SIGKILLed worker's), {c['cancelled']} cancelled, {c['not_finished']} not finished, "
+        f"{c['run_twice']} run twice"
+    )
     print(f"  events: {c['events_emitted']} emitted, {c['events_stored']} stored, {c['lost_events']} lost")
     print(f"  viewers: {c['viewers']}, {c['incomplete_viewers']} incomplete (a gap, a duplicate or a hang)")
-    print(f"  longest wait of a queued run with a worker free: {c['max_wait_with_free_worker_s']} s "
-          f"(target < 30 s); wall {c['wall_s']} s")
+    print(
+        f"  longest wait of a queued run with a worker free: {c['max_wait_with_free_worker_s']} s "
+        f"(target < 30 s); wall {c['wall_s']} s"
+    )

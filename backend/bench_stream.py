@@ -26,8 +26,13 @@ import httpx
 from backend.testing import bench_service, iter_sse, start_api, start_worker, stop_process
 from normlab.events import RunStatus
 
-TARGETS = {"latency_p95_ms_redis": 250, "fanout_p95_ms": 1000, "fanout_lost": 0, "submit_first_event_s": 2.0,
-           "history_ms": 300}
+TARGETS = {
+    "latency_p95_ms_redis": 250,
+    "fanout_p95_ms": 1000,
+    "fanout_lost": 0,
+    "submit_first_event_s": 2.0,
+    "history_ms": 300,
+}
 _SEQ = re.compile(rb'"seq":(\d+)')
 _TIME = re.compile(rb'"time":([0-9.eE+-]+)')
 
@@ -40,8 +45,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 # ---- a cheap SSE client (HTTP/1.0: no chunked framing), many per event loop -------------------------
-async def sse_client(host: str, port: int, path: str, out: dict, ready: asyncio.Event, n_ready: list,
-                     n_total: int) -> None:
+async def sse_client(
+    host: str, port: int, path: str, out: dict, ready: asyncio.Event, n_ready: list, n_total: int
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode())
     await writer.drain()
@@ -83,13 +89,30 @@ def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float)
         delay = t0 + (i + 1) / rate_hz - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        writer.emit(Event(seq=i + 2, step=i + 1, kind="scalars", payload={
-            "train_loss": 1.0 / (i + 1), "val_loss": None, "accuracy": None, "bpc": None, "grad_norm": 1.0,
-            "lr": 1e-3, "steps_per_s": rate_hz, "elapsed": i / rate_hz}))
-    writer.emit(Event(seq=n_events + 2, step=n_events, kind="status",
-                      payload={"status": RunStatus.COMPLETED}))
-    writer.close({"status": RunStatus.COMPLETED, "finished_at": time.time()},
-                 {"status": RunStatus.COMPLETED, "time": time.time()})
+        writer.emit(
+            Event(
+                seq=i + 2,
+                step=i + 1,
+                kind="scalars",
+                payload={
+                    "train_loss": 1.0 / (i + 1),
+                    "val_loss": None,
+                    "accuracy": None,
+                    "bpc": None,
+                    "grad_norm": 1.0,
+                    "lr": 1e-3,
+                    "steps_per_s": rate_hz,
+                    "elapsed": i / rate_hz,
+                },
+            )
+        )
+    writer.emit(
+        Event(seq=n_events + 2, step=n_events, kind="status", payload={"status": RunStatus.COMPLETED})
+    )
+    writer.close(
+        {"status": RunStatus.COMPLETED, "finished_at": time.time()},
+        {"status": RunStatus.COMPLETED, "time": time.time()},
+    )
 
 
 def new_running_run(store):
@@ -116,8 +139,12 @@ def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rat
     async def main():
         ready = asyncio.Event()
         n_ready = [0]
-        tasks = [asyncio.create_task(sse_client(host, int(port), f"/api/runs/{run_id}/events", o, ready,
-                                                n_ready, n_clients)) for o in outs]
+        tasks = [
+            asyncio.create_task(
+                sse_client(host, int(port), f"/api/runs/{run_id}/events", o, ready, n_ready, n_clients)
+            )
+            for o in outs
+        ]
         await asyncio.wait_for(ready.wait(), 120)
         emitter = threading.Thread(target=emit_synthetic, args=(store, run_id, publisher, n_events, rate_hz))
         emitter.start()
@@ -130,8 +157,16 @@ def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rat
     lost = sum(len(set(range(1, expected + 1)) - set(o["seqs"])) for o in outs)
     dups = sum(len(o["seqs"]) - len(set(o["seqs"])) for o in outs)
     lat = [x * 1000 for o in outs for x in o["lat"]]
-    return {"clients": n_clients, "events": expected, "rate_hz": rate_hz, "p50_ms": round(pct(lat, 50), 1),
-            "p95_ms": round(pct(lat, 95), 1), "max_ms": round(max(lat), 1), "lost": lost, "duplicates": dups}
+    return {
+        "clients": n_clients,
+        "events": expected,
+        "rate_hz": rate_hz,
+        "p50_ms": round(pct(lat, 50), 1),
+        "p95_ms": round(pct(lat, 95), 1),
+        "max_ms": round(max(lat), 1),
+        "lost": lost,
+        "duplicates": dups,
+    }
 
 
 def measure_submit(base: str, reps: int) -> dict:
@@ -165,19 +200,30 @@ def write_history(store, n_points: int) -> tuple[str, float]:
     for i in range(n_points):
         val = 1.0 / (i + 1) if i % 50 == 0 else None
         loss = 5.0 if i == n_points // 2 else 1.0 / (1 + i * 1e-4)
-        payload = json.dumps({"train_loss": loss, "val_loss": val, "grad_norm": 0.5, "lr": 1e-3,
-                              "elapsed": i * 1e-3}, separators=(",", ":"))
+        payload = json.dumps(
+            {"train_loss": loss, "val_loss": val, "grad_norm": 0.5, "lr": 1e-3, "elapsed": i * 1e-3},
+            separators=(",", ":"),
+        )
         row = EventRow(i + 1, i + 1, "scalars", t_base + i * 1e-3, payload)
         batch.append(row)
         for level, number, b in builder.add(row.seq, row.step, row.time, json.loads(payload)):
-            buckets.append({"level": level, "bucket": number, "seq_last": b.seq_last,
-                            "step_last": b.step_last, "time_last": b.time_last, "data": bucket_json(b)})
+            buckets.append(
+                {
+                    "level": level,
+                    "bucket": number,
+                    "seq_last": b.seq_last,
+                    "step_last": b.step_last,
+                    "time_last": b.time_last,
+                    "data": bucket_json(b),
+                }
+            )
         if len(batch) == 20_000 or i == n_points - 1:
             store.append_events(run_id, batch, buckets, len(batch))
             batch, buckets = [], []
     watch.stop()
-    assert store.finish_with_status(run_id, RunStatus.COMPLETED, "bench history",
-                                    only_from=(RunStatus.RUNNING,))
+    assert store.finish_with_status(
+        run_id, RunStatus.COMPLETED, "bench history", only_from=(RunStatus.RUNNING,)
+    )
     return run_id, time.perf_counter() - t0
 
 
@@ -192,8 +238,14 @@ def measure_history(base: str, store, n_points: int, max_points: int, reps: int 
             body = r.json()
     n_out = len(body["series"]["train_loss"]["step"])
     assert body["total_points"] == n_points and max(body["series"]["train_loss"]["max"]) == 5.0
-    return {"points": n_points, "max_points": max_points, "buckets": n_out, "write_s": round(write_s, 1),
-            "median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}
+    return {
+        "points": n_points,
+        "max_points": max_points,
+        "buckets": n_out,
+        "write_s": round(write_s, 1),
+        "median_ms": round(statistics.median(times), 1),
+        "max_ms": round(max(times), 1),
+    }
 
 
 def run_form(form: str, args) -> dict:
@@ -201,10 +253,13 @@ def run_form(form: str, args) -> dict:
         worker = start_worker(svc.data_dir, svc.env, "bench")
         base, api = start_api(svc.data_dir, svc.env)
         try:
-            result: dict[str, Any] = {"submit_first_event": measure_submit(base, args.submit_reps),
-                      "latency": measure_feed(base, svc.store, svc.publisher, 1, args.events, args.rate)}
-            result["fanout"] = [measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate)
-                                for n in args.clients]
+            result: dict[str, Any] = {
+                "submit_first_event": measure_submit(base, args.submit_reps),
+                "latency": measure_feed(base, svc.store, svc.publisher, 1, args.events, args.rate),
+            }
+            result["fanout"] = [
+                measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate) for n in args.clients
+            ]
             result["history"] = measure_history(base, svc.store, args.history_points, 2000)
             return result
         finally:
@@ -227,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     if max(args.clients) > 1000 or args.events > 10_000 or args.history_points > 5_000_000:
         p.error("keep it bounded: at most 1000 clients, 10000 events, 5000000 history points")
     results = {form: run_form(form, args) for form in args.forms.split(",")}
-    report = {"forms": results, "targets": TARGETS, "args": {k: v for k, v in vars(args).items()
-                                                             if k not in ("json",)}}
+    report = {
+        "forms": results,
+        "targets": TARGETS,
+        "args": {k: v for k, v in vars(args).items() if k not in ("json",)},
+    }
     if args.json:
         print(json.dumps(report))
     else:
@@ -238,18 +296,38 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(results: dict) -> None:
     forms = list(results)
-    rows = [("worker event -> SSE p50 / p95 (ms)",
-             [f"{r['latency']['p50_ms']} / {r['latency']['p95_ms']}" for r in results.values()])]
+    rows = [
+        (
+            "worker event -> SSE p50 / p95 (ms)",
+            [f"{r['latency']['p50_ms']} / {r['latency']['p95_ms']}" for r in results.values()],
+        )
+    ]
     for i, fan in enumerate(next(iter(results.values()))["fanout"]):
-        rows.append((f"{fan['clients']} clients: p95 ms / lost / dup",
-                     [f"{f['p95_ms']} / {f['lost']} / {f['duplicates']}"
-                      for f in (r["fanout"][i] for r in results.values())]))
-    rows.append(("submit -> first event median / max (s)",
-                 [f"{r['submit_first_event']['median_s']} / {r['submit_first_event']['max_s']}"
-                  for r in results.values()]))
+        rows.append(
+            (
+                f"{fan['clients']} clients: p95 ms / lost / dup",
+                [
+                    f"{f['p95_ms']} / {f['lost']} / {f['duplicates']}"
+                    for f in (r["fanout"][i] for r in results.values())
+                ],
+            )
+        )
+    rows.append(
+        (
+            "submit -> first event median / max (s)",
+            [
+                f"{r['submit_first_event']['median_s']} / {r['submit_first_event']['max_s']}"
+                for r in results.values()
+            ],
+        )
+    )
     h = next(iter(results.values()))["history"]
-    rows.append((f"history {h['points']:,} -> {h['max_points']:,} pts median / max (ms)",
-                 [f"{r['history']['median_ms']} / {r['history']['max_ms']}" for r in results.values()]))
+    rows.append(
+        (
+            f"history {h['points']:,} -> {h['max_points']:,} pts median / max (ms)",
+            [f"{r['history']['median_ms']} / {r['history']['max_ms']}" for r in results.values()],
+        )
+    )
     width = max(len(r[0]) for r in rows)
     print(f"{'':{width}}  " + "  ".join(f"{f:>22}" for f in forms))
     for label, vals in rows:

@@ -28,8 +28,10 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
         prefix = _field_name(tuple(err.get("loc", ())))
         if err.get("type") == "json_invalid":  # loc is ("body", character position)
             where = err["loc"][-1] if len(err.get("loc", ())) > 1 else "?"
-            fields["body"] = (f"The request body is not valid JSON ({ctx.get('error', 'decode error')} at "
-                              f"character {where}); send a JSON object, e.g. {{\"task\": \"digits\"}}.")
+            fields["body"] = (
+                f"The request body is not valid JSON ({ctx.get('error', 'decode error')} at "
+                f'character {where}); send a JSON object, e.g. {{"task": "digits"}}.'
+            )
             continue
         if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
             fields["body"] = 'The request has no body; send a JSON object, e.g. {"task": "digits"}.'
@@ -87,8 +89,11 @@ def install(app: FastAPI) -> None:
         detail = exc.detail
         if isinstance(detail, dict):
             fields, detail = detail.get("fields", {}), detail.get("detail", "")
-        return JSONResponse({"detail": str(detail), "fields": fields}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            {"detail": str(detail), "fields": fields},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(DBAPIError)
     async def _database(_request: Request, exc: DBAPIError):
@@ -97,17 +102,33 @@ def install(app: FastAPI) -> None:
         reason = f"{type(exc.orig).__name__}: {str(exc.orig).splitlines()[0] if str(exc.orig) else ''}"
         if is_outage(exc):
             log.warning("results database unavailable: %s", reason)
-            return JSONResponse({"detail": "The results database is unavailable right now; retry in a few "
-                                           "seconds (the server reconnects by itself).", "fields": {}},
-                                status_code=503, headers={"Retry-After": "5"})
+            return JSONResponse(
+                {
+                    "detail": "The results database is unavailable right now; retry in a few "
+                    "seconds (the server reconnects by itself).",
+                    "fields": {},
+                },
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
         if isinstance(exc, DataError):  # e.g. a NUL byte, which PostgreSQL refuses in text: bad input
             log.info("the database refused a value: %s", reason)
-            return JSONResponse({"detail": "The request holds a value this server cannot store or look up "
-                                           "(e.g. a NUL byte or a control character); remove it.",
-                                 "fields": {}}, status_code=422)
+            return JSONResponse(
+                {
+                    "detail": "The request holds a value this server cannot store or look up "
+                    "(e.g. a NUL byte or a control character); remove it.",
+                    "fields": {},
+                },
+                status_code=422,
+            )
         log.error("database error: %s", reason)  # a bug, not an outage: retrying will not help
-        return JSONResponse({"detail": "Internal error in the results database; the server's log has the "
-                                       "reason.", "fields": {}}, status_code=500)
+        return JSONResponse(
+            {
+                "detail": "Internal error in the results database; the server's log has the reason.",
+                "fields": {},
+            },
+            status_code=500,
+        )
 
 
 def is_outage(exc: DBAPIError) -> bool:

@@ -25,10 +25,21 @@ from normlab.store.schema import runs
 
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.
-TASK_DIMS = {"digits": (64, 10), "mnist": (784, 10), "mnist1d": (40, 10), "seq-digits": (8, 10),
-             "adding": (2, 1), "copy": (10, 10), "charlm": (101, 101), "conv-digits": (1, 10),
-             "mnist5k": (784, 10), "pixel-digits": (1, 10), "handwriting": (3, 121), "draw": (196, 2),
-             "order-embed": (208, 128)}
+TASK_DIMS = {
+    "digits": (64, 10),
+    "mnist": (784, 10),
+    "mnist1d": (40, 10),
+    "seq-digits": (8, 10),
+    "adding": (2, 1),
+    "copy": (10, 10),
+    "charlm": (101, 101),
+    "conv-digits": (1, 10),
+    "mnist5k": (784, 10),
+    "pixel-digits": (1, 10),
+    "handwriting": (3, 121),
+    "draw": (196, 2),
+    "order-embed": (208, 128),
+}
 GATES = {"lstm": 4, "gru": 3, "tanh": 1}
 # Tasks that bring their own model (one recurrent layer of size h, whatever `layers` says): its size is
 # a·h² + b·h + c, read off the built models (tests/backend/hardening/test_limits.py checks it).
@@ -78,37 +89,49 @@ def spec_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
     """Job-size limits for a resolved spec: {field: message saying what to change}."""
     out: dict[str, str] = {}
     if spec.steps is not None and spec.steps > settings.max_steps:
-        out["steps"] = (f"This server allows at most {settings.max_steps} steps per run (got {spec.steps}); "
-                        "lower steps (NORMLAB_MAX_STEPS sets the limit).")
+        out["steps"] = (
+            f"This server allows at most {settings.max_steps} steps per run (got {spec.steps}); "
+            "lower steps (NORMLAB_MAX_STEPS sets the limit)."
+        )
     if spec.seq_len is not None:
         tokens = max(spec.seq_len, spec.eval_seq_len or 0) * spec.batch_size
         if tokens > settings.max_seq_tokens:
-            out["seq_len"] = (f"seq_len × batch_size = {tokens} exceeds this server's "
-                              f"{settings.max_seq_tokens}; shorten the sequences or the batch "
-                              "(NORMLAB_MAX_SEQ_TOKENS sets the limit).")
+            out["seq_len"] = (
+                f"seq_len × batch_size = {tokens} exceeds this server's "
+                f"{settings.max_seq_tokens}; shorten the sequences or the batch "
+                "(NORMLAB_MAX_SEQ_TOKENS sets the limit)."
+            )
     n = estimate_params(spec)
     if n > settings.max_params:
-        out["hidden_size"] = (f"This model has about {n:,} parameters; this server allows "
-                              f"{settings.max_params:,}. Lower hidden_size or layers "
-                              "(NORMLAB_MAX_PARAMS sets the limit).")
+        out["hidden_size"] = (
+            f"This model has about {n:,} parameters; this server allows "
+            f"{settings.max_params:,}. Lower hidden_size or layers "
+            "(NORMLAB_MAX_PARAMS sets the limit)."
+        )
     if spec.probes.enabled:
         every = settings.min_probe_every
         for name in ("trace_every", "fisher_every"):
             value = getattr(spec.probes, name)
             if value < every:
-                out[f"probes.{name}"] = (f"Probes may run at most every {every} steps on this server "
-                                         f"(got {name}={value}); raise it (NORMLAB_MIN_PROBE_EVERY sets "
-                                         "the limit).")
+                out[f"probes.{name}"] = (
+                    f"Probes may run at most every {every} steps on this server "
+                    f"(got {name}={value}); raise it (NORMLAB_MIN_PROBE_EVERY sets "
+                    "the limit)."
+                )
     return out
 
 
 def limits_public(settings: Settings) -> dict:
-    return {"max_steps": settings.max_steps, "max_params": settings.max_params,
-            "max_seq_tokens": settings.max_seq_tokens, "min_probe_every": settings.min_probe_every,
-            "max_active_runs_per_user": settings.max_active_runs_per_user,
-            "submit_rate_per_minute": settings.submit_rate_per_minute,
-            "max_active_runs": settings.max_active_runs,
-            "max_body_bytes": settings.max_body_bytes}
+    return {
+        "max_steps": settings.max_steps,
+        "max_params": settings.max_params,
+        "max_seq_tokens": settings.max_seq_tokens,
+        "min_probe_every": settings.min_probe_every,
+        "max_active_runs_per_user": settings.max_active_runs_per_user,
+        "submit_rate_per_minute": settings.submit_rate_per_minute,
+        "max_active_runs": settings.max_active_runs,
+        "max_body_bytes": settings.max_body_bytes,
+    }
 
 
 class RateLimiter:
@@ -141,17 +164,24 @@ def limiter_for(store: Store) -> RateLimiter:
 def active_runs(store: Store, owner: str) -> tuple[int, int | None]:
     """(runs of this owner queued or running, queue position of their oldest queued run)."""
     with store.engine.connect() as conn:
-        n = conn.execute(select(func.count()).select_from(runs).where(
-            runs.c.owner == owner, runs.c.status.in_(ACTIVE_STATUSES))).scalar_one()
-        oldest = conn.execute(select(func.min(runs.c.created_at)).where(
-            runs.c.owner == owner, runs.c.status == RunStatus.QUEUED)).scalar_one_or_none()
+        n = conn.execute(
+            select(func.count())
+            .select_from(runs)
+            .where(runs.c.owner == owner, runs.c.status.in_(ACTIVE_STATUSES))
+        ).scalar_one()
+        oldest = conn.execute(
+            select(func.min(runs.c.created_at)).where(
+                runs.c.owner == owner, runs.c.status == RunStatus.QUEUED
+            )
+        ).scalar_one_or_none()
     return int(n), (store.queue_position(oldest) if oldest is not None else None)
 
 
 def too_many(detail: str, retry_after_s: float, field: str) -> HTTPException:
     seconds = max(1, math.ceil(retry_after_s))
-    return HTTPException(429, {"detail": detail, "fields": {field: detail}},
-                         headers={"Retry-After": str(seconds)})
+    return HTTPException(
+        429, {"detail": detail, "fields": {field: detail}}, headers={"Retry-After": str(seconds)}
+    )
 
 
 def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> None:
@@ -159,37 +189,54 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
     submission rate. Without named users (auth off) all anonymous submissions share one rate."""
     total = active_total(store)
     if total + n_runs > settings.max_active_runs:
-        raise too_many(f"This server has {total} runs queued or running and takes at most "
-                       f"{settings.max_active_runs} (this request adds {n_runs}). Retry when some have "
-                       "finished; NORMLAB_MAX_ACTIVE_RUNS sets the limit.", 30, "runs")
+        raise too_many(
+            f"This server has {total} runs queued or running and takes at most "
+            f"{settings.max_active_runs} (this request adds {n_runs}). Retry when some have "
+            "finished; NORMLAB_MAX_ACTIVE_RUNS sets the limit.",
+            30,
+            "runs",
+        )
     if owner is None or settings.auth == "off":
         wait = limiter_for(store).hit(ANONYMOUS, settings.submit_rate_per_minute)
         if wait > 0:
-            raise too_many(f"Too many submissions: this server takes {settings.submit_rate_per_minute} per "
-                           f"minute from anonymous users together. Retry in {math.ceil(wait)} s, or submit "
-                           "several runs at once with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets "
-                           "the limit).", wait, "rate")
+            raise too_many(
+                f"Too many submissions: this server takes {settings.submit_rate_per_minute} per "
+                f"minute from anonymous users together. Retry in {math.ceil(wait)} s, or submit "
+                "several runs at once with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets "
+                "the limit).",
+                wait,
+                "rate",
+            )
         return
     cap = settings.max_active_runs_per_user
     active, position = active_runs(store, owner)
     if active + n_runs > cap:
         where = f" Your oldest queued run is at position {position} in the queue." if position else ""
-        raise too_many(f"You have {active} runs queued or running and this server allows {cap} per user "
-                       f"(this request adds {n_runs}). Wait for some to finish or cancel queued ones "
-                       f"(POST /api/runs/{{id}}/cancel); NORMLAB_MAX_ACTIVE_RUNS_PER_USER sets the limit."
-                       + where, 30, "runs")
+        raise too_many(
+            f"You have {active} runs queued or running and this server allows {cap} per user "
+            f"(this request adds {n_runs}). Wait for some to finish or cancel queued ones "
+            f"(POST /api/runs/{{id}}/cancel); NORMLAB_MAX_ACTIVE_RUNS_PER_USER sets the limit." + where,
+            30,
+            "runs",
+        )
     wait = limiter_for(store).hit(owner, settings.submit_rate_per_minute)
     if wait > 0:
-        raise too_many(f"Too many submissions: this server takes {settings.submit_rate_per_minute} per "
-                       f"minute per user. Retry in {math.ceil(wait)} s, or submit several runs at once "
-                       "with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets the limit).", wait,
-                       "rate")
+        raise too_many(
+            f"Too many submissions: this server takes {settings.submit_rate_per_minute} per "
+            f"minute per user. Retry in {math.ceil(wait)} s, or submit several runs at once "
+            "with POST /api/sweeps (NORMLAB_SUBMIT_RATE_PER_MINUTE sets the limit).",
+            wait,
+            "rate",
+        )
 
 
 def active_total(store: Store) -> int:
     with store.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(runs).where(
-            runs.c.status.in_(("queued", "running")))).scalar_one())
+        return int(
+            conn.execute(
+                select(func.count()).select_from(runs).where(runs.c.status.in_(("queued", "running")))
+            ).scalar_one()
+        )
 
 
 class BodyLimit:
@@ -234,10 +281,21 @@ class BodyLimit:
     async def _reject(self, send) -> None:
         import json
 
-        body = json.dumps({"detail": f"The request body is larger than this server's {self.max_bytes} "
-                                     "bytes; send less (NORMLAB_MAX_BODY_BYTES sets the limit).",
-                           "fields": {}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "detail": f"The request body is larger than this server's {self.max_bytes} "
+                "bytes; send less (NORMLAB_MAX_BODY_BYTES sets the limit).",
+                "fields": {},
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -24,8 +24,11 @@ def run_metrics(store: Store, run: dict, names: list[str] | None, max_points: in
         if buckets:
             after = buckets[-1].seq_last
     # Raw points, or the open tail after the last closed bucket (fewer than 4**level events).
-    rows = store.iter_events(run["id"], kind="scalars") if level == 0 else \
-        store.events_after(run["id"], after, limit=BASE**level, kind="scalars")
+    rows = (
+        store.iter_events(run["id"], kind="scalars")
+        if level == 0
+        else store.events_after(run["id"], after, limit=BASE**level, kind="scalars")
+    )
     tail = Bucket()
     for row in rows:
         target = Bucket() if level == 0 else tail
@@ -34,8 +37,12 @@ def run_metrics(store: Store, run: dict, names: list[str] | None, max_points: in
             buckets.append(target)
     if tail.n:
         buckets.append(tail)
-    return {"run_id": run["id"], "series": series_from_buckets(buckets, names), "total_points": total,
-            "downsampled": level > 0}
+    return {
+        "run_id": run["id"],
+        "series": series_from_buckets(buckets, names),
+        "total_points": total,
+        "downsampled": level > 0,
+    }
 
 
 def export_csv(store: Store, run_id: str):
@@ -45,8 +52,14 @@ def export_csv(store: Store, run_id: str):
     writer.writerow(["seq", "step", "time", *SCALAR_NAMES])
     for row in store.iter_events(run_id, kind="scalars"):
         values = json.loads(row.payload)
-        writer.writerow([row.seq, row.step, repr(row.time),
-                         *("" if values.get(n) is None else repr(values[n]) for n in SCALAR_NAMES)])
+        writer.writerow(
+            [
+                row.seq,
+                row.step,
+                repr(row.time),
+                *("" if values.get(n) is None else repr(values[n]) for n in SCALAR_NAMES),
+            ]
+        )
         if buf.tell() > 65536:
             yield buf.getvalue()
             buf.seek(0)

@@ -17,11 +17,18 @@ from backend.auth import OPEN_PATHS
 from normlab.settings import Settings
 
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
-RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.",
-                               "schema": {"type": "string"}}}
-SSE_EVENT = {"type": "object", "properties": {  # one event of the stream: `data` is the Event JSON
-    "event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"},
-    "retry": {"type": "integer"}}}
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
+}
+SSE_EVENT = {
+    "type": "object",
+    "properties": {  # one event of the stream: `data` is the Event JSON
+        "event": {"type": "string"},
+        "data": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
 SUBMITTING = {("post", "/api/runs"), ("post", "/api/sweeps"), ("post", "/api/runs/{run_id}/resubmit")}
 
 
@@ -55,15 +62,19 @@ def honest_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             if "text/event-stream" in stream:
                 stream.pop("application/json", None)
                 stream["text/event-stream"]["schema"] = SSE_EVENT
-            if "422" in responses or any(p.get("in") in ("query", "path") for p in op.get("parameters", [])) \
-                    or "requestBody" in op:
+            if (
+                "422" in responses
+                or any(p.get("in") in ("query", "path") for p in op.get("parameters", []))
+                or "requestBody" in op
+            ):
                 responses["422"] = _error("The request is invalid; `fields` says what to change per field.")
             if "requestBody" in op:
                 responses["400"] = _error("The body could not be read (not UTF-8 JSON).")
                 responses["413"] = _error("The request body is larger than NORMLAB_MAX_BODY_BYTES.")
             if (method, path) in SUBMITTING:
-                responses["429"] = _error("Too many runs queued or running, or submissions per minute.",
-                                          RETRY_AFTER)
+                responses["429"] = _error(
+                    "Too many runs queued or running, or submissions per minute.", RETRY_AFTER
+                )
             responses["503"] = _error("The results database (or the task queue) is unavailable.", RETRY_AFTER)
             if not tokens:
                 op.pop("security", None)
@@ -71,8 +82,10 @@ def honest_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             writing = method not in ("get", "head", "options")
             if not writing and (settings.public_read or path in OPEN_PATHS):
                 op["security"] = [{"HTTPBearer": []}, {}]  # a token is optional here
-            responses["401"] = _error("A token is missing, unknown or revoked.",
-                                      {"WWW-Authenticate": {"schema": {"type": "string"}}})
+            responses["401"] = _error(
+                "A token is missing, unknown or revoked.",
+                {"WWW-Authenticate": {"schema": {"type": "string"}}},
+            )
             if writing and "/{run_id}" in path:
                 responses["403"] = _error("Only the run's owner or an admin may do this.")
     app.openapi_schema = doc
@@ -85,8 +98,13 @@ def no_repeated_query(request: Request) -> None:
     keys = [k for k, _ in request.query_params.multi_items()]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
-        raise HTTPException(422, {"detail": f"Give {', '.join(repeated)} once (lists are comma-separated).",
-                                  "fields": {k: "given more than once" for k in repeated}})
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Give {', '.join(repeated)} once (lists are comma-separated).",
+                "fields": {k: "given more than once" for k in repeated},
+            },
+        )
 
 
 def install(app: FastAPI, settings: Settings) -> None:
@@ -94,7 +112,16 @@ def install(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(405)
     async def _method_not_allowed(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        allowed = sorted({m for route in app.routes if isinstance(route, APIRoute)
-                          and route.path_regex.match(request.url.path) for m in route.methods or ()})
-        return JSONResponse({"detail": f"{request.method} is not allowed here; use {', '.join(allowed)}.",
-                             "fields": {}}, status_code=405, headers={"Allow": ", ".join(allowed)})
+        allowed = sorted(
+            {
+                m
+                for route in app.routes
+                if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                for m in route.methods or ()
+            }
+        )
+        return JSONResponse(
+            {"detail": f"{request.method} is not allowed here; use {', '.join(allowed)}.", "fields": {}},
+            status_code=405,
+            headers={"Allow": ", ".join(allowed)},
+        )

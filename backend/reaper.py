@@ -14,8 +14,10 @@ from normlab.store import Store
 
 log = logging.getLogger(__name__)
 
-LOST_MESSAGE = ("The worker stopped sending heartbeats (it was killed or crashed) — the events stored "
-                "before that are kept. Resubmit the run's spec to train it again.")
+LOST_MESSAGE = (
+    "The worker stopped sending heartbeats (it was killed or crashed) — the events stored "
+    "before that are kept. Resubmit the run's spec to train it again."
+)
 
 
 def reap_once(store: Store, lost_after_s: float, publish=None) -> list[str]:

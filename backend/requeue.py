@@ -32,8 +32,11 @@ def sentinel_key(settings: Settings) -> str:
 def queued_ids(store: Store) -> list[str]:
     """Ids of queued runs, oldest first (the order they were submitted)."""
     with store.engine.connect() as conn:
-        return list(conn.execute(select(runs.c.id).where(runs.c.status == RunStatus.QUEUED)
-                                 .order_by(runs.c.created_at)).scalars())
+        return list(
+            conn.execute(
+                select(runs.c.id).where(runs.c.status == RunStatus.QUEUED).order_by(runs.c.created_at)
+            ).scalars()
+        )
 
 
 def requeue_if_broker_was_reset(store: Store, settings: Settings, client) -> list[str]:
@@ -104,8 +107,11 @@ class OrphanWatch:
             enqueue_run(self.settings, run_id)
             self.missing_since[run_id] = now  # give the new message the same grace
         if resent:
-            log.warning("re-sent %d queued run(s) that no message carried any more (a worker died holding "
-                        "them?): %s", len(resent), ", ".join(resent))
+            log.warning(
+                "re-sent %d queued run(s) that no message carried any more (a worker died holding them?): %s",
+                len(resent),
+                ", ".join(resent),
+            )
         return resent
 
 

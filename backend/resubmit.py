@@ -23,8 +23,11 @@ def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep)
     """Queue a new run with the same (resolved) spec. The old run and its events stay as they are."""
     run = get_run_or_404(store, run_id)
     if run["status"] in ACTIVE_STATUSES:
-        raise HTTPException(409, f"Run {run_id} is still {run['status']}; wait for it to end or cancel it "
-                                 "first (POST /api/runs/{id}/cancel).")
+        raise HTTPException(
+            409,
+            f"Run {run_id} is still {run['status']}; wait for it to end or cancel it "
+            "first (POST /api/runs/{id}/cancel).",
+        )
     spec = RunSpec.model_validate(json.loads(run["spec"]))
     [new_id] = create_and_enqueue(store, settings, [spec], user, run["group_id"])
     return RunCreated(id=new_id, status=RunStatus.QUEUED)

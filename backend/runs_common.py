@@ -24,12 +24,20 @@ def _dt(x: float | None) -> datetime | None:
 
 def run_public(store: Store, row: dict) -> RunPublic:
     return RunPublic(
-        id=row["id"], spec=json.loads(row["spec"]), status=row["status"], owner=row["owner"],
-        group_id=row["group_id"], created_at=datetime.fromtimestamp(row["created_at"], UTC),
-        started_at=_dt(row["started_at"]), finished_at=_dt(row["finished_at"]),
-        worker_host=row["worker_host"], device=row["device"],
-        kernel_backend=row["kernel_backend"], error=row["error"],
-        summary=json.loads(row["summary"]) if row["summary"] else {}, last_seq=row["last_seq"],
+        id=row["id"],
+        spec=json.loads(row["spec"]),
+        status=row["status"],
+        owner=row["owner"],
+        group_id=row["group_id"],
+        created_at=datetime.fromtimestamp(row["created_at"], UTC),
+        started_at=_dt(row["started_at"]),
+        finished_at=_dt(row["finished_at"]),
+        worker_host=row["worker_host"],
+        device=row["device"],
+        kernel_backend=row["kernel_backend"],
+        error=row["error"],
+        summary=json.loads(row["summary"]) if row["summary"] else {},
+        last_seq=row["last_seq"],
         queue_position=store.queue_position(row["created_at"]) if row["status"] == RunStatus.QUEUED else None,
     )
 
@@ -41,8 +49,9 @@ def limit_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
     return spec_problems(spec, settings)
 
 
-def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], owner: str | None,
-                       group_id: str | None = None) -> list[str]:
+def create_and_enqueue(
+    store: Store, settings: Settings, specs: list[RunSpec], owner: str | None, group_id: str | None = None
+) -> list[str]:
     """Store the resolved specs as queued runs, then queue one training task each."""
     from backend.limits import admit
 
@@ -50,18 +59,32 @@ def create_and_enqueue(store: Store, settings: Settings, specs: list[RunSpec], o
     for spec in specs:
         problems.update(limit_problems(spec.resolved(), settings))
     if problems:
-        raise HTTPException(422, {"detail": "; ".join(f"{k}: {v}" for k, v in problems.items()),
-                                  "fields": problems})
+        raise HTTPException(
+            422, {"detail": "; ".join(f"{k}: {v}" for k, v in problems.items()), "fields": problems}
+        )
     admit(store, settings, owner, len(specs))  # per-user cap and rate: 429 with Retry-After
     ids = [new_run_id() for _ in specs]
-    store.create_runs([{"id": run_id, "spec": spec.resolved().model_dump(mode="json"), "owner": owner,
-                        "group_id": group_id} for run_id, spec in zip(ids, specs, strict=True)])
+    store.create_runs(
+        [
+            {
+                "id": run_id,
+                "spec": spec.resolved().model_dump(mode="json"),
+                "owner": owner,
+                "group_id": group_id,
+            }
+            for run_id, spec in zip(ids, specs, strict=True)
+        ]
+    )
     for run_id in ids:
         try:
             enqueue_run(settings, run_id)
         except Exception as exc:  # the broker is down: say so, and don't leave a run queued forever
             log.error("could not queue run %s: %s", run_id, exc)
-            store.finish_with_status(run_id, RunStatus.FAILED, f"Could not reach the task queue: {exc}",
-                                     only_from=(RunStatus.QUEUED,))
+            store.finish_with_status(
+                run_id,
+                RunStatus.FAILED,
+                f"Could not reach the task queue: {exc}",
+                only_from=(RunStatus.QUEUED,),
+            )
             raise HTTPException(503, "The task queue is unavailable; retry shortly.") from exc
     return ids

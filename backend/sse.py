@@ -41,8 +41,7 @@ def parse_multi_cursor(value: str | None) -> dict[str, int]:
     for part in value.split(","):
         m = _CURSOR_PART.match(part.strip())
         if not m:
-            raise CursorError("Last-Event-ID / after must look like 'runA:12,runB:7' "
-                              f"(got {value[:60]!r}).")
+            raise CursorError(f"Last-Event-ID / after must look like 'runA:12,runB:7' (got {value[:60]!r}).")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -51,14 +50,16 @@ def format_multi_cursor(cursors: dict[str, int]) -> str:
     return ",".join(f"{r}:{s}" for r, s in cursors.items())
 
 
-async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dict[str, int],
-                      multiplexed: bool) -> AsyncIterator[bytes]:
+async def stream_runs(
+    hub: FeedHub, store: Store, runs: list[dict], cursors: dict[str, int], multiplexed: bool
+) -> AsyncIterator[bytes]:
     """Yield SSE frames for `runs` (store rows) from each run's cursor until each run has ended."""
     channels: dict[str, Channel] = {}
     try:
         for run in runs:
-            channels[run["id"]] = await hub.acquire(run["id"], run["last_seq"],
-                                                    run["status"] not in ACTIVE_STATUSES)
+            channels[run["id"]] = await hub.acquire(
+                run["id"], run["last_seq"], run["status"] not in ACTIVE_STATUSES
+            )
         yield f"retry: {RETRY_MS}\r\n\r\n".encode()
         active = [r["id"] for r in runs]
         while active:
@@ -74,8 +75,10 @@ async def stream_runs(hub: FeedHub, store: Store, runs: list[dict], cursors: dic
                 for frame in batch:
                     cursors[rid] = frame.seq
                     if multiplexed:
-                        yield (f"id: {format_multi_cursor(cursors)}\r\nevent: {frame.kind}\r\n"
-                               f"data: {frame.data}\r\n\r\n").encode()
+                        yield (
+                            f"id: {format_multi_cursor(cursors)}\r\nevent: {frame.kind}\r\n"
+                            f"data: {frame.data}\r\n\r\n"
+                        ).encode()
                     else:
                         yield frame.sse
                     if frame.terminal:

@@ -95,8 +95,14 @@ def stop_process(p: subprocess.Popen, sig: int = signal.SIGINT, timeout: float =
 def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "normlab", *args], env=env, stdout=fh,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "normlab", *args],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 @contextlib.contextmanager
@@ -162,15 +168,19 @@ def bench_service(form: str, prefix: str, pg_url: str, redis_url: str, **setting
         schema = f"{prefix}_{tag}"
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
-        extra.update(database_url=f"{pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
-                                  f"?options=-csearch_path%3D{schema}",
-                     broker_url=redis_url, redis_url=redis_url)
+        extra.update(
+            database_url=f"{pg_url.replace('postgresql://', 'postgresql+psycopg://')}"
+            f"?options=-csearch_path%3D{schema}",
+            broker_url=redis_url,
+            redis_url=redis_url,
+        )
     resolved = Settings(data_dir=data_dir, **extra)
     store = Store(resolved.resolved_database_url)
     publisher = RedisPublisher(resolved) if form == "redis" else None
     try:
-        yield BenchService(form, data_dir, extra["queue"], resolved, store, publisher,
-                           service_env(data_dir, **extra))
+        yield BenchService(
+            form, data_dir, extra["queue"], resolved, store, publisher, service_env(data_dir, **extra)
+        )
     finally:
         store.dispose()
         if schema:
@@ -192,8 +202,9 @@ class SSEMessage:
         return json.loads(self.data)
 
 
-def read_until_training(client: httpx.Client, url: str, min_events: int,
-                        timeout: float = 120.0) -> list[SSEMessage]:
+def read_until_training(
+    client: httpx.Client, url: str, min_events: int, timeout: float = 120.0
+) -> list[SSEMessage]:
     """A run's events from its start until at least `min_events` have arrived and the latest is a
     `scalars` event (training is under way); the stream is then closed."""
     seen: list[SSEMessage] = []
@@ -204,16 +215,22 @@ def read_until_training(client: httpx.Client, url: str, min_events: int,
     return seen
 
 
-def iter_sse(client: httpx.Client, url: str, headers: dict | None = None, timeout: float = 60.0,
-             max_events: int | None = None) -> Iterator[SSEMessage]:
+def iter_sse(
+    client: httpx.Client,
+    url: str,
+    headers: dict | None = None,
+    timeout: float = 60.0,
+    max_events: int | None = None,
+) -> Iterator[SSEMessage]:
     """Parse an SSE response into messages (comments and retry lines skipped) until it ends, until
     max_events, or until `timeout` seconds pass (TimeoutError)."""
     deadline = time.monotonic() + timeout
     with client.stream("GET", url, headers=headers or {}, timeout=httpx.Timeout(timeout)) as resp:
         if resp.status_code != 200:
             resp.read()
-            raise httpx.HTTPStatusError(f"SSE {url}: {resp.status_code} {resp.text[:200]}",
-                                        request=resp.request, response=resp)
+            raise httpx.HTTPStatusError(
+                f"SSE {url}: {resp.status_code} {resp.text[:200]}", request=resp.request, response=resp
+            )
         count = 0
         fields: dict[str, str] = {}
         for line in resp.iter_lines():

@@ -42,8 +42,10 @@ class ApiClient:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise ApiError(0, f"The API at {self.base} did not answer ({exc.__class__.__name__}): is "
-                              "`normlab up` running?") from exc
+            raise ApiError(
+                0,
+                f"The API at {self.base} did not answer ({exc.__class__.__name__}): is `normlab up` running?",
+            ) from exc
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -51,8 +53,13 @@ class ApiClient:
                 body = {"detail": r.text[:300] or r.reason_phrase}
             detail = body.get("detail") if isinstance(body, dict) else body
             if not isinstance(detail, str):  # FastAPI's default 422 list, if a route bypasses ours
-                detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}"
-                                   for d in detail) if isinstance(detail, list) else str(detail)
+                detail = (
+                    "; ".join(
+                        f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail
+                    )
+                    if isinstance(detail, list)
+                    else str(detail)
+                )
             fields = body.get("fields", {}) if isinstance(body, dict) else {}
             raise ApiError(r.status_code, detail, fields)
         if r.status_code == 204 or not r.content:

@@ -28,26 +28,39 @@ def nav_links() -> list[dcc.Link]:
 
 
 def shell() -> html.Div:
-    return html.Div(className="shell", children=[
-        dcc.Location(id=ids.URL),
-        dcc.Interval(id=ids.TICK, interval=100, disabled=True),
-        dcc.Store(id=ids.LIVE_STATUS, data={}),
-        dcc.Store(id=ids.PRESENT, data=False),
-        html.Header(className="topbar", children=[
-            dcc.Link("normlab", href="/", className="brand"),
-            html.Span("Layer Normalization, live", className="tagline"),
-            html.Nav(id=ids.NAV, className="nav", children=nav_links()),
-            html.Div(className="share", children=[
-                auth_box.auth_box(),
-                html.Button("Copy link", id=ids.COPY_LINK, className="btn small",
-                            title="Copy a link to exactly this view (runs, panels, smoothing)"),
-                html.Span(id=ids.COPY_DONE, className="copied", role="status"),
-            ]),
-        ]),
-        html.Main(dash.page_container, className="page"),
-        html.Div(id=ids.WATCH_SINK, hidden=True),
-        html.Div(id=ids.URL_SINK, hidden=True),
-    ])
+    return html.Div(
+        className="shell",
+        children=[
+            dcc.Location(id=ids.URL),
+            dcc.Interval(id=ids.TICK, interval=100, disabled=True),
+            dcc.Store(id=ids.LIVE_STATUS, data={}),
+            dcc.Store(id=ids.PRESENT, data=False),
+            html.Header(
+                className="topbar",
+                children=[
+                    dcc.Link("normlab", href="/", className="brand"),
+                    html.Span("Layer Normalization, live", className="tagline"),
+                    html.Nav(id=ids.NAV, className="nav", children=nav_links()),
+                    html.Div(
+                        className="share",
+                        children=[
+                            auth_box.auth_box(),
+                            html.Button(
+                                "Copy link",
+                                id=ids.COPY_LINK,
+                                className="btn small",
+                                title="Copy a link to exactly this view (runs, panels, smoothing)",
+                            ),
+                            html.Span(id=ids.COPY_DONE, className="copied", role="status"),
+                        ],
+                    ),
+                ],
+            ),
+            html.Main(dash.page_container, className="page"),
+            html.Div(id=ids.WATCH_SINK, hidden=True),
+            html.Div(id=ids.URL_SINK, hidden=True),
+        ],
+    )
 
 
 def create_app(settings: Settings | None = None, *, api_base: str | None = None) -> dash.Dash:
@@ -59,8 +72,13 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     # name="frontend" (the package): Dash then imports the pages as `frontend.pages.<name>`, the
     # modules' own names, and finds assets/ beside this file.
     app = dash.Dash(
-        "frontend", use_pages=True, pages_folder="pages", assets_folder=str(HERE / "assets"),
-        suppress_callback_exceptions=True, title="normlab", update_title="",
+        "frontend",
+        use_pages=True,
+        pages_folder="pages",
+        assets_folder=str(HERE / "assets"),
+        suppress_callback_exceptions=True,
+        title="normlab",
+        update_title="",
         assets_path_ignore=["vendor"],  # loaded on demand, not on every page (assets/vendor/README.md)
     )
     _claim_page_callbacks(app)
@@ -99,24 +117,45 @@ def auth_visible(text: str | None) -> tuple[dict, ...]:
 
 
 def _register_shell(app: dash.Dash) -> None:
-    app.callback(*[Output(i, "style") for i in (auth_box.TOKEN_INPUT, auth_box.TOKEN_SAVE,
-                                                 auth_box.TOKEN_FORGET, auth_box.WHOAMI)],
-                 Input(auth_box.WHOAMI, "children"))(auth_visible)
-    app.clientside_callback(ClientsideFunction("normlab", "watch"),
-                            Output(ids.WATCH_SINK, "children"),
-                            Output(ids.TICK, "disabled", allow_duplicate=True), Input(ids.WATCH, "data"),
-                            prevent_initial_call="initial_duplicate")
-    app.clientside_callback(ClientsideFunction("normlab", "drainCurves"),
-                            Output(ids.CURVES_SINK, "children"), Input(ids.TICK, "n_intervals"),
-                            State(ids.CURVES_MAP, "data"), prevent_initial_call=True)
-    app.clientside_callback(ClientsideFunction("normlab", "status"),
-                            Output(ids.LIVE_STATUS, "data"),
-                            Output(ids.TICK, "disabled", allow_duplicate=True),
-                            Input(ids.TICK, "n_intervals"), prevent_initial_call=True)
-    app.clientside_callback(ClientsideFunction("normlab", "urlState"),
-                            Output(ids.URL_SINK, "children"), Input(ids.URL_STATE, "data"))
-    app.clientside_callback(ClientsideFunction("normlab", "copyLink"),
-                            Output(ids.COPY_DONE, "children"), Input(ids.COPY_LINK, "n_clicks"),
-                            prevent_initial_call=True)
-    app.clientside_callback(ClientsideFunction("normlab", "present"),
-                            Output(ids.PRESENT, "data"), Input(ids.URL, "search"))
+    app.callback(
+        *[
+            Output(i, "style")
+            for i in (auth_box.TOKEN_INPUT, auth_box.TOKEN_SAVE, auth_box.TOKEN_FORGET, auth_box.WHOAMI)
+        ],
+        Input(auth_box.WHOAMI, "children"),
+    )(auth_visible)
+    app.clientside_callback(
+        ClientsideFunction("normlab", "watch"),
+        Output(ids.WATCH_SINK, "children"),
+        Output(ids.TICK, "disabled", allow_duplicate=True),
+        Input(ids.WATCH, "data"),
+        prevent_initial_call="initial_duplicate",
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "drainCurves"),
+        Output(ids.CURVES_SINK, "children"),
+        Input(ids.TICK, "n_intervals"),
+        State(ids.CURVES_MAP, "data"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "status"),
+        Output(ids.LIVE_STATUS, "data"),
+        Output(ids.TICK, "disabled", allow_duplicate=True),
+        Input(ids.TICK, "n_intervals"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "urlState"),
+        Output(ids.URL_SINK, "children"),
+        Input(ids.URL_STATE, "data"),
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "copyLink"),
+        Output(ids.COPY_DONE, "children"),
+        Input(ids.COPY_LINK, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "present"), Output(ids.PRESENT, "data"), Input(ids.URL, "search")
+    )

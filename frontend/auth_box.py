@@ -29,15 +29,24 @@ def auth_headers(token: str | None) -> dict[str, str]:
 
 
 def auth_box() -> html.Div:
-    return html.Div(className="auth-box", children=[
-        dcc.Store(id=TOKEN_STORE, storage_type="local"),
-        dcc.Store(id=TOKEN_COOKIE_SYNC),
-        dcc.Input(id=TOKEN_INPUT, type="password", placeholder="API token", debounce=True,
-                  className="auth-input", autoComplete="off"),
-        html.Button("Use token", id=TOKEN_SAVE, className="btn small"),
-        html.Button("Forget", id=TOKEN_FORGET, className="btn small"),
-        html.Span(id=WHOAMI, className="auth-who", role="status"),
-    ])
+    return html.Div(
+        className="auth-box",
+        children=[
+            dcc.Store(id=TOKEN_STORE, storage_type="local"),
+            dcc.Store(id=TOKEN_COOKIE_SYNC),
+            dcc.Input(
+                id=TOKEN_INPUT,
+                type="password",
+                placeholder="API token",
+                debounce=True,
+                className="auth-input",
+                autoComplete="off",
+            ),
+            html.Button("Use token", id=TOKEN_SAVE, className="btn small"),
+            html.Button("Forget", id=TOKEN_FORGET, className="btn small"),
+            html.Span(id=WHOAMI, className="auth-who", role="status"),
+        ],
+    )
 
 
 def describe(me: dict | None, error: str | None = None) -> str:
@@ -52,11 +61,13 @@ def describe(me: dict | None, error: str | None = None) -> str:
         role = " (admin)" if me.get("admin") else ""
         return f"Signed in as {me['user']}{role}."
     return "Not signed in: paste an API token to submit runs." + (
-        "" if me.get("public_read", True) else " Reading this server needs one too.")
+        "" if me.get("public_read", True) else " Reading this server needs one too."
+    )
 
 
-def whoami(api_base: str, token: str | None,
-           http: httpx.Client | None = None) -> tuple[dict | None, str | None]:
+def whoami(
+    api_base: str, token: str | None, http: httpx.Client | None = None
+) -> tuple[dict | None, str | None]:
     """(GET /api/me as JSON, None) or (None, a message saying what is wrong)."""
     if http is None:
         from frontend.api_client import api_for
@@ -109,9 +120,14 @@ SYNC_COOKIE_JS = f"""function (token) {{
 
 def register(app: Dash) -> None:
     """Put the box's callbacks on `app` (the shell is app-wide, not a page: registered per app)."""
-    app.callback(Output(TOKEN_STORE, "data"), Output(TOKEN_INPUT, "value"),
-                 Input(TOKEN_SAVE, "n_clicks"), Input(TOKEN_INPUT, "n_submit"),
-                 Input(TOKEN_FORGET, "n_clicks"), State(TOKEN_INPUT, "value"),
-                 prevent_initial_call=True)(save)
+    app.callback(
+        Output(TOKEN_STORE, "data"),
+        Output(TOKEN_INPUT, "value"),
+        Input(TOKEN_SAVE, "n_clicks"),
+        Input(TOKEN_INPUT, "n_submit"),
+        Input(TOKEN_FORGET, "n_clicks"),
+        State(TOKEN_INPUT, "value"),
+        prevent_initial_call=True,
+    )(save)
     app.clientside_callback(SYNC_COOKIE_JS, Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data"))
     app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))(show)

@@ -24,15 +24,23 @@ import httpx
 from normlab.events import RunStatus
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
 READY = {  # page -> JS condition meaning "its main content is drawn"
     "lab": "document.querySelector('.builder .field-grid input') !== null",
     "runs": "document.querySelectorAll('#runs-table tbody tr td').length > 0",
     "compare": "(() => { const g = document.querySelector('#nl-curves .js-plotly-plot');"
-               " return g && g.data && g.data.length >= 8 && g.querySelector('.scatterlayer .trace'); })()",
+    " return g && g.data && g.data.length >= 8 && g.querySelector('.scatterlayer .trace'); })()",
     "run": "(() => { const g = document.querySelector('#nl-curves .js-plotly-plot');"
-           " return g && g.data && g.data.length && g.querySelector('.scatterlayer .trace'); })()",
+    " return g && g.data && g.data.length && g.querySelector('.scatterlayer .trace'); })()",
     "invariance": "document.querySelectorAll('.paper-cell').length === 18",
     "presets": "document.querySelectorAll('.preset').length > 0",
 }
@@ -50,8 +58,9 @@ def _serve(rate: float):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     api = DevAPI(rate=rate)
-    server = uvicorn.Server(uvicorn.Config(api.app, host="127.0.0.1", port=port, log_level="error",
-                                           timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(api.app, host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=1)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -66,9 +75,13 @@ def _serve(rate: float):
 
 def _start(url: str, n: int, steps: int) -> list[str]:
     norms = ["layer", "batch", "none", "rms", "weight", "layer", "batch", "none"]
-    return [httpx.post(url + "/api/runs", json={"task": "digits", "norm": norms[i % 8], "seed": i,
-                                                "batch_size": 32, "steps": steps}).json()["id"]
-            for i in range(n)]
+    return [
+        httpx.post(
+            url + "/api/runs",
+            json={"task": "digits", "norm": norms[i % 8], "seed": i, "batch_size": 32, "steps": steps},
+        ).json()["id"]
+        for i in range(n)
+    ]
 
 
 def _wait_done(url: str, ids: list[str], timeout: float = 120) -> None:
@@ -93,8 +106,10 @@ def _metrics(cdp) -> dict:
 
 def _window(page, cdp, seconds: float) -> dict:
     """Main-thread time, frames and appended points over `seconds` of wall time."""
-    page.evaluate("() => { window.__frames = 0; const f = () => { window.__frames++; "
-                  "window.__raf = requestAnimationFrame(f); }; f(); }")
+    page.evaluate(
+        "() => { window.__frames = 0; const f = () => { window.__frames++; "
+        "window.__raf = requestAnimationFrame(f); }; f(); }"
+    )
     c0 = page.evaluate("() => [normlabStream.appended, normlabStream.extends]")
     m0, t0 = _metrics(cdp), time.perf_counter()
     page.wait_for_timeout(seconds * 1000)
@@ -104,37 +119,57 @@ def _window(page, cdp, seconds: float) -> dict:
     wall = t1 - t0
     busy = m1["TaskDuration"] - m0["TaskDuration"]
     points, extends = c1[0] - c0[0], c1[1] - c0[1]
+
     def frac(key):
         return (m1[key] - m0[key]) / wall
 
-    return {"wall_s": wall, "busy_fraction": busy / wall, "script_fraction": frac("ScriptDuration"),
-            "layout_fraction": frac("LayoutDuration"), "style_fraction": frac("RecalcStyleDuration"),
-            "fps": frames / wall,
-            "points_per_s": points / wall, "redraws_per_s": extends / wall,
-            "ms_per_point": 1000 * busy / points if points else None,
-            "ms_per_redraw": 1000 * busy / extends if extends else None}
+    return {
+        "wall_s": wall,
+        "busy_fraction": busy / wall,
+        "script_fraction": frac("ScriptDuration"),
+        "layout_fraction": frac("LayoutDuration"),
+        "style_fraction": frac("RecalcStyleDuration"),
+        "fps": frames / wall,
+        "points_per_s": points / wall,
+        "redraws_per_s": extends / wall,
+        "ms_per_point": 1000 * busy / points if points else None,
+        "ms_per_redraw": 1000 * busy / extends if extends else None,
+    }
 
 
-def measure(repeats: int = 3, rate: float = 20.0, window: float = 6.0, panels: str = "loss,val,metric",
-            pages_too: bool = True) -> dict:
+def measure(
+    repeats: int = 3,
+    rate: float = 20.0,
+    window: float = 6.0,
+    panels: str = "loss,val,metric",
+    pages_too: bool = True,
+) -> dict:
     from playwright.sync_api import sync_playwright
 
     url, server, thread = _serve(rate)
     try:
         done = _start(url, 8, 200)
         _wait_done(url, done)
-        pages = {"lab": "/", "runs": "/runs", "compare": f"/compare?panels={panels}&runs=" + ",".join(done),
-                 "run": f"/run/{done[0]}", "invariance": "/invariance", "presets": "/presets"}
+        pages = {
+            "lab": "/",
+            "runs": "/runs",
+            "compare": f"/compare?panels={panels}&runs=" + ",".join(done),
+            "run": f"/run/{done[0]}",
+            "invariance": "/invariance",
+            "presets": "/presets",
+        }
         out: dict = {"pages": {}, "live": {}, "rate_per_run": rate, "runs": 8}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 950})
-            for name, path in (pages.items() if pages_too else ()):
+            for name, path in pages.items() if pages_too else ():
                 _paint(page, url + path, name)  # warm-up: assets cached as a returning visitor has them
                 samples = [_paint(page, url + path, name) for _ in range(repeats)]
                 fcps = [f for _, f in samples if f is not None]
-                out["pages"][name] = {"meaningful_ms": statistics.median(s for s, _ in samples),
-                                      "fcp_ms": statistics.median(fcps) if fcps else None}
+                out["pages"][name] = {
+                    "meaningful_ms": statistics.median(s for s, _ in samples),
+                    "fcp_ms": statistics.median(fcps) if fcps else None,
+                }
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
             page.goto(url + pages["compare"])
@@ -148,7 +183,8 @@ def measure(repeats: int = 3, rate: float = 20.0, window: float = 6.0, panels: s
             out["live"]["streaming_fixed_tick"] = _window(page, cdp, window)
             out["live"]["points_in_graph"] = page.evaluate(
                 "() => document.querySelector('#nl-curves .js-plotly-plot').data"
-                ".reduce((n, t) => n + t.x.length, 0)")
+                ".reduce((n, t) => n + t.x.length, 0)"
+            )
             browser.close()
         return out
     finally:
@@ -183,15 +219,25 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in res["pages"].items():
         print(f"{name:<12}{_fmt(r['meaningful_ms'], ' ms', 0):>12}{_fmt(r['fcp_ms'], ' ms', 0):>10}")
     idle, live, fixed = res["live"]["idle"], res["live"]["streaming"], res["live"]["streaming_fixed_tick"]
-    print(f"\nCompare page ({args.panels}), 8 runs, {args.rate:g} events/s each: idle, streaming "
-          "(adaptive throttle), streaming (fixed 100 ms tick)")
-    for key, label, d in (("busy_fraction", "main thread busy", 3), ("script_fraction", "  of it script", 3),
-                          ("layout_fraction", "  of it layout", 3), ("style_fraction", "  of it style", 3),
-                          ("fps", "frames / s", 1), ("points_per_s", "points appended / s", 0),
-                          ("redraws_per_s", "redraws / s", 1), ("ms_per_point", "ms main thread / point", 3),
-                          ("ms_per_redraw", "ms main thread / redraw", 2)):
-        print(f"{label:<26}{_fmt(idle[key], '', d):>10}{_fmt(live[key], '', d):>12}"
-              f"{_fmt(fixed[key], '', d):>12}")
+    print(
+        f"\nCompare page ({args.panels}), 8 runs, {args.rate:g} events/s each: idle, streaming "
+        "(adaptive throttle), streaming (fixed 100 ms tick)"
+    )
+    for key, label, d in (
+        ("busy_fraction", "main thread busy", 3),
+        ("script_fraction", "  of it script", 3),
+        ("layout_fraction", "  of it layout", 3),
+        ("style_fraction", "  of it style", 3),
+        ("fps", "frames / s", 1),
+        ("points_per_s", "points appended / s", 0),
+        ("redraws_per_s", "redraws / s", 1),
+        ("ms_per_point", "ms main thread / point", 3),
+        ("ms_per_redraw", "ms main thread / redraw", 2),
+    ):
+        print(
+            f"{label:<26}{_fmt(idle[key], '', d):>10}{_fmt(live[key], '', d):>12}"
+            f"{_fmt(fixed[key], '', d):>12}"
+        )
     ratio = live["busy_fraction"] / idle["busy_fraction"] if idle["busy_fraction"] else None
     print(f"{'busy ratio streaming/idle':<26}{'':>10}{_fmt(ratio, '×', 1):>12}")
     return 0

@@ -37,6 +37,7 @@ def cookie_token() -> str | None:
 
 def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[str]]:
     """(runs found, ids not found), in the order asked; fetched concurrently."""
+
     def one(rid):
         try:
             return client.run(rid)
@@ -44,6 +45,7 @@ def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[
             if exc.status == 404:
                 return None
             raise
+
     found = list(_pool.map(one, run_ids))
     return [r for r in found if r], [rid for rid, r in zip(run_ids, found, strict=True) if r is None]
 
@@ -54,12 +56,20 @@ def fetch_histories(client: ApiClient, runs: list[dict]) -> dict[str, dict]:
             return run["id"], client.metrics(run["id"], SERIES, HISTORY_POINTS)
         except ApiError:
             return run["id"], {"series": {}}
+
     return dict(_pool.map(one, runs))
 
 
-def curves_bundle(run_ids: list[str], *, smoothing: float | None = None, color_by: str = "norm",
-                  x_mode: str = "step", panels: list[str] | None = None, present: bool = False,
-                  from_start: bool = False) -> dict:
+def curves_bundle(
+    run_ids: list[str],
+    *,
+    smoothing: float | None = None,
+    color_by: str = "norm",
+    x_mode: str = "step",
+    panels: list[str] | None = None,
+    present: bool = False,
+    from_start: bool = False,
+) -> dict:
     """Figure + trace map + watch for the runs: history first, then the stream picks up after it.
 
     The cursor is each run's last_seq read *before* its history, so nothing between the two is lost;
@@ -71,15 +81,22 @@ def curves_bundle(run_ids: list[str], *, smoothing: float | None = None, color_b
     runs, missing = fetch_runs(client, run_ids)
     # runs of one colour group sit together in the legend and the chips
     other = "norm" if color_by == "batch_size" else "batch_size"
-    runs.sort(key=lambda r: (str(r["spec"].get(color_by)), str(r["spec"].get(other)),
-                             r["spec"].get("seed", 0)))
+    runs.sort(
+        key=lambda r: (str(r["spec"].get(color_by)), str(r["spec"].get(other)), r["spec"].get("seed", 0))
+    )
     histories = fetch_histories(client, runs)
-    fig, trace_map = figures.curves_figure(runs, histories, panels=panels, smoothing=weight,
-                                           color_by=color_by, x_mode=x_mode, present=present)
+    fig, trace_map = figures.curves_figure(
+        runs, histories, panels=panels, smoothing=weight, color_by=color_by, x_mode=x_mode, present=present
+    )
     trace_map["id"] = uuid.uuid4().hex
     trace_map["from_start"] = from_start  # a redraw (smoothing) replays the same events (Run: probes)
     # the page appends live points only once the graph shows this very figure (assets/normlab.js)
     fig.setdefault("layout", {})["meta"] = {"normlab_map": trace_map["id"]}
     cursor = {r["id"]: 0 for r in runs} if from_start else logic.cursor_of(runs)
-    return {"figure": fig, "map": trace_map, "runs": runs, "missing": missing,
-            "watch": {"cursor": cursor, "api_base": api_base(), "terminal": status.TERMINAL}}
+    return {
+        "figure": fig,
+        "map": trace_map,
+        "runs": runs,
+        "missing": missing,
+        "watch": {"cursor": cursor, "api_base": api_base(), "terminal": status.TERMINAL},
+    }

@@ -53,8 +53,9 @@ def _fields(exc: ValidationError, body: dict) -> dict[str, str]:
 
 def _invalid(exc: ValidationError, body: dict) -> JSONResponse:
     fields = _fields(exc, body)
-    return JSONResponse({"detail": "; ".join(f"{k}: {v}" for k, v in fields.items()), "fields": fields},
-                        status_code=422)
+    return JSONResponse(
+        {"detail": "; ".join(f"{k}: {v}" for k, v in fields.items()), "fields": fields}, status_code=422
+    )
 
 
 class DevAPI:
@@ -71,19 +72,32 @@ class DevAPI:
     # ---- synthetic training ------------------------------------------------------------------
     def create(self, spec: RunSpec, group: str | None = None) -> str:
         rid = uuid.uuid4().hex[:16]
-        self.runs[rid] = {"id": rid, "spec": spec.resolved().model_dump(), "status": RunStatus.QUEUED,
-                          "owner": None, "group_id": group, "created_at": datetime.now(UTC).isoformat(),
-                          "started_at": None, "finished_at": None, "worker_host": "devapi",
-                          "device": "synthetic", "kernel_backend": "none", "error": None, "summary": {},
-                          "last_seq": 0, "queue_position": None}
+        self.runs[rid] = {
+            "id": rid,
+            "spec": spec.resolved().model_dump(),
+            "status": RunStatus.QUEUED,
+            "owner": None,
+            "group_id": group,
+            "created_at": datetime.now(UTC).isoformat(),
+            "started_at": None,
+            "finished_at": None,
+            "worker_host": "devapi",
+            "device": "synthetic",
+            "kernel_backend": "none",
+            "error": None,
+            "summary": {},
+            "last_seq": 0,
+            "queue_position": None,
+        }
         self.events[rid] = []
         asyncio.get_running_loop().create_task(self._train(rid))
         return rid
 
     def _emit(self, rid: str, kind: str, step: int, payload: dict) -> None:
         seq = len(self.events[rid]) + 1
-        self.events[rid].append({"run_id": rid, "seq": seq, "step": step, "kind": kind, "time": time.time(),
-                                 "payload": payload})
+        self.events[rid].append(
+            {"run_id": rid, "seq": seq, "step": step, "kind": kind, "time": time.time(), "payload": payload}
+        )
         self.runs[rid]["last_seq"] = seq
         self.changed.set()
         self.changed = asyncio.Event()
@@ -106,35 +120,79 @@ class DevAPI:
                 return
             loss = 2.3 * math.exp(-speed * step / (0.3 * steps)) + 0.05 + 0.03 * rng.random()
             evaluate = step % spec["eval_every"] < log_every or step + log_every > steps
-            self._emit(rid, "scalars", step, {
-                "train_loss": loss, "val_loss": loss * 1.1 if evaluate else None,
-                "accuracy": 1 - loss / 2.5 if evaluate else None, "bpc": None, "grad_norm": 1.0,
-                "lr": spec["lr"], "steps_per_s": self.rate * log_every, "elapsed": time.time() - t0})
+            self._emit(
+                rid,
+                "scalars",
+                step,
+                {
+                    "train_loss": loss,
+                    "val_loss": loss * 1.1 if evaluate else None,
+                    "accuracy": 1 - loss / 2.5 if evaluate else None,
+                    "bpc": None,
+                    "grad_norm": 1.0,
+                    "lr": spec["lr"],
+                    "steps_per_s": self.rate * log_every,
+                    "elapsed": time.time() - t0,
+                },
+            )
             if probes and step % spec["probes"]["trace_every"] < log_every:
                 growth = 1.0 if spec["norm"] == "layer" else 1.08
-                self._emit(rid, "hidden", step, {
-                    "hidden_norms": [3 * growth ** t * (1 + 0.1 * rng.random()) for t in range(T)],
-                    "grad_norms": [0.01 * growth ** (T - t) for t in range(T)],
-                    "summed_mean": [0.0] * T, "summed_std": [1.0] * T, "time_steps": T})
+                self._emit(
+                    rid,
+                    "hidden",
+                    step,
+                    {
+                        "hidden_norms": [3 * growth**t * (1 + 0.1 * rng.random()) for t in range(T)],
+                        "grad_norms": [0.01 * growth ** (T - t) for t in range(T)],
+                        "summed_mean": [0.0] * T,
+                        "summed_std": [1.0] * T,
+                        "time_steps": T,
+                    },
+                )
             if probes and step % spec["probes"]["fisher_every"] < log_every:
                 wn = 1 + step / steps
-                self._emit(rid, "fisher", step, {
-                    "trace": {"layer1": 10 / wn, "layer2": 5 / wn},
-                    "trace_estimator": {"layer1": "per-sample", "layer2": "summed-gradient"},
-                    "lambda_max": 100 / wn, "eta_lambda_max": spec["lr"] * 100 / wn,
-                    "hessian_lambda_max": None,
-                    "groups": [{"name": "layer1.weight", "weight_norm": wn, "along_w_curvature": 1e-9,
-                                "trace_ww": 1.0, "scaled_trace_ww": 1.0, "gain_curvature": 0.5,
-                                "effective_lr": spec["lr"] / wn ** 2, "angular_update": 0.01}],
-                    "cost_steps": 0.5, "empirical": None})
+                self._emit(
+                    rid,
+                    "fisher",
+                    step,
+                    {
+                        "trace": {"layer1": 10 / wn, "layer2": 5 / wn},
+                        "trace_estimator": {"layer1": "per-sample", "layer2": "summed-gradient"},
+                        "lambda_max": 100 / wn,
+                        "eta_lambda_max": spec["lr"] * 100 / wn,
+                        "hessian_lambda_max": None,
+                        "groups": [
+                            {
+                                "name": "layer1.weight",
+                                "weight_norm": wn,
+                                "along_w_curvature": 1e-9,
+                                "trace_ww": 1.0,
+                                "scaled_trace_ww": 1.0,
+                                "gain_curvature": 0.5,
+                                "effective_lr": spec["lr"] / wn**2,
+                                "angular_update": 0.01,
+                            }
+                        ],
+                        "cost_steps": 0.5,
+                        "empirical": None,
+                    },
+                )
         # the worker's summary shape (workers/tasks.py): final metrics per split, steps and wall time
-        run["summary"] = {"metrics": {"train_loss": loss, "val_loss": loss * 1.1,
-                                      "val_accuracy": 1 - loss / 2.5, "test_loss": loss * 1.12,
-                                      "test_accuracy": 1 - loss / 2.4},
-                          "step": steps, "wall_time": time.time() - t0}
+        run["summary"] = {
+            "metrics": {
+                "train_loss": loss,
+                "val_loss": loss * 1.1,
+                "val_accuracy": 1 - loss / 2.5,
+                "test_loss": loss * 1.12,
+                "test_accuracy": 1 - loss / 2.4,
+            },
+            "step": steps,
+            "wall_time": time.time() - t0,
+        }
         run["status"], run["finished_at"] = RunStatus.COMPLETED, datetime.now(UTC).isoformat()
-        self._emit(rid, "status", steps,
-                   {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]})
+        self._emit(
+            rid, "status", steps, {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]}
+        )
 
     # ---- routes ------------------------------------------------------------------------------
     def _build(self, with_frontend: bool) -> FastAPI:
@@ -179,9 +237,12 @@ class DevAPI:
             body = await request.json()
             try:
                 sw = SweepCreate.model_validate(body)
-                specs = [sw.base.model_copy(update={"norm": n, "batch_size": b, "seed": s})
-                         for n in sw.norms or [sw.base.norm] for b in sw.batch_sizes or [sw.base.batch_size]
-                         for s in sw.seeds or [sw.base.seed]]
+                specs = [
+                    sw.base.model_copy(update={"norm": n, "batch_size": b, "seed": s})
+                    for n in sw.norms or [sw.base.norm]
+                    for b in sw.batch_sizes or [sw.base.batch_size]
+                    for s in sw.seeds or [sw.base.seed]
+                ]
                 specs = [RunSpec.model_validate(s.model_dump()) for s in specs]
             except ValidationError as exc:
                 return _invalid(exc, body.get("base", {}) if isinstance(body, dict) else {})
@@ -189,14 +250,30 @@ class DevAPI:
             return {"group_id": group, "run_ids": [self.create(s, group) for s in specs]}
 
         @app.get("/api/runs", response_model=RunList)
-        def runs(task: str | None = None, norm: str | None = None, status: str | None = None,
-                 group: str | None = None, owner: str | None = None, offset: int = 0, limit: int = 50):
-            items = [r for r in reversed(self.runs.values())
-                     if (not task or r["spec"]["task"] == task) and (not norm or r["spec"]["norm"] == norm)
-                     and (not status or r["status"] == status) and (not group or r["group_id"] == group)
-                     and (not owner or r["owner"] == owner)]
-            return {"items": items[offset:offset + limit], "total": len(items), "offset": offset,
-                    "limit": limit}
+        def runs(
+            task: str | None = None,
+            norm: str | None = None,
+            status: str | None = None,
+            group: str | None = None,
+            owner: str | None = None,
+            offset: int = 0,
+            limit: int = 50,
+        ):
+            items = [
+                r
+                for r in reversed(self.runs.values())
+                if (not task or r["spec"]["task"] == task)
+                and (not norm or r["spec"]["norm"] == norm)
+                and (not status or r["status"] == status)
+                and (not group or r["group_id"] == group)
+                and (not owner or r["owner"] == owner)
+            ]
+            return {
+                "items": items[offset : offset + limit],
+                "total": len(items),
+                "offset": offset,
+                "limit": limit,
+            }
 
         @app.get("/api/runs/{run_id}", response_model=RunPublic)
         def run(run_id: str):
@@ -216,11 +293,20 @@ class DevAPI:
                     if v is None or (wanted and k not in wanted):
                         continue
                     s = series.setdefault(k, {"step": [], "value": [], "min": [], "max": [], "time": []})
-                    for key, val in (("step", e["step"]), ("value", v), ("min", v), ("max", v),
-                                     ("time", e["time"])):
+                    for key, val in (
+                        ("step", e["step"]),
+                        ("value", v),
+                        ("min", v),
+                        ("max", v),
+                        ("time", e["time"]),
+                    ):
                         s[key].append(val)
-            return {"run_id": rid, "series": series, "downsampled": False,
-                    "total_points": sum(len(s["step"]) for s in series.values())}
+            return {
+                "run_id": rid,
+                "series": series,
+                "downsampled": False,
+                "total_points": sum(len(s["step"]) for s in series.values()),
+            }
 
         @app.post("/api/runs/{run_id}/cancel", response_model=RunPublic)
         def cancel(run_id: str):
@@ -250,8 +336,9 @@ class DevAPI:
                 rid, _, seq = part.partition(":")
                 if rid in cursor:
                     cursor[rid] = int(seq)
-            return StreamingResponse(self._stream(cursor), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                self._stream(cursor), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
 
         from frontend import devapi_groups
 
@@ -274,7 +361,7 @@ class DevAPI:
         while active:
             waiter = self.changed
             for rid in list(active):
-                for e in self.events.get(rid, [])[cursor[rid]:]:
+                for e in self.events.get(rid, [])[cursor[rid] :]:
                     cursor[rid] = e["seq"]
                     ids = ",".join(f"{r}:{s}" for r, s in cursor.items())
                     yield f"id: {ids}\nevent: {e['kind']}\ndata: {json.dumps(e)}\n\n".encode()

@@ -48,8 +48,11 @@ def add_routes(app: FastAPI, api: Any) -> None:
             return JSONResponse({"detail": f"No group {group_id!r}.", "fields": {}}, status_code=404)
 
         def curve_of(run_id: str, field: str) -> list[tuple[int, float]]:
-            return [(e["step"], e["payload"][field]) for e in api.events.get(run_id, [])
-                    if e["kind"] == "scalars" and e["payload"].get(field) is not None]
+            return [
+                (e["step"], e["payload"][field])
+                for e in api.events.get(run_id, [])
+                if e["kind"] == "scalars" and e["payload"].get(field) is not None
+            ]
 
         if metric is not None and metric not in CURVE_FIELD:
             return JSONResponse({"detail": f"Unknown metric {metric!r}.", "fields": {}}, status_code=422)

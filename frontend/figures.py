@@ -36,10 +36,17 @@ PANELS = {  # panel key -> (title, how to pick the series of a run)
     "val": "Validation loss",
     "metric": "Validation metric",
 }
-METRIC_TITLES = {"accuracy": "Validation accuracy", "bpc": "Validation bits per character",
-                 "mse": "Validation MSE"}
-SERIES_LABELS = {"train_loss": "train loss", "val_loss": "val loss", "accuracy": "val accuracy",
-                 "bpc": "val bpc"}
+METRIC_TITLES = {
+    "accuracy": "Validation accuracy",
+    "bpc": "Validation bits per character",
+    "mse": "Validation MSE",
+}
+SERIES_LABELS = {
+    "train_loss": "train loss",
+    "val_loss": "val loss",
+    "accuracy": "val accuracy",
+    "bpc": "val bpc",
+}
 MAX_POINTS = 20_000  # live appends (Plotly.extendTraces) keep at most this many points per trace
 
 
@@ -49,7 +56,7 @@ def log_ticks(values: Iterable[float | None]) -> dict:
     pos = [v for v in values if isinstance(v, int | float) and v > 0 and math.isfinite(v)]
     span = math.log10(max(pos) / min(pos)) if pos else 1.0
     mult = (1, 2, 3, 5) if span < 1 else (1, 2, 5) if span < 2 else (1, 3) if span < 3.5 else (1,)
-    vals = [m * 10.0 ** k for k in range(-9, 10) for m in mult]
+    vals = [m * 10.0**k for k in range(-9, 10) for m in mult]
     return {"tickvals": vals, "ticktext": [f"{v:g}" for v in vals]}
 
 
@@ -120,8 +127,12 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
     """Common look; presentation mode: large type, thick lines, high contrast."""
     size = 20 if present else 13
     fig.update_layout(
-        template="plotly_white", height=height + (120 if present else 0), font={"size": size},
-        margin={"l": 60, "r": 20, "t": 50, "b": 50}, uirevision="keep", hovermode="closest",
+        template="plotly_white",
+        height=height + (120 if present else 0),
+        font={"size": size},
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        uirevision="keep",
+        hovermode="closest",
         legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": size}},
     )
     if present:
@@ -133,9 +144,16 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
     return fig
 
 
-def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[str] | None = None,
-                  smoothing: float = 0.0, color_by: str = "norm", x_mode: str = "step",
-                  present: bool = False) -> tuple[dict, dict]:
+def curves_figure(
+    runs: list[dict],
+    histories: dict[str, dict],
+    *,
+    panels: list[str] | None = None,
+    smoothing: float = 0.0,
+    color_by: str = "norm",
+    x_mode: str = "step",
+    present: bool = False,
+) -> tuple[dict, dict]:
     """(figure, trace map) for the loss / validation / metric curves of several runs, side by side."""
     panels = [p for p in (panels or list(PANELS)) if p in PANELS] or ["loss"]
     tasks = {r["spec"].get("task", "digits") for r in runs}
@@ -151,8 +169,14 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             titles.append(PANELS[p])
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.07)
     colors = colors_for(runs, color_by)
-    trace_map: dict[str, Any] = {"runs": {}, "x": x_mode, "smooth": smoothing, "max_points": MAX_POINTS,
-                                 "color": color_by, "panels": panels}
+    trace_map: dict[str, Any] = {
+        "runs": {},
+        "x": x_mode,
+        "smooth": smoothing,
+        "max_points": MAX_POINTS,
+        "color": color_by,
+        "panels": panels,
+    }
     index = 0
     seen_values: dict[str, list] = {}
     for run in runs:
@@ -174,29 +198,76 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             custom = [[st, format_elapsed(el), v] for st, el, v in zip(steps, elapsed, values, strict=True)]
             if history.get("downsampled") and s.get("min") and s.get("max"):
                 # each bucket's min..max as a faint band behind its mean: spikes stay visible
-                fig.add_trace(go.Scatter(
-                    x=list(xs) + list(xs)[::-1], y=list(s["max"]) + list(s["min"])[::-1], fill="toself",
-                    mode="lines", line={"width": 0}, fillcolor=color, opacity=0.22, hoverinfo="skip",
-                    showlegend=False, legendgroup=rid, meta=f"{rid}:range"), row=1, col=col)
+                fig.add_trace(
+                    go.Scatter(
+                        x=list(xs) + list(xs)[::-1],
+                        y=list(s["max"]) + list(s["min"])[::-1],
+                        fill="toself",
+                        mode="lines",
+                        line={"width": 0},
+                        fillcolor=color,
+                        opacity=0.22,
+                        hoverinfo="skip",
+                        showlegend=False,
+                        legendgroup=rid,
+                        meta=f"{rid}:range",
+                    ),
+                    row=1,
+                    col=col,
+                )
                 index += 1
             mode = "lines" if panel == "loss" else "lines+markers"  # evaluations are sparse: markers
             raw_index = None
             if smoothing > 0:  # the raw series, faint, under the smoothed one (TensorBoard's look)
-                fig.add_trace(go.Scatter(
-                    x=xs, y=values, mode=mode, marker={"size": 4}, customdata=custom, opacity=RAW_OPACITY,
-                    line={"color": color, "dash": dash, "width": 1}, connectgaps=True, showlegend=False,
-                    legendgroup=rid, meta=f"{rid}:raw", name=run_label(run), hoverinfo="skip"),
-                    row=1, col=col)
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=values,
+                        mode=mode,
+                        marker={"size": 4},
+                        customdata=custom,
+                        opacity=RAW_OPACITY,
+                        line={"color": color, "dash": dash, "width": 1},
+                        connectgaps=True,
+                        showlegend=False,
+                        legendgroup=rid,
+                        meta=f"{rid}:raw",
+                        name=run_label(run),
+                        hoverinfo="skip",
+                    ),
+                    row=1,
+                    col=col,
+                )
                 raw_index = index
                 index += 1
-            fig.add_trace(go.Scatter(
-                x=xs, y=smoothed, mode=mode, customdata=custom,
-                marker={"size": 5}, name=run_label(run), legendgroup=rid,
-                showlegend=not entries, line={"color": color, "dash": dash, "width": 2},
-                connectgaps=True, meta=rid, hovertemplate=hovertemplate(SERIES_LABELS[key], smoothing > 0),
-            ), row=1, col=col)
-            entries.append({"i": index, "raw": raw_index, "key": key, "last": steps[-1] if steps else -1,
-                            "acc": acc, "n": n})
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=smoothed,
+                    mode=mode,
+                    customdata=custom,
+                    marker={"size": 5},
+                    name=run_label(run),
+                    legendgroup=rid,
+                    showlegend=not entries,
+                    line={"color": color, "dash": dash, "width": 2},
+                    connectgaps=True,
+                    meta=rid,
+                    hovertemplate=hovertemplate(SERIES_LABELS[key], smoothing > 0),
+                ),
+                row=1,
+                col=col,
+            )
+            entries.append(
+                {
+                    "i": index,
+                    "raw": raw_index,
+                    "key": key,
+                    "last": steps[-1] if steps else -1,
+                    "acc": acc,
+                    "n": n,
+                }
+            )
             index += 1
         trace_map["runs"][rid] = entries
         for e in entries:
@@ -212,15 +283,30 @@ def curves_figure(runs: list[dict], histories: dict[str, dict], *, panels: list[
             fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     if not runs:
         empty(fig, "No runs yet: start one, or pick runs to compare")
-    elif index and all(not fig.data[i].x for i in range(index)) and all(
-            r.get("status") in TERMINAL_STATUSES for r in runs):
+    elif (
+        index
+        and all(not fig.data[i].x for i in range(index))
+        and all(r.get("status") in TERMINAL_STATUSES for r in runs)
+    ):
         cancelled = all(r.get("status") == RunStatus.CANCELLED for r in runs)
-        empty(fig, "Cancelled before the first training points." if cancelled
-              else "These runs ended without recording any training points.")
+        empty(
+            fig,
+            "Cancelled before the first training points."
+            if cancelled
+            else "These runs ended without recording any training points.",
+        )
     elif index and all(not fig.data[i].x for i in range(index)):
         # live runs that have not reported yet; the page's live append removes this note (name "waiting")
-        fig.add_annotation(text="Waiting for the first training points…", name="waiting", showarrow=False,
-                           xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 15, "color": "#555"})
+        fig.add_annotation(
+            text="Waiting for the first training points…",
+            name="waiting",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            font={"size": 15, "color": "#555"},
+        )
     apply_theme(fig, present, height=380)
     # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
     fig.update_layout(uirevision=f"curves-{x_mode}")
@@ -232,5 +318,12 @@ def empty(fig: go.Figure, text: str) -> None:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.update_annotations(visible=False)
-    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
-                       font={"size": 16, "color": "#555"})
+    fig.add_annotation(
+        text=text,
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.5,
+        font={"size": 16, "color": "#555"},
+    )

@@ -64,11 +64,18 @@ def verdicts(group: dict, expect: bool = True) -> list:
         out.append(html.Div(f"Expect: {group['expect']}", className="expect"))
     for c in claims:
         ok = bool(c.get("holds"))
-        out.append(html.Div(className=f"verdict {'holds' if ok else 'fails'}", children=[
-            html.Span("✓ " if ok else "✗ ", className="mark"),
-            html.Strong(c.get("claim", "")), ": ", claim_text(c),
-            html.Div(f"rule: {c.get('rule', '')}", className="muted rule"),
-        ]))
+        out.append(
+            html.Div(
+                className=f"verdict {'holds' if ok else 'fails'}",
+                children=[
+                    html.Span("✓ " if ok else "✗ ", className="mark"),
+                    html.Strong(c.get("claim", "")),
+                    ": ",
+                    claim_text(c),
+                    html.Div(f"rule: {c.get('rule', '')}", className="muted rule"),
+                ],
+            )
+        )
     out.append(html.Div(progress(group), className="muted progress"))
     return out
 
@@ -90,16 +97,35 @@ def band_figure(group: dict, present: bool = False) -> dict:
         color = _cell_color(cell, k)
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
-        fig.add_trace(go.Scatter(x=list(steps) + list(steps)[::-1], y=hi + lo[::-1], mode="lines",
-                                 fill="toself", fillcolor=color, opacity=0.2, line={"width": 0},
-                                 hoverinfo="skip",
-                                 showlegend=False, legendgroup=cell["label"], meta=f"{cell['label']}:band"))
-        fig.add_trace(go.Scatter(
-            x=steps, y=mean, mode="lines" if len(steps) > 20 else "lines+markers",
-            name=f"{cell['label']} (n={cell.get('n', 0)})",
-            line={"color": color, "width": 2}, legendgroup=cell["label"], meta=cell["label"],
-            customdata=std, hovertemplate=f"<b>{cell['label']}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
-            " ± %{customdata:.2g}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=list(steps) + list(steps)[::-1],
+                y=hi + lo[::-1],
+                mode="lines",
+                fill="toself",
+                fillcolor=color,
+                opacity=0.2,
+                line={"width": 0},
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=cell["label"],
+                meta=f"{cell['label']}:band",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=mean,
+                mode="lines" if len(steps) > 20 else "lines+markers",
+                name=f"{cell['label']} (n={cell.get('n', 0)})",
+                line={"color": color, "width": 2},
+                legendgroup=cell["label"],
+                meta=cell["label"],
+                customdata=std,
+                hovertemplate=f"<b>{cell['label']}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
+                " ± %{customdata:.2g}<extra></extra>",
+            )
+        )
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(title_text=f"{metric} (mean ± std over seeds)")
     if not fig.data:
@@ -114,8 +140,12 @@ def results_rows(group: dict) -> list[dict]:
     rows = []
     for cell in group.get("cells") or []:
         spec = cell.get("spec") or {}
-        row: dict[str, Any] = {"cell": cell["label"], "n": cell.get("n", 0), "mean": cell.get("mean"),
-                               "std": cell.get("std")}
+        row: dict[str, Any] = {
+            "cell": cell["label"],
+            "n": cell.get("n", 0),
+            "mean": cell.get("mean"),
+            "std": cell.get("std"),
+        }
         for field in group.get("varied") or []:
             row[field] = spec.get(field)
         rows.append(row)
@@ -124,8 +154,9 @@ def results_rows(group: dict) -> list[dict]:
 
 def _shade(rows: list[dict], higher_is_better: bool) -> list[dict]:
     """Background per row by its mean's rank: best green … worst vermillion (the number is shown too)."""
-    ranked = sorted((r["mean"] for r in rows if isinstance(r.get("mean"), int | float)),
-                    reverse=higher_is_better)
+    ranked = sorted(
+        (r["mean"] for r in rows if isinstance(r.get("mean"), int | float)), reverse=higher_is_better
+    )
     styles = []
     for i, value in enumerate(ranked):
         shade = SCALE[min(len(SCALE) - 1, i * len(SCALE) // max(len(ranked), 1))]
@@ -138,29 +169,49 @@ def results_table(group: dict, table_id: str) -> DataTable:
     rows = results_rows(group)
     metric = group.get("metric", "val_loss")
     num = Format(precision=4, scheme=Scheme.decimal)
-    cols: list[Any] = [{"name": f, "id": f, "type": "numeric" if isinstance(rows[0].get(f) if rows else None,
-                                                                              int | float) else "text"}
-                       for f in group.get("varied") or []] or [{"name": "cell", "id": "cell"}]
-    cols += [{"name": f"{metric} mean", "id": "mean", "type": "numeric", "format": num},
-             {"name": "± std", "id": "std", "type": "numeric", "format": num},
-             {"name": "seeds", "id": "n", "type": "numeric"}]
-    return DataTable(id=table_id, data=rows, columns=cols, sort_action="native",
-                     sort_by=[{"column_id": "mean", "direction": "desc" if group.get("higher_is_better")
-                               else "asc"}],
-                     style_as_list_view=True, style_header={"fontWeight": 600, "background": "#f4f6f8"},
-                     style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": 14,
-                                 "padding": "6px 10px"},
-                     style_data_conditional=_shade(rows, bool(group.get("higher_is_better"))))
+    cols: list[Any] = [
+        {
+            "name": f,
+            "id": f,
+            "type": "numeric" if isinstance(rows[0].get(f) if rows else None, int | float) else "text",
+        }
+        for f in group.get("varied") or []
+    ] or [{"name": "cell", "id": "cell"}]
+    cols += [
+        {"name": f"{metric} mean", "id": "mean", "type": "numeric", "format": num},
+        {"name": "± std", "id": "std", "type": "numeric", "format": num},
+        {"name": "seeds", "id": "n", "type": "numeric"},
+    ]
+    return DataTable(
+        id=table_id,
+        data=rows,
+        columns=cols,
+        sort_action="native",
+        sort_by=[{"column_id": "mean", "direction": "desc" if group.get("higher_is_better") else "asc"}],
+        style_as_list_view=True,
+        style_header={"fontWeight": 600, "background": "#f4f6f8"},
+        style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": 14, "padding": "6px 10px"},
+        style_data_conditional=_shade(rows, bool(group.get("higher_is_better"))),
+    )
 
 
 def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list:
     """The group's card on Compare: title, verdicts, bands, and (a sweep) the results table."""
-    title = group.get("title") or (f"Sweep over {', '.join(group['varied'])}" if group.get("varied")
-                                   else "Group")
-    out: list = [html.H2(title), html.Div(verdicts(group), id=ids_["verdicts"]),
-                 dcc.Graph(id=ids_["bands"], figure=band_figure(group, present), className="graph",
-                           config={"displaylogo": False})]
+    title = group.get("title") or (
+        f"Sweep over {', '.join(group['varied'])}" if group.get("varied") else "Group"
+    )
+    out: list = [
+        html.H2(title),
+        html.Div(verdicts(group), id=ids_["verdicts"]),
+        dcc.Graph(
+            id=ids_["bands"],
+            figure=band_figure(group, present),
+            className="graph",
+            config={"displaylogo": False},
+        ),
+    ]
     if group.get("kind") != "preset":
-        out.append(html.Div(results_table(group, ids_["table"]), id=ids_["table_box"],
-                            className="table-card"))
+        out.append(
+            html.Div(results_table(group, ids_["table"]), id=ids_["table_box"], className="table-card")
+        )
     return out

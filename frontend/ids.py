@@ -70,8 +70,12 @@ CMP_LAST_KEY = "normlab.compare"  # localStorage key of the last comparison's qu
 CMP_GROUP = "cmp-group"  # dcc.Store: the group (preset or sweep) this Compare shows, or None
 CMP_GROUP_BOX = "cmp-group-box"  # its card: verdicts, mean ± std bands, results table
 CMP_GROUP_POLL = "cmp-group-poll"  # dcc.Interval: refresh the group until every run ended
-GROUP_IDS = {"verdicts": "cmp-group-verdicts", "bands": "cmp-group-bands", "table": "cmp-group-table",
-             "table_box": "cmp-group-table-box"}
+GROUP_IDS = {
+    "verdicts": "cmp-group-verdicts",
+    "bands": "cmp-group-bands",
+    "table": "cmp-group-table",
+    "table_box": "cmp-group-table-box",
+}
 LAB_SMOOTH = "lab-smooth"  # smoothing slider of the Lab's live curves (frontend/smoothing.py)
 RUN_SMOOTH = "run-smooth"  # smoothing slider of a run's curves
 

@@ -61,8 +61,11 @@ def field_defaults(task: str) -> dict[str, Any]:
     probes = ProbeSpec().model_dump()
     for name, _, kind in PROBE_FIELDS:
         value = probes[name]
-        out[name] = (["on"] if value else []) if kind == "bool" else (
-            _round(value * 100) if kind == "percent" else value)
+        out[name] = (
+            (["on"] if value else [])
+            if kind == "bool"
+            else (_round(value * 100) if kind == "percent" else value)
+        )
     return out
 
 
@@ -85,8 +88,11 @@ def field_limits(catalog_fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if lo is None and branch.get("exclusiveMinimum") is not None:
             lo, lo_open = branch["exclusiveMinimum"], True
         hi = branch.get("maximum")
-        out[name] = {"min": None if lo is None else _round(lo * scale),
-                     "max": None if hi is None else _round(hi * scale), "min_open": lo_open}
+        out[name] = {
+            "min": None if lo is None else _round(lo * scale),
+            "max": None if hi is None else _round(hi * scale),
+            "min_open": lo_open,
+        }
     return out
 
 
@@ -161,12 +167,16 @@ def parse_int_list(text: str | None, what: str) -> list[int]:
         raise ValueError(f"{what}: type whole numbers separated by commas, e.g. 4, 32, 128") from None
 
 
-def sweep_body(spec: dict[str, Any], norms: list[str], batch_text: str | None,
-               seed_text: str | None) -> dict[str, Any]:
+def sweep_body(
+    spec: dict[str, Any], norms: list[str], batch_text: str | None, seed_text: str | None
+) -> dict[str, Any]:
     """SweepCreate JSON: the base spec crossed with the chosen normalizers, batch sizes and seeds."""
-    return {"base": spec, "norms": list(norms or []),
-            "batch_sizes": parse_int_list(batch_text, "Batch sizes"),
-            "seeds": parse_int_list(seed_text, "Seeds")}
+    return {
+        "base": spec,
+        "norms": list(norms or []),
+        "batch_sizes": parse_int_list(batch_text, "Batch sizes"),
+        "seeds": parse_int_list(seed_text, "Seeds"),
+    }
 
 
 def field_messages(error_fields: dict[str, str], names: list[str]) -> dict[str, str]:
@@ -188,6 +198,7 @@ def field_messages(error_fields: dict[str, str], names: list[str]) -> dict[str, 
 # ---- the form in the URL ----------------------------------------------------------------------
 # The Lab's URL holds the board (runs=…) and every field that differs from the task's default, so a
 # reload, the nav's way back (see pages/lab.py) and a copied link all rebuild the same Lab.
+
 
 def parse_value(name: str, text: str) -> Any:
     """A query value as the field's widget holds it; None when it does not parse."""
@@ -222,8 +233,11 @@ def query_from_spec(spec: dict[str, Any], **overrides: Any) -> dict[str, str]:
     probes = spec.get("probes") or {}
     out = {"task": str(spec.get("task", "digits")), "norm": str(spec.get("norm", "layer"))}
     for name, kind in KINDS.items():
-        value = probes.get(name) if name in PROBE_NAMES else (
-            probes.get("enabled") if kind == "flag" else spec.get(name))
+        value = (
+            probes.get(name)
+            if name in PROBE_NAMES
+            else (probes.get("enabled") if kind == "flag" else spec.get(name))
+        )
         if name in overrides:
             value = overrides[name]
         elif kind == "percent" and value is not None:

@@ -16,6 +16,7 @@ RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.ca
 
 # ---- URL state ---------------------------------------------------------------------------------
 
+
 def encode_query(state: dict[str, Any]) -> str:
     """'?runs=a,b&smooth=0.6': lists joined by commas; empty and None values left out."""
     flat = {}
@@ -74,6 +75,7 @@ def is_present(params: dict[str, Any]) -> bool:
 
 # ---- run lists ---------------------------------------------------------------------------------
 
+
 def when(value: str | None) -> str:
     if not value:
         return ""
@@ -100,8 +102,14 @@ def final_results(run: dict) -> dict[str, float | None]:
     summary = run.get("summary") or {}
     out: dict[str, float | None] = {"val_loss": _number(m.get("val_loss"))}
     for name in RESULT_METRICS:
-        out[name] = next((v for v in (_number(m.get(f"test_{name}")), _number(m.get(f"val_{name}")),
-                                      _number(m.get(name))) if v is not None), None)
+        out[name] = next(
+            (
+                v
+                for v in (_number(m.get(f"test_{name}")), _number(m.get(f"val_{name}")), _number(m.get(name)))
+                if v is not None
+            ),
+            None,
+        )
     wall, step = _number(summary.get("wall_time")), _number(summary.get("step"))
     out["wall_time"] = round(wall, 2) if wall is not None else None
     out["steps_per_s"] = round(step / wall, 1) if wall and step is not None else None
@@ -125,13 +133,23 @@ def run_rows(items: list[dict]) -> list[dict]:
     rows = []
     for r in items:
         spec = r.get("spec") or {}
-        rows.append({
-            "id": r["id"], "status": r.get("status", ""), "task": spec.get("task", ""),
-            "norm": spec.get("norm", ""), "batch_size": spec.get("batch_size"), "seed": spec.get("seed"),
-            "steps": spec.get("steps"), "owner": r.get("owner") or "", "group": group_link(r.get("group_id")),
-            "created": when(r.get("created_at")), **final_results(r),
-            "device": r.get("device") or "", "link": f"[{r['id']}](/run/{r['id']})",
-        })
+        rows.append(
+            {
+                "id": r["id"],
+                "status": r.get("status", ""),
+                "task": spec.get("task", ""),
+                "norm": spec.get("norm", ""),
+                "batch_size": spec.get("batch_size"),
+                "seed": spec.get("seed"),
+                "steps": spec.get("steps"),
+                "owner": r.get("owner") or "",
+                "group": group_link(r.get("group_id")),
+                "created": when(r.get("created_at")),
+                **final_results(r),
+                "device": r.get("device") or "",
+                "link": f"[{r['id']}](/run/{r['id']})",
+            }
+        )
     return rows
 
 

@@ -29,7 +29,7 @@ def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     vals = [v for v in vals if lo - 1e-9 <= v <= hi + 1e-9]
     if len(vals) < 3:  # a narrow range: its ends too, so the bar always reads
         vals = sorted({lo, *vals, hi})
-    return vals, [f"{10 ** v:.2g}" for v in vals]
+    return vals, [f"{10**v:.2g}" for v in vals]
 
 
 def step_edges(steps: list[int]) -> list[float]:
@@ -52,8 +52,9 @@ def thin(rows: list, limit: int = MAX_SNAPSHOTS) -> list:
 
 def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) -> tuple[bool, int]:
     """(drawn, snapshots recorded): one heatmap row per kept snapshot at its training step."""
-    found = sorted(((e["step"], e["payload"].get(key)) for e in events if e["payload"].get(key)),
-                   key=lambda r: r[0])
+    found = sorted(
+        ((e["step"], e["payload"].get(key)) for e in events if e["payload"].get(key)), key=lambda r: r[0]
+    )
     rows = list({s: v for s, v in found}.items())  # one row per step (a replayed event is not a new row)
     if not rows:
         return False, 0
@@ -65,21 +66,47 @@ def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) ->
     tickvals, ticktext = _log_ticks(lo, hi)
     steps = [s for s, _ in kept]
     edges = step_edges(steps)
-    fig.add_trace(go.Heatmap(
-        z=z, x=list(range(1, width + 1)), y=edges, colorscale="Cividis", zmin=lo, zmax=hi,
-        customdata=[[s] * width for s in steps],
-        # the colour bar sits right next to its heatmap, not past the snapshot plot
-        colorbar={"tickvals": tickvals, "ticktext": ticktext, "len": 0.4, "y": 0.79 if row == 1 else 0.21,
-                  "x": 0.505, "xanchor": "left", "thickness": 12, "title": {"text": label, "side": "right"}},
-        hovertemplate="time step %{x}, training step %{customdata}: " + label
-                      + " = 10^%{z:.2f}<extra></extra>",
-    ), row=row, col=1)
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=list(range(1, width + 1)),
+            y=edges,
+            colorscale="Cividis",
+            zmin=lo,
+            zmax=hi,
+            customdata=[[s] * width for s in steps],
+            # the colour bar sits right next to its heatmap, not past the snapshot plot
+            colorbar={
+                "tickvals": tickvals,
+                "ticktext": ticktext,
+                "len": 0.4,
+                "y": 0.79 if row == 1 else 0.21,
+                "x": 0.505,
+                "xanchor": "left",
+                "thickness": 12,
+                "title": {"text": label, "side": "right"},
+            },
+            hovertemplate="time step %{x}, training step %{customdata}: "
+            + label
+            + " = 10^%{z:.2f}<extra></extra>",
+        ),
+        row=row,
+        col=1,
+    )
     ticks = {"tickvals": steps, "ticktext": [str(s) for s in steps]} if len(steps) <= 8 else {}
     fig.update_yaxes(range=[edges[0], edges[-1]], autorange=False, row=row, col=1, **ticks)
     last_step, last = rows[-1]
-    fig.add_trace(go.Scatter(x=list(range(1, len(last) + 1)), y=last, mode="lines+markers",
-                             name=f"{label} at step {last_step}", line={"color": "#0072B2"}),
-                  row=row, col=2)
+    fig.add_trace(
+        go.Scatter(
+            x=list(range(1, len(last) + 1)),
+            y=last,
+            mode="lines+markers",
+            name=f"{label} at step {last_step}",
+            line={"color": "#0072B2"},
+        ),
+        row=row,
+        col=2,
+    )
     fig.update_yaxes(type="log", row=row, col=2, **figures.log_ticks(last))
     return True, len(rows)
 
@@ -93,40 +120,63 @@ def hidden_figure(events: list[dict], present: bool = False, ended: bool = False
     events = [e for e in events if e.get("kind", "hidden") == "hidden"]
     if events and "layers" in events[-1]["payload"]:
         return _layers_figure(events, present)
-    fig = make_subplots(rows=2, cols=2, column_widths=[0.58, 0.42], vertical_spacing=0.16,
-                        horizontal_spacing=0.14,
-                        subplot_titles=["‖h_t‖ over training (log colour)", "‖h_t‖, latest snapshot",
-                                        "‖∂L/∂h_t‖ over training (log colour)", "‖∂L/∂h_t‖, latest snapshot"])
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        column_widths=[0.58, 0.42],
+        vertical_spacing=0.16,
+        horizontal_spacing=0.14,
+        subplot_titles=[
+            "‖h_t‖ over training (log colour)",
+            "‖h_t‖, latest snapshot",
+            "‖∂L/∂h_t‖ over training (log colour)",
+            "‖∂L/∂h_t‖, latest snapshot",
+        ],
+    )
     has_h, n_h = _heat(fig, events, "hidden_norms", "‖h_t‖", 1)
     has_g, n_g = _heat(fig, events, "grad_norms", "‖∂L/∂h_t‖", 2)
     for row in (1, 2):
         fig.update_xaxes(title_text="time step t", row=row)
         fig.update_yaxes(title_text="training step", row=row, col=1)
     if not (has_h or has_g):
-        figures.empty(fig, "This run recorded no hidden-state snapshots." if ended else
-                      "Waiting for the first hidden-state snapshot…")
+        figures.empty(
+            fig,
+            "This run recorded no hidden-state snapshots."
+            if ended
+            else "Waiting for the first hidden-state snapshot…",
+        )
     figures.apply_theme(fig, present, height=620 if has_h or has_g else 160)
     fig.update_layout(showlegend=False)
     recorded = max(n_h, n_g)
     if recorded > MAX_SNAPSHOTS:
-        note = (f"{recorded} snapshots recorded; the heatmaps show {MAX_SNAPSHOTS}, evenly thinned "
-                "(first and latest kept)")
+        note = (
+            f"{recorded} snapshots recorded; the heatmaps show {MAX_SNAPSHOTS}, evenly thinned "
+            "(first and latest kept)"
+        )
         fig.update_layout(title={"text": note, "font": {"size": 12}, "x": 0})
     return fig.to_plotly_json()
 
 
 def _layers_figure(events: list[dict], present: bool) -> dict:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["Summed-input std per layer",
-                                                        "Activation norm per layer"])
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=["Summed-input std per layer", "Activation norm per layer"]
+    )
     names = [layer["name"] for layer in events[-1]["payload"]["layers"]]
     steps = [e["step"] for e in events]
     for k, name in enumerate(names):
         color = ORDINAL[k % len(ORDINAL)]
         for col, field in ((1, "summed_std"), (2, "act_norm")):
-            ys = [next((layer.get(field) for layer in e["payload"]["layers"] if layer["name"] == name), None)
-                  for e in events]
-            fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=col == 1,
-                                     line={"color": color}), row=1, col=col)
+            ys = [
+                next((layer.get(field) for layer in e["payload"]["layers"] if layer["name"] == name), None)
+                for e in events
+            ]
+            fig.add_trace(
+                go.Scatter(
+                    x=steps, y=ys, name=name, legendgroup=name, showlegend=col == 1, line={"color": color}
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(type="log")
     figures.apply_theme(fig, present, height=360)
@@ -162,51 +212,80 @@ def _step_panel(events: list[dict]) -> tuple[str, str]:
     reports it (labelled by its optimizer), else η/‖w‖² (the step plain SGD would take)."""
     if _has(events, "effective_step"):
         opt = events[-1]["payload"].get("optimizer") or next(
-            (g.get("optimizer") for g in events[-1]["payload"].get("groups", []) if g.get("optimizer")), "")
+            (g.get("optimizer") for g in events[-1]["payload"].get("groups", []) if g.get("optimizer")), ""
+        )
         return "effective_step", f"Effective step ‖Δw‖/‖w‖ per update{f' ({opt}, measured)' if opt else ''}"
     return "effective_lr", "Effective learning rate η/‖w‖² (plain SGD's step)"
 
 
-def fisher_figure(events: list[dict], present: bool = False, ended: bool = False,
-                  blocked: bool = False) -> dict:
+def fisher_figure(
+    events: list[dict], present: bool = False, ended: bool = False, blocked: bool = False
+) -> dict:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
     stability line 2. Below, per scale-invariant weight group: ‖w‖, the effective step, uᵀFu along w and
     the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere.
     `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it)."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
     step_field, step_title = _step_panel(events)
-    titles = ["Fisher trace per layer", "η·λ_max against 2 (stable below)",
-              "‖w‖ per weight group", step_title, "uᵀFu along w (→ 0 when scale-invariant)",
-              "Gain curvature per group"]
+    titles = [
+        "Fisher trace per layer",
+        "η·λ_max against 2 (stable below)",
+        "‖w‖ per weight group",
+        step_title,
+        "uᵀFu along w (→ 0 when scale-invariant)",
+        "Gain curvature per group",
+    ]
     fig = make_subplots(rows=3, cols=2, vertical_spacing=0.11, horizontal_spacing=0.25, subplot_titles=titles)
     steps = [e["step"] for e in events]
     if not events:
-        why = ("No Fisher estimate fits this run's probe budget: see the warning above." if blocked else
-               "This run recorded no Fisher estimates." if ended else
-               "Waiting for the first Fisher estimate…")
+        why = (
+            "No Fisher estimate fits this run's probe budget: see the warning above."
+            if blocked
+            else "This run recorded no Fisher estimates."
+            if ended
+            else "Waiting for the first Fisher estimate…"
+        )
         figures.empty(fig, why)
         figures.apply_theme(fig, present, height=160)
         return fig.to_plotly_json()
     last = events[-1]["payload"]
     estimators = last.get("trace_estimator", {})
     for k, layer in enumerate(last.get("trace", {})):
-        fig.add_trace(go.Scatter(x=steps, y=[e["payload"].get("trace", {}).get(layer) for e in events],
-                                 name=f"{layer} ({estimators.get(layer, '?')})", legend="legend",
-                                 line={"color": CATEGORY[k % 8]}), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[e["payload"].get("trace", {}).get(layer) for e in events],
+                name=f"{layer} ({estimators.get(layer, '?')})",
+                legend="legend",
+                line={"color": CATEGORY[k % 8]},
+            ),
+            row=1,
+            col=1,
+        )
     _eta_lambda(fig, events, steps)
     group_names = [name for name, _ in _group_series(events, "weight_norm")]
-    for legend, (row, col), field in (("legend3", (2, 1), "weight_norm"), ("legend4", (2, 2), step_field),
-                                      ("legend5", (3, 1), "along_w_curvature"),
-                                      ("legend6", (3, 2), "gain_curvature")):
+    for legend, (row, col), field in (
+        ("legend3", (2, 1), "weight_norm"),
+        ("legend4", (2, 2), step_field),
+        ("legend5", (3, 1), "along_w_curvature"),
+        ("legend6", (3, 2), "gain_curvature"),
+    ):
         for name, ys in _group_series(events, field):
             k = group_names.index(name) if name in group_names else len(group_names)
-            fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legend=legend,
-                                     line={"color": CATEGORY[k % 8]}), row=row, col=col)
+            fig.add_trace(
+                go.Scatter(x=steps, y=ys, name=name, legend=legend, line={"color": CATEGORY[k % 8]}),
+                row=row,
+                col=col,
+            )
     fig.update_xaxes(title_text="training step")
     traces = (v for e in events for v in (e["payload"].get("trace") or {}).values())
     fig.update_yaxes(type="log", row=1, col=1, **figures.log_ticks(traces))
-    fig.update_yaxes(type="log", row=2, col=2, **figures.log_ticks(
-        g.get(step_field) for e in events for g in e["payload"].get("groups", [])))
+    fig.update_yaxes(
+        type="log",
+        row=2,
+        col=2,
+        **figures.log_ticks(g.get(step_field) for e in events for g in e["payload"].get("groups", [])),
+    )
     fig.update_yaxes(exponentformat="power", row=3, col=1)
     figures.apply_theme(fig, present, height=900)
     _place_legends(fig, present)
@@ -223,8 +302,17 @@ def fisher_figure(events: list[dict], present: bool = False, ended: bool = False
 def _eta_lambda(fig: go.Figure, events: list[dict], steps: list[int]) -> None:
     """η·λ_max(F) (and of the Hessian when measured) with the line 2 that gradient descent crosses when it
     stops being stable."""
-    fig.add_trace(go.Scatter(x=steps, y=[e["payload"].get("eta_lambda_max") for e in events],
-                             name="η·λ_max(F)", legend="legend2", line={"color": "#0072B2"}), row=1, col=2)
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[e["payload"].get("eta_lambda_max") for e in events],
+            name="η·λ_max(F)",
+            legend="legend2",
+            line={"color": "#0072B2"},
+        ),
+        row=1,
+        col=2,
+    )
     hess = [e["payload"].get("eta_hessian_lambda_max") for e in events]
     derived = any(e["payload"].get("hessian_lambda_max") is not None for e in events)
     if all(h is None for h in hess) and derived:
@@ -235,11 +323,30 @@ def _eta_lambda(fig: go.Figure, events: list[dict], steps: list[int]) -> None:
             h = p.get("hessian_lambda_max")
             hess.append(h * lr if h is not None and lr is not None else None)
     if any(h is not None for h in hess):
-        fig.add_trace(go.Scatter(x=steps, y=hess, name="η·λ_max(Hessian)", legend="legend2",
-                                 line={"color": "#D55E00", "dash": "dot"}), row=1, col=2)
-    fig.add_trace(go.Scatter(x=[steps[0], steps[-1]] if steps else [], y=[2.0, 2.0], mode="lines",
-                             name="2: stability line", legend="legend2", hoverinfo="skip",
-                             line={"color": "#D55E00", "dash": "dash", "width": 1}), row=1, col=2)
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=hess,
+                name="η·λ_max(Hessian)",
+                legend="legend2",
+                line={"color": "#D55E00", "dash": "dot"},
+            ),
+            row=1,
+            col=2,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[steps[0], steps[-1]] if steps else [],
+            y=[2.0, 2.0],
+            mode="lines",
+            name="2: stability line",
+            legend="legend2",
+            hoverinfo="skip",
+            line={"color": "#D55E00", "dash": "dash", "width": 1},
+        ),
+        row=1,
+        col=2,
+    )
     # the line stays in view even while η·λ is far below it
     values = [v for v in [*(e["payload"].get("eta_lambda_max") for e in events), *hess] if v is not None]
     fig.update_yaxes(range=[0, max([2.3, *values]) * 1.08], row=1, col=2)
@@ -250,7 +357,17 @@ def _place_legends(fig: go.Figure, present: bool) -> None:
     size = 16 if present else 11
     for n, legend in enumerate(("legend", "legend2", "legend3", "legend4", "legend5", "legend6"), start=1):
         xaxis, yaxis = fig.layout[f"xaxis{'' if n == 1 else n}"], fig.layout[f"yaxis{'' if n == 1 else n}"]
-        fig.update_layout({legend: {"x": xaxis.domain[1] + 0.01, "xanchor": "left", "y": yaxis.domain[1],
-                                    "yanchor": "top", "orientation": "v", "font": {"size": size},
-                                    "bgcolor": "rgba(255,255,255,0.85)"}})
+        fig.update_layout(
+            {
+                legend: {
+                    "x": xaxis.domain[1] + 0.01,
+                    "xanchor": "left",
+                    "y": yaxis.domain[1],
+                    "yanchor": "top",
+                    "orientation": "v",
+                    "font": {"size": size},
+                    "bgcolor": "rgba(255,255,255,0.85)",
+                }
+            }
+        )
     fig.update_layout(showlegend=True, margin={"r": 190, "t": 80})

@@ -36,7 +36,7 @@ def ema(values: Iterable[float | None], weight: float, state: tuple[float, int] 
             continue
         acc = acc * weight + (1.0 - weight) * v
         n += 1
-        debias = 1.0 - weight ** n
+        debias = 1.0 - weight**n
         out.append(acc / debias if debias > 0 else v)
     return out, (acc, n)
 
@@ -74,5 +74,10 @@ def cookie_weight() -> float:
 def hovertemplate(series_label: str, smoothed: bool) -> str:
     """Run, step, value (and raw value when smoothed), wall time: customdata = [step, wall, raw]."""
     raw = " (raw %{customdata[2]:.4g})" if smoothed else ""
-    return ("<b>%{fullData.name}</b><br>step %{customdata[0]}<br>" + series_label + " %{y:.4g}" + raw
-            + "<br>wall time %{customdata[1]}<extra></extra>")
+    return (
+        "<b>%{fullData.name}</b><br>step %{customdata[0]}<br>"
+        + series_label
+        + " %{y:.4g}"
+        + raw
+        + "<br>wall time %{customdata[1]}<extra></extra>"
+    )

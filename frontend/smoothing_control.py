@@ -14,12 +14,21 @@ from frontend.smoothing import COOKIE, parse_weight
 
 def control(control_id: str, value: float) -> html.Div:
     """The smoothing slider of a curves card (0 = raw curves only)."""
-    return html.Div(className="field smoothing", children=[
-        html.Label("Smoothing (EMA)", className="label", htmlFor=control_id),
-        dcc.Slider(id=control_id, min=0, max=0.99, step=0.01, value=value,
-                   marks={0: "0", 0.6: "0.6", 0.9: "0.9", 0.99: "0.99"},
-                   tooltip={"placement": "bottom", "always_visible": False}),
-    ])
+    return html.Div(
+        className="field smoothing",
+        children=[
+            html.Label("Smoothing (EMA)", className="label", htmlFor=control_id),
+            dcc.Slider(
+                id=control_id,
+                min=0,
+                max=0.99,
+                step=0.01,
+                value=value,
+                marks={0: "0", 0.6: "0.6", 0.9: "0.9", 0.99: "0.99"},
+                tooltip={"placement": "bottom", "always_visible": False},
+            ),
+        ],
+    )
 
 
 def rebuild(weight, trace_map, present):
@@ -30,9 +39,15 @@ def rebuild(weight, trace_map, present):
     trace_map = trace_map or {}
     if not trace_map.get("runs") or parse_weight(trace_map.get("smooth")) == weight:
         return no_update, no_update, no_update
-    bundle = data.curves_bundle(list(trace_map["runs"]), smoothing=weight, x_mode=trace_map.get("x", "step"),
-                                color_by=trace_map.get("color", "norm"), panels=trace_map.get("panels"),
-                                present=bool(present), from_start=bool(trace_map.get("from_start")))
+    bundle = data.curves_bundle(
+        list(trace_map["runs"]),
+        smoothing=weight,
+        x_mode=trace_map.get("x", "step"),
+        color_by=trace_map.get("color", "norm"),
+        panels=trace_map.get("panels"),
+        present=bool(present),
+        from_start=bool(trace_map.get("from_start")),
+    )
     return bundle["figure"], bundle["map"], bundle["watch"]
 
 
@@ -49,8 +64,12 @@ def remember(weight: float) -> None:
 
 def register(control_id: str) -> None:
     """The callback that redraws a page's curves when its smoothing control moves (Lab, Run)."""
-    callback(Output(ids.CURVES, "figure", allow_duplicate=True),
-             Output(ids.CURVES_MAP, "data", allow_duplicate=True),
-             Output(ids.WATCH, "data", allow_duplicate=True),
-             Input(control_id, "value"), State(ids.CURVES_MAP, "data"), State(ids.PRESENT, "data"),
-             prevent_initial_call=True)(rebuild)
+    callback(
+        Output(ids.CURVES, "figure", allow_duplicate=True),
+        Output(ids.CURVES_MAP, "data", allow_duplicate=True),
+        Output(ids.WATCH, "data", allow_duplicate=True),
+        Input(control_id, "value"),
+        State(ids.CURVES_MAP, "data"),
+        State(ids.PRESENT, "data"),
+        prevent_initial_call=True,
+    )(rebuild)

@@ -32,5 +32,12 @@ def badge_style(status: str) -> dict[str, str]:
 
 def table_styles(column: str = "status") -> list[dict]:
     """DataTable `style_data_conditional` entries colouring the status column like the badges."""
-    return [{"if": {"filter_query": f'{{{column}}} = "{s.value}"', "column_id": column},
-             "color": fg, "backgroundColor": bg, "fontWeight": 600} for s, (fg, bg) in STATUS_COLOURS.items()]
+    return [
+        {
+            "if": {"filter_query": f'{{{column}}} = "{s.value}"', "column_id": column},
+            "color": fg,
+            "backgroundColor": bg,
+            "fontWeight": 600,
+        }
+        for s, (fg, bg) in STATUS_COLOURS.items()
+    ]

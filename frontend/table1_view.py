@@ -7,8 +7,10 @@ from typing import Any
 
 from normlab.table1 import PAPER_METHODS, PAPER_TABLE1, PROSE_CELL, TRANSFORMS, Method, Table1, Transform
 
-PROSE_NOTE = ("§5.1's prose says \"all the normalization methods are invariant to re-scaling the "
-              "dataset\", but Table 1 prints \"No\" for weight normalization. The computed cell decides.")
+PROSE_NOTE = (
+    "§5.1's prose says \"all the normalization methods are invariant to re-scaling the "
+    'dataset", but Table 1 prints "No" for weight normalization. The computed cell decides.'
+)
 
 
 def cell_id(method: Method, transform: Transform) -> str:
@@ -25,10 +27,17 @@ def invariance_table(table: Table1 | None) -> list[dict[str, Any]]:
         for t in TRANSFORMS:
             paper = PAPER_TABLE1[m][t]
             computed = table.methods[m][t] if table is not None else None
-            rows.append({"method": m, "transform": t, "paper": paper, "computed": computed,
-                         "difference": table.max_abs_diff[m][t] if table is not None else None,
-                         "agrees": None if computed is None else computed == paper,
-                         "note": PROSE_NOTE if (m, t) == PROSE_CELL else ""})
+            rows.append(
+                {
+                    "method": m,
+                    "transform": t,
+                    "paper": paper,
+                    "computed": computed,
+                    "difference": table.max_abs_diff[m][t] if table is not None else None,
+                    "agrees": None if computed is None else computed == paper,
+                    "note": PROSE_NOTE if (m, t) == PROSE_CELL else "",
+                }
+            )
     return rows
 
 
@@ -36,5 +45,10 @@ def extra_rows(table: Table1 | None) -> dict[Method, list[dict[str, Any]]]:
     """Methods beyond the paper's three (RMSNorm, none) that the engine also computed, in column order."""
     if table is None:
         return {}
-    return {m: [{"transform": t, "computed": table.methods[m][t], "difference": table.max_abs_diff[m][t]}
-                for t in TRANSFORMS] for m in table.extra_methods}
+    return {
+        m: [
+            {"transform": t, "computed": table.methods[m][t], "difference": table.max_abs_diff[m][t]}
+            for t in TRANSFORMS
+        ]
+        for m in table.extra_methods
+    }

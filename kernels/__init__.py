@@ -17,11 +17,27 @@ import torch
 
 from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
-__all__ = ["LN_TRITON_MIN_ELEMS", "backend_for", "get_backend", "layer_norm", "layer_norm_reference",
-           "ln_backend_for", "ln_gru_cell",
-           "ln_gru_cell_reference", "ln_gru_sequence", "ln_lstm_cell", "ln_lstm_cell_reference",
-           "ln_lstm_sequence", "set_backend", "triton_available", "triton_layer_norm", "triton_ln_gru_cell",
-           "triton_ln_gru_sequence", "triton_ln_lstm_cell", "triton_ln_lstm_sequence"]
+__all__ = [
+    "LN_TRITON_MIN_ELEMS",
+    "backend_for",
+    "get_backend",
+    "layer_norm",
+    "layer_norm_reference",
+    "ln_backend_for",
+    "ln_gru_cell",
+    "ln_gru_cell_reference",
+    "ln_gru_sequence",
+    "ln_lstm_cell",
+    "ln_lstm_cell_reference",
+    "ln_lstm_sequence",
+    "set_backend",
+    "triton_available",
+    "triton_layer_norm",
+    "triton_ln_gru_cell",
+    "triton_ln_gru_sequence",
+    "triton_ln_lstm_cell",
+    "triton_ln_lstm_sequence",
+]
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
@@ -41,8 +57,9 @@ def set_backend(name: str) -> None:
     if name not in BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; use 'auto', 'torch' or 'triton'")
     if name == "triton" and not triton_available():
-        raise ValueError("kernel backend 'triton' needs the triton package; install normlab[kernels] "
-                         "or use 'auto'/'torch'")
+        raise ValueError(
+            "kernel backend 'triton' needs the triton package; install normlab[kernels] or use 'auto'/'torch'"
+        )
     _FORCED = name
     if name != "torch" and torch.cuda.is_available() and triton_available():
         # Import (and register the ops) now, not inside a torch.compile'd region.
@@ -104,8 +121,9 @@ def _lstm_op():
     return _module("lstm_op")
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-               eps: float = 1e-5) -> torch.Tensor:
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5
+) -> torch.Tensor:
     """LayerNorm over the last dimension (eq. 15: population variance), then gain and bias.
 
     Triton on CUDA for inputs of at least LN_TRITON_MIN_ELEMS elements (and always with backend 'triton'
@@ -115,8 +133,14 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
-def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                      eps: float = 1e-5, *, tier: str = "auto") -> torch.Tensor:
+def triton_layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    *,
+    tier: str = "auto",
+) -> torch.Tensor:
     """LayerNorm by the Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1); differentiable."""
     return _ln_op().triton_layer_norm(x, weight, bias, eps, tier=tier)
 
@@ -133,47 +157,82 @@ def ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, b
     return ln_lstm_cell_reference(*args)
 
 
-def triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c,
-                        eps: float = 1e-5):
+def triton_ln_lstm_cell(
+    hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5
+):
     """(h, c) by the fused Triton LN-LSTM kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
-    return _lstm_op().triton_ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
-                                          bias_c, eps)
+    return _lstm_op().triton_ln_lstm_cell(
+        hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps
+    )
 
 
-def ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0,
-                     eps: float = 1e-5):
+def ln_lstm_sequence(
+    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+):
     """h_t of every step (T, B, H) of an LN-LSTM over ax = x W_xᵀ (T, B, 4H), from h0, c0 (B, H).
 
     On CUDA the whole recurrence is one autograd node over the fused Triton kernels (one product and one
     launch per step each way; `lstm_seq_op`); otherwise the torch reference cell, step by step.
     """
     if backend_for(ax) == "triton":
-        return _module("lstm_seq_op").triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias,
-                                                              gain_c, bias_c, h0, c0, eps)
+        return _module("lstm_seq_op").triton_ln_lstm_sequence(
+            ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps
+        )
     h, c, hs = h0, c0, []
     for t in range(ax.shape[0]):
-        h, c = ln_lstm_cell_reference(h @ w_h.t(), ax[t], c, gain_h, bias_h, gain_x, bias_x, bias, gain_c,
-                                      bias_c, eps)
+        h, c = ln_lstm_cell_reference(
+            h @ w_h.t(), ax[t], c, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps
+        )
         hs.append(h)
     return torch.stack(hs) if hs else ax.new_empty(0, ax.shape[1], ax.shape[2] // 4)
 
 
-def triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0,
-                            eps: float = 1e-5):
+def triton_ln_lstm_sequence(
+    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+):
     """The LN-LSTM recurrence by the fused Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
-    return _module("lstm_seq_op").triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias,
-                                                          gain_c, bias_c, h0, c0, eps)
+    return _module("lstm_seq_op").triton_ln_lstm_sequence(
+        ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps
+    )
 
 
-def ln_gru_cell(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx,
-                gain_uh, bias_uh, eps: float = 1e-5):
+def ln_gru_cell(
+    zr_h,
+    zr_x,
+    wx,
+    uh,
+    h_prev,
+    gain_zr_h,
+    bias_zr_h,
+    gain_zr_x,
+    bias_zr_x,
+    gain_wx,
+    bias_wx,
+    gain_uh,
+    bias_uh,
+    eps: float = 1e-5,
+):
     """h of one LN-GRU step (eq. 26, gates z, r): fused Triton kernel on CUDA, torch otherwise.
 
     zr_h = h_{t-1} W_hᵀ and zr_x = x_t W_xᵀ are (B, 2H); wx = x_t Wᵀ, uh = h_{t-1} Uᵀ and h_prev (B, H);
     gain/bias of the two 2H normalizations (2H,), of the two H normalizations (H,).
     """
-    args = (zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx,
-            gain_uh, bias_uh, eps)
+    args = (
+        zr_h,
+        zr_x,
+        wx,
+        uh,
+        h_prev,
+        gain_zr_h,
+        bias_zr_h,
+        gain_zr_x,
+        bias_zr_x,
+        gain_wx,
+        bias_wx,
+        gain_uh,
+        bias_uh,
+        eps,
+    )
     if backend_for(h_prev) == "triton":
         return _module("gru_op").triton_ln_gru_cell(*args)
     return ln_gru_cell_reference(*args)
@@ -184,8 +243,20 @@ def triton_ln_gru_cell(*args, **kwargs):
     return _module("gru_op").triton_ln_gru_cell(*args, **kwargs)
 
 
-def ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh,
-                    h0, eps: float = 1e-5):
+def ln_gru_sequence(
+    ax,
+    w_rec,
+    gain_zr_h,
+    bias_zr_h,
+    gain_zr_x,
+    bias_zr_x,
+    gain_wx,
+    bias_wx,
+    gain_uh,
+    bias_uh,
+    h0,
+    eps: float = 1e-5,
+):
     """h_t of every step (T, B, H) of an LN-GRU over ax = x [W_x; W]ᵀ (T, B, 3H), with w_rec = [W_h; U].
 
     On CUDA the whole recurrence is one autograd node over the fused Triton kernels (`gru_seq_op`);
@@ -198,8 +269,9 @@ def ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_
     h, hs = h0, []
     for t in range(ax.shape[0]):
         rec = h @ w_rec.t()
-        h = ln_gru_cell_reference(rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H:], rec[:, 2 * H:], h,
-                                  *params, eps)
+        h = ln_gru_cell_reference(
+            rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H :], rec[:, 2 * H :], h, *params, eps
+        )
         hs.append(h)
     return torch.stack(hs) if hs else ax.new_empty(0, ax.shape[1], H)
 

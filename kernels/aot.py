@@ -65,11 +65,34 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
     from kernels.layer_norm_op import bwd_config, fwd_config
 
     label = f"N={N} x={x} w={w} W={int(has_w)} B={int(has_b)}"
-    fwd_sig = {"X": f"*{x}", "Y": f"*{x}", "W": f"*{w}", "B": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32",
-               "stride_x": "i32", "stride_y": "i32", "M": "i32", "N": "i32", "eps": "fp32"}
-    bwd_sig = {"DY": f"*{x}", "X": f"*{x}", "W": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32", "DX": f"*{x}",
-               "DW_part": "*fp32", "DB_part": "*fp32", "stride_dy": "i32", "stride_x": "i32",
-               "stride_dx": "i32", "M": "i32", "N": "i32"}
+    fwd_sig = {
+        "X": f"*{x}",
+        "Y": f"*{x}",
+        "W": f"*{w}",
+        "B": f"*{w}",
+        "Mean": "*fp32",
+        "Rstd": "*fp32",
+        "stride_x": "i32",
+        "stride_y": "i32",
+        "M": "i32",
+        "N": "i32",
+        "eps": "fp32",
+    }
+    bwd_sig = {
+        "DY": f"*{x}",
+        "X": f"*{x}",
+        "W": f"*{w}",
+        "Mean": "*fp32",
+        "Rstd": "*fp32",
+        "DX": f"*{x}",
+        "DW_part": "*fp32",
+        "DB_part": "*fp32",
+        "stride_dy": "i32",
+        "stride_x": "i32",
+        "stride_dx": "i32",
+        "M": "i32",
+        "N": "i32",
+    }
     specs = []
     for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
         flags = {"BLOCK_N": cfg["BLOCK_N"], "HAS_W": has_w, "HAS_B": has_b}
@@ -80,8 +103,16 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
         if kind == "bwd":
             flags["STAGES"] = cfg["STAGES"]
         aligned = tuple(n for n in sig if n == "N" or n.startswith("stride")) if N % 16 == 0 else ()
-        specs.append(Spec(f"_ln_{kind}_{cfg['kernel']}", sig, flags, cfg["num_warps"],
-                          label + (f" S={cfg['STAGES']}" if kind == "bwd" else ""), aligned))
+        specs.append(
+            Spec(
+                f"_ln_{kind}_{cfg['kernel']}",
+                sig,
+                flags,
+                cfg["num_warps"],
+                label + (f" S={cfg['STAGES']}" if kind == "bwd" else ""),
+                aligned,
+            )
+        )
     return specs
 
 
@@ -90,17 +121,45 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
 
     block, fwd_warps, _, bwd_warps = launch(1, H, CPU)
     params = {n: f"*{w}" for n in ("GH", "BH", "GX", "BX", "Bias", "GC", "BC")}
-    fwd = {"HH": f"*{x}", "XX": f"*{x}", "C_prev": f"*{x}", **params, "H_out": f"*{x}", "C_out": f"*{x}",
-           "Stats": "*fp32", "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "H": "i32",
-           "eps": "fp32"}
-    bwd = {"DH": f"*{x}", "DC": f"*{x}", "HH": f"*{x}", "XX": f"*{x}", "C_prev": f"*{x}", **params,
-           "Stats": "*fp32", "DHH": f"*{x}", "DXX": f"*{x}", "DC_prev": f"*{x}", "Part": "*fp32",
-           "stride_hh": "i32", "stride_xx": "i32", "stride_cp": "i32", "B": "i32", "H": "i32"}
+    fwd = {
+        "HH": f"*{x}",
+        "XX": f"*{x}",
+        "C_prev": f"*{x}",
+        **params,
+        "H_out": f"*{x}",
+        "C_out": f"*{x}",
+        "Stats": "*fp32",
+        "stride_hh": "i32",
+        "stride_xx": "i32",
+        "stride_cp": "i32",
+        "H": "i32",
+        "eps": "fp32",
+    }
+    bwd = {
+        "DH": f"*{x}",
+        "DC": f"*{x}",
+        "HH": f"*{x}",
+        "XX": f"*{x}",
+        "C_prev": f"*{x}",
+        **params,
+        "Stats": "*fp32",
+        "DHH": f"*{x}",
+        "DXX": f"*{x}",
+        "DC_prev": f"*{x}",
+        "Part": "*fp32",
+        "stride_hh": "i32",
+        "stride_xx": "i32",
+        "stride_cp": "i32",
+        "B": "i32",
+        "H": "i32",
+    }
     label = f"H={H} x={x} w={w}"
     # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
-    return [Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-            Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
+    return [
+        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
+        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
+        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+    ]
 
 
 def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
@@ -112,14 +171,29 @@ def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
     strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
     fwd = {**acts, **params, "H_out": f"*{x}", "Stats": "*fp32", **strides, "H": "i32", "eps": "fp32"}
     d_strides = {n: "i32" for n in ("stride_dzrh", "stride_dzrx", "stride_dwx", "stride_duh")}
-    bwd = {"DH": f"*{x}", **acts, **params, "Stats": "*fp32", "DZRH": f"*{x}", "DZRX": f"*{x}",
-           "DWX": f"*{x}", "DUH": f"*{x}", "DH_prev": f"*{x}", "Part": "*fp32", **strides, **d_strides,
-           "B": "i32", "H": "i32"}
+    bwd = {
+        "DH": f"*{x}",
+        **acts,
+        **params,
+        "Stats": "*fp32",
+        "DZRH": f"*{x}",
+        "DZRX": f"*{x}",
+        "DWX": f"*{x}",
+        "DUH": f"*{x}",
+        "DH_prev": f"*{x}",
+        "Part": "*fp32",
+        **strides,
+        **d_strides,
+        "B": "i32",
+        "H": "i32",
+    }
     label = f"H={H} x={x} w={w}"
     # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
-    return [Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-            Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC")]
+    return [
+        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
+        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
+        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+    ]
 
 
 def specializations(full: bool = False) -> list[Spec]:
@@ -145,8 +219,15 @@ def specializations(full: bool = False) -> list[Spec]:
     # The widest strip, and the narrowest that many SMs bring (an H200's 4096×8192 dγ/dβ: 32 columns)
     for k, out in enumerate(("fp32", "bf16", "fp16") if full else ("fp32", "bf16")):
         block_c = (SUM_BLOCK_C, 32, 64)[k]
-        specs.append(Spec("_column_sum", {**sum_sig, "Out": f"*{out}", "Out2": f"*{out}"},
-                          {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": block_c}, 4, f"out={out} BLOCK_C={block_c}"))
+        specs.append(
+            Spec(
+                "_column_sum",
+                {**sum_sig, "Out": f"*{out}", "Out2": f"*{out}"},
+                {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": block_c},
+                4,
+                f"out={out} BLOCK_C={block_c}",
+            )
+        )
     return specs
 
 
@@ -163,8 +244,11 @@ def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):
     if missing:
         raise ValueError(f"{spec.kernel}: no type or constexpr value for {missing}")
     # Pointers are 16-byte aligned in the common case (and N, the strides where `aligned` says so).
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if signature[n].startswith("*") or n in spec.aligned}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, n in enumerate(fn.arg_names)
+        if signature[n].startswith("*") or n in spec.aligned
+    }
     src = ASTSource(fn=fn, signature=signature, constexprs=spec.constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": spec.num_warps})
 
@@ -181,8 +265,9 @@ def ptxas_usage(ptx: str, cc: int) -> dict:
         path = Path(tmp) / "k.ptx"
         path.write_text(ptx)
         arch = f"sm_{cc}a" if cc == 90 else f"sm_{cc}"  # triton emits sm_90a PTX for Hopper
-        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", str(path), "-o", str(path) + ".o"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [ptxas, f"-arch={arch}", "-v", str(path), "-o", str(path) + ".o"], capture_output=True, text=True
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed for sm_{cc}: {proc.stderr.strip()[:500]}")
     out = proc.stderr
@@ -211,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             if not check or cc == 90:
                 use = ptxas_usage(kernel.asm["ptx"], cc)
                 usage = f"regs={use['registers']} spill={use['spill_bytes']}B"
-            print(f"{arch} {spec.kernel:18s} {spec.label:34s} warps={spec.num_warps:2d} {usage} "
-                  f"{time.perf_counter() - t0:.1f}s", flush=True)
+            print(
+                f"{arch} {spec.kernel:18s} {spec.label:34s} warps={spec.num_warps:2d} {usage} "
+                f"{time.perf_counter() - t0:.1f}s",
+                flush=True,
+            )
     return 0
 
 

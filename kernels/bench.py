@@ -31,12 +31,18 @@ from kernels import bench_probe, bench_rnn, graphs
 from kernels.bench_rnn import GRU_SEQUENCE, GRU_SEQUENCE_EAGER, SEQUENCE, SEQUENCE_EAGER  # noqa: F401
 
 PEAK_TBS = 4.8  # H200 HBM3e, vendor datasheet
-FULL = {"M": (512, 4096, 16384, 32768, 65536),
-        "N": (768, 1000, 1024, 2041, 2048, 4096, 4099, 5120, 8192, 16384, 32768, 65536)}
+FULL = {
+    "M": (512, 4096, 16384, 32768, 65536),
+    "N": (768, 1000, 1024, 2041, 2048, 4096, 4099, 5120, 8192, 16384, 32768, 65536),
+}
 QUICK = {"M": (4096, 32768), "N": (1024, 2041, 4096, 8192, 16384, 65536)}
 MAX_ELEMS = 1 << 30  # M·N cap: x, y, dy, dx of 4 GB each in fp32 stay well inside 139 GiB
-DTYPES = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
-          "fp32": (torch.float32, torch.float32), "bf16+fp32w": (torch.bfloat16, torch.float32)}
+DTYPES = {
+    "bf16": (torch.bfloat16, torch.bfloat16),
+    "fp16": (torch.float16, torch.float16),
+    "fp32": (torch.float32, torch.float32),
+    "bf16+fp32w": (torch.bfloat16, torch.float32),
+}
 MODES = ("fwd", "bwd", "fwd+bwd")
 BYTES_PER_ELEM = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}
 # --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures
@@ -68,8 +74,10 @@ def _parts(text: str) -> list[str]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown or not parts:
-        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown) or '(none given)'}; give a "
-                                         f"comma-separated list of {', '.join(PARTS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown part(s) {', '.join(unknown) or '(none given)'}; give a "
+            f"comma-separated list of {', '.join(PARTS)}"
+        )
     return parts
 
 
@@ -84,8 +92,9 @@ def _ms(fn, rep_ms: float, grad_to_none=None) -> float:
         return (time.perf_counter() - t0) * 1e3
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=max(1, rep_ms // 5), rep=rep_ms, grad_to_none=grad_to_none,
-                          return_mode="median"))
+    return float(
+        do_bench(fn, warmup=max(1, rep_ms // 5), rep=rep_ms, grad_to_none=grad_to_none, return_mode="median")
+    )
 
 
 def _ms_graph(fn, rep_ms: float, grad_to_none=None) -> float | None:
@@ -119,8 +128,13 @@ def _ln_impls():
     # their saved buffers for that.
     torch._functorch.config.donated_buffer = False
     # Row count M marked dynamic, N static (see _mark): one inductor compile per (N, dtype, grad mode).
-    impls = {"triton": tri, "normlab": dispatched, "torch": eager, "torch.compile": torch.compile(eager),
-             "torch.compile/mixed": torch.compile(compiled_mixed)}
+    impls = {
+        "triton": tri,
+        "normlab": dispatched,
+        "torch": eager,
+        "torch.compile": torch.compile(eager),
+        "torch.compile/mixed": torch.compile(compiled_mixed),
+    }
     liger = bench_probe.liger_layer_norm()
     if liger is not None:
         impls["liger"] = liger
@@ -174,8 +188,9 @@ def precompile(impls, args, grid: dict, parts: list[str]) -> dict:
 
     inductor_config.autotune_local_cache = False
     i, k = args.shard
-    jobs = [(p[3:], N) for p in parts if p.startswith("ln:") and _with_compiled(args, p[3:])
-            for N in grid["N"]][i::k]
+    jobs = [
+        (p[3:], N) for p in parts if p.startswith("ln:") and _with_compiled(args, p[3:]) for N in grid["N"]
+    ][i::k]
     for dname, N in jobs:
         name = _compiled_impl(dname)
         x, w, b, dy = _case_inputs(grid["M"][0], N, dname)
@@ -194,8 +209,9 @@ def compile_cache() -> dict:
     """Hits and misses of inductor's FX-graph and AOTAutograd caches in this process so far."""
     from torch._dynamo.utils import counters
 
-    return {k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items()
-            if "cache" in k}
+    return {
+        k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items() if "cache" in k
+    }
 
 
 def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
@@ -204,8 +220,11 @@ def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
     ref = kernels.layer_norm_reference(x[:rows].double(), w.double(), b.double(), 1e-5)
     # torch's CUDA layer norm takes fp32 γ/β with bf16/fp16 x too; `normlab` only where it dispatches
     # differently from `triton` (below the size line it is torch itself)
-    names = ["triton", "normlab", "torch"] if DEVICE == "cpu" or M * N < kernels.LN_TRITON_MIN_ELEMS else [
-        "triton", "torch"]
+    names = (
+        ["triton", "normlab", "torch"]
+        if DEVICE == "cpu" or M * N < kernels.LN_TRITON_MIN_ELEMS
+        else ["triton", "torch"]
+    )
     if with_compiled:
         names.append(_compiled_impl(dname))
     if "liger" in impls:
@@ -225,9 +244,11 @@ def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
             if DEVICE == "cuda":
                 torch.cuda.synchronize()
             if mode == "fwd":
+
                 def run(fn=fn):
                     with torch.no_grad():
                         fn(x, w, b)
+
                 grads = None
             elif mode == "bwd":
                 run, grads = (lambda y=y: y.backward(dy, retain_graph=True)), leaves
@@ -237,11 +258,21 @@ def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
             ms_graph = _ms_graph(run, rep_ms, grads)
             gpu = ms_graph if ms_graph is not None else ms
             gbs = BYTES_PER_ELEM[mode] * M * N * x.element_size() / gpu / 1e6
-            out.append({"M": M, "N": N, "dtype": dname, "mode": mode, "impl": name, "ms": round(ms, 5),
-                        "ms_graph": None if ms_graph is None else round(ms_graph, 5),
-                        "host_us": None if ms_graph is None else round(1e3 * max(0.0, ms - ms_graph), 2),
-                        "GBps": round(gbs, 1), "pct_peak": round(100 * gbs / (PEAK_TBS * 1000), 1),
-                        "max_err_y": err})
+            out.append(
+                {
+                    "M": M,
+                    "N": N,
+                    "dtype": dname,
+                    "mode": mode,
+                    "impl": name,
+                    "ms": round(ms, 5),
+                    "ms_graph": None if ms_graph is None else round(ms_graph, 5),
+                    "host_us": None if ms_graph is None else round(1e3 * max(0.0, ms - ms_graph), 2),
+                    "GBps": round(gbs, 1),
+                    "pct_peak": round(100 * gbs / (PEAK_TBS * 1000), 1),
+                    "max_err_y": err,
+                }
+            )
         del y, xg, wg, bg, leaves
     return out
 
@@ -255,8 +286,7 @@ def _emit(stream, kind: str, row: dict) -> None:
 def _run_recurrent(args, stream, over_budget, cell: str) -> list[dict]:
     """The LN-LSTM or LN-GRU part over its cases and precisions, printed and streamed as it goes (until the
     time budget is spent)."""
-    cases = (bench_rnn.SMOKE_CASES if args.smoke else bench_rnn.QUICK_CASES if args.quick
-             else bench_rnn.CASES)
+    cases = bench_rnn.SMOKE_CASES if args.smoke else bench_rnn.QUICK_CASES if args.quick else bench_rnn.CASES
     precisions = bench_rnn.PRECISIONS if args.lstm_precision == "both" else (args.lstm_precision,)
     rep = max(args.rep_ms, 50.0)
     out = []
@@ -269,8 +299,11 @@ def _run_recurrent(args, stream, over_budget, cell: str) -> list[dict]:
             for r in rows:
                 _emit(stream, f"ln_{cell}", r)
                 if not args.json:
-                    print(f"{cell.upper()} B={B:3d} T={T:3d} H={H:4d} {prec} {r['impl']:40s} {r['ms']:9.3f} "
-                          f"ms x{r['x_cudnn']:.2f} of cuDNN", flush=True)
+                    print(
+                        f"{cell.upper()} B={B:3d} T={T:3d} H={H:4d} {prec} {r['impl']:40s} {r['ms']:9.3f} "
+                        f"ms x{r['x_cudnn']:.2f} of cuDNN",
+                        flush=True,
+                    )
     return out
 
 
@@ -287,9 +320,17 @@ def summarize(ln_rows: list[dict], lstm_rows: list[dict], gru_rows: list[dict] =
             o = key.get((M, N, d, mode, other))
             # 2 % slack: two timings of the very same torch call differ by about that much
             if o and o["ms"] < ours["ms"] / 1.02:
-                slower.append({"M": M, "N": N, "dtype": d, "mode": mode, "vs": other,
-                               "ratio": round(ours["ms"] / o["ms"], 3)})
-        if M * N >= 32 * 2 ** 20 and d == "bf16":
+                slower.append(
+                    {
+                        "M": M,
+                        "N": N,
+                        "dtype": d,
+                        "mode": mode,
+                        "vs": other,
+                        "ratio": round(ours["ms"] / o["ms"], 3),
+                    }
+                )
+        if M * N >= 32 * 2**20 and d == "bf16":
             (fwd_big if mode == "fwd" else bwd_big if mode == "bwd" else []).append(r["pct_peak"])
             t = key.get((M, N, d, "bwd", "torch"))
             if mode == "bwd" and t:
@@ -298,18 +339,22 @@ def summarize(ln_rows: list[dict], lstm_rows: list[dict], gru_rows: list[dict] =
     target = [r for r in fused if (r["B"], r["T"], r["H"]) == bench_rnn.CASES[0]]
     return {
         "dispatch_boundary": bench_probe.dispatch_boundary(ln_rows),
-        "lstm_target_shape_x_cudnn_by_precision (target <= 1.3)": {r.get("precision"): r["x_cudnn"]
-                                                                    for r in target},
+        "lstm_target_shape_x_cudnn_by_precision (target <= 1.3)": {
+            r.get("precision"): r["x_cudnn"] for r in target
+        },
         "fwd_bf16_big_min_pct_peak (target >= 85)": min(fwd_big, default=None),
         "bwd_bf16_big_min_pct_peak (target >= 80)": min(bwd_big, default=None),
-        "bwd_bf16_big_min_speedup_vs_torch (target >= 1.5)": (round(min(bwd_speedup), 3) if bwd_speedup
-                                                              else None),
+        "bwd_bf16_big_min_speedup_vs_torch (target >= 1.5)": (
+            round(min(bwd_speedup), 3) if bwd_speedup else None
+        ),
         "triton_slower_than_a_baseline (target: none)": slower,
         "lstm_fused_sequence_max_x_cudnn (target <= 1.3)": max((r["x_cudnn"] for r in fused), default=None),
         "lstm_sequence_without_cuda_graph_max_x_cudnn": max(
-            (r["x_cudnn"] for r in lstm_rows if r["impl"] == SEQUENCE_EAGER), default=None),
+            (r["x_cudnn"] for r in lstm_rows if r["impl"] == SEQUENCE_EAGER), default=None
+        ),
         "gru_fused_sequence_max_x_cudnn (no target)": max(
-            (r["x_cudnn"] for r in gru_rows if r["impl"] == GRU_SEQUENCE), default=None),
+            (r["x_cudnn"] for r in gru_rows if r["impl"] == GRU_SEQUENCE), default=None
+        ),
     }
 
 
@@ -335,35 +380,68 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a subset of the matrix (about a minute)")
     p.add_argument("--rep-ms", type=float, default=20.0, help="timed milliseconds per measurement (median)")
     p.add_argument("--no-lstm", action="store_true", help="skip the LN-LSTM and LN-GRU parts")
-    p.add_argument("--lstm-precision", choices=("both", "tf32", "fp32"), default="both",
-                   help="fp32 matmuls in the LN-LSTM and LN-GRU parts: full fp32 (TF32 off) and TF32 for "
-                        "cuDNN and ours alike; 'both' (default) measures each case both ways")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="stop starting new cases after this many seconds and still write the summary of what "
-                        "was measured (the cases left out are listed under 'not_measured')")
-    p.add_argument("--parts", type=_parts, metavar="PART,PART",
-                   help=f"what to measure, in this order (default: {','.join(PARTS)}; --quick leaves out "
-                        "ln:fp16)")
-    p.add_argument("--summarize", type=Path, metavar="JSONL",
-                   help="no benchmark: print the targets' summary of the rows in a kernel_bench.jsonl")
-    p.add_argument("--precompile", action="store_true",
-                   help="no benchmark: compile the torch.compile baselines of the chosen parts into "
-                        "inductor's on-disk caches (scripts/gpu_check.sh runs a few such processes while the "
-                        "tests run)")
-    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/K",
-                   help="with --precompile: this process's share, every K-th (dtype, N) from the I-th")
+    p.add_argument(
+        "--lstm-precision",
+        choices=("both", "tf32", "fp32"),
+        default="both",
+        help="fp32 matmuls in the LN-LSTM and LN-GRU parts: full fp32 (TF32 off) and TF32 for "
+        "cuDNN and ours alike; 'both' (default) measures each case both ways",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="stop starting new cases after this many seconds and still write the summary of what "
+        "was measured (the cases left out are listed under 'not_measured')",
+    )
+    p.add_argument(
+        "--parts",
+        type=_parts,
+        metavar="PART,PART",
+        help=f"what to measure, in this order (default: {','.join(PARTS)}; --quick leaves out ln:fp16)",
+    )
+    p.add_argument(
+        "--summarize",
+        type=Path,
+        metavar="JSONL",
+        help="no benchmark: print the targets' summary of the rows in a kernel_bench.jsonl",
+    )
+    p.add_argument(
+        "--precompile",
+        action="store_true",
+        help="no benchmark: compile the torch.compile baselines of the chosen parts into "
+        "inductor's on-disk caches (scripts/gpu_check.sh runs a few such processes while the "
+        "tests run)",
+    )
+    p.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/K",
+        help="with --precompile: this process's share, every K-th (dtype, N) from the I-th",
+    )
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)  # --smoke with torch.compile
     args = p.parse_args(argv)
     if args.summarize:
         if not args.summarize.is_file():
-            print(f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)",
-                  file=sys.stderr)
+            print(
+                f"no such file: {args.summarize} (give the kernel_bench.jsonl a run streamed)",
+                file=sys.stderr,
+            )
             return 2
         ln_rows, lstm_rows, gru_rows = read_stream(args.summarize)
-        print(json.dumps({"layer_norm_rows": len(ln_rows), "ln_lstm_rows": len(lstm_rows),
-                          "ln_gru_rows": len(gru_rows), "summary": summarize(ln_rows, lstm_rows, gru_rows)},
-                         indent=None if args.json else 1))
+        print(
+            json.dumps(
+                {
+                    "layer_norm_rows": len(ln_rows),
+                    "ln_lstm_rows": len(lstm_rows),
+                    "ln_gru_rows": len(gru_rows),
+                    "summary": summarize(ln_rows, lstm_rows, gru_rows),
+                },
+                indent=None if args.json else 1,
+            )
+        )
         return 0
     global DEVICE
     DEVICE = "cpu" if args.smoke else "cuda"
@@ -404,8 +482,9 @@ def main(argv: list[str] | None = None) -> int:
             if DEVICE == "cpu" or over_budget(part):  # --smoke: no device copy or CUDA profile to take
                 continue
             if part == "copy":
-                extra["copy"] = bench_probe.copy_ceiling(lambda fn: _ms_graph(fn, args.rep_ms) or _ms(
-                    fn, args.rep_ms), DEVICE)
+                extra["copy"] = bench_probe.copy_ceiling(
+                    lambda fn: _ms_graph(fn, args.rep_ms) or _ms(fn, args.rep_ms), DEVICE
+                )
                 _emit(stream, "copy", extra["copy"])
             else:
                 names = ["triton", "torch"] + (["liger"] if "liger" in impls else [])
@@ -432,23 +511,40 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows:
                 _emit(stream, "layer_norm", r)
                 if not args.json and "ms" in r:
-                    print(f"LN M={M:6d} N={N:6d} {dname:10s} {r['mode']:8s} {r['impl']:20s} "
-                          f"{r['ms']:9.4f} ms (graph {r['ms_graph'] or 0:9.4f}) {r['GBps']:8.1f} GB/s "
-                          f"{r['pct_peak']:5.1f}% err={r['max_err_y']:.2e}", flush=True)
+                    print(
+                        f"LN M={M:6d} N={N:6d} {dname:10s} {r['mode']:8s} {r['impl']:20s} "
+                        f"{r['ms']:9.4f} ms (graph {r['ms_graph'] or 0:9.4f}) {r['GBps']:8.1f} GB/s "
+                        f"{r['pct_peak']:5.1f}% err={r['max_err_y']:.2e}",
+                        flush=True,
+                    )
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
-    result = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
-              "torch": torch.__version__, "triton": triton.__version__, "peak_TBps": PEAK_TBS,
-              "quick": args.quick, "parts": parts, "seconds": round(time.time() - t0, 1),
-              "copy_ceiling": extra["copy"], "layer_norm": ln_rows, "ln_lstm": lstm_rows, "ln_gru": gru_rows,
-              "backward_profile": extra["profile"], "not_measured": not_measured,
-              "cuda_graphs": dict(graphs.stats), "compile_cache": compile_cache(),
-              "summary": summarize(ln_rows, lstm_rows, gru_rows)}
+    result = {
+        "device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "peak_TBps": PEAK_TBS,
+        "quick": args.quick,
+        "parts": parts,
+        "seconds": round(time.time() - t0, 1),
+        "copy_ceiling": extra["copy"],
+        "layer_norm": ln_rows,
+        "ln_lstm": lstm_rows,
+        "ln_gru": gru_rows,
+        "backward_profile": extra["profile"],
+        "not_measured": not_measured,
+        "cuda_graphs": dict(graphs.stats),
+        "compile_cache": compile_cache(),
+        "summary": summarize(ln_rows, lstm_rows, gru_rows),
+    }
     if args.out:
         (args.out / "kernel_bench.json").write_text(json.dumps(result, indent=1))
     if not_measured and not args.json:
-        print(f"time budget ({args.budget_s:g} s) spent: {len(not_measured)} cases not measured, first "
-              f"{not_measured[0]}", flush=True)
+        print(
+            f"time budget ({args.budget_s:g} s) spent: {len(not_measured)} cases not measured, first "
+            f"{not_measured[0]}",
+            flush=True,
+        )
     print(json.dumps(result) if args.json else json.dumps(result["summary"], indent=1))
     return 0
 

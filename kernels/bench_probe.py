@@ -30,7 +30,7 @@ def liger_layer_norm():
 
 def copy_ceiling(timer, device: str, gib: float = 1.0) -> dict:
     """GB/s of a device-to-device copy of `gib` GiB of bf16 (2 bytes moved per byte copied)."""
-    n = int(gib * 2 ** 30) // 2
+    n = int(gib * 2**30) // 2
     src = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
     ms = timer(lambda: dst.copy_(src))
@@ -89,15 +89,21 @@ def dispatch_boundary(ln_rows: list[dict], dtype: str = "bf16") -> dict:
             slot["base"] = r["ms"] if slot["base"] is None else min(slot["base"], r["ms"])
     result: dict = {"LN_TRITON_MIN_ELEMS": kernels.LN_TRITON_MIN_ELEMS}
     for mode in ("fwd", "bwd", "fwd+bwd"):
-        cases = sorted((k[1], k[2], k[3], v) for k, v in best.items() if k[0] == mode
-                       and v["triton"] is not None and v["base"] is not None)
+        cases = sorted(
+            (k[1], k[2], k[3], v)
+            for k, v in best.items()
+            if k[0] == mode and v["triton"] is not None and v["base"] is not None
+        )
         line = None
         for elems, _, _, v in reversed(cases):  # from the largest down, while Triton keeps winning
             if v["triton"] > v["base"]:
                 break
             line = elems
-        result[mode] = {"measured_elems": line, "shapes": len(cases),
-                        "lost_at": [[M, N] for e, M, N, v in cases if v["triton"] > v["base"]][:12]}
+        result[mode] = {
+            "measured_elems": line,
+            "shapes": len(cases),
+            "lost_at": [[M, N] for e, M, N, v in cases if v["triton"] > v["base"]][:12],
+        }
     return result
 
 

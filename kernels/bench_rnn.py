@@ -41,12 +41,14 @@ def _lstm_step_loop(cell, xs, w_h, w_x, ln, H):
 
 def graphs_on(on: bool, fn):
     """fn with kernels.graphs switched on or off around it."""
+
     def run():
         graphs.set_enabled(on)
         try:
             fn()
         finally:
             graphs.set_enabled(True)
+
     return run
 
 
@@ -62,11 +64,13 @@ def lstm_cases(B, T, H, device) -> dict:
     """name -> a fwd+bwd callable; the first is the baseline (cuDNN at the case's precision)."""
     D = H
     xs = torch.randn(T, B, D, device=device)
-    w_h = (torch.randn(4 * H, H, device=device) / H ** 0.5).requires_grad_()
-    w_x = (torch.randn(4 * H, D, device=device) / D ** 0.5).requires_grad_()
+    w_h = (torch.randn(4 * H, H, device=device) / H**0.5).requires_grad_()
+    w_x = (torch.randn(4 * H, D, device=device) / D**0.5).requires_grad_()
     ones, zeros = (lambda n: torch.ones(n, device=device)), (lambda n: torch.zeros(n, device=device))
-    ln = [p.requires_grad_() for p in (ones(4 * H), zeros(4 * H), ones(4 * H), zeros(4 * H), zeros(4 * H),
-                                       ones(H), zeros(H))]
+    ln = [
+        p.requires_grad_()
+        for p in (ones(4 * H), zeros(4 * H), ones(4 * H), zeros(4 * H), zeros(4 * H), ones(H), zeros(H))
+    ]
     h0 = xs.new_zeros(B, H)
 
     def sequence():  # one product for every step's W_x x_t, then the fused recurrence (one node)
@@ -75,10 +79,13 @@ def lstm_cases(B, T, H, device) -> dict:
     def per_step(cell):
         return lambda: _lstm_step_loop(cell, xs, w_h, w_x, ln, H)
 
-    cases = {"cudnn nn.LSTM (no norm)": _cudnn(torch.nn.LSTM, D, H, xs),
-             SEQUENCE: graphs_on(True, sequence), SEQUENCE_EAGER: graphs_on(False, sequence),
-             "fused LN-LSTM (triton cell per step)": per_step(kernels.triton_ln_lstm_cell),
-             "plain PyTorch LN-LSTM": per_step(kernels.ln_lstm_cell_reference)}
+    cases = {
+        "cudnn nn.LSTM (no norm)": _cudnn(torch.nn.LSTM, D, H, xs),
+        SEQUENCE: graphs_on(True, sequence),
+        SEQUENCE_EAGER: graphs_on(False, sequence),
+        "fused LN-LSTM (triton cell per step)": per_step(kernels.triton_ln_lstm_cell),
+        "plain PyTorch LN-LSTM": per_step(kernels.ln_lstm_cell_reference),
+    }
     if xs.is_cuda:
         cases[CUDNN_FP16] = _cudnn(torch.nn.LSTM, D, H, xs, torch.float16)
     return cases
@@ -89,11 +96,13 @@ def gru_cases(B, T, H, device) -> dict:
     cuDNN `nn.GRU` (first) and its fp16 reference."""
     D = H
     xs = torch.randn(T, B, D, device=device)
-    w_x = (torch.randn(3 * H, D, device=device) / D ** 0.5).requires_grad_()
-    w_rec = (torch.randn(3 * H, H, device=device) / H ** 0.5).requires_grad_()
+    w_x = (torch.randn(3 * H, D, device=device) / D**0.5).requires_grad_()
+    w_rec = (torch.randn(3 * H, H, device=device) / H**0.5).requires_grad_()
     shapes = (2 * H, 2 * H, 2 * H, 2 * H, H, H, H, H)
-    params = [(torch.ones(n, device=device) if k % 2 == 0 else torch.zeros(n, device=device)).requires_grad_()
-              for k, n in enumerate(shapes)]
+    params = [
+        (torch.ones(n, device=device) if k % 2 == 0 else torch.zeros(n, device=device)).requires_grad_()
+        for k, n in enumerate(shapes)
+    ]
     h0 = xs.new_zeros(B, H)
 
     def fused():
@@ -106,9 +115,12 @@ def gru_cases(B, T, H, device) -> dict:
         finally:
             kernels.set_backend("auto")
 
-    cases = {"cudnn nn.GRU (no norm)": _cudnn(torch.nn.GRU, D, H, xs),
-             GRU_SEQUENCE: graphs_on(True, fused), GRU_SEQUENCE_EAGER: graphs_on(False, fused),
-             "plain PyTorch LN-GRU": plain}
+    cases = {
+        "cudnn nn.GRU (no norm)": _cudnn(torch.nn.GRU, D, H, xs),
+        GRU_SEQUENCE: graphs_on(True, fused),
+        GRU_SEQUENCE_EAGER: graphs_on(False, fused),
+        "plain PyTorch LN-GRU": plain,
+    }
     if xs.is_cuda:
         cases["cudnn fp16 (reference)"] = _cudnn(torch.nn.GRU, D, H, xs, torch.float16)
     return cases
@@ -126,7 +138,7 @@ def time_cases(cases: dict, B: int, T: int, H: int, timer, graphed: str) -> list
         if name == graphed:
             before = graphs.stats["copied_bytes"]
             fn()
-            row["graph_copied_MiB"] = round((graphs.stats["copied_bytes"] - before) / 2 ** 20, 2)
+            row["graph_copied_MiB"] = round((graphs.stats["copied_bytes"] - before) / 2**20, 2)
         out.append(row)
     base = out[0]["ms"]
     for row in out:
@@ -136,6 +148,7 @@ def time_cases(cases: dict, B: int, T: int, H: int, timer, graphed: str) -> list
 
 def precision(name: str):
     """A context that sets cuDNN's and torch's matmul TF32 flags alike ('tf32' on, 'fp32' off)."""
+
     class _Flags:
         def __enter__(self):
             self.saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32

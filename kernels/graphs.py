@@ -141,8 +141,10 @@ class _Entry:
         lent = {id(t) for t in (*partner.statics, *partner.outs)} if partner is not None else set()
         self.shared = {i for i, t in enumerate(inputs) if id(t) in lent}
         self.partner = partner if self.shared else None
-        self.statics = [t if i in self.shared else torch.empty_like(t, memory_format=torch.contiguous_format)
-                        for i, t in enumerate(inputs)]
+        self.statics = [
+            t if i in self.shared else torch.empty_like(t, memory_format=torch.contiguous_format)
+            for i, t in enumerate(inputs)
+        ]
         self.copy_in(inputs)
         self.graph = None
         self.outs: tuple = ()
@@ -207,8 +209,14 @@ def run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] |
     return _run(key, fn, inputs, keep)[0]
 
 
-def _run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] | None = None, lend_to=None,
-         partner: _Entry | None = None) -> tuple[tuple, _Lease | None]:
+def _run(
+    key,
+    fn: Callable,
+    inputs: Sequence[torch.Tensor],
+    keep: Sequence[int] | None = None,
+    lend_to=None,
+    partner: _Entry | None = None,
+) -> tuple[tuple, _Lease | None]:
     """`run`, and: with `lend_to` (an autograd node), a replay lends its outputs to it (a `_Lease`, see the
     module docstring) instead of cloning those not in `keep`; a new entry reads inputs that are
     `partner`'s buffers in place."""
@@ -240,16 +248,21 @@ def _run(key, fn: Callable, inputs: Sequence[torch.Tensor], keep: Sequence[int] 
         return outs, lease
 
 
-def _capture(key, fn: Callable, inputs: Sequence[torch.Tensor],
-             partner: _Entry | None = None) -> _Entry | None:
+def _capture(
+    key, fn: Callable, inputs: Sequence[torch.Tensor], partner: _Entry | None = None
+) -> _Entry | None:
     entry = _Entry(fn, inputs, partner)
     try:
         entry.capture()
     except Exception as exc:  # noqa: BLE001 - any capture problem: this key runs eagerly from now on
         _FAILED.add(key)
         stats["failed"] += 1
-        warnings.warn(f"CUDA graph capture failed for {key!r} ({type(exc).__name__}: {exc}); this shape runs "
-                      "its launches eagerly", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"CUDA graph capture failed for {key!r} ({type(exc).__name__}: {exc}); this shape runs "
+            "its launches eagerly",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         if entry.statics[0].is_cuda:
             torch.cuda.synchronize()
         return None
@@ -284,8 +297,9 @@ def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep:
     return run(graph_key(name, inputs, *consts), fn, inputs, keep)
 
 
-def sequence_forward(ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool,
-                     out: int) -> tuple:
+def sequence_forward(
+    ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool, out: int
+) -> tuple:
     """A fused sequence's autograd forward: fn(*inputs, eps=eps) as `call` runs it; returns its outputs with
     output `out` (the hidden states returned) a fresh tensor. When `saving`, the inputs are saved on ctx,
     and the outputs too when they are fresh (eager); a replay lends them to ctx instead (`ctx.lease`)."""
@@ -294,8 +308,9 @@ def sequence_forward(ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor
     if not applies(inputs[0].device):
         outs = tuple(f(*inputs))
     else:
-        outs, ctx.lease = _run(graph_key(name, inputs, eps), f, inputs, keep=(out,),
-                               lend_to=ctx if saving else None)
+        outs, ctx.lease = _run(
+            graph_key(name, inputs, eps), f, inputs, keep=(out,), lend_to=ctx if saving else None
+        )
     if saving:
         ctx.save_for_backward(*inputs, *(() if ctx.lease is not None else outs))
     return outs
@@ -328,10 +343,15 @@ def graph_key(name: str, tensors: Sequence[torch.Tensor], *consts) -> tuple:
 def _math_mode() -> tuple:
     """The matmul settings a capture bakes in (cuBLAS picks its kernels then): part of every key."""
     m = torch.backends.cuda.matmul
-    return (torch.get_float32_matmul_precision(), m.allow_tf32, m.allow_fp16_reduced_precision_reduction,
-            m.allow_bf16_reduced_precision_reduction)
+    return (
+        torch.get_float32_matmul_precision(),
+        m.allow_tf32,
+        m.allow_fp16_reduced_precision_reduction,
+        m.allow_bf16_reduced_precision_reduction,
+    )
 
 
 def _select(outs: tuple, keep, clone: bool = False) -> tuple:
-    return tuple((o.clone() if clone else o) if keep is None or i in keep else None
-                 for i, o in enumerate(outs))
+    return tuple(
+        (o.clone() if clone else o) if keep is None or i in keep else None for i, o in enumerate(outs)
+    )

@@ -31,7 +31,7 @@ from kernels.layer_norm_op import column_sum
 
 def _blocks(t: torch.Tensor, H: int) -> tuple:
     """Per-step views of a (T, B, 3H) buffer's [0, 2H) and [2H, 3H) column blocks (row stride 3H)."""
-    return t[..., : 2 * H].unbind(0), t[..., 2 * H:].unbind(0)
+    return t[..., : 2 * H].unbind(0), t[..., 2 * H :].unbind(0)
 
 
 def _forward(ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, *, eps):
@@ -50,8 +50,25 @@ def _forward(ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, *, eps):
     kernel = K._ln_gru_fwd[(B,)]
     for t in range(T):
         torch.mm(h, w_recT, out=REC[t])
-        kernel(ZRH[t], ZRX[t], WX[t], UH[t], h, *params, HS[t], ST[t], G, G, G, G, h.stride(0), H, eps,
-               BLOCK_H=block, num_warps=fwd_warps)
+        kernel(
+            ZRH[t],
+            ZRX[t],
+            WX[t],
+            UH[t],
+            h,
+            *params,
+            HS[t],
+            ST[t],
+            G,
+            G,
+            G,
+            G,
+            h.stride(0),
+            H,
+            eps,
+            BLOCK_H=block,
+            num_warps=fwd_warps,
+        )
         h = HS[t]
     return rec, hs, stats
 
@@ -74,9 +91,36 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
     dh_t = DHS[T - 1]
     for t in range(T - 1, -1, -1):
         h_prev = HS[t - 1] if t > 0 else h0
-        K._ln_gru_bwd[grid](dh_t, ZRH[t], ZRX[t], WX[t], UH[t], h_prev, *params, ST[t], DZRH[t], DZRX[t],
-                            DWX[t], DUH[t], dhp, part, G, G, G, G, h_prev.stride(0), G, G, G, G, B, H,
-                            BLOCK_H=block, ACC=t != T - 1, num_warps=bwd_warps)
+        K._ln_gru_bwd[grid](
+            dh_t,
+            ZRH[t],
+            ZRX[t],
+            WX[t],
+            UH[t],
+            h_prev,
+            *params,
+            ST[t],
+            DZRH[t],
+            DZRX[t],
+            DWX[t],
+            DUH[t],
+            dhp,
+            part,
+            G,
+            G,
+            G,
+            G,
+            h_prev.stride(0),
+            G,
+            G,
+            G,
+            G,
+            B,
+            H,
+            BLOCK_H=block,
+            ACC=t != T - 1,
+            num_warps=bwd_warps,
+        )
         if t > 0:
             dh_t = torch.addmm(DHS[t - 1], DREC[t], w_rec, out=dh).add_(dhp)
     dh0 = torch.addmm(dhp, DREC[0], w_rec)
@@ -90,8 +134,9 @@ class _LNGRUSequence(torch.autograd.Function):
     def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving):
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        _, hs, _ = graphs.sequence_forward(ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving,
-                                           out=1)
+        _, hs, _ = graphs.sequence_forward(
+            ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving, out=1
+        )
         ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         return hs
 
@@ -100,31 +145,46 @@ class _LNGRUSequence(torch.autograd.Function):
     def backward(ctx, d_hs):
         d_ax, d_w_rec, dp, dh0 = graphs.sequence_backward(ctx, "ln_gru_bwd", _backward, d_hs)
         H = d_ax.shape[2] // 3
-        g1, g2, b12 = dp[: 2 * H], dp[2 * H: 4 * H], dp[4 * H: 6 * H]
-        g3, b3, g4, b4 = dp[6 * H: 7 * H], dp[7 * H: 8 * H], dp[8 * H: 9 * H], dp[9 * H:]
+        g1, g2, b12 = dp[: 2 * H], dp[2 * H : 4 * H], dp[4 * H : 6 * H]
+        g3, b3, g4, b4 = dp[6 * H : 7 * H], dp[7 * H : 8 * H], dp[8 * H : 9 * H], dp[9 * H :]
         grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient
         return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None, None)
 
 
 def _check_sequence(ax, w_rec, h0, params) -> None:
     if ax.dim() != 3 or ax.shape[2] % 3:
-        raise ValueError(f"ln_gru_sequence expects ax (T, B, 3H) = [W_x x | W x], got shape "
-                         f"{tuple(ax.shape)}")
+        raise ValueError(
+            f"ln_gru_sequence expects ax (T, B, 3H) = [W_x x | W x], got shape {tuple(ax.shape)}"
+        )
     T, B, G = ax.shape
     H = G // 3
     if h0.shape != (B, H):
         raise ValueError(f"h0 must be (B, H) = ({B}, {H}), got {tuple(h0.shape)}")
     step = ax[0] if T else ax.new_empty(B, G)
-    _check((step[:, : 2 * H], step[:, : 2 * H], step[:, 2 * H:], step[:, 2 * H:], h0), params)
+    _check((step[:, : 2 * H], step[:, : 2 * H], step[:, 2 * H :], step[:, 2 * H :], h0), params)
     if w_rec.shape != (G, H):
         raise ValueError(f"w_rec must be [W_h; U] of shape (3H, H) = ({G}, {H}), got {tuple(w_rec.shape)}")
     if w_rec.dtype != ax.dtype or w_rec.device != ax.device:
-        raise TypeError(f"w_rec must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
-                        f"{w_rec.dtype} on {w_rec.device}")
+        raise TypeError(
+            f"w_rec must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
+            f"{w_rec.dtype} on {w_rec.device}"
+        )
 
 
-def triton_ln_gru_sequence(ax, w_rec, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh,
-                           bias_uh, h0, eps: float = 1e-5):
+def triton_ln_gru_sequence(
+    ax,
+    w_rec,
+    gain_zr_h,
+    bias_zr_h,
+    gain_zr_x,
+    bias_zr_x,
+    gain_wx,
+    bias_wx,
+    gain_uh,
+    bias_uh,
+    h0,
+    eps: float = 1e-5,
+):
     """h_t for every step, (T, B, H), of an LN-GRU (eq. 26, gates z, r) over ax = x [W_x; W]ᵀ (T, B, 3H).
 
     w_rec = [W_h; U] (3H, H); gain/bias of LN(zr_h), LN(zr_x) (2H,), of LN(wx), LN(uh) (H,); h0 (B, H).

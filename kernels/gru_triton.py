@@ -59,21 +59,39 @@ def _vec(ptr, cols, ok):
 def _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H):
     """(z, r) from the normalized blocks and the parameters."""
     az = n1z * _vec(G1, cols, ok) + _vec(B1, cols, ok) + n2z * _vec(G2, cols, ok) + _vec(B2, cols, ok)
-    ar = (n1r * _vec(G1 + H, cols, ok) + _vec(B1 + H, cols, ok) + n2r * _vec(G2 + H, cols, ok)
-          + _vec(B2 + H, cols, ok))
+    ar = (
+        n1r * _vec(G1 + H, cols, ok)
+        + _vec(B1 + H, cols, ok)
+        + n2r * _vec(G2 + H, cols, ok)
+        + _vec(B2 + H, cols, ok)
+    )
     return _sigmoid(az), _sigmoid(ar)
 
 
 @triton.jit
 def _ln_gru_fwd(
-    ZRH, ZRX,  # (B, 2H) W_h h_{t-1} and W_x x_t; row strides stride_zrh / stride_zrx; activation dtype
-    WX, UH,  # (B, H) W x_t and U h_{t-1}; row strides stride_wx / stride_uh
+    ZRH,
+    ZRX,  # (B, 2H) W_h h_{t-1} and W_x x_t; row strides stride_zrh / stride_zrx; activation dtype
+    WX,
+    UH,  # (B, H) W x_t and U h_{t-1}; row strides stride_wx / stride_uh
     H_prev,  # (B, H) h_{t-1}, row stride stride_hp
-    G1, B1, G2, B2,  # (2H,) gain / bias of LN(zr_h), LN(zr_x)
-    G3, B3, G4, B4,  # (H,) gain / bias of LN(wx), LN(uh)
+    G1,
+    B1,
+    G2,
+    B2,  # (2H,) gain / bias of LN(zr_h), LN(zr_x)
+    G3,
+    B3,
+    G4,
+    B4,  # (H,) gain / bias of LN(wx), LN(uh)
     H_out,  # (B, H) output h_t, contiguous, activation dtype
     Stats,  # fp32 (B, 8): (μ, rstd) of zr_h, zr_x, wx, uh
-    stride_zrh, stride_zrx, stride_wx, stride_uh, stride_hp, H, eps,
+    stride_zrh,
+    stride_zrx,
+    stride_wx,
+    stride_uh,
+    stride_hp,
+    H,
+    eps,
     BLOCK_H: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -117,15 +135,37 @@ def _ln_dx2(d0, d1, n0, n1, rstd, H):
 @triton.jit
 def _ln_gru_bwd(
     DH,  # (B, H) ∂L/∂h_t, contiguous
-    ZRH, ZRX, WX, UH, H_prev,  # forward inputs, row strides as in the forward
-    G1, B1, G2, B2, G3, B3, G4, B4,  # parameters as in the forward
+    ZRH,
+    ZRX,
+    WX,
+    UH,
+    H_prev,  # forward inputs, row strides as in the forward
+    G1,
+    B1,
+    G2,
+    B2,
+    G3,
+    B3,
+    G4,
+    B4,  # parameters as in the forward
     Stats,  # fp32 (B, 8) saved by the forward
-    DZRH, DZRX,  # (B, 2H) outputs, row strides stride_dzrh / stride_dzrx
-    DWX, DUH,  # (B, H) outputs, row strides stride_dwx / stride_duh
+    DZRH,
+    DZRX,  # (B, 2H) outputs, row strides stride_dzrh / stride_dzrx
+    DWX,
+    DUH,  # (B, H) outputs, row strides stride_dwx / stride_duh
     DH_prev,  # (B, H) output, contiguous: the direct part dh ⊙ (1 − z) of ∂L/∂h_{t-1}
     Part,  # fp32 (B, 10H): row r = batch row r's parameter-gradient contributions
-    stride_zrh, stride_zrx, stride_wx, stride_uh, stride_hp, stride_dzrh, stride_dzrx, stride_dwx, stride_duh,
-    B, H,
+    stride_zrh,
+    stride_zrx,
+    stride_wx,
+    stride_uh,
+    stride_hp,
+    stride_dzrh,
+    stride_dzrx,
+    stride_dwx,
+    stride_duh,
+    B,
+    H,
     BLOCK_H: tl.constexpr,
     ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
 ):

@@ -26,7 +26,7 @@ import torch
 
 stats = {"jit": 0, "direct": 0}
 _Tensor = torch.Tensor
-_I32_MIN, _I32_MAX, _U64_MIN = -(2 ** 31), 2 ** 31 - 1, 2 ** 63
+_I32_MIN, _I32_MAX, _U64_MIN = -(2**31), 2**31 - 1, 2**63
 
 
 def spec_key(args: tuple, tensors: int) -> tuple:
@@ -34,10 +34,15 @@ def spec_key(args: tuple, tensors: int) -> tuple:
     kernel whose first `tensors` arguments are tensors and the rest scalars. Finer than Triton's (low
     address bits and low bits of ints, not just "multiple of 16"): a few more keys, never a wrong one.
     Two comprehensions with no per-argument type test on the tensors: this runs on every launch."""
-    return (*[(a.dtype, a.data_ptr() & 15) for a in args[:tensors]],
-            *[(a == 1, a & 15, _I32_MIN <= a <= _I32_MAX, a < _U64_MIN) if type(a) is int
-              else type(a)  # a float: fp32 whatever its value; a bool: u1; None: a constexpr
-              for a in args[tensors:]])
+    return (
+        *[(a.dtype, a.data_ptr() & 15) for a in args[:tensors]],
+        *[
+            (a == 1, a & 15, _I32_MIN <= a <= _I32_MAX, a < _U64_MIN)
+            if type(a) is int
+            else type(a)  # a float: fp32 whatever its value; a bool: u1; None: a constexpr
+            for a in args[tensors:]
+        ],
+    )
 
 
 _RUNTIME: list = []  # triton.knobs.runtime, looked up on first use
@@ -80,8 +85,19 @@ class Launcher:
             g2 = grid[2] if len(grid) > 2 else 1
             stats["direct"] += 1
             # The JIT's own launch line (runtime/jit.py, triton 3.6 and 3.9), minus the hooks' metadata.
-            ck.run(grid[0], g1, g2, _stream(key[-1]), ck.function, ck.packed_metadata, None, None, None,
-                   *args, *tail)
+            ck.run(
+                grid[0],
+                g1,
+                g2,
+                _stream(key[-1]),
+                ck.function,
+                ck.packed_metadata,
+                None,
+                None,
+                None,
+                *args,
+                *tail,
+            )
             return
         stats["jit"] += 1
         ck = self.kernel[grid](*args, **meta)
@@ -103,13 +119,16 @@ class Launcher:
 
     def _keep(self, key, ck, args, meta) -> None:
         names = self._arg_names
-        if key in self.cache or names is None or not all(
-                hasattr(ck, a) for a in ("run", "function", "packed_metadata")):
+        if (
+            key in self.cache
+            or names is None
+            or not all(hasattr(ck, a) for a in ("run", "function", "packed_metadata"))
+        ):
             return
         # The constexprs follow the positional arguments in the kernel's signature: the launcher takes every
         # argument in order (it skips the constexpr ones itself).
-        if all(n in meta for n in names[len(args):]):
-            self.cache[key] = (ck, tuple(meta[n] for n in names[len(args):]))
+        if all(n in meta for n in names[len(args) :]):
+            self.cache[key] = (ck, tuple(meta[n] for n in names[len(args) :]))
 
 
 def _device(args) -> int:

@@ -29,9 +29,18 @@ SUM_BLOCK_C = 128  # widest column strip of one `_column_sum` program (narrower 
 # Every LayerNorm kernel launches through a Launcher: its compiled kernel kept per specialization key and
 # its C launcher called directly (kernels/launcher.py), not Triton's JIT binder on every call.
 # (the count is each kernel's leading tensor arguments)
-LAUNCHERS = {name: Launcher(getattr(K, name), tensors, name) for name, tensors in (
-    ("_ln_fwd_resident", 6), ("_ln_fwd_shifted", 6), ("_ln_fwd_looped", 6), ("_ln_bwd_resident", 8),
-    ("_ln_bwd_shifted", 8), ("_ln_bwd_looped", 8), ("_column_sum", 3))}
+LAUNCHERS = {
+    name: Launcher(getattr(K, name), tensors, name)
+    for name, tensors in (
+        ("_ln_fwd_resident", 6),
+        ("_ln_fwd_shifted", 6),
+        ("_ln_fwd_looped", 6),
+        ("_ln_bwd_resident", 8),
+        ("_ln_bwd_shifted", 8),
+        ("_ln_bwd_looped", 8),
+        ("_column_sum", 3),
+    )
+}
 
 
 @functools.lru_cache(maxsize=8)
@@ -55,9 +64,12 @@ class SM(NamedTuple):
 @functools.lru_cache(maxsize=8)
 def sm_of(device: torch.device) -> SM:
     p = torch.cuda.get_device_properties(device)
-    return SM(p.multi_processor_count, getattr(p, "regs_per_multiprocessor", 65536),
-              getattr(p, "max_threads_per_multi_processor", 2048),
-              getattr(p, "shared_memory_per_multiprocessor", 228 * 1024))
+    return SM(
+        p.multi_processor_count,
+        getattr(p, "regs_per_multiprocessor", 65536),
+        getattr(p, "max_threads_per_multi_processor", 2048),
+        getattr(p, "shared_memory_per_multiprocessor", 228 * 1024),
+    )
 
 
 def co_resident(n_regs: int, num_warps: int, shared: int, sm: SM) -> int:
@@ -106,8 +118,9 @@ class SumLaunch(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
-def _fwd_launch(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT,
-                shifted: bool = True) -> Launch:
+def _fwd_launch(
+    M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT, shifted: bool = True
+) -> Launch:
     block = triton.next_power_of_2(N)
     if tier == TIERS["looped"] or (tier == 0 and block > max_resident):
         chunk = min(K.LOOP_BLOCK, max(16, block // 4))
@@ -133,14 +146,23 @@ def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
         # a multiple of 8 (or M itself), so all rows of a program share their offset from a 16-byte
         # boundary; at most 16 warps (ptxas -v: 32 warps spilled up to 108 bytes at 4099, 16 do not).
         programs = persistent_programs(device)
-        return Launch("shifted", cfg.BLOCK_N, 1, min(16, warps_for(4 * cfg.BLOCK_N)),
-                      min(M, max(8, programs // 8 * 8)), K.STAGES.value)
+        return Launch(
+            "shifted",
+            cfg.BLOCK_N,
+            1,
+            min(16, warps_for(4 * cfg.BLOCK_N)),
+            min(M, max(8, programs // 8 * 8)),
+            K.STAGES.value,
+        )
     units = M if cfg.kernel == "looped" else triton.cdiv(M, cfg.ROWS)
     # grid ≤ units: every program owns at least one row (the looped tier's first-write rule needs it).
     # Pipelined loops where N (so the row stride, usually) is a multiple of 16: 16-byte loads, no spills
     # (ptxas -v, sm_90); otherwise (scalar loads) pipelining spilled 80-100 bytes, so those stay plain.
-    return cfg._replace(num_warps=warps, grid=max(1, min(persistent_programs(device), units)),
-                        STAGES=K.STAGES.value if N % 16 == 0 else 1)
+    return cfg._replace(
+        num_warps=warps,
+        grid=max(1, min(persistent_programs(device), units)),
+        STAGES=K.STAGES.value if N % 16 == 0 else 1,
+    )
 
 
 @functools.lru_cache(maxsize=512)
@@ -171,8 +193,12 @@ def cell_launch(B: int, H: int, device: torch.device, fwd_rows: int, bwd_rows: i
     """For a cell whose forward holds about `fwd_rows` and backward `bwd_rows` fp32 rows of BLOCK_H values
     per program (the backward capped at 16 warps)."""
     block = triton.next_power_of_2(H)
-    return CellLaunch(block, warps_for(fwd_rows * block), max(1, min(B, persistent_programs(device))),
-                      min(16, warps_for(bwd_rows * block)))
+    return CellLaunch(
+        block,
+        warps_for(fwd_rows * block),
+        max(1, min(B, persistent_programs(device))),
+        min(16, warps_for(bwd_rows * block)),
+    )
 
 
 def fwd_config(M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT) -> dict:
@@ -202,8 +228,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
         if p is None:
             continue
         if p.shape != shape[-1:]:
-            raise ValueError(f"{name} must have shape ({shape[-1]},) to match x's last dimension, "
-                             f"got {tuple(p.shape)}")
+            raise ValueError(
+                f"{name} must have shape ({shape[-1]},) to match x's last dimension, got {tuple(p.shape)}"
+            )
         if p.device != x.device:
             raise ValueError(f"{name} is on {p.device} but x is on {x.device}; move them to one device")
         if p.dtype not in SUPPORTED_DTYPES:
@@ -227,8 +254,17 @@ def _dense_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # ---- launch functions: the only code that launches the LayerNorm kernels (custom ops and eager) ----
 
-def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-                  tier: int, y: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor) -> None:
+
+def _forward_into(
+    x2: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    tier: int,
+    y: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+) -> None:
     """Fills y (row-major, M·N elements, any shape) and the fp32 (M,) mean / rstd from the rows x2; weight
     and bias have a unit stride (`_check`)."""
     M, N = x2.shape
@@ -240,16 +276,30 @@ def _forward_into(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     b = bias if has_b else x2
     if cfg.kernel == "shifted":
         if x2.stride(0) == N and x2.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-            LAUNCHERS["_ln_fwd_shifted"]((cfg.grid,), (x2, y, w, b, mean, rstd, N, N, M, N, eps),
-                                         (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N,
-                                         VEC=16 // x2.element_size(), HAS_W=has_w, HAS_B=has_b,
-                                         num_warps=cfg.num_warps)
+            LAUNCHERS["_ln_fwd_shifted"](
+                (cfg.grid,),
+                (x2, y, w, b, mean, rstd, N, N, M, N, eps),
+                (cfg, has_w, has_b),
+                BLOCK_N=cfg.BLOCK_N,
+                VEC=16 // x2.element_size(),
+                HAS_W=has_w,
+                HAS_B=has_b,
+                num_warps=cfg.num_warps,
+            )
             return
         cfg = cfg._replace(kernel="resident")  # same launch, one row per program
     args = (x2, y, w, b, mean, rstd, x2.stride(0), N, M, N, eps)
     if cfg.kernel == "resident":
-        LAUNCHERS["_ln_fwd_resident"]((cfg.grid,), args, (cfg, has_w, has_b), BLOCK_N=cfg.BLOCK_N,
-                                      ROWS=cfg.ROWS, HAS_W=has_w, HAS_B=has_b, num_warps=cfg.num_warps)
+        LAUNCHERS["_ln_fwd_resident"](
+            (cfg.grid,),
+            args,
+            (cfg, has_w, has_b),
+            BLOCK_N=cfg.BLOCK_N,
+            ROWS=cfg.ROWS,
+            HAS_W=has_w,
+            HAS_B=has_b,
+            num_warps=cfg.num_warps,
+        )
     else:  # persistent: one wave of co-resident programs on a GPU (see _ln_fwd_looped)
         meta = {"BLOCK_N": cfg.BLOCK_N, "HAS_W": has_w, "HAS_B": has_b, "num_warps": cfg.num_warps}
         P = _persistent_grid("_ln_fwd_looped", cfg, M, args, (cfg, has_w, has_b), meta, x2)
@@ -260,8 +310,14 @@ def _sum_into(part: torch.Tensor, slabs: int, P: int, N: int, out: torch.Tensor,
     """One launch: out = Σ_p part[0, p, :] and, when slabs = 2, out2 = Σ_p part[1, p, :]; part is a
     contiguous fp32 buffer of slabs·P·N elements (any shape), out / out2 any float dtype."""
     cfg = _sum_launch(P, N, slabs, part.device)
-    LAUNCHERS["_column_sum"](cfg.grid, (part, out, out2, P, N), cfg, BLOCK_P=cfg.BLOCK_P, BLOCK_C=cfg.BLOCK_C,
-                             num_warps=cfg.num_warps)
+    LAUNCHERS["_column_sum"](
+        cfg.grid,
+        (part, out, out2, P, N),
+        cfg,
+        BLOCK_P=cfg.BLOCK_P,
+        BLOCK_C=cfg.BLOCK_C,
+        num_warps=cfg.num_warps,
+    )
 
 
 def column_sum(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -277,8 +333,13 @@ _BWD_KERNEL = {"resident": "_ln_bwd_resident", "shifted": "_ln_bwd_shifted", "lo
 
 def _bwd_meta(cfg: Launch, x2: torch.Tensor, has_w: bool, has_b: bool) -> dict:
     """The constexprs and options of one backward launch."""
-    meta = {"BLOCK_N": cfg.BLOCK_N, "HAS_W": has_w, "HAS_B": has_b, "STAGES": cfg.STAGES,
-            "num_warps": cfg.num_warps}
+    meta = {
+        "BLOCK_N": cfg.BLOCK_N,
+        "HAS_W": has_w,
+        "HAS_B": has_b,
+        "STAGES": cfg.STAGES,
+        "num_warps": cfg.num_warps,
+    }
     if cfg.kernel == "shifted":
         meta["VEC"] = 16 // x2.element_size()
     elif cfg.kernel == "resident":
@@ -289,8 +350,9 @@ def _bwd_meta(cfg: Launch, x2: torch.Tensor, has_w: bool, has_b: bool) -> dict:
 _GRIDS: dict = {}  # (kernel, launch, flags, dtypes, device) -> a persistent grid P on that GPU
 
 
-def _persistent_grid(name: str, cfg: Launch, M: int, args: tuple, meta_key, meta: dict,
-                     x2: torch.Tensor) -> int:
+def _persistent_grid(
+    name: str, cfg: Launch, M: int, args: tuple, meta_key, meta: dict, x2: torch.Tensor
+) -> int:
     """A persistent kernel's grid P: on a GPU, as many programs as are co-resident (from the compiled
     kernel's registers and shared memory: one wave, and for the backward no partial slab larger than
     needed), else cfg.grid. Fixed per (launch, dtypes, device): the fixed-order dγ/dβ sums stay bitwise
@@ -319,33 +381,58 @@ def resident_grid(cfg: Launch, M: int, blocks_per_sm: int, sms: int) -> int:
     return max(1, min(P, units))
 
 
-def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
-                   rstd: torch.Tensor, dx: torch.Tensor, has_bias: bool,
-                   bias_dtype: torch.dtype, tier: int) -> tuple:
+def _backward_into(
+    dy2: torch.Tensor,
+    x2: torch.Tensor,
+    weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    dx: torch.Tensor,
+    has_bias: bool,
+    bias_dtype: torch.dtype,
+    tier: int,
+) -> tuple:
     """Fills dx (row-major, M·N elements, any shape); returns (dweight or None, dbias or None), summed
     from one fp32 (S, P, N) partial buffer (S = 1 or 2, never zero-filled) by one `_column_sum` launch."""
     M, N = x2.shape
     has_w = weight is not None
     dev = x2.device
     if M == 0:
-        return (torch.zeros(N, dtype=weight.dtype, device=dev) if has_w else None,
-                torch.zeros(N, dtype=bias_dtype, device=dev) if has_bias else None)
+        return (
+            torch.zeros(N, dtype=weight.dtype, device=dev) if has_w else None,
+            torch.zeros(N, dtype=bias_dtype, device=dev) if has_bias else None,
+        )
     cfg = _bwd_launch(M, N, dev, tier)
-    if cfg.kernel == "shifted" and not (dy2.stride(0) == x2.stride(0) == N and dy2.data_ptr() % 16 == 0
-                                        and x2.data_ptr() % 16 == 0 and dx.data_ptr() % 16 == 0):
+    if cfg.kernel == "shifted" and not (
+        dy2.stride(0) == x2.stride(0) == N
+        and dy2.data_ptr() % 16 == 0
+        and x2.data_ptr() % 16 == 0
+        and dx.data_ptr() % 16 == 0
+    ):
         cfg = _bwd_launch(M, N, dev, TIERS["resident"])  # rows that do not share one alignment
     w = weight if has_w else x2
     strides = (dy2.stride(0), x2.stride(0), N, M, N)
     # The grid is sized on a compile with dummy partial pointers (mean): registers do not depend on them.
-    P = _persistent_grid(_BWD_KERNEL[cfg.kernel], cfg, M, (dy2, x2, w, mean, rstd, dx, mean, mean, *strides),
-                         (cfg, has_w, has_bias), _bwd_meta(cfg, x2, has_w, has_bias), x2)
+    P = _persistent_grid(
+        _BWD_KERNEL[cfg.kernel],
+        cfg,
+        M,
+        (dy2, x2, w, mean, rstd, dx, mean, mean, *strides),
+        (cfg, has_w, has_bias),
+        _bwd_meta(cfg, x2, has_w, has_bias),
+        x2,
+    )
     slabs = int(has_w) + int(has_bias)
     part = torch.empty((slabs, P, N), dtype=torch.float32, device=dev) if slabs else mean
     # Slab 0 is dγ's when there is a weight, else dβ's; a dummy (mean) pointer for an absent one.
     dw_part = part if has_w else mean
     db_part = (part[1] if has_w else part) if has_bias else mean
-    LAUNCHERS[_BWD_KERNEL[cfg.kernel]]((P,), (dy2, x2, w, mean, rstd, dx, dw_part, db_part, *strides),
-                                       (cfg, has_w, has_bias), **_bwd_meta(cfg, x2, has_w, has_bias))
+    LAUNCHERS[_BWD_KERNEL[cfg.kernel]](
+        (P,),
+        (dy2, x2, w, mean, rstd, dx, dw_part, db_part, *strides),
+        (cfg, has_w, has_bias),
+        **_bwd_meta(cfg, x2, has_w, has_bias),
+    )
     if not slabs:
         return None, None
     dw = torch.empty(N, dtype=weight.dtype, device=dev) if has_w else None
@@ -357,9 +444,11 @@ def _backward_into(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | N
 
 # ---- the custom ops (torch.compile keeps these in its graph) ----
 
+
 @torch.library.custom_op("normlab::layer_norm_fwd", mutates_args=())
-def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   eps: float, tier: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layer_norm_fwd(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, tier: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): y like x; mean and rstd fp32 of shape (M,) with M = x.numel() // N."""
     x2 = _rows(x)
     M = x2.shape[0]
@@ -379,9 +468,16 @@ def _(x, weight, bias, eps, tier):
 
 
 @torch.library.custom_op("normlab::layer_norm_bwd", mutates_args=())
-def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
-                   rstd: torch.Tensor, has_bias: bool, bias_dtype: torch.dtype,
-                   tier: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layer_norm_bwd(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    has_bias: bool,
+    bias_dtype: torch.dtype,
+    tier: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dweight, dbias); dweight / dbias are empty tensors when weight / bias are absent."""
     x2, dy2 = _rows(x), _rows(dy)
     dx = _dense_like(x, x.dtype)
@@ -417,6 +513,7 @@ layer_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the eager path: no custom-op dispatch ----
+
 
 class _LayerNormFunction(torch.autograd.Function):
     """Eager autograd for `triton_layer_norm`: the same launch functions as the custom ops."""
@@ -459,8 +556,14 @@ def _unit_stride(p: torch.Tensor | None) -> torch.Tensor | None:
     return p if p is None or p.stride(0) == 1 else p.contiguous()
 
 
-def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                      eps: float = 1e-5, *, tier: str = "auto") -> torch.Tensor:
+def triton_layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    *,
+    tier: str = "auto",
+) -> torch.Tensor:
     """LayerNorm over the last dimension by the Triton kernels (differentiable; `tier` for tests/bench).
 
     Under torch.compile: the custom op `normlab::layer_norm_fwd` (one graph node, autograd registered).
@@ -473,7 +576,10 @@ def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     weight, bias = _unit_stride(weight), _unit_stride(bias)
     if torch.compiler.is_compiling():
         return layer_norm_fwd(x, weight, bias, float(eps), t)[0]
-    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                                    or (bias is not None and bias.requires_grad)):
+    if torch.is_grad_enabled() and (
+        x.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+    ):
         return _LayerNormFunction.apply(x, weight, bias, float(eps), t)
     return _forward_eager(x, _rows(x), weight, bias, float(eps), t)[0]

@@ -57,8 +57,15 @@ def _ln_fwd_resident(
     B,  # bias β (N,); unused when HAS_B is False
     Mean,  # fp32 (M,): μ per row, saved for backward
     Rstd,  # fp32 (M,): 1/√(σ²+ε) per row, saved for backward
-    stride_x, stride_y, M, N, eps,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    stride_x,
+    stride_y,
+    M,
+    N,
+    eps,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -98,9 +105,11 @@ def _split(first, N, VEC: tl.constexpr):
 def _load3(ptr, start, at, body, cols, ends, b_ok, h_ok, t_ok):
     """The head (from `start`), body (from `at`) and tail (from `at + body`) of one row, as fp32. The body
     moves in 16-byte vectors when the caller has told the compiler that `at` is on a boundary."""
-    return (tl.load(ptr + start + ends, mask=h_ok, other=0.0).to(tl.float32),
-            tl.load(ptr + at + cols, mask=b_ok, other=0.0).to(tl.float32),
-            tl.load(ptr + at + body + ends, mask=t_ok, other=0.0).to(tl.float32))
+    return (
+        tl.load(ptr + start + ends, mask=h_ok, other=0.0).to(tl.float32),
+        tl.load(ptr + at + cols, mask=b_ok, other=0.0).to(tl.float32),
+        tl.load(ptr + at + body + ends, mask=t_ok, other=0.0).to(tl.float32),
+    )
 
 
 @triton.jit
@@ -120,10 +129,15 @@ def _ln_fwd_shifted(
     B,  # bias β (N,) or unused
     Mean,  # fp32 (M,) μ
     Rstd,  # fp32 (M,) rstd
-    stride_x, stride_y, M, N, eps,
+    stride_x,
+    stride_y,
+    M,
+    N,
+    eps,
     BLOCK_N: tl.constexpr,  # ≥ N
     VEC: tl.constexpr,  # elements in 16 bytes (8 for fp16/bf16, 4 for fp32)
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
 ):
     # One row per program, for N not a multiple of 16, where Triton can prove neither the rows' 16-byte
     # alignment nor that the `cols < N` mask is constant over a vector, and so loads element by element.
@@ -169,8 +183,14 @@ def _ln_fwd_looped(
     B,  # bias β (N,) or unused
     Mean,  # fp32 (M,) μ
     Rstd,  # fp32 (M,) rstd
-    stride_x, stride_y, M, N, eps,
-    BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    stride_x,
+    stride_y,
+    M,
+    N,
+    eps,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
 ):
     # Persistent: program pid takes rows pid, pid + P, … (P = the grid: one wave of co-resident programs on
     # a GPU), so only P long rows are in flight and the second pass finds its row in L2. The first pass's
@@ -230,8 +250,15 @@ def _ln_bwd_resident(
     DX,  # output dx (M, N), row stride stride_dx, dtype of X
     DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
     DB_part,  # fp32 (P, N): this program's Σ dy over its rows; unused if not HAS_B
-    stride_dy, stride_x, stride_dx, M, N,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
     STAGES: tl.constexpr,  # pipelining depth of the row loop (1: none)
 ):
     pid = tl.program_id(0)
@@ -283,10 +310,15 @@ def _ln_bwd_shifted(
     DX,  # output dx (M, N), row stride N, 16-byte aligned
     DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
     DB_part,  # fp32 (P, N): this program's Σ dy; unused if not HAS_B
-    stride_dy, stride_x, stride_dx, M, N,  # the strides all equal N (the launcher checks)
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,  # the strides all equal N (the launcher checks)
     BLOCK_N: tl.constexpr,  # ≥ N
     VEC: tl.constexpr,  # elements in 16 bytes
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
     STAGES: tl.constexpr,  # pipelining depth of the row loop
 ):
     # The resident backward for N not a multiple of 16, with 16-byte loads and stores: rows are read as
@@ -324,8 +356,20 @@ def _ln_bwd_shifted(
         gh, gb, gt = yh * wh, yb * wb, yt * wt
         c1 = (tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)) / N
         c2 = (tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)) / N
-        _store3(DX, start, at, body, cols, ends, b_ok, h_ok, t_ok, (gh - (nh * c1 + c2)) * rstd,
-                (gb - (nb * c1 + c2)) * rstd, (gt - (nt * c1 + c2)) * rstd)
+        _store3(
+            DX,
+            start,
+            at,
+            body,
+            cols,
+            ends,
+            b_ok,
+            h_ok,
+            t_ok,
+            (gh - (nh * c1 + c2)) * rstd,
+            (gb - (nb * c1 + c2)) * rstd,
+            (gt - (nt * c1 + c2)) * rstd,
+        )
         if HAS_W:
             dwh += yh * nh
             dwb += yb * nb
@@ -350,8 +394,14 @@ def _ln_bwd_looped(
     DX,  # output dx (M, N), row stride stride_dx
     DW_part,  # fp32 (P, N), uninitialised: row pid is owned by program pid (written, then read-modify-write)
     DB_part,  # fp32 (P, N), uninitialised, same ownership
-    stride_dy, stride_x, stride_dx, M, N,
-    BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
     STAGES: tl.constexpr,  # pipelining depth of the chunk loops (1: none)
 ):
     pid = tl.program_id(0)
@@ -403,8 +453,10 @@ def _column_sum(
     Part,  # fp32 (S, P, N) partials, row-major: S = grid axis 1 (1 or 2) slabs of P rows each
     Out,  # (N,) Σ_p Part[0, p, :] in its own dtype
     Out2,  # (N,) Σ_p Part[1, p, :] in its own dtype (axis-1 program 1); unused when S = 1
-    P, N,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+    P,
+    N,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     # A narrow strip of BLOCK_C columns per program (many programs: N / BLOCK_C × S), walked down the P
     # partial rows BLOCK_P at a time into a (BLOCK_P, BLOCK_C) accumulator, then one tree sum over its

@@ -54,8 +54,22 @@ def _forward(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, 
     kernel = K._ln_lstm_fwd[(B,)]
     for t in range(T):
         torch.mm(h, w_hT, out=HH[t])
-        kernel(HH[t], AX[t], c, *params, HS[t], CS[t], ST[t], G, G, c.stride(0), H, eps, BLOCK_H=block,
-               num_warps=fwd_warps)
+        kernel(
+            HH[t],
+            AX[t],
+            c,
+            *params,
+            HS[t],
+            CS[t],
+            ST[t],
+            G,
+            G,
+            c.stride(0),
+            H,
+            eps,
+            BLOCK_H=block,
+            num_warps=fwd_warps,
+        )
         h, c = HS[t], CS[t]
     return hh, hs, cs, stats
 
@@ -79,9 +93,27 @@ def _backward(d_hs, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_
         else:
             dh_t = torch.addmm(DHS[t], DHH[t + 1], w_h, out=dh)
         c_prev = CS[t - 1] if t > 0 else c0
-        K._ln_lstm_bwd[grid](dh_t, dc, HH[t], AX[t], c_prev, *params, ST[t], DHH[t], DAX[t], dc_prev,
-                             part, G, G, c_prev.stride(0), B, H, BLOCK_H=block, ACC=t != T - 1,
-                             num_warps=bwd_warps)
+        K._ln_lstm_bwd[grid](
+            dh_t,
+            dc,
+            HH[t],
+            AX[t],
+            c_prev,
+            *params,
+            ST[t],
+            DHH[t],
+            DAX[t],
+            dc_prev,
+            part,
+            G,
+            G,
+            c_prev.stride(0),
+            B,
+            H,
+            BLOCK_H=block,
+            ACC=t != T - 1,
+            num_warps=bwd_warps,
+        )
         dc, dc_prev = dc_prev, dc
     dh0 = DHH[0].mm(w_h)
     h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
@@ -94,8 +126,9 @@ class _LNLSTMSequence(torch.autograd.Function):
     def forward(ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, saving):
         params = [p.contiguous() for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        _, hs, _, _ = graphs.sequence_forward(ctx, "ln_lstm_fwd", _forward, (ax, w_h, *params, h0, c0), eps,
-                                              saving, out=1)
+        _, hs, _, _ = graphs.sequence_forward(
+            ctx, "ln_lstm_fwd", _forward, (ax, w_h, *params, h0, c0), eps, saving, out=1
+        )
         ctx.dtypes = [p.dtype for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         return hs
 
@@ -104,12 +137,25 @@ class _LNLSTMSequence(torch.autograd.Function):
     def backward(ctx, d_hs):
         d_ax, d_w_h, dp, dh0, dc = graphs.sequence_backward(ctx, "ln_lstm_bwd", _backward, d_hs)
         H = d_ax.shape[2] // 4
-        d_gain_h, d_gain_x, d_b = dp[: 4 * H], dp[4 * H: 8 * H], dp[8 * H: 12 * H]
-        d_gain_c, d_bias_c = dp[12 * H: 13 * H], dp[13 * H:]
+        d_gain_h, d_gain_x, d_b = dp[: 4 * H], dp[4 * H : 8 * H], dp[8 * H : 12 * H]
+        d_gain_c, d_bias_c = dp[12 * H : 13 * H], dp[13 * H :]
         dt = ctx.dtypes
         # The three 4H biases add up before the gates, so they share one gradient (distinct tensors).
-        return (d_ax, d_w_h, d_gain_h.to(dt[0]), d_b.to(dt[1]), d_gain_x.to(dt[2]), d_b.to(dt[3]).clone(),
-                d_b.to(dt[4]).clone(), d_gain_c.to(dt[5]), d_bias_c.to(dt[6]), dh0, dc, None, None)
+        return (
+            d_ax,
+            d_w_h,
+            d_gain_h.to(dt[0]),
+            d_b.to(dt[1]),
+            d_gain_x.to(dt[2]),
+            d_b.to(dt[3]).clone(),
+            d_b.to(dt[4]).clone(),
+            d_gain_c.to(dt[5]),
+            d_bias_c.to(dt[6]),
+            dh0,
+            dc,
+            None,
+            None,
+        )
 
 
 def _check_sequence(ax, w_h, h0, c0, params) -> None:
@@ -124,12 +170,15 @@ def _check_sequence(ax, w_h, h0, c0, params) -> None:
         raise ValueError(f"h0 must be (B, H) = ({B}, {H}), got {tuple(h0.shape)}")
     for name, t in (("w_h", w_h), ("h0", h0)):
         if t.dtype != ax.dtype or t.device != ax.device:
-            raise TypeError(f"{name} must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
-                            f"{t.dtype} on {t.device}")
+            raise TypeError(
+                f"{name} must match ax's dtype and device ({ax.dtype}, {ax.device}), got "
+                f"{t.dtype} on {t.device}"
+            )
 
 
-def triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0,
-                            eps: float = 1e-5):
+def triton_ln_lstm_sequence(
+    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+):
     """h_t for every step, (T, B, H), of an LN-LSTM over ax = x W_xᵀ (T, B, 4H); gates (f, i, o, g).
 
     w_h (4H, H); gain_h/bias_h/gain_x/bias_x/bias (4H,); gain_c/bias_c (H,); h0, c0 (B, H). Differentiable
@@ -141,5 +190,6 @@ def triton_ln_lstm_sequence(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_
     if ax.shape[0] == 0:
         return ax.new_empty(0, ax.shape[1], ax.shape[2] // 4)
     saving = torch.is_grad_enabled() and any(t.requires_grad for t in (ax, w_h, h0, c0, *params))
-    return _LNLSTMSequence.apply(ax.contiguous(), w_h, *params, h0.contiguous(), c0.contiguous(), float(eps),
-                                 saving)
+    return _LNLSTMSequence.apply(
+        ax.contiguous(), w_h, *params, h0.contiguous(), c0.contiguous(), float(eps), saving
+    )

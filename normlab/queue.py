@@ -85,7 +85,6 @@ def enqueue_run(settings: Settings, run_id: str) -> None:
     celery_for(settings).send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
 
 
-
 def waiting_run_ids(settings: Settings) -> set[str] | None:
     """Ids of the runs whose message waits in the broker for any free worker (not those a worker has
     taken); None when this broker cannot be looked into."""

@@ -15,8 +15,21 @@ from pydantic_core import PydanticCustomError
 
 from normlab.catalog import TASKS
 
-TaskName = Literal["digits", "mnist", "mnist5k", "mnist1d", "seq-digits", "pixel-digits", "handwriting",
-                   "draw", "order-embed", "adding", "copy", "charlm", "conv-digits"]
+TaskName = Literal[
+    "digits",
+    "mnist",
+    "mnist5k",
+    "mnist1d",
+    "seq-digits",
+    "pixel-digits",
+    "handwriting",
+    "draw",
+    "order-embed",
+    "adding",
+    "copy",
+    "charlm",
+    "conv-digits",
+]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 
@@ -33,8 +46,10 @@ def refuse_unknown_fields(model: type[BaseModel], data: Any) -> Any:
         more = len(data.keys() - fields.keys()) - len(unknown)
         named = ", ".join(repr(str(k)[:40]) for k in unknown) + (f" and {more:,} more" if more else "")
         raise PydanticCustomError(
-            "unknown_fields", "{message}",
-            {"message": f"Unknown field(s) {named}; the fields are {', '.join(fields)}."})
+            "unknown_fields",
+            "{message}",
+            {"message": f"Unknown field(s) {named}; the fields are {', '.join(fields)}."},
+        )
     return data
 
 
@@ -57,8 +72,9 @@ class ProbeSpec(BaseModel):
     power_iterations: int = Field(2, ge=1, le=50, description="Warm-started power iterations for λ_max(F).")
     hessian: bool = Field(False, description="Also estimate λ_max of the Hessian (edge of stability).")
     empirical_fisher: bool = Field(False, description="Also report the empirical Fisher, labelled as such.")
-    budget: float = Field(0.15, gt=0, le=5.0,
-                          description="Largest fraction of training time the probes may take.")
+    budget: float = Field(
+        0.15, gt=0, le=5.0, description="Largest fraction of training time the probes may take."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -89,14 +105,18 @@ class RunSpec(BaseModel):
     layers: int | None = Field(None, ge=1, le=8, description="Hidden layers (recurrent layers for RNNs).")
     cell: CellName | None = Field(None, description="Recurrent cell, for sequential tasks only.")
     seq_len: int | None = Field(None, ge=1, le=5000, description="Training sequence length.")
-    eval_seq_len: int | None = Field(None, ge=1, le=10000,
-                                     description="Evaluate on sequences of this length (≥ seq_len).")
+    eval_seq_len: int | None = Field(
+        None, ge=1, le=10000, description="Evaluate on sequences of this length (≥ seq_len)."
+    )
     gain_init: float = Field(1.0, gt=0.0, le=10.0, description="Initial normalization gain (paper: 1).")
     bn_variance: Literal["biased", "unbiased"] = Field(
-        "biased", description="BatchNorm's training variance: 'biased' (÷B) or 'unbiased' (÷(B−1), §6.6's "
-                              "choice at small batch sizes).")
+        "biased",
+        description="BatchNorm's training variance: 'biased' (÷B) or 'unbiased' (÷(B−1), §6.6's "
+        "choice at small batch sizes).",
+    )
     ln_placement: Literal["full", "cell"] = Field(
-        "full", description="LSTM LayerNorm: 'full' = eq. 20/26, 'cell' = LN(c_t) only, eq. 29.")
+        "full", description="LSTM LayerNorm: 'full' = eq. 20/26, 'cell' = LN(c_t) only, eq. 29."
+    )
     eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
@@ -106,8 +126,21 @@ class RunSpec(BaseModel):
     def _known(cls, data: Any) -> Any:
         return refuse_unknown_fields(cls, data)
 
-    @field_validator("batch_size", "steps", "lr", "momentum", "weight_decay", "seed", "hidden_size",
-                     "layers", "seq_len", "eval_seq_len", "gain_init", "eval_every", mode="before")
+    @field_validator(
+        "batch_size",
+        "steps",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "seed",
+        "hidden_size",
+        "layers",
+        "seq_len",
+        "eval_seq_len",
+        "gain_init",
+        "eval_every",
+        mode="before",
+    )
     @classmethod
     def _numbers(cls, value: Any) -> Any:
         return refuse_bool(value)
@@ -118,7 +151,8 @@ class RunSpec(BaseModel):
         if problems:
             fields = sorted({f for f, _ in problems})
             raise PydanticCustomError(
-                "spec_combination", "{message}",
+                "spec_combination",
+                "{message}",
                 {"message": " ".join(m for _, m in problems), "fields": fields},
             )
         return self
@@ -154,19 +188,35 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
     task = TASKS[spec.task]
     out: list[tuple[str, str]] = []
     if spec.norm not in task.norms:
-        out.append(("norm", f"Task '{spec.task}' does not support norm '{spec.norm}'; choose one of "
-                            f"{', '.join(task.norms)}."))
+        out.append(
+            (
+                "norm",
+                f"Task '{spec.task}' does not support norm '{spec.norm}'; choose one of "
+                f"{', '.join(task.norms)}.",
+            )
+        )
     if spec.norm == "batch" and spec.batch_size < 2:
-        out.append(("batch_size", f"BatchNorm needs batch size ≥ 2 (got {spec.batch_size}): its statistics "
-                                  "come from the mini-batch. Use norm 'layer' for online learning, or raise "
-                                  "batch_size."))
+        out.append(
+            (
+                "batch_size",
+                f"BatchNorm needs batch size ≥ 2 (got {spec.batch_size}): its statistics "
+                "come from the mini-batch. Use norm 'layer' for online learning, or raise "
+                "batch_size.",
+            )
+        )
     if spec.bn_variance != "biased" and spec.norm != "batch":
-        out.append(("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm "
-                                   "'batch'."))
+        out.append(
+            ("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm 'batch'.")
+        )
     if task.kind != "sequence":
         if spec.cell is not None:
-            out.append(("cell", f"Task '{spec.task}' is not sequential, so it has no recurrent cell; remove "
-                                f"cell or pick a sequential task ({', '.join(_sequential())})."))
+            out.append(
+                (
+                    "cell",
+                    f"Task '{spec.task}' is not sequential, so it has no recurrent cell; remove "
+                    f"cell or pick a sequential task ({', '.join(_sequential())}).",
+                )
+            )
         for name in ("seq_len", "eval_seq_len"):
             if getattr(spec, name) is not None:
                 out.append((name, f"Task '{spec.task}' is not sequential; remove {name}."))
@@ -180,21 +230,39 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
         seq_len = spec.seq_len if spec.seq_len is not None else task.seq_len
         if spec.seq_len is not None and not lo <= spec.seq_len <= hi:
             if lo == hi:
-                out.append(("seq_len", f"Task '{spec.task}' has a fixed sequence length of {lo}; remove "
-                                       "seq_len."))
+                out.append(
+                    ("seq_len", f"Task '{spec.task}' has a fixed sequence length of {lo}; remove seq_len.")
+                )
             else:
-                out.append(("seq_len", f"Task '{spec.task}' takes seq_len between {lo} and {hi} "
-                                       f"(got {spec.seq_len})."))
+                out.append(
+                    (
+                        "seq_len",
+                        f"Task '{spec.task}' takes seq_len between {lo} and {hi} (got {spec.seq_len}).",
+                    )
+                )
         if spec.eval_seq_len is not None:
             if not task.eval_longer and spec.eval_seq_len != seq_len:
-                out.append(("eval_seq_len", f"Task '{spec.task}' cannot be evaluated at another length; "
-                                            "remove eval_seq_len."))
+                out.append(
+                    (
+                        "eval_seq_len",
+                        f"Task '{spec.task}' cannot be evaluated at another length; remove eval_seq_len.",
+                    )
+                )
             elif seq_len is not None and spec.eval_seq_len < seq_len:
-                out.append(("eval_seq_len", f"eval_seq_len ({spec.eval_seq_len}) must be at least seq_len "
-                                            f"({seq_len})."))
+                out.append(
+                    (
+                        "eval_seq_len",
+                        f"eval_seq_len ({spec.eval_seq_len}) must be at least seq_len ({seq_len}).",
+                    )
+                )
         if spec.ln_placement == "cell" and not (spec.norm == "layer" and cell == "lstm"):
-            out.append(("ln_placement", "ln_placement 'cell' (eq. 29) means LayerNorm on c_t of an LSTM: "
-                                        "use it with norm 'layer' and cell 'lstm', or set it to 'full'."))
+            out.append(
+                (
+                    "ln_placement",
+                    "ln_placement 'cell' (eq. 29) means LayerNorm on c_t of an LSTM: "
+                    "use it with norm 'layer' and cell 'lstm', or set it to 'full'.",
+                )
+            )
     return out
 
 

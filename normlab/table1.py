@@ -11,14 +11,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-Transform = Literal["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-                    "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling"]
+Transform = Literal[
+    "weight_matrix_rescaling",
+    "weight_matrix_recentering",
+    "weight_vector_rescaling",
+    "dataset_rescaling",
+    "dataset_recentering",
+    "single_training_case_rescaling",
+]
 Method = Literal["batch", "weight", "layer", "rms", "none"]
 
 # The paper's column order.
 TRANSFORMS: tuple[Transform, ...] = (
-    "weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-    "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling")
+    "weight_matrix_rescaling",
+    "weight_matrix_recentering",
+    "weight_vector_rescaling",
+    "dataset_rescaling",
+    "dataset_recentering",
+    "single_training_case_rescaling",
+)
 METHODS: tuple[Method, ...] = ("batch", "weight", "layer", "rms", "none")
 PAPER_METHODS: tuple[Method, ...] = ("batch", "weight", "layer")  # the paper's rows; the rest are extra
 
@@ -30,8 +41,13 @@ TRANSFORM_NAMES: dict[Transform, str] = {
     "dataset_recentering": "Dataset re-centering",
     "single_training_case_rescaling": "Single training case re-scaling",
 }
-METHOD_NAMES: dict[Method, str] = {"batch": "Batch norm", "weight": "Weight norm", "layer": "Layer norm",
-                                   "rms": "RMSNorm", "none": "None"}
+METHOD_NAMES: dict[Method, str] = {
+    "batch": "Batch norm",
+    "weight": "Weight norm",
+    "layer": "Layer norm",
+    "rms": "RMSNorm",
+    "none": "None",
+}
 
 # Table 1 exactly as the paper prints it (True = "Invariant", False = "No"). Text, not a result.
 PAPER_TABLE1: dict[Method, dict[Transform, bool]] = {

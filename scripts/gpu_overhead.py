@@ -51,12 +51,15 @@ try:
     x = torch.randn(512, 768, device=dev, dtype=torch.bfloat16)
     w = torch.ones(768, device=dev)
     b = torch.zeros(768, device=dev)
-    for name, fn in [("triton_layer_norm", lambda: kernels.triton_layer_norm(x, w, b, 1e-5)),
-                     ("kernels.layer_norm", lambda: kernels.layer_norm(x, w, b, 1e-5)),
-                     ("F.layer_norm", lambda: F.layer_norm(x, (768,), w.bfloat16(), b.bfloat16(), 1e-5))]:
+    for name, fn in [
+        ("triton_layer_norm", lambda: kernels.triton_layer_norm(x, w, b, 1e-5)),
+        ("kernels.layer_norm", lambda: kernels.layer_norm(x, w, b, 1e-5)),
+        ("F.layer_norm", lambda: F.layer_norm(x, (768,), w.bfloat16(), b.bfloat16(), 1e-5)),
+    ]:
         h, total = host_us(fn)
         say(f"fwd 512x768 bf16 {name}: host {h:.1f} us/call, with sync {total:.1f} us/call")
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(20):
             kernels.triton_layer_norm(x, w, b, 1e-5)
@@ -75,6 +78,7 @@ try:
         torch.autograd.grad(y, (X, W, B_), g, retain_graph=True)
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
             torch.autograd.grad(y, (X, W, B_), g, retain_graph=True)
@@ -99,7 +103,7 @@ except Exception:  # noqa: BLE001
 try:  # the whole recurrence as one node (what the engine runs on CUDA): host and GPU time per step
     T, Bt, H = 64, 32, 256
     ax = torch.randn(T, Bt, 4 * H, device=dev, requires_grad=True)
-    w_h = (torch.randn(4 * H, H, device=dev) / H ** 0.5).requires_grad_()
+    w_h = (torch.randn(4 * H, H, device=dev) / H**0.5).requires_grad_()
     ps = [torch.ones(4 * H, device=dev, requires_grad=True) for _ in range(5)]
     ps += [torch.ones(H, device=dev, requires_grad=True) for _ in range(2)]
     h0 = torch.zeros(Bt, H, device=dev)
@@ -120,13 +124,19 @@ try:  # the whole recurrence as one node (what the engine runs on CUDA): host an
         finally:
             graphs.set_enabled(True)
 
-    for name, fn, n in (("sequence fwd", seq_fwd, 20), ("sequence fwd+bwd", seq_fwd_bwd, 10),
-                        ("sequence fwd+bwd without CUDA graph", seq_fwd_bwd_eager, 10),
-                        ("cuDNN nn.LSTM fwd+bwd", lambda: lstm(xs)[0].sum().backward(), 20)):
+    for name, fn, n in (
+        ("sequence fwd", seq_fwd, 20),
+        ("sequence fwd+bwd", seq_fwd_bwd, 10),
+        ("sequence fwd+bwd without CUDA graph", seq_fwd_bwd_eager, 10),
+        ("cuDNN nn.LSTM fwd+bwd", lambda: lstm(xs)[0].sum().backward(), 20),
+    ):
         h_us, total = host_us(fn, n)
-        say(f"{name} T={T} B={Bt} H={H}: host {h_us / T:.1f} us/step, with sync {total / T:.1f} us/step "
-            f"({total / 1e3:.2f} ms/call)")
+        say(
+            f"{name} T={T} B={Bt} H={H}: host {h_us / T:.1f} us/step, with sync {total / T:.1f} us/step "
+            f"({total / 1e3:.2f} ms/call)"
+        )
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             seq_fwd_bwd()

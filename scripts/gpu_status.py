@@ -45,18 +45,25 @@ def _bench(out: Path) -> dict:
     whole = out / "kernel_bench.json"
     if whole.is_file():
         result = json.loads(whole.read_text())
-        return {"source": "kernel_bench.json", "seconds": result.get("seconds"), "parts": result.get("parts"),
-                "rows": {k: len(result.get(k, [])) for k in ("layer_norm", "ln_lstm", "ln_gru")},
-                "not_measured": result.get("not_measured", []), "compile_cache": result.get("compile_cache"),
-                "summary": result.get("summary")}
+        return {
+            "source": "kernel_bench.json",
+            "seconds": result.get("seconds"),
+            "parts": result.get("parts"),
+            "rows": {k: len(result.get(k, [])) for k in ("layer_norm", "ln_lstm", "ln_gru")},
+            "not_measured": result.get("not_measured", []),
+            "compile_cache": result.get("compile_cache"),
+            "summary": result.get("summary"),
+        }
     stream = out / "kernel_bench.jsonl"
     if stream.is_file() and stream.stat().st_size:
         from kernels.bench import read_stream, summarize  # torch: only when there are rows to summarize
 
         ln_rows, lstm_rows, gru_rows = read_stream(stream)
-        return {"source": "kernel_bench.jsonl (the run was cut before its summary)",
-                "rows": {"layer_norm": len(ln_rows), "ln_lstm": len(lstm_rows), "ln_gru": len(gru_rows)},
-                "summary": summarize(ln_rows, lstm_rows, gru_rows)}
+        return {
+            "source": "kernel_bench.jsonl (the run was cut before its summary)",
+            "rows": {"layer_norm": len(ln_rows), "ln_lstm": len(lstm_rows), "ln_gru": len(gru_rows)},
+            "summary": summarize(ln_rows, lstm_rows, gru_rows),
+        }
     return {"source": "none"}
 
 
@@ -82,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     env = a.out / "env.txt"
     status = {
         "seconds": a.seconds,
-        "rc": {"tests": a.tests_rc, "bench": a.bench_rc, "overhead": a.overhead_rc,
-               "engine_cuda": a.engine_cuda_rc},
+        "rc": {
+            "tests": a.tests_rc,
+            "bench": a.bench_rc,
+            "overhead": a.overhead_rc,
+            "engine_cuda": a.engine_cuda_rc,
+        },
         "engine_imports": bool(a.engine),
         "wheels": a.wheels,
         "env": env.read_text().strip().splitlines() if env.is_file() else [],

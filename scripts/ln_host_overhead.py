@@ -95,13 +95,20 @@ def stub_gpu() -> None:
 def _before_module(commit: str):
     """The layer_norm_op.py of `commit`, its ops renamed to normlab_before::…, or None."""
     try:
-        src = subprocess.run(["git", "show", f"{commit}:kernels/layer_norm_op.py"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{commit}:kernels/layer_norm_op.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     mod = types.ModuleType("_ln_op_before")
-    exec(compile(src.replace('"normlab::', '"normlab_before::'), f"{commit}:layer_norm_op.py", "exec"),
-         mod.__dict__)
+    exec(
+        compile(src.replace('"normlab::', '"normlab_before::'), f"{commit}:layer_norm_op.py", "exec"),
+        mod.__dict__,
+    )
     return mod
 
 
@@ -154,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         def run():
             with torch.no_grad():
                 f(x, w, b)
+
         return run
 
     rows = {
@@ -174,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"host µs per call, {M}x{N} float32 on CPU, Triton's JIT real, compile and C launcher stubbed "
-          f"(thread CPU time, median of {args.repeats} × {args.calls} calls, interleaved)")
+    print(
+        f"host µs per call, {M}x{N} float32 on CPU, Triton's JIT real, compile and C launcher stubbed "
+        f"(thread CPU time, median of {args.repeats} × {args.calls} calls, interleaved)"
+    )
     names = list(paths)
     print(f"{'':22s}" + "".join(f"{n:>14s}" for n in names) + (f"{'eager/before':>14s}" if before else ""))
     for label, us in result["us_per_call"].items():

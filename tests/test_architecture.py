@@ -63,18 +63,26 @@ def _top(module: str) -> str:
 
 
 def _violations(where: str, forbidden: set[str], skip: str | None = None) -> list[str]:
-    return sorted(f"{src} imports {dst}" for src, dsts in GRAPH.items() for dst in dsts
-                  if _top(src) == where and not (skip and (src == skip or src.startswith(skip + ".")))
-                  and _top(dst) in forbidden)
+    return sorted(
+        f"{src} imports {dst}"
+        for src, dsts in GRAPH.items()
+        for dst in dsts
+        if _top(src) == where
+        and not (skip and (src == skip or src.startswith(skip + ".")))
+        and _top(dst) in forbidden
+    )
 
 
-@pytest.mark.parametrize(("package", "forbidden", "skip"), [
-    ("backend", {"workers", "frontend", "torch"}, None),
-    ("workers", {"backend", "frontend"}, None),
-    ("frontend", {"backend", "workers", "kernels", "torch"}, None),
-    ("normlab", {"torch", "backend", "workers", "frontend", "kernels"}, "normlab.cli"),
-    ("kernels", {"normlab", "backend", "workers", "frontend"}, None),
-])
+@pytest.mark.parametrize(
+    ("package", "forbidden", "skip"),
+    [
+        ("backend", {"workers", "frontend", "torch"}, None),
+        ("workers", {"backend", "frontend"}, None),
+        ("frontend", {"backend", "workers", "kernels", "torch"}, None),
+        ("normlab", {"torch", "backend", "workers", "frontend", "kernels"}, "normlab.cli"),
+        ("kernels", {"normlab", "backend", "workers", "frontend"}, None),
+    ],
+)
 def test_imports_point_down(package, forbidden, skip):
     assert _violations(package, forbidden, skip) == []
 

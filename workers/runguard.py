@@ -37,8 +37,15 @@ def allow_hard_exit() -> None:
 class RunCloser:
     """Owns the end of one run: `emit` passes events to the writer, `close` writes the end once."""
 
-    def __init__(self, writer: EventWriter, watch: RunWatch, *, hard_exit: bool | None = None,
-                 grace_s: float = 0.25, poll_s: float = 0.05):
+    def __init__(
+        self,
+        writer: EventWriter,
+        watch: RunWatch,
+        *,
+        hard_exit: bool | None = None,
+        grace_s: float = 0.25,
+        poll_s: float = 0.05,
+    ):
         self.writer, self.watch, self.grace_s, self.poll_s = writer, watch, grace_s, poll_s
         self.last_step = 0
         self.started = time.time()
@@ -78,24 +85,40 @@ class RunCloser:
 
     def _force(self, waited: float) -> None:
         if self.writer.broken:  # not a cancel: the store refused our events (the run was declared lost)
-            log.error("run %s: the store refuses its events and the engine does not stop; ending the "
-                      "process", self.writer.run_id)
+            log.error(
+                "run %s: the store refuses its events and the engine does not stop; ending the process",
+                self.writer.run_id,
+            )
             logging.shutdown()
             os._exit(1)
         now = time.time()
         step = self.last_step
-        message = (f"Cancelled at step {step}: the run was setting up or inside a long step, evaluation "
-                   f"or probe, so the worker ended it ({waited:.2f} s after the request was seen).")
+        message = (
+            f"Cancelled at step {step}: the run was setting up or inside a long step, evaluation "
+            f"or probe, so the worker ended it ({waited:.2f} s after the request was seen)."
+        )
         summary = RunSummary(metrics={}, step=step, wall_time=now - self.started)
-        finish = {"status": RunStatus.CANCELLED, "finished_at": now, "error": None,
-                  "summary": json.dumps(summary.model_dump(mode="json"))}
+        finish = {
+            "status": RunStatus.CANCELLED,
+            "finished_at": now,
+            "error": None,
+            "summary": json.dumps(summary.model_dump(mode="json")),
+        }
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
-                self.writer.close(finish, {"status": RunStatus.CANCELLED, "message": message, "metrics": {},
-                                           "step": step, "time": now})
+                self.writer.close(
+                    finish,
+                    {
+                        "status": RunStatus.CANCELLED,
+                        "message": message,
+                        "metrics": {},
+                        "step": step,
+                        "time": now,
+                    },
+                )
                 log.warning("run %s: %s", self.writer.run_id, message)
             finally:
                 # Still holding the lock: the engine's thread can never write a second end.

@@ -80,24 +80,45 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     started = time.time()
     try:
         spec = RunSpec.model_validate_json(run["spec"])
-        result = train(spec, emit=closer.emit, should_stop=watch.should_stop, run_id=run_id,
-                       settings=settings)
+        result = train(
+            spec, emit=closer.emit, should_stop=watch.should_stop, run_id=run_id, settings=settings
+        )
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
-        result = RunResult(status=RunStatus.FAILED, step=0, wall_time=time.time() - started, device="unknown",
-                           kernel_backend="unknown", error=f"{type(exc).__name__}: {exc}")
+        result = RunResult(
+            status=RunStatus.FAILED,
+            step=0,
+            wall_time=time.time() - started,
+            device="unknown",
+            kernel_backend="unknown",
+            error=f"{type(exc).__name__}: {exc}",
+        )
     finally:
         closer.engine_returned()
         watch.stop()
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
-    summary = RunSummary(metrics=result.metrics, probes=result.probes, step=result.step,
-                         wall_time=result.wall_time)
-    finish = {"status": result.status, "finished_at": time.time(), "device": result.device,
-              "kernel_backend": result.kernel_backend, "error": result.error,
-              "summary": json.dumps(finite(summary.model_dump(mode="json")))}
-    closer.close(finish, {"status": result.status, "message": result.error, "metrics": result.metrics,
-                          "step": result.step, "time": time.time()})
+    summary = RunSummary(
+        metrics=result.metrics, probes=result.probes, step=result.step, wall_time=result.wall_time
+    )
+    finish = {
+        "status": result.status,
+        "finished_at": time.time(),
+        "device": result.device,
+        "kernel_backend": result.kernel_backend,
+        "error": result.error,
+        "summary": json.dumps(finite(summary.model_dump(mode="json"))),
+    }
+    closer.close(
+        finish,
+        {
+            "status": result.status,
+            "message": result.error,
+            "metrics": result.metrics,
+            "step": result.step,
+            "time": time.time(),
+        },
+    )
     if publisher is not None:
         publisher.close()
     return result.status

@@ -49,8 +49,11 @@ def warm_specs(settings: Settings) -> list[RunSpec]:
             for norm in norms if cell == first_cell else ("layer",):
                 specs.append(RunSpec(task=name, norm=norm, cell=cell, **base, **seq))
     specs.append(RunSpec(task="digits", norm="layer", optimizer="sgd", **base))
-    specs.append(RunSpec(task="digits", norm="layer", **base,
-                         probes={"enabled": True, "trace_every": 1, "fisher_every": 1}))
+    specs.append(
+        RunSpec(
+            task="digits", norm="layer", **base, probes={"enabled": True, "trace_every": 1, "fisher_every": 1}
+        )
+    )
     return specs
 
 
@@ -74,8 +77,12 @@ def warm_parent(settings: Settings) -> dict:
             result = train(spec, settings=cpu_only)
             if result.status != "completed":
                 failed.append(spec.model_dump_json(exclude_defaults=True))
-                log.warning("warm-up run %s ended %s: %s", spec.model_dump(exclude_defaults=True),
-                            result.status, result.error)
+                log.warning(
+                    "warm-up run %s ended %s: %s",
+                    spec.model_dump(exclude_defaults=True),
+                    result.status,
+                    result.error,
+                )
     finally:
         torch.set_num_threads(threads)
     took = time.perf_counter() - started

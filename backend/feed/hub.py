@@ -53,11 +53,18 @@ def frames_filling_gaps(run_id: str, last: int, rows: list[EventRow]) -> list[Fr
     expected = last + 1
     for row in rows:
         for seq in range(expected, row.seq):
-            payload = {"level": "warning", "missing": True,
-                       "message": f"Event {seq} of this run was never stored (lost in a fault); the stream "
-                                  "moves on."}
-            frames.append(frame_from_row(run_id, EventRow(seq, row.step, "log", row.time,
-                                                          json.dumps(payload, separators=(",", ":")))))
+            payload = {
+                "level": "warning",
+                "missing": True,
+                "message": f"Event {seq} of this run was never stored (lost in a fault); the stream "
+                "moves on.",
+            }
+            frames.append(
+                frame_from_row(
+                    run_id,
+                    EventRow(seq, row.step, "log", row.time, json.dumps(payload, separators=(",", ":"))),
+                )
+            )
         frames.append(frame_from_row(run_id, row))
         expected = row.seq + 1
     return frames
@@ -83,7 +90,7 @@ class Channel:
         """Frames after `cursor`, or None when the cursor is older than the window (read the store)."""
         if cursor < self.base:
             return None
-        return self.frames[cursor - self.base:]
+        return self.frames[cursor - self.base :]
 
     def append(self, frames: list[Frame]) -> None:
         for f in frames:
@@ -158,8 +165,12 @@ class FeedHub:
                 raise
             except Exception as exc:  # the database is away: viewers keep their stream (heartbeats) and
                 # get the rest once it is back; ending it would drop them before the run's end
-                log.warning("live feed for run %s: %s; retrying in %.0f s", ch.run_id,
-                            str(getattr(exc, "orig", None) or exc)[:200], PUMP_RETRY_S)
+                log.warning(
+                    "live feed for run %s: %s; retrying in %.0f s",
+                    ch.run_id,
+                    str(getattr(exc, "orig", None) or exc)[:200],
+                    PUMP_RETRY_S,
+                )
                 await asyncio.sleep(PUMP_RETRY_S)
 
     async def _from_store(self, ch: Channel, limit: int = 2000) -> int:
@@ -212,6 +223,7 @@ class FeedHub:
             for entry_id, fields in entries:
                 seq = int(entry_id.split(b"-")[0])
                 if seq > ch.last + len(frames):
-                    frames.append(_frame(seq, fields[b"k"].decode(), fields[b"t"] == b"1",
-                                         fields[b"d"].decode()))
+                    frames.append(
+                        _frame(seq, fields[b"k"].decode(), fields[b"t"] == b"1", fields[b"d"].decode())
+                    )
             ch.append(frames)

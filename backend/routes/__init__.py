@@ -2,5 +2,12 @@
 
 from backend.routes import catalog, events, groups, health, presets, runs, sweeps
 
-ROUTERS = [health.router, catalog.router, runs.router, sweeps.router, presets.router, groups.router,
-           events.router]
+ROUTERS = [
+    health.router,
+    catalog.router,
+    runs.router,
+    sweeps.router,
+    presets.router,
+    groups.router,
+    events.router,
+]

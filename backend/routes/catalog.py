@@ -59,16 +59,24 @@ def _cached_table(store: Store) -> Table1 | None:
 
 async def _compute_invariance() -> str:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "normlab", "invariance", "--json",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "normlab",
+        "invariance",
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
     except TimeoutError as exc:
         proc.kill()
         raise HTTPException(503, "Computing the invariance table took too long; retry later.") from exc
     if proc.returncode != 0:
-        raise HTTPException(503, "The invariance table could not be computed here: "
-                                 + err.decode(errors="replace").strip()[-400:])
+        raise HTTPException(
+            503,
+            "The invariance table could not be computed here: " + err.decode(errors="replace").strip()[-400:],
+        )
     text = out.decode()
     Table1.model_validate_json(text)  # must be Table 1 before it is cached
     return text

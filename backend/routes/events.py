@@ -20,10 +20,14 @@ from normlab.events import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/api", tags=["events"])
 ERRORS: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-          "description": "Server-Sent Events until the runs' terminal status events"},
+    200: {
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "description": "Server-Sent Events until the runs' terminal status events",
+    },
     204: {"description": "The runs have ended and nothing is left after the cursor"},
-    400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}}
+    400: {"model": ErrorDetail},
+    404: {"model": ErrorDetail},
+}
 # Documented (clients learn the forms); a value that does not match is answered 400 with what to send.
 SINGLE = {"pattern": r"^[0-9]{1,12}$"}
 MULTI = {"pattern": r"^[0-9a-f]{1,32}:[0-9]{1,12}(,[0-9a-f]{1,32}:[0-9]{1,12})*$"}
@@ -40,9 +44,14 @@ def _finished(run: dict, cursor: int) -> bool:
 
 
 @router.get("/runs/{run_id}/events", responses=ERRORS)
-async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: SettingsDep,
-                     after: str | None = Query(None, json_schema_extra=SINGLE),
-                     last_event_id: str | None = Header(None, json_schema_extra=SINGLE_HEADER)):
+async def run_events(
+    run_id: str,
+    store: StoreDep,
+    hub: HubDep,
+    settings: SettingsDep,
+    after: str | None = Query(None, json_schema_extra=SINGLE),
+    last_event_id: str | None = Header(None, json_schema_extra=SINGLE_HEADER),
+):
     """SSE of one run: its history after the cursor, then live events, until its terminal status."""
     try:
         given = parse_single_cursor(after)  # checked even when the header wins: bad input is never ignored
@@ -52,15 +61,22 @@ async def run_events(run_id: str, store: StoreDep, hub: HubDep, settings: Settin
     run = await anyio.to_thread.run_sync(get_run_or_404, store, run_id)
     if _finished(run, cursor):
         return Response(status_code=204)
-    return EventSourceResponse(stream_runs(hub, store, [run], {run["id"]: cursor}, multiplexed=False),
-                               ping=settings.sse_heartbeat_s, headers=SSE_HEADERS)
+    return EventSourceResponse(
+        stream_runs(hub, store, [run], {run["id"]: cursor}, multiplexed=False),
+        ping=settings.sse_heartbeat_s,
+        headers=SSE_HEADERS,
+    )
 
 
 @router.get("/events", responses=ERRORS)
-async def multiplexed_events(store: StoreDep, hub: HubDep, settings: SettingsDep,
-                             runs: str = Query(json_schema_extra=RUN_IDS),
-                             after: str | None = Query(None, json_schema_extra=MULTI),
-                             last_event_id: str | None = Header(None, json_schema_extra=MULTI_HEADER)):
+async def multiplexed_events(
+    store: StoreDep,
+    hub: HubDep,
+    settings: SettingsDep,
+    runs: str = Query(json_schema_extra=RUN_IDS),
+    after: str | None = Query(None, json_schema_extra=MULTI),
+    last_event_id: str | None = Header(None, json_schema_extra=MULTI_HEADER),
+):
     """One SSE stream for several runs (a browser tab): `event:` = kind, `data:` = Event JSON with its
     run_id, `id:` = the cursor of every run, so a reconnect resumes each where it was."""
     ids = list(dict.fromkeys(r.strip() for r in runs.split(",") if r.strip()))
@@ -76,5 +92,8 @@ async def multiplexed_events(store: StoreDep, hub: HubDep, settings: SettingsDep
     live = [r for r in rows if not _finished(r, cursors[r["id"]])]
     if not live:
         return Response(status_code=204)
-    return EventSourceResponse(stream_runs(hub, store, live, cursors, multiplexed=True),
-                               ping=settings.sse_heartbeat_s, headers=SSE_HEADERS)
+    return EventSourceResponse(
+        stream_runs(hub, store, live, cursors, multiplexed=True),
+        ping=settings.sse_heartbeat_s,
+        headers=SSE_HEADERS,
+    )

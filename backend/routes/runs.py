@@ -31,14 +31,21 @@ def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: User
 
 
 @router.get("", response_model=RunList)
-def list_runs(store: StoreDep, task: TaskName | None = None, norm: NormName | None = None,
-              status: RunStatus | None = None,
-              group: str | None = Query(None, pattern=RUN_ID_PATTERN, description="A sweep's group_id."),
-              owner: str | None = Query(None, max_length=128, pattern=OWNER_PATTERN,
-                                        description="A user name (runs submitted with auth on)."),
-              offset: int = Query(0, ge=0, le=10**9), limit: int = Query(50, ge=1, le=500)) -> RunList:
-    rows, total = store.list_runs(task=task, norm=norm, status=status, group=group, owner=owner,
-                                  offset=offset, limit=limit)
+def list_runs(
+    store: StoreDep,
+    task: TaskName | None = None,
+    norm: NormName | None = None,
+    status: RunStatus | None = None,
+    group: str | None = Query(None, pattern=RUN_ID_PATTERN, description="A sweep's group_id."),
+    owner: str | None = Query(
+        None, max_length=128, pattern=OWNER_PATTERN, description="A user name (runs submitted with auth on)."
+    ),
+    offset: int = Query(0, ge=0, le=10**9),
+    limit: int = Query(50, ge=1, le=500),
+) -> RunList:
+    rows, total = store.list_runs(
+        task=task, norm=norm, status=status, group=group, owner=owner, offset=offset, limit=limit
+    )
     return RunList(items=[run_public(store, r) for r in rows], total=total, offset=offset, limit=limit)
 
 
@@ -48,17 +55,29 @@ def get_run(run_id: str, store: StoreDep) -> RunPublic:
 
 
 @router.get("/{run_id}/metrics", response_model=MetricsPublic, responses=ERRORS)
-def metrics(run_id: str, store: StoreDep,
-            names: str | None = Query(None, description="Comma-separated metric names; all if absent.",
-                                      json_schema_extra={"pattern": NAMES_PATTERN}),
-            max_points: int = Query(2000, ge=10, le=100_000)) -> JSONResponse:
+def metrics(
+    run_id: str,
+    store: StoreDep,
+    names: str | None = Query(
+        None,
+        description="Comma-separated metric names; all if absent.",
+        json_schema_extra={"pattern": NAMES_PATTERN},
+    ),
+    max_points: int = Query(2000, ge=10, le=100_000),
+) -> JSONResponse:
     """Each metric's history; past max_points it comes in min/max buckets (spikes survive)."""
     run = get_run_or_404(store, run_id)
     wanted = names.split(",") if names is not None else None
     unknown = [n for n in wanted or [] if n not in SCALAR_NAMES]
     if unknown or wanted == [""]:
-        raise HTTPException(422, {"detail": f"Unknown metric(s) {', '.join(map(repr, unknown))}; choose from "
-                                            f"{', '.join(SCALAR_NAMES)}.", "fields": {"names": "unknown"}})
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Unknown metric(s) {', '.join(map(repr, unknown))}; choose from "
+                f"{', '.join(SCALAR_NAMES)}.",
+                "fields": {"names": "unknown"},
+            },
+        )
     # Built to the MetricsPublic shape by run_metrics; sent as is (re-validating ~40k floats costs more
     # than the query).
     return JSONResponse(run_metrics(store, run, wanted, max_points))
@@ -75,12 +94,16 @@ def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> Run
     return run_public(store, get_run_or_404(store, run_id))
 
 
-EXPORT_CONTENT = {"text/csv": {"schema": {"type": "string"}},
-                  "application/json": {"schema": {"type": "object"}}}
+EXPORT_CONTENT = {
+    "text/csv": {"schema": {"type": "string"}},
+    "application/json": {"schema": {"type": "object"}},
+}
 
 
-@router.get("/{run_id}/export", responses={**ERRORS, 200: {"content": EXPORT_CONTENT,
-                                                             "description": "csv or json, as asked"}})
+@router.get(
+    "/{run_id}/export",
+    responses={**ERRORS, 200: {"content": EXPORT_CONTENT, "description": "csv or json, as asked"}},
+)
 def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv") -> StreamingResponse:
     """The raw history (never downsampled): csv = one row per scalars event; json = the run and every
     event."""
@@ -90,8 +113,9 @@ def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv")
     if format == "csv":
         return StreamingResponse(export_csv(store, run["id"]), media_type="text/csv", headers=headers)
     public = run_public(store, run).model_dump_json()
-    return StreamingResponse(export_json(store, run["id"], public), media_type="application/json",
-                             headers=headers)
+    return StreamingResponse(
+        export_json(store, run["id"], public), media_type="application/json", headers=headers
+    )
 
 
 @router.delete("/{run_id}", status_code=204, responses={**ERRORS, 409: {"model": ErrorDetail}})
@@ -100,6 +124,8 @@ async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserD
     run = get_run_or_404(store, run_id)
     require_owner(request, run, "delete")
     if run["status"] == RunStatus.RUNNING:
-        raise HTTPException(409, "This run is still training; cancel it first "
-                                 f"(POST /api/runs/{run_id}/cancel), then delete it.")
+        raise HTTPException(
+            409,
+            f"This run is still training; cancel it first (POST /api/runs/{run_id}/cancel), then delete it.",
+        )
     await anyio.to_thread.run_sync(store.delete_run, run["id"])

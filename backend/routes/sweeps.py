@@ -23,11 +23,17 @@ MAX_SWEEP_RUNS = 64
 @router.post("/sweeps", status_code=201, response_model=SweepCreated, responses={422: {"model": ErrorDetail}})
 def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user: UserDep) -> SweepCreated:
     base = body.base.model_dump()
-    combos = list(itertools.product(body.norms or [base["norm"]], body.batch_sizes or [base["batch_size"]],
-                                    body.seeds or [base["seed"]]))
+    combos = list(
+        itertools.product(
+            body.norms or [base["norm"]],
+            body.batch_sizes or [base["batch_size"]],
+            body.seeds or [base["seed"]],
+        )
+    )
     if len(combos) > MAX_SWEEP_RUNS:
-        raise HTTPException(422, f"A sweep may have at most {MAX_SWEEP_RUNS} runs (got {len(combos)}); "
-                                 "shorten the lists.")
+        raise HTTPException(
+            422, f"A sweep may have at most {MAX_SWEEP_RUNS} runs (got {len(combos)}); shorten the lists."
+        )
     specs = []
     for norm, batch_size, seed in combos:
         try:
@@ -36,11 +42,17 @@ def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user
         except ValidationError as exc:
             fields = validation_fields([dict(e) for e in exc.errors()])
             what = f"norm={norm}, batch_size={batch_size}, seed={seed}"
-            raise HTTPException(422, {"detail": f"The sweep's combination {what} is invalid: "
-                                                + "; ".join(fields.values()), "fields": fields}) from exc
+            raise HTTPException(
+                422,
+                {
+                    "detail": f"The sweep's combination {what} is invalid: " + "; ".join(fields.values()),
+                    "fields": fields,
+                },
+            ) from exc
     group_id = new_run_id()
     run_ids = create_and_enqueue(store, settings, specs, user, group_id)
-    varied = [name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes))
-              if len(values) > 1]  # GET /api/groups/{id} makes one cell per combination of these
+    varied = [
+        name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes)) if len(values) > 1
+    ]  # GET /api/groups/{id} makes one cell per combination of these
     store.cache_set(group_meta_key(group_id), json.dumps(sweep_meta(varied)))
     return SweepCreated(group_id=group_id, run_ids=run_ids)

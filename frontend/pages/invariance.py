@@ -30,23 +30,44 @@ def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html
         cells: list[html.Th | html.Td] = [html.Th(METHOD_NAMES[m], scope="row")]
         for r in (r for r in rows if r["method"] == m):
             if not computed:
-                cells.append(html.Td(_word(r["paper"]), className="paper-cell " +
-                                     ("yes" if r["paper"] else "no")))
+                cells.append(
+                    html.Td(_word(r["paper"]), className="paper-cell " + ("yes" if r["paper"] else "no"))
+                )
                 continue
-            klass = "computed-cell " + ("pending" if r["computed"] is None else
-                                        "agree" if r["agrees"] else "disagree")
+            klass = "computed-cell " + (
+                "pending" if r["computed"] is None else "agree" if r["agrees"] else "disagree"
+            )
             data_attrs: dict[str, Any] = {"data-cell": cell_id(m, r["transform"])}
-            cells.append(html.Td(className=klass, title=r["note"] or None, **data_attrs, children=[
-                html.Div(_word(r["computed"]), className="verdict"),
-                html.Div(_diff(r["difference"]), className="diff"),
-                html.Div("≠ paper's table" if r["agrees"] is False else "", className="flag")]))
+            cells.append(
+                html.Td(
+                    className=klass,
+                    title=r["note"] or None,
+                    **data_attrs,
+                    children=[
+                        html.Div(_word(r["computed"]), className="verdict"),
+                        html.Div(_diff(r["difference"]), className="diff"),
+                        html.Div("≠ paper's table" if r["agrees"] is False else "", className="flag"),
+                    ],
+                )
+            )
         body.append(html.Tr(cells))
     for name, extra in (extras or {}).items():
         label = METHOD_NAMES.get(name, name)
-        body.append(html.Tr([html.Th([label, html.Div("beyond the paper", className="diff")], scope="row")] +
-                            [html.Td(className="extra-cell", children=[
-                                html.Div(_word(r["computed"]), className="verdict"),
-                                html.Div(_diff(r["difference"]), className="diff")]) for r in extra]))
+        body.append(
+            html.Tr(
+                [html.Th([label, html.Div("beyond the paper", className="diff")], scope="row")]
+                + [
+                    html.Td(
+                        className="extra-cell",
+                        children=[
+                            html.Div(_word(r["computed"]), className="verdict"),
+                            html.Div(_diff(r["difference"]), className="diff"),
+                        ],
+                    )
+                    for r in extra
+                ]
+            )
+        )
     return html.Table(className="inv-table", children=[head, html.Tbody(body)])
 
 
@@ -63,20 +84,35 @@ def render(table: Table1 | None) -> list:
     for r in disagreements:
         if (r["method"], r["transform"]) != PROSE_CELL:
             where = f"{METHOD_NAMES[r['method']]}, {TRANSFORM_NAMES[r['transform']]}"
-            notes.append(html.Li(f"{where}: "
-                                 f"the paper says {_word(r['paper'])}, normlab measures "
-                                 f"{_word(r['computed'])} ({_diff(r['difference'])}). {r['note']}"))
+            notes.append(
+                html.Li(
+                    f"{where}: "
+                    f"the paper says {_word(r['paper'])}, normlab measures "
+                    f"{_word(r['computed'])} ({_diff(r['difference'])}). {r['note']}"
+                )
+            )
     tolerance = f" (|Δ| ≤ {table.tolerance:g})" if table is not None else ""
     return [
-        html.Div(className="inv-pair", children=[
-            html.Div([html.H3("Table 1 as printed in the paper"), _table(rows, computed=False)]),
-            html.Div([html.H3(f"Computed by normlab ({n_done} of 18 cells)"),
-                      _table(rows, computed=True, extras=extra_rows(table))]),
-        ]),
-        html.P("Each computed cell transforms the weights or the data, runs the normalized layer before and "
-               "after, and reports the largest change in its output (float64). Invariant means the change "
-               f"is at rounding level{tolerance}.", className="muted"),
-        html.H3("Notes"), html.Ul(notes, className="notes"),
+        html.Div(
+            className="inv-pair",
+            children=[
+                html.Div([html.H3("Table 1 as printed in the paper"), _table(rows, computed=False)]),
+                html.Div(
+                    [
+                        html.H3(f"Computed by normlab ({n_done} of 18 cells)"),
+                        _table(rows, computed=True, extras=extra_rows(table)),
+                    ]
+                ),
+            ],
+        ),
+        html.P(
+            "Each computed cell transforms the weights or the data, runs the normalized layer before and "
+            "after, and reports the largest change in its output (float64). Invariant means the change "
+            f"is at rounding level{tolerance}.",
+            className="muted",
+        ),
+        html.H3("Notes"),
+        html.Ul(notes, className="notes"),
     ]
 
 
@@ -84,8 +120,10 @@ def _verdict(rows: list[dict]) -> str:
     cell = next(r for r in rows if (r["method"], r["transform"]) == PROSE_CELL)
     if cell["computed"] is None:
         return "normlab has not computed this cell yet."
-    return (f"normlab measures {_word(cell['computed'])} ({_diff(cell['difference'])}): the "
-            f"{'table' if cell['computed'] == cell['paper'] else 'prose'} is right.")
+    return (
+        f"normlab measures {_word(cell['computed'])} ({_diff(cell['difference'])}): the "
+        f"{'table' if cell['computed'] == cell['paper'] else 'prose'} is right."
+    )
 
 
 def fetch() -> tuple[Table1 | None, str]:
@@ -101,20 +139,34 @@ def fetch() -> tuple[Table1 | None, str]:
 
 def layout(**_) -> html.Div:
     # Rendered at once with empty computed cells; the callback fetches (the first fetch may compute).
-    return html.Div(className="inv-page", children=[
-        components.card("Invariance under re-scaling and re-centering (§5.1, Table 1)", children=[
-            html.Div("Computing Table 1 (the first time takes a little while)…", id="inv-message",
-                     className="message", role="status"),
-            html.Div(render(None), id=ids.INV_TABLE),
-        ]),
-        # Disabled until a fetch fails: retries never overlap a fetch still under way.
-        dcc.Interval(id="inv-poll", interval=10_000, max_intervals=30, disabled=True),
-        *components.page_stores(),
-    ])
+    return html.Div(
+        className="inv-page",
+        children=[
+            components.card(
+                "Invariance under re-scaling and re-centering (§5.1, Table 1)",
+                children=[
+                    html.Div(
+                        "Computing Table 1 (the first time takes a little while)…",
+                        id="inv-message",
+                        className="message",
+                        role="status",
+                    ),
+                    html.Div(render(None), id=ids.INV_TABLE),
+                ],
+            ),
+            # Disabled until a fetch fails: retries never overlap a fetch still under way.
+            dcc.Interval(id="inv-poll", interval=10_000, max_intervals=30, disabled=True),
+            *components.page_stores(),
+        ],
+    )
 
 
-@callback(Output(ids.INV_TABLE, "children"), Output("inv-message", "children"),
-          Output("inv-poll", "disabled"), Input("inv-poll", "n_intervals"))
+@callback(
+    Output(ids.INV_TABLE, "children"),
+    Output("inv-message", "children"),
+    Output("inv-poll", "disabled"),
+    Input("inv-poll", "n_intervals"),
+)
 def on_poll(_n):
     table, error = fetch()
     if table is None:

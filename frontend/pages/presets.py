@@ -15,22 +15,35 @@ from frontend.auth_box import TOKEN_STORE
 
 
 def preset_card(p: dict) -> html.Div:
-    chips = [html.Span([html.Span(className="swatch",
-                                  style={"background": figures.norm_color(r.get("norm", ""))}), label],
-                       className="chip")
-             for r, label in zip(p["runs"], p.get("labels") or [r.get("norm") for r in p["runs"]],
-                                 strict=False)]
+    chips = [
+        html.Span(
+            [
+                html.Span(className="swatch", style={"background": figures.norm_color(r.get("norm", ""))}),
+                label,
+            ],
+            className="chip",
+        )
+        for r, label in zip(p["runs"], p.get("labels") or [r.get("norm") for r in p["runs"]], strict=False)
+    ]
     seeds = p.get("seeds") or [0]
-    return html.Div(className="preset card", children=[
-        html.H3(p["title"]), html.Div(p.get("paper_ref", ""), className="muted"),
-        html.P(p.get("shows", ""), className="shows"),
-        html.Div(chips, className="chips"),
-        html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
-        html.Button(f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
-                    id={"type": ids.PRESET_START, "name": p["name"]}, className="btn primary"),
-        html.Div(id={"type": ids.PRESET_VERDICT, "name": p["name"]}, className="verdict-box",
-                 role="status"),
-    ])
+    return html.Div(
+        className="preset card",
+        children=[
+            html.H3(p["title"]),
+            html.Div(p.get("paper_ref", ""), className="muted"),
+            html.P(p.get("shows", ""), className="shows"),
+            html.Div(chips, className="chips"),
+            html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
+            html.Button(
+                f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
+                id={"type": ids.PRESET_START, "name": p["name"]},
+                className="btn primary",
+            ),
+            html.Div(
+                id={"type": ids.PRESET_VERDICT, "name": p["name"]}, className="verdict-box", role="status"
+            ),
+        ],
+    )
 
 
 def layout(**_) -> html.Div:
@@ -38,15 +51,18 @@ def layout(**_) -> html.Div:
         presets = data.api().presets()
     except ApiError as exc:
         return html.Div([components.error_box(exc.detail), *components.page_stores()])
-    return html.Div(className="presets-page", children=[
-        html.H2("The paper's figures, ready to run"),
-        html.Div(id=ids.PRESET_MESSAGE, className="message", role="status"),
-        html.Div([preset_card(p) for p in presets], className="gallery"),
-        dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
-        dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
-        dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
-        *components.page_stores(),
-    ])
+    return html.Div(
+        className="presets-page",
+        children=[
+            html.H2("The paper's figures, ready to run"),
+            html.Div(id=ids.PRESET_MESSAGE, className="message", role="status"),
+            html.Div([preset_card(p) for p in presets], className="gallery"),
+            dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
+            dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
+            dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
+            *components.page_stores(),
+        ],
+    )
 
 
 def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str]:
@@ -77,9 +93,14 @@ def launch(name: str, token: str | None = None) -> tuple[dict | None, str]:
     return ({"group": None, "runs": run_ids} if run_ids else None), problem
 
 
-@callback(Output(ids.PRESET_GROUPS, "data"), Output(ids.PRESET_MESSAGE, "children"),
-          Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"), State(ids.PRESET_GROUPS, "data"),
-          State(TOKEN_STORE, "data"), prevent_initial_call=True)
+@callback(
+    Output(ids.PRESET_GROUPS, "data"),
+    Output(ids.PRESET_MESSAGE, "children"),
+    Input({"type": ids.PRESET_START, "name": ALL}, "n_clicks"),
+    State(ids.PRESET_GROUPS, "data"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
 def on_start(clicks, launches, token):
     if not ctx.triggered_id or not any(clicks):
         return no_update, no_update
@@ -101,8 +122,12 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     return [*group_view.verdicts(group, expect=False), link]
 
 
-@callback(Output({"type": ids.PRESET_VERDICT, "name": ALL}, "children"), Output(ids.PRESET_POLL, "disabled"),
-          Input(ids.PRESET_POLL, "n_intervals"), Input(ids.PRESET_GROUPS, "data"))
+@callback(
+    Output({"type": ids.PRESET_VERDICT, "name": ALL}, "children"),
+    Output(ids.PRESET_POLL, "disabled"),
+    Input(ids.PRESET_POLL, "n_intervals"),
+    Input(ids.PRESET_GROUPS, "data"),
+)
 def on_poll(_n, launches):
     """Every launched preset's verdict as its runs finish; the polling stops once every group ended."""
     names = [o["id"]["name"] for o in ctx.outputs_list[0]]

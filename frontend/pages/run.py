@@ -16,34 +16,63 @@ from normlab.events import TERMINAL_STATUSES
 def header(run: dict, api_base: str = "") -> list:
     """Status line, facts (device, kernel backend, worker, times), error, export links."""
     rid = run["id"]
-    facts = [("Device", run.get("device")), ("Kernel backend", run.get("kernel_backend")),
-             ("Worker", run.get("worker_host")), ("Owner", run.get("owner")), ("Group", run.get("group_id")),
-             ("Created", logic.when(run.get("created_at"))), ("Started", logic.when(run.get("started_at"))),
-             ("Finished", logic.when(run.get("finished_at"))), ("Result", logic.final_metric(run))]
+    facts = [
+        ("Device", run.get("device")),
+        ("Kernel backend", run.get("kernel_backend")),
+        ("Worker", run.get("worker_host")),
+        ("Owner", run.get("owner")),
+        ("Group", run.get("group_id")),
+        ("Created", logic.when(run.get("created_at"))),
+        ("Started", logic.when(run.get("started_at"))),
+        ("Finished", logic.when(run.get("finished_at"))),
+        ("Result", logic.final_metric(run)),
+    ]
     if run.get("queue_position"):
         facts.insert(0, ("Queue position", str(run["queue_position"])))
     out = [
-        html.Div(className="run-title", children=[
-            html.Span(className="swatch big",
-                      style={"background": figures.norm_color(run.get("spec", {}).get("norm", ""))}),
-            html.H2(figures.run_label(run)), components.badge(run.get("status", "")),
-            html.Code(rid, className="run-id"),
-        ]),
-        html.Dl(className="facts",
-                children=[html.Div([html.Dt(k), html.Dd(str(v))]) for k, v in facts if v]),
+        html.Div(
+            className="run-title",
+            children=[
+                html.Span(
+                    className="swatch big",
+                    style={"background": figures.norm_color(run.get("spec", {}).get("norm", ""))},
+                ),
+                html.H2(figures.run_label(run)),
+                components.badge(run.get("status", "")),
+                html.Code(rid, className="run-id"),
+            ],
+        ),
+        html.Dl(className="facts", children=[html.Div([html.Dt(k), html.Dd(str(v))]) for k, v in facts if v]),
     ]
     if run.get("error"):
         out.append(components.error_box(run["error"]))
-    out.append(html.Div(className="actions", children=[
-        html.A("Export CSV", href=f"{api_base}/api/runs/{rid}/export?format=csv", className="btn small",
-               download=f"{rid}.csv"),
-        html.A("Export JSON", href=f"{api_base}/api/runs/{rid}/export?format=json", className="btn small",
-               download=f"{rid}.json"),
-        dcc.Link("Compare with others →", href=f"/compare?runs={rid}", className="btn small"),
-        html.Button("Cancel run", id=ids.RUN_CANCEL, className="btn small danger",
-                    style={} if logic.can_cancel(run.get("status", "")) else {"display": "none"}),
-        html.Span(id=ids.RUN_MESSAGE, className="message", role="status"),
-    ]))
+    out.append(
+        html.Div(
+            className="actions",
+            children=[
+                html.A(
+                    "Export CSV",
+                    href=f"{api_base}/api/runs/{rid}/export?format=csv",
+                    className="btn small",
+                    download=f"{rid}.csv",
+                ),
+                html.A(
+                    "Export JSON",
+                    href=f"{api_base}/api/runs/{rid}/export?format=json",
+                    className="btn small",
+                    download=f"{rid}.json",
+                ),
+                dcc.Link("Compare with others →", href=f"/compare?runs={rid}", className="btn small"),
+                html.Button(
+                    "Cancel run",
+                    id=ids.RUN_CANCEL,
+                    className="btn small danger",
+                    style={} if logic.can_cancel(run.get("status", "")) else {"display": "none"},
+                ),
+                html.Span(id=ids.RUN_MESSAGE, className="message", role="status"),
+            ],
+        )
+    )
     return out
 
 
@@ -68,36 +97,77 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     probes = spec.get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
     ended = run.get("status") in TERMINAL_STATUSES
-    note = "" if probes else ("Probes were off for this run, so there are no hidden-state or curvature "
-                              "panels: start a run with probes on (Lab → Probes) to see them.")
+    note = (
+        ""
+        if probes
+        else (
+            "Probes were off for this run, so there are no hidden-state or curvature "
+            "panels: start a run with probes on (Lab → Probes) to see them."
+        )
+    )
     fisher_note = ((run.get("summary") or {}).get("probes") or {}).get("fisher_note") or ""
     sequential = TASKS[spec["task"]].kind == "sequence" if spec.get("task") in TASKS else False
-    return html.Div(className="run-page", children=[
-        html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
-        html.Div(className="card", children=[
-            html.H2("Curves"), smoothing_control.control(ids.RUN_SMOOTH, bundle["map"].get("smooth", 0.0)),
-            *components.curves_graph(bundle["figure"], bundle["map"])]),
-        html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
-        html.Div(className="card", style=off, children=[
-            # feed-forward runs have no time steps: their panel shows each layer over training
-            html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
-            dcc.Graph(id=ids.RUN_HIDDEN, figure=probe_figures.hidden_figure([], present_on, ended),
-                      config=components.GRAPH_CONFIG, className="graph"),
-            components.svg_button(ids.RUN_HIDDEN)]),
-        html.Div(className="card", style=off, children=[
-            html.H2("Fisher curvature"),
-            html.Div(fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"),
-            html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
-            dcc.Graph(id=ids.RUN_FISHER, figure=probe_figures.fisher_figure([], present_on, ended),
-                      config=components.GRAPH_CONFIG, className="graph"),
-            components.svg_button(ids.RUN_FISHER)]),
-        html.Div(className="card run-log", children=[
-            html.H2("Log"), html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([]))]),
-        html.Div(className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]),
-        dcc.Store(id=ids.RUN_ID, data=run["id"]),
-        dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
-        *components.page_stores(bundle["watch"], None),
-    ])
+    return html.Div(
+        className="run-page",
+        children=[
+            html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
+            html.Div(
+                className="card",
+                children=[
+                    html.H2("Curves"),
+                    smoothing_control.control(ids.RUN_SMOOTH, bundle["map"].get("smooth", 0.0)),
+                    *components.curves_graph(bundle["figure"], bundle["map"]),
+                ],
+            ),
+            html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
+            html.Div(
+                className="card",
+                style=off,
+                children=[
+                    # feed-forward runs have no time steps: their panel shows each layer over training
+                    html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
+                    dcc.Graph(
+                        id=ids.RUN_HIDDEN,
+                        figure=probe_figures.hidden_figure([], present_on, ended),
+                        config=components.GRAPH_CONFIG,
+                        className="graph",
+                    ),
+                    components.svg_button(ids.RUN_HIDDEN),
+                ],
+            ),
+            html.Div(
+                className="card",
+                style=off,
+                children=[
+                    html.H2("Fisher curvature"),
+                    html.Div(
+                        fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"
+                    ),
+                    html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
+                    dcc.Graph(
+                        id=ids.RUN_FISHER,
+                        figure=probe_figures.fisher_figure([], present_on, ended),
+                        config=components.GRAPH_CONFIG,
+                        className="graph",
+                    ),
+                    components.svg_button(ids.RUN_FISHER),
+                ],
+            ),
+            html.Div(
+                className="card run-log",
+                children=[
+                    html.H2("Log"),
+                    html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([])),
+                ],
+            ),
+            html.Div(
+                className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]
+            ),
+            dcc.Store(id=ids.RUN_ID, data=run["id"]),
+            dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
+            *components.page_stores(bundle["watch"], None),
+        ],
+    )
 
 
 smoothing_control.register(ids.RUN_SMOOTH)  # the smoothing slider redraws the curves
@@ -113,13 +183,20 @@ def log_items(events: list[dict]) -> list:
     seen: dict[tuple[str, str], int] = {}  # a line repeated (a warning during the run and at its end): once
     for i, e in enumerate(events):
         seen.setdefault((_level(e), str((e.get("payload") or {}).get("message", ""))), i)
-    ranked = sorted(((i, events[i]) for i in seen.values()),
-                    key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0]))
-    return [html.Li(className=f"log-line {_level(e)}", children=[
-        html.Span(_level(e), className=f"log-level {_level(e)}"),
-        html.Span(f"step {e.get('step', 0)}", className="log-step"),
-        html.Span(str((e.get("payload") or {}).get("message", "")), className="log-message")])
-        for _, e in ranked]
+    ranked = sorted(
+        ((i, events[i]) for i in seen.values()), key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0])
+    )
+    return [
+        html.Li(
+            className=f"log-line {_level(e)}",
+            children=[
+                html.Span(_level(e), className=f"log-level {_level(e)}"),
+                html.Span(f"step {e.get('step', 0)}", className="log-step"),
+                html.Span(str((e.get("payload") or {}).get("message", "")), className="log-message"),
+            ],
+        )
+        for _, e in ranked
+    ]
 
 
 def _level(event: dict) -> str:
@@ -129,32 +206,49 @@ def _level(event: dict) -> str:
 def fisher_warning(events: list[dict], fallback: str = "") -> str:
     """The log's warnings about the Fisher estimate (e.g. none fitted the probe budget, and the budget
     that would), shown where the Fisher panel is; `fallback` (the run summary's note) without them."""
-    lines = [str((e.get("payload") or {}).get("message", "")) for e in events
-             if _level(e) in ("warning", "error")]
+    lines = [
+        str((e.get("payload") or {}).get("message", "")) for e in events if _level(e) in ("warning", "error")
+    ]
     lines = [line for line in lines if "fisher" in line.lower()]
     return " ".join(dict.fromkeys(lines)) or fallback
 
 
-clientside_callback(ClientsideFunction("normlab", "probes"), Output(ids.RUN_PROBES, "data"),
-                    Input(ids.TICK, "n_intervals"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
+clientside_callback(
+    ClientsideFunction("normlab", "probes"),
+    Output(ids.RUN_PROBES, "data"),
+    Input(ids.TICK, "n_intervals"),
+    State(ids.RUN_ID, "data"),
+    prevent_initial_call=True,
+)
 
 
-@callback(Output(ids.RUN_HIDDEN, "figure"), Output(ids.RUN_FISHER, "figure"),
-          Output(ids.RUN_LOG, "children"), Output(ids.RUN_FISHER_WARNING, "children"),
-          Output(ids.RUN_FISHER_RETRY, "children"),
-          Input(ids.RUN_PROBES, "data"), State(ids.PRESENT, "data"),
-          State(ids.RUN_FISHER_WARNING, "children"), State(ids.RUN_ID, "data"), prevent_initial_call=True)
+@callback(
+    Output(ids.RUN_HIDDEN, "figure"),
+    Output(ids.RUN_FISHER, "figure"),
+    Output(ids.RUN_LOG, "children"),
+    Output(ids.RUN_FISHER_WARNING, "children"),
+    Output(ids.RUN_FISHER_RETRY, "children"),
+    Input(ids.RUN_PROBES, "data"),
+    State(ids.PRESENT, "data"),
+    State(ids.RUN_FISHER_WARNING, "children"),
+    State(ids.RUN_ID, "data"),
+    prevent_initial_call=True,
+)
 def on_probes(probes, present, note, run_id):
     probes = probes or {}
     ended, log = probes.get("ended", False), probes.get("log", [])
     fishers, warned = probes.get("fisher", []), fisher_warning(log)
-    return (probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
-            probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
-            log_items(log), fisher_warning(log, note or ""), [] if fishers else retry_link(run_id, log))
+    return (
+        probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
+        probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
+        log_items(log),
+        fisher_warning(log, note or ""),
+        [] if fishers else retry_link(run_id, log),
+    )
 
 
 def retry_link(run_id: str | None, log: list[dict]) -> list:
-    """"Run it again with a budget of X %": a link to the Lab with this run's form and the budget its
+    """ "Run it again with a budget of X %": a link to the Lab with this run's form and the budget its
     warning asks for (nothing without such a warning)."""
     budget = lab_form.budget_that_fits(log)
     if budget is None or not run_id:
@@ -167,12 +261,21 @@ def retry_link(run_id: str | None, log: list[dict]) -> list:
     if largest is not None and budget > largest:  # the warning says to train longer instead
         return []
     href = "/" + logic.encode_query(lab_form.query_from_spec(spec, budget=budget))
-    return [dcc.Link(f"Set this run up again in the Lab with a {budget:g} % probe budget →", href=href,
-                     className="btn small")]
+    return [
+        dcc.Link(
+            f"Set this run up again in the Lab with a {budget:g} % probe budget →",
+            href=href,
+            className="btn small",
+        )
+    ]
 
 
-@callback(Output(ids.RUN_HEADER, "children"), Input(ids.LIVE_STATUS, "data"),
-          State(ids.RUN_ID, "data"), prevent_initial_call=True)
+@callback(
+    Output(ids.RUN_HEADER, "children"),
+    Input(ids.LIVE_STATUS, "data"),
+    State(ids.RUN_ID, "data"),
+    prevent_initial_call=True,
+)
 def on_status(live, run_id):
     if not run_id or run_id not in (live or {}):
         return no_update
@@ -182,8 +285,13 @@ def on_status(live, run_id):
         return no_update
 
 
-@callback(Output(ids.RUN_MESSAGE, "children"), Input(ids.RUN_CANCEL, "n_clicks"),
-          State(ids.RUN_ID, "data"), State(TOKEN_STORE, "data"), prevent_initial_call=True)
+@callback(
+    Output(ids.RUN_MESSAGE, "children"),
+    Input(ids.RUN_CANCEL, "n_clicks"),
+    State(ids.RUN_ID, "data"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
 def on_cancel(_n, run_id, token):
     try:
         data.api(token).cancel(run_id)
@@ -193,5 +301,6 @@ def on_cancel(_n, run_id, token):
 
 
 # nav=False: a run's page is reached from the others (chips, the Runs table), not from the top bar
-dash.register_page(__name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", order=5,
-                   nav=False)
+dash.register_page(
+    __name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", order=5, nav=False
+)

@@ -18,22 +18,42 @@ from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import NORMS, TASKS
 from normlab.events import RunStatus
 
-FILTERS = [("task", "Task", list(TASKS)), ("norm", "Normalizer", list(NORMS)),
-           ("status", "Status", [s.value for s in RunStatus]), ("owner", "Owner", None),
-           ("group", "Group", None)]
-COLUMNS = [("status", "Status"), ("task", "Task"), ("norm", "Normalizer"), ("batch_size", "Batch"),
-           ("seed", "Seed"), ("steps", "Steps"), ("val_loss", "Val loss"), ("accuracy", "Accuracy"),
-           ("bpc", "BPC"), ("mse", "MSE"), ("steps_per_s", "Steps/s"), ("wall_time", "Wall (s)"),
-           ("owner", "Owner"), ("group", "Group"), ("created", "Created (UTC)"), ("link", "Run")]
+FILTERS = [
+    ("task", "Task", list(TASKS)),
+    ("norm", "Normalizer", list(NORMS)),
+    ("status", "Status", [s.value for s in RunStatus]),
+    ("owner", "Owner", None),
+    ("group", "Group", None),
+]
+COLUMNS = [
+    ("status", "Status"),
+    ("task", "Task"),
+    ("norm", "Normalizer"),
+    ("batch_size", "Batch"),
+    ("seed", "Seed"),
+    ("steps", "Steps"),
+    ("val_loss", "Val loss"),
+    ("accuracy", "Accuracy"),
+    ("bpc", "BPC"),
+    ("mse", "MSE"),
+    ("steps_per_s", "Steps/s"),
+    ("wall_time", "Wall (s)"),
+    ("owner", "Owner"),
+    ("group", "Group"),
+    ("created", "Created (UTC)"),
+    ("link", "Run"),
+]
 NUMERIC = {"batch_size", "seed", "steps", "val_loss", "accuracy", "bpc", "mse", "steps_per_s", "wall_time"}
 SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # 4 significant digits, no trailing zeros
 OPTIONAL = set(logic.RESULT_METRICS)  # shown only when a listed run has one
 TIPS: dict[str | float | int, Any] = {
-        "accuracy": "final test accuracy (validation when the run has no test evaluation)",
-        "bpc": "final test bits per character (validation when there is no test evaluation)",
-        "mse": "final test mean squared error (validation when there is no test evaluation)",
-        "val_loss": "final validation loss", "steps_per_s": "training steps ÷ wall time (set-up included)",
-        "wall_time": "seconds from the run's start to its end"}
+    "accuracy": "final test accuracy (validation when the run has no test evaluation)",
+    "bpc": "final test bits per character (validation when there is no test evaluation)",
+    "mse": "final test mean squared error (validation when there is no test evaluation)",
+    "val_loss": "final validation loss",
+    "steps_per_s": "training steps ÷ wall time (set-up included)",
+    "wall_time": "seconds from the run's start to its end",
+}
 
 
 def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a TypedDict
@@ -56,52 +76,89 @@ def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a
 
 def _filter(name, label, options, value):
     fid = {"type": ids.RUNS_FILTER, "field": name}
-    widget = (dcc.Dropdown(id=fid, options=options, value=value, placeholder="any", clearable=True)
-              if options else dcc.Input(id=fid, value=value or "", debounce=True, placeholder="any",
-                                        className="input"))
+    widget = (
+        dcc.Dropdown(id=fid, options=options, value=value, placeholder="any", clearable=True)
+        if options
+        else dcc.Input(id=fid, value=value or "", debounce=True, placeholder="any", className="input")
+    )
     return html.Div(className="field", children=[html.Label(label, className="label"), widget])
 
 
 def layout(present=None, **params) -> html.Div:
     table = DataTable(
-        id=ids.RUNS_TABLE, data=[],
-        columns=columns([]), tooltip_header=TIPS,
-        filter_options={"placeholder_text": "filter…"}, markdown_options={"link_target": "_self"},
-        row_selectable="multi", selected_rows=[], sort_action="native", filter_action="native",
-        page_size=25, style_as_list_view=True,
-        style_cell={"fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "fontSize": 14,
-                    "padding": "6px 10px", "textAlign": "left"},
+        id=ids.RUNS_TABLE,
+        data=[],
+        columns=columns([]),
+        tooltip_header=TIPS,
+        filter_options={"placeholder_text": "filter…"},
+        markdown_options={"link_target": "_self"},
+        row_selectable="multi",
+        selected_rows=[],
+        sort_action="native",
+        filter_action="native",
+        page_size=25,
+        style_as_list_view=True,
+        style_cell={
+            "fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+            "fontSize": 14,
+            "padding": "6px 10px",
+            "textAlign": "left",
+        },
         style_header={"fontWeight": 600, "background": "#f4f6f8"},
         style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "right"} for c in sorted(NUMERIC)],
         style_data_conditional=status.table_styles("status"),
     )
-    return html.Div(className="runs-page", children=[
-        components.card("Runs", className="controls", children=[
-            html.Div(className="filter-row", children=[
-                _filter(n, label, opts, params.get(n)) for n, label, opts in FILTERS]),
-            html.Div(className="actions", children=[
-                dcc.Link("Compare selected →", id=ids.RUNS_COMPARE, href="/compare", className="btn primary"),
-                html.Button("Cancel selected", id=ids.RUNS_CANCEL, className="btn"),
-                html.Button("Delete selected", id=ids.RUNS_DELETE, className="btn danger"),
-                html.Button("Refresh", id=ids.RUNS_REFRESH, className="btn"),
-                html.Div(id=ids.RUNS_MESSAGE, className="message", role="status"),
-            ]),
-        ]),
-        html.Div(table, className="card table-card"),
-        dcc.Interval(id=ids.RUNS_POLL, interval=5000),
-        *components.page_stores(None, {k: params.get(k) for k, _, _ in FILTERS}),
-    ])
+    return html.Div(
+        className="runs-page",
+        children=[
+            components.card(
+                "Runs",
+                className="controls",
+                children=[
+                    html.Div(
+                        className="filter-row",
+                        children=[_filter(n, label, opts, params.get(n)) for n, label, opts in FILTERS],
+                    ),
+                    html.Div(
+                        className="actions",
+                        children=[
+                            dcc.Link(
+                                "Compare selected →",
+                                id=ids.RUNS_COMPARE,
+                                href="/compare",
+                                className="btn primary",
+                            ),
+                            html.Button("Cancel selected", id=ids.RUNS_CANCEL, className="btn"),
+                            html.Button("Delete selected", id=ids.RUNS_DELETE, className="btn danger"),
+                            html.Button("Refresh", id=ids.RUNS_REFRESH, className="btn"),
+                            html.Div(id=ids.RUNS_MESSAGE, className="message", role="status"),
+                        ],
+                    ),
+                ],
+            ),
+            html.Div(table, className="card table-card"),
+            dcc.Interval(id=ids.RUNS_POLL, interval=5000),
+            *components.page_stores(None, {k: params.get(k) for k, _, _ in FILTERS}),
+        ],
+    )
 
 
 @callback(
-    Output(ids.RUNS_TABLE, "data"), Output(ids.RUNS_TABLE, "columns"),
+    Output(ids.RUNS_TABLE, "data"),
+    Output(ids.RUNS_TABLE, "columns"),
     Output(ids.RUNS_TABLE, "selected_rows"),
-    Output(ids.RUNS_MESSAGE, "children"), Output(ids.URL_STATE, "data", allow_duplicate=True),
-    Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"), Input(ids.RUNS_REFRESH, "n_clicks"),
-    Input(ids.RUNS_POLL, "n_intervals"), Input(ids.RUNS_CANCEL, "n_clicks"),
+    Output(ids.RUNS_MESSAGE, "children"),
+    Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Input({"type": ids.RUNS_FILTER, "field": ALL}, "value"),
+    Input(ids.RUNS_REFRESH, "n_clicks"),
+    Input(ids.RUNS_POLL, "n_intervals"),
+    Input(ids.RUNS_CANCEL, "n_clicks"),
     Input(ids.RUNS_DELETE, "n_clicks"),
-    State(ids.RUNS_TABLE, "data"), State(ids.RUNS_TABLE, "selected_rows"), State(TOKEN_STORE, "data"),
-    prevent_initial_call="initial_duplicate")
+    State(ids.RUNS_TABLE, "data"),
+    State(ids.RUNS_TABLE, "selected_rows"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call="initial_duplicate",
+)
 def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
     filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
     message = ""
@@ -120,8 +177,9 @@ def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
     return new_rows, columns(new_rows), new_sel, message, filters
 
 
-@callback(Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"),
-          State(ids.RUNS_TABLE, "data"))
+@callback(
+    Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"), State(ids.RUNS_TABLE, "data")
+)
 def compare_href(selected, rows):
     chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
     return "/compare" + logic.encode_query({"runs": chosen})

@@ -30,7 +30,8 @@ class CLIError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="normlab", description="normlab: a live lab for normalization in neural-network training.")
+        prog="normlab", description="normlab: a live lab for normalization in neural-network training."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)  # a module that fails to import fails the command

@@ -11,8 +11,10 @@ import importlib
 
 TARGETS = {
     "engine": ("workers.engine.bench", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
-    "lstm": ("workers.engine.bench_small_batch", "small-batch LN-LSTM ÷ torch.nn.LSTM (same threads); loop "
-             "overhead"),
+    "lstm": (
+        "workers.engine.bench_small_batch",
+        "small-batch LN-LSTM ÷ torch.nn.LSTM (same threads); loop overhead",
+    ),
     "probes": ("workers.probes.bench", "Fisher estimate cost (cold, warm, in steps); overhead on vs off"),
     "kernel": ("kernels.bench", "Triton LayerNorm / LN-LSTM vs torch on the GPU"),
     "stream": ("backend.bench_stream", "live feed latency, fan-out, submit → first event, history fetch"),

@@ -24,8 +24,10 @@ def run(args) -> int:
     for t in catalog["tasks"]:
         mark = "" if t["available"] else f"  [unavailable: {t['unavailable_reason']}]"
         print(f"  {t['name']:<12} {t['description']}{mark}")
-        print(f"  {'':<12} norms: {', '.join(t['norms'])}" + (f"; cells: {', '.join(t['cells'])}"
-                                                               if t["cells"] else ""))
+        print(
+            f"  {'':<12} norms: {', '.join(t['norms'])}"
+            + (f"; cells: {', '.join(t['cells'])}" if t["cells"] else "")
+        )
     print("Normalizers:")
     for name, desc in catalog["norms"].items():
         print(f"  {name:<12} {desc}")

@@ -42,8 +42,10 @@ def run(args) -> int:
 def format_table(result: Table1) -> str:
     """Table 1 for humans: one row per method; '*' marks a cell that differs from the printed table."""
     keys = list(_SHORT)
-    lines = [f"Table 1, computed (float64, tolerance {result.tolerance:g} on max |Δ| of layer outputs)",
-             f"{'':<8}" + "".join(f"{_SHORT[k]:>12}" for k in keys)]
+    lines = [
+        f"Table 1, computed (float64, tolerance {result.tolerance:g} on max |Δ| of layer outputs)",
+        f"{'':<8}" + "".join(f"{_SHORT[k]:>12}" for k in keys),
+    ]
     for method, row in result.methods.items():
         agrees = result.agrees_with_paper_table.get(method)
         cells = []
@@ -52,9 +54,11 @@ def format_table(result: Table1) -> str:
             cells.append(f"{('Invariant' if row[k] else 'No') + mark:>12}")
         extra = "  (extra row)" if method in result.extra_methods else ""
         lines.append(f"{method:<8}" + "".join(cells) + extra)
-    verdict = ("all 18 cells of the paper's three methods agree with the printed table"
-               if result.all_paper_cells_agree else "'*' marks cells where the computation differs "
-               "from the printed table")
+    verdict = (
+        "all 18 cells of the paper's three methods agree with the printed table"
+        if result.all_paper_cells_agree
+        else "'*' marks cells where the computation differs from the printed table"
+    )
     lines.append(f"\n{verdict}.")
     lines.extend(f"Note: {n}" for n in result.notes)
     return "\n".join(lines)

@@ -20,10 +20,18 @@ def register(sub) -> None:
     p.add_argument("preset", help="preset name (see GET /api/presets or an unknown name for the list)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, e.g. 0,1,2)")
     p.add_argument("--steps", type=int, default=None, help="override every run's steps (default: preset's)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads for the runs (default 1: small models on a shared machine)")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="runs trained at once, one process each (default: the CPU count)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads for the runs (default 1: small models on a shared machine)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs trained at once, one process each (default: the CPU count)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -37,8 +45,9 @@ def parse_seeds(text: str | None) -> list[int] | None:
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise CLIError(f"--seeds takes comma-separated non-negative integers such as 0,1,2 (got {text!r}).") \
-            from None
+        raise CLIError(
+            f"--seeds takes comma-separated non-negative integers such as 0,1,2 (got {text!r})."
+        ) from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise CLIError(f"--seeds takes distinct non-negative integers such as 0,1,2 (got {text!r}).")
     return seeds
@@ -51,21 +60,33 @@ def _fmt(value, digits: int = 4) -> str:
 def print_table(out: dict, file=None) -> None:
     file = file or sys.stdout
     better = "higher" if out["higher_is_better"] else "lower"
-    print(f"{out['title']} ({out['paper_ref']}); metric: {out['metric']} ({better} is better), "
-          f"seeds {','.join(map(str, out['seeds']))}", file=file)
+    print(
+        f"{out['title']} ({out['paper_ref']}); metric: {out['metric']} ({better} is better), "
+        f"seeds {','.join(map(str, out['seeds']))}",
+        file=file,
+    )
     rows = [("run", "mean ± std", "per seed", "¼ / ½ / end", "curve area", "status")]
     for r in out["runs"]:
         at = " / ".join(_fmt(a["value"], 3) for a in r["curve"]["at"])
         statuses = sorted(set(r["statuses"]))
-        rows.append((r["label"], f"{_fmt(r['mean'])} ± {_fmt(r['std'])}",
-                     " ".join(_fmt(v, 3) for v in r["values"]), at, _fmt(r["curve"]["auc"]),
-                     ",".join(statuses)))
+        rows.append(
+            (
+                r["label"],
+                f"{_fmt(r['mean'])} ± {_fmt(r['std'])}",
+                " ".join(_fmt(v, 3) for v in r["values"]),
+                at,
+                _fmt(r["curve"]["auc"]),
+                ",".join(statuses),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
         print("  " + "  ".join(cells).rstrip(), file=file)
-    names = {"hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
-             "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖"}
+    names = {
+        "hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
+        "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖",
+    }
     for key, name in names.items():
         traced = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
         if traced:
@@ -78,15 +99,19 @@ def print_table(out: dict, file=None) -> None:
     for c in d["claims"]:
         mark = "holds" if c["holds"] else "does NOT hold"
         seeds = "on every seed" if c["all_seeds"] else "not on every seed"
-        size = (f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
-                if c.get("difference") is not None else "")
+        size = (
+            f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
+            if c.get("difference") is not None
+            else ""
+        )
         extra = f" — {c['message']}" if c.get("message") else ""
         print(f"  {c['claim']}: {mark} ({seeds}) {size}{extra}", file=file)
         print(f"      rule: {c['rule']}", file=file)
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
-    verdict = ("HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"]
-               else "does NOT hold")
+    verdict = (
+        "HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"] else "does NOT hold"
+    )
     print(f"Direction: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 
@@ -108,11 +133,16 @@ def run(args) -> int:
     metric = PRESETS[args.preset].metric
 
     def progress(label: str, seed: int, record: dict) -> None:
-        print(f"  {label} seed {seed}: {record['status']}, {metric} {_fmt(record['value'])} "
-              f"({record['wall_time']:.1f} s)", file=sys.stderr, flush=True)
+        print(
+            f"  {label} seed {seed}: {record['status']}, {metric} {_fmt(record['value'])} "
+            f"({record['wall_time']:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    out = reproduce(args.preset, seeds=seeds, steps=args.steps, threads=args.threads, jobs=args.jobs,
-                    progress=progress)
+    out = reproduce(
+        args.preset, seeds=seeds, steps=args.steps, threads=args.threads, jobs=args.jobs, progress=progress
+    )
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:
         parts += ["--seeds", ",".join(map(str, seeds))]

@@ -33,8 +33,11 @@ def _option(parser, flag: str, dest: str, field) -> None:
         annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
     default = field.get_default(call_default_factory=False)
     shown = "the task's default" if default is None else repr(default)
-    kwargs: dict[str, Any] = {"dest": dest, "default": None,
-                              "help": f"{field.description} (default: {shown})"}
+    kwargs: dict[str, Any] = {
+        "dest": dest,
+        "default": None,
+        "help": f"{field.description} (default: {shown})",
+    }
     if typing.get_origin(annotation) is Literal:
         choices = list(typing.get_args(annotation))
         kwargs.update(choices=choices, type=type(choices[0]), metavar="{" + ",".join(map(str, choices)) + "}")
@@ -52,8 +55,9 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
         if name != "probes":
             _option(spec_group, "--" + name.replace("_", "-"), f"spec_{name}", field)
     probe_group = parser.add_argument_group("probes (hidden-state traces, Fisher curvature)")
-    probe_group.add_argument("--probes", action="store_true",
-                             help=ProbeSpec.model_fields["enabled"].description)
+    probe_group.add_argument(
+        "--probes", action="store_true", help=ProbeSpec.model_fields["enabled"].description
+    )
     for name, field in ProbeSpec.model_fields.items():
         if name != "enabled":
             _option(probe_group, "--probe-" + name.replace("_", "-"), f"probe_{name}", field)
@@ -89,10 +93,12 @@ def _explain(error: ErrorDetails) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="train one run headless and print its outcome",
-                       description=__doc__.split("\n\n")[0],
-                       epilog="Exit status: 0 completed or diverged, 1 failed, 2 bad spec or missing data, "
-                              "130 interrupted.")
+    p = sub.add_parser(
+        "run",
+        help="train one run headless and print its outcome",
+        description=__doc__.split("\n\n")[0],
+        epilog="Exit status: 0 completed or diverged, 1 failed, 2 bad spec or missing data, 130 interrupted.",
+    )
     add_spec_options(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object with the outcome")
     p.set_defaults(func=run)
@@ -130,9 +136,16 @@ def run(args: argparse.Namespace) -> int:
         result = _train_with_progress(train, resolved, settings, err, lambda: stop["asked"])
     finally:
         signal.signal(signal.SIGINT, previous)
-    out = {"spec": resolved.model_dump(mode="json"), "status": result.status, "step": result.step,
-           "metrics": result.metrics, "wall_time": result.wall_time, "device": result.device,
-           "kernel_backend": result.kernel_backend, "error": result.error}
+    out = {
+        "spec": resolved.model_dump(mode="json"),
+        "status": result.status,
+        "step": result.step,
+        "metrics": result.metrics,
+        "wall_time": result.wall_time,
+        "device": result.device,
+        "kernel_backend": result.kernel_backend,
+        "error": result.error,
+    }
     if resolved.probes.enabled:
         out["probes"] = result.probes
     if args.json:
@@ -145,8 +158,13 @@ def run(args: argparse.Namespace) -> int:
 def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = [TextColumn(f"{spec.task}/{spec.norm}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
+    columns = [
+        TextColumn(f"{spec.task}/{spec.norm}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+    ]
     with Progress(*columns, console=err, transient=False) as progress:
         bar = progress.add_task("train", total=spec.steps, info="")
 
@@ -170,8 +188,10 @@ def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
 def _print_summary(out: dict, console) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]{out['status']}[/bold] after {out['step']} steps in {out['wall_time']:.1f} s "
-                  f"on {out['device']} (LayerNorm kernels: {out['kernel_backend']})")
+    console.print(
+        f"[bold]{out['status']}[/bold] after {out['step']} steps in {out['wall_time']:.1f} s "
+        f"on {out['device']} (LayerNorm kernels: {out['kernel_backend']})"
+    )
     if out["error"]:
         console.print(out["error"], style="red", markup=False)
     table = Table("metric", "value")

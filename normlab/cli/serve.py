@@ -34,13 +34,18 @@ def register(sub) -> None:
     p.add_argument("--api-url", default=None, help="the API's base URL, e.g. http://api:8000")
     p.set_defaults(func=cmd_frontend)
 
-    p = sub.add_parser("worker", help="start one training worker (one run at a time; pin a GPU with "
-                                      "CUDA_VISIBLE_DEVICES)")
+    p = sub.add_parser(
+        "worker", help="start one training worker (one run at a time; pin a GPU with CUDA_VISIBLE_DEVICES)"
+    )
     p.add_argument("--data-dir", default=None)
     p.add_argument("--name", default="worker", help="worker name (unique per machine)")
     p.add_argument("--loglevel", default="info")
-    p.add_argument("--ready-fd", type=int, default=None,
-                   help="write one byte to this file descriptor once warm and consuming (`normlab up`)")
+    p.add_argument(
+        "--ready-fd",
+        type=int,
+        default=None,
+        help="write one byte to this file descriptor once warm and consuming (`normlab up`)",
+    )
     p.set_defaults(func=cmd_worker)
 
 
@@ -48,8 +53,9 @@ def _common(p, port: int) -> None:
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help=f"port (default NORMLAB_PORT, else {port})")
     p.set_defaults(default_port=port)
-    p.add_argument("--data-dir", default=None, help="where the SQLite store and queue live "
-                                                    "(default ~/.normlab)")
+    p.add_argument(
+        "--data-dir", default=None, help="where the SQLite store and queue live (default ~/.normlab)"
+    )
 
 
 def _listen(args, settings) -> tuple[str, int]:
@@ -71,8 +77,9 @@ def _serve(app, host: str, port: int) -> None:
     import uvicorn
 
     # A short graceful period: open SSE streams would otherwise hold Ctrl-C for the default wait.
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                  timeout_graceful_shutdown=2)).run()
+    uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    ).run()
 
 
 def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen]:
@@ -84,12 +91,27 @@ def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Pope
         log = open(log_dir / f"worker-{i + 1}.log", "ab")
         ready_r, ready_w = os.pipe()  # the worker writes one byte once it is warm (see wait_ready)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "normlab", "worker", "--name", f"w{i + 1}-{os.getpid()}",
-             "--data-dir", str(data_dir), "--ready-fd", str(ready_w)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "normlab",
+                "worker",
+                "--name",
+                f"w{i + 1}-{os.getpid()}",
+                "--data-dir",
+                str(data_dir),
+                "--ready-fd",
+                str(ready_w),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             # SIGKILL, not SIGTERM: a SIGTERMed Celery worker shuts down warm, i.e. trains its current
             # run to the end first (minutes) as an orphan. Its pool child dies with it (workers.tasks).
-            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()), pass_fds=(ready_w,))
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()),
+            pass_fds=(ready_w,),
+        )
         os.close(ready_w)
         proc.ready_fd = ready_r  # type: ignore[attr-defined]
         procs.append(proc)
@@ -168,12 +190,19 @@ def cmd_up(args) -> int:
         app = app_with_pages(settings)
         late = wait_ready(procs)
         if late:
-            print(f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see "
-                  f"{settings.data_dir / 'logs'}", file=sys.stderr, flush=True)
+            print(
+                f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see "
+                f"{settings.data_dir / 'logs'}",
+                file=sys.stderr,
+                flush=True,
+            )
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        print(f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: "
-              f"{settings.data_dir}; {args.workers} worker(s), logs in {settings.data_dir / 'logs'}). "
-              "Press Ctrl-C to stop.", flush=True)
+        print(
+            f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: "
+            f"{settings.data_dir}; {args.workers} worker(s), logs in {settings.data_dir / 'logs'}). "
+            "Press Ctrl-C to stop.",
+            flush=True,
+        )
         _serve(app, host, port)
     finally:
         stop_workers(procs)
@@ -208,7 +237,19 @@ def cmd_worker(args) -> int:
     settings = settings_from(args)
     app = create_app(settings)
     app.normlab_ready_fd = args.ready_fd  # type: ignore[attr-defined]  # read by workers/warm.py
-    app.worker_main(["worker", "--concurrency=1", "--prefetch-multiplier=1", "-Q", settings.queue,
-                     "--without-gossip", "--without-mingle", "--without-heartbeat",
-                     f"--loglevel={args.loglevel}", "-n", f"{args.name}@%h"])
+    app.worker_main(
+        [
+            "worker",
+            "--concurrency=1",
+            "--prefetch-multiplier=1",
+            "-Q",
+            settings.queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            f"--loglevel={args.loglevel}",
+            "-n",
+            f"{args.name}@%h",
+        ]
+    )
     return 0

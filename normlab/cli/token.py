@@ -43,12 +43,15 @@ def cmd_token(args) -> int:
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
         if args.json:
-            print(json.dumps({"id": token_id, "user": args.user.strip(), "admin": args.admin,
-                              "token": token}))
+            print(
+                json.dumps({"id": token_id, "user": args.user.strip(), "admin": args.admin, "token": token})
+            )
         else:
-            print(f"token {token_id} for {args.user.strip()}{' (admin)' if args.admin else ''}:\n{token}\n"
-                  "Keep it: it is shown only this once (the server stores a hash). Send it as "
-                  "'Authorization: Bearer <token>'.")
+            print(
+                f"token {token_id} for {args.user.strip()}{' (admin)' if args.admin else ''}:\n{token}\n"
+                "Keep it: it is shown only this once (the server stores a hash). Send it as "
+                "'Authorization: Bearer <token>'."
+            )
             if settings.auth != "tokens":
                 print("Note: this server's NORMLAB_AUTH is 'off'; set NORMLAB_AUTH=tokens to require tokens.")
         return 0

@@ -23,8 +23,9 @@ def stream_key(settings: Settings, run_id: str) -> str:
 
 
 def is_terminal_row(row: EventRow) -> bool:
-    return row.kind == "status" and any(f'"status": "{s}"' in row.payload or f'"status":"{s}"' in row.payload
-                                        for s in TERMINAL_STATUSES)
+    return row.kind == "status" and any(
+        f'"status": "{s}"' in row.payload or f'"status":"{s}"' in row.payload for s in TERMINAL_STATUSES
+    )
 
 
 class RedisPublisher:
@@ -42,9 +43,13 @@ class RedisPublisher:
         try:
             pipe = self.client.pipeline(transaction=False)
             for row in rows:
-                pipe.xadd(key, {"k": row.kind, "t": "1" if is_terminal_row(row) else "0",
-                                "d": event_json(run_id, row)},
-                          id=f"{row.seq}-0", maxlen=self.settings.feed_maxlen, approximate=True)
+                pipe.xadd(
+                    key,
+                    {"k": row.kind, "t": "1" if is_terminal_row(row) else "0", "d": event_json(run_id, row)},
+                    id=f"{row.seq}-0",
+                    maxlen=self.settings.feed_maxlen,
+                    approximate=True,
+                )
             pipe.expire(key, STREAM_TTL_S)
             pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:  # pragma: no cover - exercised by the fault tests

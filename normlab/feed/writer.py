@@ -95,24 +95,40 @@ class EventWriter:
                 scalars += 1
                 closed = self._rollup.add(row.seq, row.step, row.time, json.loads(row.payload))
                 for level, number, b in closed:
-                    buckets.append({"level": level, "bucket": number, "seq_last": b.seq_last,
-                                    "step_last": b.step_last, "time_last": b.time_last,
-                                    "data": bucket_json(b)})
+                    buckets.append(
+                        {
+                            "level": level,
+                            "bucket": number,
+                            "seq_last": b.seq_last,
+                            "step_last": b.step_last,
+                            "time_last": b.time_last,
+                            "data": bucket_json(b),
+                        }
+                    )
         delay = RETRY_FIRST_S
         while True:
             try:
                 self.store.append_events(self.run_id, rows, buckets, scalars, finish)
                 break
             except IntegrityError:
-                log.error("run %s: the store already has these sequence numbers (declared lost?); stopping",
-                          self.run_id)
+                log.error(
+                    "run %s: the store already has these sequence numbers (declared lost?); stopping",
+                    self.run_id,
+                )
                 self.broken = True
                 return
             except Exception as exc:  # the database is away: keep these rows (and their order), retry
                 self.retries += 1
                 reason = str(getattr(exc, "orig", None) or exc)[:200]
-                log.warning("run %s: could not store events %d-%d (%s: %s); retrying in %.1f s", self.run_id,
-                            rows[0].seq, rows[-1].seq, type(exc).__name__, reason, delay)
+                log.warning(
+                    "run %s: could not store events %d-%d (%s: %s); retrying in %.1f s",
+                    self.run_id,
+                    rows[0].seq,
+                    rows[-1].seq,
+                    type(exc).__name__,
+                    reason,
+                    delay,
+                )
                 time.sleep(delay)
                 delay = min(RETRY_MAX_S, delay * 2)
         if self.publisher is not None:
@@ -127,8 +143,13 @@ class EventWriter:
         self._thread.join()
         rows = list(self._pending)
         if self.terminal is None:
-            self.terminal = EventRow(self.last_seq + 1, int(fallback_status.pop("step", 0)), "status",
-                                     fallback_status.pop("time"), payload_text(fallback_status))
+            self.terminal = EventRow(
+                self.last_seq + 1,
+                int(fallback_status.pop("step", 0)),
+                "status",
+                fallback_status.pop("time"),
+                payload_text(fallback_status),
+            )
         rows.append(self.terminal)
         self._write(rows, finish)
 
@@ -137,8 +158,14 @@ class RunWatch:
     """A thread that writes the run's heartbeat every `heartbeat_s` and checks for a cancel request
     every `poll_s`; `should_stop()` is then a flag read, cheap enough to call every step."""
 
-    def __init__(self, store: Store, run_id: str, heartbeat_s: float, poll_s: float = 0.2,
-                 writer: EventWriter | None = None):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        heartbeat_s: float,
+        poll_s: float = 0.2,
+        writer: EventWriter | None = None,
+    ):
         self.store, self.run_id, self.heartbeat_s, self.poll_s = store, run_id, heartbeat_s, poll_s
         self.writer = writer
         self._stop = threading.Event()

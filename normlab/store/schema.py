@@ -21,7 +21,8 @@ from sqlalchemy import (
 metadata = MetaData()
 
 runs = Table(
-    "runs", metadata,
+    "runs",
+    metadata,
     Column("id", String(32), primary_key=True),
     Column("spec", Text, nullable=False),  # the resolved RunSpec, JSON
     Column("task", String(32), nullable=False),  # copied out of the spec for filtering
@@ -47,7 +48,8 @@ Index("ix_runs_created", runs.c.created_at)
 Index("ix_runs_group", runs.c.group_id)
 
 events = Table(
-    "events", metadata,
+    "events",
+    metadata,
     Column("run_id", String(32), primary_key=True),
     Column("seq", Integer, primary_key=True, autoincrement=False),
     Column("step", Integer, nullable=False),
@@ -60,7 +62,8 @@ events = Table(
 # buckets of 4**L consecutive `scalars` events (by their index within the run), each with every metric's
 # mean/min/max/count. The worker writes a bucket when it completes; the open tail is read raw.
 rollups = Table(
-    "rollups", metadata,
+    "rollups",
+    metadata,
     Column("run_id", String(32), primary_key=True),
     Column("level", Integer, primary_key=True, autoincrement=False),
     Column("bucket", Integer, primary_key=True, autoincrement=False),
@@ -71,7 +74,8 @@ rollups = Table(
 )
 
 cache = Table(
-    "cache", metadata,
+    "cache",
+    metadata,
     Column("key", String(128), primary_key=True),
     Column("value", Text, nullable=False),
     Column("updated_at", Float, nullable=False),

@@ -36,14 +36,17 @@ def new_run_id() -> str:
 
 def event_json(run_id: str, row: EventRow) -> str:
     """The Event JSON sent to clients, built around the stored payload text (no re-encoding)."""
-    return (f'{{"run_id":"{run_id}","seq":{row.seq},"step":{row.step},"kind":"{row.kind}",'
-            f'"time":{row.time!r},"payload":{row.payload}}}')
+    return (
+        f'{{"run_id":"{run_id}","seq":{row.seq},"step":{row.step},"kind":"{row.kind}",'
+        f'"time":{row.time!r},"payload":{row.payload}}}'
+    )
 
 
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
-                               hide_parameters=True)
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, hide_parameters=True
+        )
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # WAL: one writer and many readers at once
@@ -52,9 +55,10 @@ def _make_engine(url: str) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+
         return engine
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
     # pre_ping: after a database outage the pool drops dead connections and recovers by itself.
     # hide_parameters: an error's text (logged) names the statement, never the values (tokens' hashes,
     # users' input).
@@ -66,8 +70,9 @@ class Store:
 
     def __init__(self, url: str, *, pool: bool = True):
         self.url = url
-        self.engine = (_make_engine(url) if pool
-                       else create_engine(url, poolclass=NullPool, hide_parameters=True))
+        self.engine = (
+            _make_engine(url) if pool else create_engine(url, poolclass=NullPool, hide_parameters=True)
+        )
         self.is_sqlite = url.startswith("sqlite")
         metadata.create_all(self.engine)
 
@@ -78,10 +83,22 @@ class Store:
     def create_runs(self, items: list[dict[str, Any]]) -> None:
         """Insert queued runs: each item has id, spec (dict), owner, group_id."""
         now = time.time()
-        rows = [{"id": it["id"], "spec": json.dumps(it["spec"]), "task": it["spec"]["task"],
-                 "norm": it["spec"]["norm"], "status": RunStatus.QUEUED, "owner": it.get("owner"),
-                 "group_id": it.get("group_id"), "created_at": now + i * 1e-6, "last_seq": 0,
-                 "scalars_count": 0, "cancel_requested": False} for i, it in enumerate(items)]
+        rows = [
+            {
+                "id": it["id"],
+                "spec": json.dumps(it["spec"]),
+                "task": it["spec"]["task"],
+                "norm": it["spec"]["norm"],
+                "status": RunStatus.QUEUED,
+                "owner": it.get("owner"),
+                "group_id": it.get("group_id"),
+                "created_at": now + i * 1e-6,
+                "last_seq": 0,
+                "scalars_count": 0,
+                "cancel_requested": False,
+            }
+            for i, it in enumerate(items)
+        ]
         with self.engine.begin() as conn:
             conn.execute(insert(runs), rows)
 
@@ -90,24 +107,38 @@ class Store:
             row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
             return dict(row) if row else None
 
-    def list_runs(self, *, task=None, norm=None, status=None, group=None, owner=None,
-                  offset: int = 0, limit: int = 50) -> tuple[list[dict], int]:
+    def list_runs(
+        self, *, task=None, norm=None, status=None, group=None, owner=None, offset: int = 0, limit: int = 50
+    ) -> tuple[list[dict], int]:
         """Runs matching every given filter, newest first, and how many match in all."""
         cond = []
-        for col, val in ((runs.c.task, task), (runs.c.norm, norm), (runs.c.status, status),
-                         (runs.c.group_id, group), (runs.c.owner, owner)):
+        for col, val in (
+            (runs.c.task, task),
+            (runs.c.norm, norm),
+            (runs.c.status, status),
+            (runs.c.group_id, group),
+            (runs.c.owner, owner),
+        ):
             if val is not None:
                 cond.append(col == val)
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(runs).where(*cond)).scalar_one()
-            rows = conn.execute(select(runs).where(*cond).order_by(runs.c.created_at.desc())
-                                .offset(offset).limit(limit)).mappings().all()
+            rows = (
+                conn.execute(
+                    select(runs).where(*cond).order_by(runs.c.created_at.desc()).offset(offset).limit(limit)
+                )
+                .mappings()
+                .all()
+            )
         return [dict(r) for r in rows], int(total)
 
     def queue_position(self, created_at: float) -> int:
         with self.engine.connect() as conn:
-            ahead = conn.execute(select(func.count()).select_from(runs).where(
-                runs.c.status == RunStatus.QUEUED, runs.c.created_at < created_at)).scalar_one()
+            ahead = conn.execute(
+                select(func.count())
+                .select_from(runs)
+                .where(runs.c.status == RunStatus.QUEUED, runs.c.created_at < created_at)
+            ).scalar_one()
         return int(ahead) + 1
 
     def claim(self, run_id: str, worker_host: str | None = None) -> dict | None:
@@ -115,60 +146,94 @@ class Store:
         now = time.time()
         with self.engine.begin() as conn:
             queued = update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.QUEUED)
-            n = conn.execute(queued.values(
-                status=RunStatus.RUNNING, started_at=now, heartbeat_at=now,
-                worker_host=worker_host or socket.gethostname())).rowcount
+            n = conn.execute(
+                queued.values(
+                    status=RunStatus.RUNNING,
+                    started_at=now,
+                    heartbeat_at=now,
+                    worker_host=worker_host or socket.gethostname(),
+                )
+            ).rowcount
             if n != 1:
                 return None
             return dict(conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one())
 
     def heartbeat(self, run_id: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
-                         .values(heartbeat_at=time.time()))
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
+                .values(heartbeat_at=time.time())
+            )
 
     def cancel_requested(self, run_id: str) -> bool:
         """True when a cancel was asked for, or the run is no longer ours to train (lost, deleted)."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(runs.c.cancel_requested, runs.c.status)
-                               .where(runs.c.id == run_id)).first()
+            row = conn.execute(
+                select(runs.c.cancel_requested, runs.c.status).where(runs.c.id == run_id)
+            ).first()
         return row is None or bool(row[0]) or row[1] != "running"
 
     def request_cancel(self, run_id: str) -> tuple[str, EventRow | None]:
         """Cancel a run: a queued one ends now (returns its terminal event); a running one is flagged."""
-        ev = self.finish_with_status(run_id, RunStatus.CANCELLED, "Cancelled before it started.",
-                                     only_from=(RunStatus.QUEUED,))
+        ev = self.finish_with_status(
+            run_id, RunStatus.CANCELLED, "Cancelled before it started.", only_from=(RunStatus.QUEUED,)
+        )
         if ev is not None:
             return RunStatus.CANCELLED, ev
         with self.engine.begin() as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
-                         .values(cancel_requested=True))
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING)
+                .values(cancel_requested=True)
+            )
             row = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).first()
         return (row[0] if row else "missing"), None
 
-    def finish_with_status(self, run_id: str, status: str, message: str, *,
-                           only_from: tuple[str, ...]) -> EventRow | None:
+    def finish_with_status(
+        self, run_id: str, status: str, message: str, *, only_from: tuple[str, ...]
+    ) -> EventRow | None:
         """Append a terminal status event for a run no worker will finish; None if not in only_from."""
         now = time.time()
         with self.engine.begin() as conn:
-            n = conn.execute(update(runs).where(runs.c.id == run_id, runs.c.status.in_(only_from)).values(
-                status=status, finished_at=now, last_seq=runs.c.last_seq + 1,
-                error=message if status in (RunStatus.FAILED, RunStatus.LOST) else None)).rowcount
+            n = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.status.in_(only_from))
+                .values(
+                    status=status,
+                    finished_at=now,
+                    last_seq=runs.c.last_seq + 1,
+                    error=message if status in (RunStatus.FAILED, RunStatus.LOST) else None,
+                )
+            ).rowcount
             if n != 1:
                 return None
             seq = conn.execute(select(runs.c.last_seq).where(runs.c.id == run_id)).scalar_one()
-            last_step = conn.execute(select(func.max(events.c.step)).where(events.c.run_id == run_id)) \
-                .scalar_one_or_none() or 0
-            row = EventRow(seq, int(last_step), "status", now,
-                           json.dumps({"status": status, "message": message, "metrics": {}},
-                                      separators=(",", ":")))
+            last_step = (
+                conn.execute(
+                    select(func.max(events.c.step)).where(events.c.run_id == run_id)
+                ).scalar_one_or_none()
+                or 0
+            )
+            row = EventRow(
+                seq,
+                int(last_step),
+                "status",
+                now,
+                json.dumps({"status": status, "message": message, "metrics": {}}, separators=(",", ":")),
+            )
             conn.execute(insert(events), [{"run_id": run_id, **row._asdict()}])
         return row
 
     def stale_runs(self, older_than: float) -> list[str]:
         with self.engine.connect() as conn:
-            return list(conn.execute(select(runs.c.id).where(
-                runs.c.status == RunStatus.RUNNING, runs.c.heartbeat_at < older_than)).scalars())
+            return list(
+                conn.execute(
+                    select(runs.c.id).where(
+                        runs.c.status == RunStatus.RUNNING, runs.c.heartbeat_at < older_than
+                    )
+                ).scalars()
+            )
 
     def delete_run(self, run_id: str) -> bool:
         with self.engine.begin() as conn:
@@ -177,8 +242,14 @@ class Store:
             return conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount == 1
 
     # ---- events -------------------------------------------------------------------------------
-    def append_events(self, run_id: str, rows: list[EventRow], buckets: list[dict], scalars_added: int,
-                      finish: dict | None = None) -> None:
+    def append_events(
+        self,
+        run_id: str,
+        rows: list[EventRow],
+        buckets: list[dict],
+        scalars_added: int,
+        finish: dict | None = None,
+    ) -> None:
         """One transaction: the events, the roll-up buckets they closed, the run's counters, and
         (with ``finish``) the run's final status and summary, so a reader never sees one without the
         other."""
@@ -197,10 +268,12 @@ class Store:
             if values:
                 conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
-    def events_after(self, run_id: str, after: int, limit: int = 1000,
-                     kind: str | None = None) -> list[EventRow]:
+    def events_after(
+        self, run_id: str, after: int, limit: int = 1000, kind: str | None = None
+    ) -> list[EventRow]:
         q = select(events.c.seq, events.c.step, events.c.kind, events.c.time, events.c.payload).where(
-            events.c.run_id == run_id, events.c.seq > after)
+            events.c.run_id == run_id, events.c.seq > after
+        )
         if kind is not None:
             q = q.where(events.c.kind == kind)
         with self.engine.connect() as conn:
@@ -218,10 +291,13 @@ class Store:
 
     def rollup_rows(self, run_id: str, level: int) -> list[tuple]:
         with self.engine.connect() as conn:
-            return list(conn.execute(select(rollups.c.seq_last, rollups.c.step_last, rollups.c.time_last,
-                                            rollups.c.data).where(rollups.c.run_id == run_id,
-                                                                  rollups.c.level == level)
-                                     .order_by(rollups.c.bucket)))
+            return list(
+                conn.execute(
+                    select(rollups.c.seq_last, rollups.c.step_last, rollups.c.time_last, rollups.c.data)
+                    .where(rollups.c.run_id == run_id, rollups.c.level == level)
+                    .order_by(rollups.c.bucket)
+                )
+            )
 
     # ---- cache ----------------------------------------------------------------------------------
     def cache_get(self, key: str) -> str | None:

@@ -66,7 +66,8 @@ def test_bad_specs_get_422_with_the_specs_messages(client):
     assert r.status_code == 422 and "'digits'" in r.json()["fields"]["task"]
     r = client.post("/api/sweeps", json={"base": {"task": "digits"}, "norms": ["layer", "none", "layer"]})
     assert r.status_code == 422 and r.json()["fields"]["norms"] == (
-        "lists 'layer' more than once; give each value once")
+        "lists 'layer' more than once; give each value once"
+    )
     r = client.get("/api/runs", params={"status": "done"})  # a filter that can match nothing is a mistake
     assert r.status_code == 422 and "'completed'" in r.json()["fields"]["status"]
     assert client.get("/api/runs").json()["total"] == 0  # nothing half-created
@@ -95,15 +96,21 @@ def test_runs_list_get_queue_position_and_cancel_queued(client):
 
 
 def test_sweep_creates_a_group(client):
-    r = client.post("/api/sweeps", json={"base": {"task": "digits", "steps": 10}, "norms": ["layer", "batch"],
-                                         "seeds": [0, 1]})
+    r = client.post(
+        "/api/sweeps",
+        json={"base": {"task": "digits", "steps": 10}, "norms": ["layer", "batch"], "seeds": [0, 1]},
+    )
     assert r.status_code == 201
     body = r.json()
     assert len(body["run_ids"]) == 4
     group = client.get("/api/runs", params={"group": body["group_id"]}).json()
     assert sorted(r["id"] for r in group["items"]) == sorted(body["run_ids"])
     assert {(r["spec"]["norm"], r["spec"]["seed"]) for r in group["items"]} == {
-        ("layer", 0), ("layer", 1), ("batch", 0), ("batch", 1)}
+        ("layer", 0),
+        ("layer", 1),
+        ("batch", 0),
+        ("batch", 1),
+    }
 
 
 def _train_by_hand(app, run_id: str, n: int) -> list[dict]:
@@ -113,8 +120,16 @@ def _train_by_hand(app, run_id: str, n: int) -> list[dict]:
     w.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
     pts = []
     for i in range(n):
-        p = {"train_loss": 1.0 / (i + 1), "val_loss": None, "accuracy": None, "bpc": None, "grad_norm": 0.5,
-             "lr": 0.001, "steps_per_s": 100.0, "elapsed": i * 0.01}
+        p = {
+            "train_loss": 1.0 / (i + 1),
+            "val_loss": None,
+            "accuracy": None,
+            "bpc": None,
+            "grad_norm": 0.5,
+            "lr": 0.001,
+            "steps_per_s": 100.0,
+            "elapsed": i * 0.01,
+        }
         pts.append(p)
         w.emit(Event(seq=i + 2, step=i + 1, kind="scalars", payload=p))
     w.close({"status": "completed", "finished_at": time.time()}, {"status": "completed", "time": time.time()})
@@ -171,8 +186,13 @@ def test_errors_unknown_ids_bad_cursors_and_database_outage(app, client, monkeyp
 
 def test_health_catalog_presets_and_docs(client):
     h = client.get("/api/health").json()
-    assert h == {"status": "ok", "database": "sqlite", "feed": "embedded", "broker": "filesystem",
-                 "auth": "off"}
+    assert h == {
+        "status": "ok",
+        "database": "sqlite",
+        "feed": "embedded",
+        "broker": "filesystem",
+        "auth": "off",
+    }
     cat = client.get("/api/catalog").json()
     assert {t["name"] for t in cat["tasks"]} >= {"digits", "charlm"} and "layer" in cat["norms"]
     # the ranges a form shows are this server's: max_steps=5000 here, probes at most every 5 steps
@@ -185,9 +205,11 @@ def test_health_catalog_presets_and_docs(client):
 
 
 def test_api_never_imports_torch():
-    code = ("import sys, tempfile; from backend.app import create_app; from normlab.settings import Settings;"
-            "create_app(Settings(data_dir=tempfile.mkdtemp()));"
-            "import normlab.queue; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, tempfile; from backend.app import create_app; from normlab.settings import Settings;"
+        "create_app(Settings(data_dir=tempfile.mkdtemp()));"
+        "import normlab.queue; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

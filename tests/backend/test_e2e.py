@@ -71,9 +71,11 @@ def test_late_joiner_and_resume_lose_and_repeat_nothing(stack, client):
                 got += list(iter_sse(c, url, headers={"Last-Event-ID": got[-1].id}, timeout=120))
         results[name] = got
 
-    threads = [threading.Thread(target=watch, args=("early",)),
-               threading.Thread(target=watch, args=("late", 1.5)),
-               threading.Thread(target=watch, args=("resumed", 0.5, 6))]
+    threads = [
+        threading.Thread(target=watch, args=("early",)),
+        threading.Thread(target=watch, args=("late", 1.5)),
+        threading.Thread(target=watch, args=("resumed", 0.5, 6)),
+    ]
     for t in threads:
         t.start()
     for t in threads:

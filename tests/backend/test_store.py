@@ -33,8 +33,16 @@ def make_run(store: Store) -> str:
 
 
 def scalars(step: int, loss: float, val: float | None) -> dict:
-    return {"train_loss": loss, "val_loss": val, "accuracy": None, "bpc": None, "grad_norm": 1.0,
-            "lr": 1e-3, "steps_per_s": 10.0, "elapsed": step * 0.1}
+    return {
+        "train_loss": loss,
+        "val_loss": val,
+        "accuracy": None,
+        "bpc": None,
+        "grad_norm": 1.0,
+        "lr": 1e-3,
+        "steps_per_s": 10.0,
+        "elapsed": step * 0.1,
+    }
 
 
 def write_run(store: Store, n: int, seed: int = 0) -> tuple[str, list[dict]]:
@@ -51,8 +59,10 @@ def write_run(store: Store, n: int, seed: int = 0) -> tuple[str, list[dict]]:
         points.append(p)
         writer.emit(Event(seq=i + 2, step=i + 1, kind="scalars", payload=p))
     writer.emit(Event(seq=n + 2, step=n, kind="status", payload={"status": "completed", "metrics": {}}))
-    writer.close({"status": "completed", "finished_at": time.time(), "summary": "{}"},
-                 {"status": "completed", "time": time.time()})
+    writer.close(
+        {"status": "completed", "finished_at": time.time(), "summary": "{}"},
+        {"status": "completed", "time": time.time()},
+    )
     return run_id, points
 
 
@@ -60,7 +70,7 @@ def brute_force(points: list[dict], name: str, size: int) -> list[tuple[int, flo
     """(last step, mean, min, max) over consecutive groups of `size` points, skipping nulls."""
     out = []
     for start in range(0, len(points), size):
-        group = [(start + j + 1, p[name]) for j, p in enumerate(points[start:start + size])]
+        group = [(start + j + 1, p[name]) for j, p in enumerate(points[start : start + size])]
         vals = [v for _, v in group if v is not None]
         if vals:
             out.append((group[-1][0], sum(vals) / len(vals), min(vals), max(vals)))
@@ -88,7 +98,7 @@ def test_downsampling_matches_definition_and_keeps_spikes(store):
 
 
 def test_open_tail_bucket_is_read_raw(store):
-    run_id, points = write_run(store, 4 ** 3 + 5)  # 69 points: with max_points 20, buckets of 4 + a tail
+    run_id, points = write_run(store, 4**3 + 5)  # 69 points: with max_points 20, buckets of 4 + a tail
     m = run_metrics(store, store.get_run(run_id), ["train_loss"], 20)
     expected = brute_force(points, "train_loss", 4)
     assert m["series"]["train_loss"]["value"] == pytest.approx([e[1] for e in expected], rel=1e-12)

@@ -46,15 +46,21 @@ def alive(pid: int) -> bool:
 def test_up_serves_trains_and_ctrl_c_leaves_no_orphans(tmp_path):
     port = free_port()
     env = service_env(tmp_path, lost_after_s=5)
-    proc = subprocess.Popen([sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url + "api/health", 180, proc)  # up answers once its workers are warm
         assert httpx.get(url).status_code == 200  # the pages (or the placeholder) at /
-        run = httpx.post(url + "api/runs", json={"task": "digits", "steps": 20000, "hidden_size": 16,
-                                                  "eval_every": 1000}).json()
+        run = httpx.post(
+            url + "api/runs", json={"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
+        ).json()
         deadline = time.monotonic() + 90
         while httpx.get(url + f"api/runs/{run['id']}").json()["status"] != "running":
             assert time.monotonic() < deadline, "the run never started"

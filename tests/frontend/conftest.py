@@ -15,8 +15,16 @@ from normlab.events import ACTIVE_STATUSES
 from normlab.table1 import PAPER_TABLE1, TRANSFORMS, Table1
 
 CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", "/usr/bin/chromium")  # a missing path: browser tests skip
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 
 
@@ -33,8 +41,9 @@ class Served:
         import uvicorn
 
         self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                                    timeout_graceful_shutdown=1))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
@@ -143,14 +152,29 @@ def _table1(flip: tuple[str, str] | None = None, extra: bool = True):
         methods["rms"] = dict.fromkeys(TRANSFORMS, False)
     diffs = {m: {t: (1e-16 if v else 3.0) for t, v in row.items()} for m, row in methods.items()}
     agrees = {m: {t: methods[m][t] == PAPER_TABLE1[m][t] for t in TRANSFORMS} for m in PAPER_TABLE1}
-    return Table1.model_validate({
-        "methods": methods, "max_abs_diff": diffs, "tolerance": 1e-9, "paper_table1": PAPER_TABLE1,
-        "agrees_with_paper_table": agrees,
-        "all_paper_cells_agree": all(all(r.values()) for r in agrees.values()),
-        "notes": ["the engine's note on the prose cell"],
-        "setup": {"seed": 0, "units": 8, "inputs": 6, "cases": 16, "draws": 3, "dtype": "float64",
-                  "eps": 1e-300, "compared": "outputs", "weight_normalization_weights": "v"},
-        "extra_methods": ["rms"] if extra else []})
+    return Table1.model_validate(
+        {
+            "methods": methods,
+            "max_abs_diff": diffs,
+            "tolerance": 1e-9,
+            "paper_table1": PAPER_TABLE1,
+            "agrees_with_paper_table": agrees,
+            "all_paper_cells_agree": all(all(r.values()) for r in agrees.values()),
+            "notes": ["the engine's note on the prose cell"],
+            "setup": {
+                "seed": 0,
+                "units": 8,
+                "inputs": 6,
+                "cases": 16,
+                "draws": 3,
+                "dtype": "float64",
+                "eps": 1e-300,
+                "compared": "outputs",
+                "weight_normalization_weights": "v",
+            },
+            "extra_methods": ["rms"] if extra else [],
+        }
+    )
 
 
 @pytest.fixture

@@ -37,8 +37,12 @@ def test_nav_comes_from_the_page_registry_in_page_order():
     app = create_app()
     nav = app.layout.children[4].children[2]  # the top bar's <nav>
     assert [(link.children, link.href) for link in nav.children] == [
-        ("Lab", "/"), ("Runs", "/runs"), ("Compare", "/compare"), ("Presets", "/presets"),
-        ("Invariance", "/invariance")]  # a run's page (nav=False) is reached from the others
+        ("Lab", "/"),
+        ("Runs", "/runs"),
+        ("Compare", "/compare"),
+        ("Presets", "/presets"),
+        ("Invariance", "/invariance"),
+    ]  # a run's page (nav=False) is reached from the others
 
 
 def test_page_callbacks_are_module_functions_tests_can_call():
@@ -60,8 +64,14 @@ def _client(handler) -> ApiClient:
 
 def test_api_errors_carry_the_message_and_field_messages():
     def handler(request):
-        return httpx.Response(422, json={"detail": "batch_size: BatchNorm needs batch size ≥ 2",
-                                         "fields": {"batch_size": "BatchNorm needs batch size ≥ 2"}})
+        return httpx.Response(
+            422,
+            json={
+                "detail": "batch_size: BatchNorm needs batch size ≥ 2",
+                "fields": {"batch_size": "BatchNorm needs batch size ≥ 2"},
+            },
+        )
+
     with pytest.raises(ApiError) as err:
         _client(handler).create_run({"task": "digits", "norm": "batch", "batch_size": 1})
     assert err.value.status == 422 and err.value.fields == {"batch_size": "BatchNorm needs batch size ≥ 2"}
@@ -70,11 +80,13 @@ def test_api_errors_carry_the_message_and_field_messages():
 def test_fastapi_default_422_list_and_no_answer_become_readable():
     def handler(request):
         return httpx.Response(422, json={"detail": [{"loc": ["query", "max_points"], "msg": "too small"}]})
+
     with pytest.raises(ApiError, match="max_points: too small"):
         _client(handler).metrics("r1", ["train_loss"], 1)
 
     def down(request):
         raise httpx.ConnectError("refused")
+
     with pytest.raises(ApiError, match="is `normlab up` running") as err:
         _client(down).catalog()
     assert err.value.status == 0
@@ -101,7 +113,9 @@ def test_same_origin_client_talks_to_the_listening_socket_not_the_host_header():
 
 def test_front_end_never_imports_torch_backend_or_workers():
     # beside tests/backend/test_api.py::test_api_never_imports_torch: the front end talks HTTP only
-    code = ("import sys; from frontend.app import create_app; create_app().server.test_client().get('/');"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'backend', 'workers'));"
-            "assert not bad, f'imported: {bad}'")
+    code = (
+        "import sys; from frontend.app import create_app; create_app().server.test_client().get('/');"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'backend', 'workers'));"
+        "assert not bad, f'imported: {bad}'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -31,15 +31,19 @@ def test_lab_start_run_streams_points(page, shot, server):
     page.wait_for_function(f"() => ({POINTS_JS})() > {max(first, 0) + 5}", timeout=30000)
     assert re.search(r"[?&]runs=[0-9a-f]+", page.url), page.url
     # a zoom set by the user stays while points keep arriving
-    page.evaluate("() => Plotly.relayout(document.querySelector('#nl-curves .js-plotly-plot'),"
-                  " {'xaxis.range': [0, 40]})")
+    page.evaluate(
+        "() => Plotly.relayout(document.querySelector('#nl-curves .js-plotly-plot'),"
+        " {'xaxis.range': [0, 40]})"
+    )
     n = page.evaluate(POINTS_JS)
     page.wait_for_function(f"() => ({POINTS_JS})() > {n + 5}", timeout=30000)
     rng = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').layout.xaxis.range")
     assert rng == [0, 40]
     # the "waiting for the first training points" note went away with the first live points
-    names = page.evaluate("() => (document.querySelector('#nl-curves .js-plotly-plot').layout.annotations"
-                          " || []).map(a => a.name || '')")
+    names = page.evaluate(
+        "() => (document.querySelector('#nl-curves .js-plotly-plot').layout.annotations"
+        " || []).map(a => a.name || '')"
+    )
     assert "waiting" not in names
     shot(page, "lab-live")
     assert not page.errors, page.errors
@@ -65,8 +69,12 @@ def test_compare_permalink_restores_runs_and_smoothing(page, shot, server):
     page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
     chips = page.locator("#cmp-legend .run-chip")
     assert chips.count() == 2
-    assert page.locator("#cmp-smooth .rc-slider-handle, #cmp-smooth [role=slider]").first \
-        .get_attribute("aria-valuenow") == "0.8"
+    assert (
+        page.locator("#cmp-smooth .rc-slider-handle, #cmp-smooth [role=slider]").first.get_attribute(
+            "aria-valuenow"
+        )
+        == "0.8"
+    )
     assert "smooth=0.8" in page.url and f"runs={a},{b}" in page.url
     names = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data.map(t => t.meta)")
     assert set(names) == {a, b, f"{a}:raw", f"{b}:raw"}  # smoothed, over the raw series drawn faint
@@ -86,8 +94,12 @@ def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
     # traces (train loss and the validation curves): wait until the store holds > 40 train-loss steps
     # (a CI run once opened the second tab when it held 30).
     for _ in range(150):
-        held = httpx.get(f"{server.url}/api/runs/{rid}/metrics", params={"names": "train_loss"},
-                         timeout=10).json()["series"].get("train_loss", {}).get("step", [])
+        held = (
+            httpx.get(f"{server.url}/api/runs/{rid}/metrics", params={"names": "train_loss"}, timeout=10)
+            .json()["series"]
+            .get("train_loss", {})
+            .get("step", [])
+        )
         if len(held) > 40:
             break
         time.sleep(0.2)
@@ -107,14 +119,17 @@ def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
         xs = second.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data[0].x")
         # every training-loss step the run reported, in order: history, live, reconnect, no gap, no repeat
         for _ in range(50):  # the store writes in batches: wait until it holds what the graph shows
-            stored = httpx.get(f"{server.url}/api/runs/{rid}/metrics",
-                               params={"names": "train_loss", "max_points": 5000}, timeout=10).json()
+            stored = httpx.get(
+                f"{server.url}/api/runs/{rid}/metrics",
+                params={"names": "train_loss", "max_points": 5000},
+                timeout=10,
+            ).json()
             steps = stored["series"]["train_loss"]["step"]
             if len(steps) >= len(xs):
                 break
             time.sleep(0.2)
         assert not stored["downsampled"] and len(steps) >= len(xs) > n0 + 10
-        assert xs == steps[:len(xs)], "the graph's points differ from what the run reported"
+        assert xs == steps[: len(xs)], "the graph's points differ from what the run reported"
         assert len(second.evaluate("() => normlabStream.runs")) == 1  # one stream for the tab
         shot(second, "second-tab-mid-run")
     finally:
@@ -126,9 +141,12 @@ def test_invariance_page_shows_18_computed_cells(page, shot, server):
     if r.status_code != 200:
         pytest.skip(f"the engine's Table 1 is not available from this API yet: {r.text[:200]}")
     page.goto(server.url + "/invariance")
-    page.wait_for_function("() => document.querySelectorAll('.computed-cell .verdict').length === 18 && "
-                           "[...document.querySelectorAll('.computed-cell .verdict')]"
-                           ".every(e => e.textContent !== '—')", timeout=60000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.computed-cell .verdict').length === 18 && "
+        "[...document.querySelectorAll('.computed-cell .verdict')]"
+        ".every(e => e.textContent !== '—')",
+        timeout=60000,
+    )
     assert page.locator(".paper-cell").count() == 18
     assert "prose" in page.locator(".notes").inner_text()
     shot(page, "invariance")
@@ -165,8 +183,9 @@ def test_sweep_overlays_every_combination_and_runs_page_selects_them(page, shot,
     page.locator("#lab-sweep-batch").fill("4, 16")
     page.locator("#lab-sweep-seeds").fill("0")
     page.get_by_role("button", name="Start sweep").click()
-    page.wait_for_function("() => document.querySelectorAll('#lab-runs .run-chip').length === 4",
-                           timeout=20000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#lab-runs .run-chip').length === 4", timeout=20000
+    )
     labels = page.locator("#lab-runs").inner_text()
     for combo in ("batch · bs 4", "batch · bs 16", "layer · bs 4", "layer · bs 16"):
         assert combo in labels
@@ -176,7 +195,9 @@ def test_sweep_overlays_every_combination_and_runs_page_selects_them(page, shot,
     boxes.nth(0).check()
     boxes.nth(1).check()
     href = page.locator("#runs-compare").get_attribute("href")
-    page.wait_for_function("() => /runs=[0-9a-f]+,[0-9a-f]+/.test(document.querySelector('#runs-compare')"
-                           ".getAttribute('href'))", timeout=10000)
+    page.wait_for_function(
+        "() => /runs=[0-9a-f]+,[0-9a-f]+/.test(document.querySelector('#runs-compare').getAttribute('href'))",
+        timeout=10000,
+    )
     shot(page, "runs-page")
     assert href is not None

@@ -32,11 +32,16 @@ def _wait_ended(server, rid: str, timeout: float = 30) -> None:
 
 
 def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_navigation(
-        page, shot, dev_server):
+    page, shot, dev_server
+):
     a, b = _run(dev_server, norm="layer", steps=40), _run(dev_server, norm="batch", steps=40)
     scripts: list[tuple[str, int]] = []
-    page.on("requestfinished", lambda r: scripts.append((r.url, r.sizes()["responseBodySize"]))
-            if r.resource_type == "script" else None)
+    page.on(
+        "requestfinished",
+        lambda r: (
+            scripts.append((r.url, r.sizes()["responseBodySize"])) if r.resource_type == "script" else None
+        ),
+    )
     page.goto(f"{dev_server.url}/compare?runs={a},{b}")
     page.wait_for_selector("#cmp-legend .run-chip", timeout=15000)
     page.wait_for_function(f"() => {GD} && {GD}.data.length > 0", timeout=15000)
@@ -58,12 +63,14 @@ def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_na
     page.wait_for_selector("#runs-table", timeout=15000)
     page.locator(".nav").get_by_text("Compare", exact=True).click()
     page.wait_for_function("() => /runs=/.test(location.search)", timeout=15000)
-    page.wait_for_function("() => document.querySelectorAll('#cmp-legend .run-chip').length === 2",
-                           timeout=15000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#cmp-legend .run-chip').length === 2", timeout=15000
+    )
     assert "x=time" in page.url and "color=batch_size" in page.url
     page.reload()
-    page.wait_for_function("() => document.querySelectorAll('#cmp-legend .run-chip').length === 2",
-                           timeout=15000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#cmp-legend .run-chip').length === 2", timeout=15000
+    )
     page.wait_for_function(f"() => {GD} && {GD}.layout.xaxis.title.text === 'wall time (s)'", timeout=15000)
 
     # the run picker says how a run ended, not the "running" of when the page opened
@@ -93,8 +100,10 @@ def test_run_page_smooths_live_curves_and_hover_says_run_step_value_and_wall_tim
         page.wait_for_function(f"() => {GD}.data.some(t => String(t.meta).endsWith(':raw'))", timeout=15000)
         n0 = page.evaluate(f"() => {GD}.data[1].x.length")
         page.wait_for_function(f"() => {GD}.data[1].x.length > {n0 + 10}", timeout=20000)  # live points
-        traces = page.evaluate(f"() => {GD}.data.map(t => ({{meta: t.meta, y: Array.from(t.y || []),"
-                               " opacity: t.opacity, custom: t.customdata}))")
+        traces = page.evaluate(
+            f"() => {GD}.data.map(t => ({{meta: t.meta, y: Array.from(t.y || []),"
+            " opacity: t.opacity, custom: t.customdata}))"
+        )
         raw = next(t for t in traces if t["meta"] == f"{rid}:raw")
         smooth = next(t for t in traces if t["meta"] == rid)
         n = min(len(raw["y"]), len(smooth["y"]))
@@ -105,8 +114,9 @@ def test_run_page_smooths_live_curves_and_hover_says_run_step_value_and_wall_tim
 
         # hover on the newest point: run, step, value, formatted wall time
         k = n - 1
-        page.evaluate(f"() => Plotly.Fx.hover({GD}, [{{curveNumber: {traces.index(smooth)}, "
-                      f"pointNumber: {k}}}])")
+        page.evaluate(
+            f"() => Plotly.Fx.hover({GD}, [{{curveNumber: {traces.index(smooth)}, pointNumber: {k}}}])"
+        )
         text = page.locator("#nl-curves .hoverlayer .hovertext").first.text_content() or ""
         step, wall, _ = smooth["custom"][k]
         assert "layer · bs" in text and f"step {step}" in text and "train loss" in text
@@ -119,8 +129,9 @@ def test_run_page_smooths_live_curves_and_hover_says_run_step_value_and_wall_tim
 
         # the setting stays with the browser: the page opens smoothed again
         page.reload()
-        page.wait_for_function(f"() => {GD} && {GD}.data.some(t => String(t.meta).endsWith(':raw'))",
-                               timeout=20000)
+        page.wait_for_function(
+            f"() => {GD} && {GD}.data.some(t => String(t.meta).endsWith(':raw'))", timeout=20000
+        )
         assert page.locator("#run-smooth [role=slider]").get_attribute("aria-valuenow") == "0.9"
         assert not page.errors, page.errors
     finally:
@@ -134,8 +145,11 @@ def test_runs_table_results_are_numeric_columns_that_sort_as_numbers(page, shot,
         _wait_ended(dev_server, rid)
     # walls whose text order differs from their numeric order: "10.4" < "2.4" < "9.5" as text
     for rid, wall, loss in zip(rids, (2.4, 10.4, 9.5), (0.5, 0.07, 0.3), strict=True):
-        dev_server.api.runs[rid]["summary"] = {"metrics": {"val_loss": loss, "test_accuracy": 1 - loss},
-                                               "step": 20, "wall_time": wall}
+        dev_server.api.runs[rid]["summary"] = {
+            "metrics": {"val_loss": loss, "test_accuracy": 1 - loss},
+            "step": 20,
+            "wall_time": wall,
+        }
     page.goto(f"{dev_server.url}/runs?group=&norm=")
     page.wait_for_selector("#runs-table td[data-dash-column=wall_time]", timeout=15000)
     headers = page.locator("#runs-table th").all_inner_texts()
@@ -145,6 +159,7 @@ def test_runs_table_results_are_numeric_columns_that_sort_as_numbers(page, shot,
     def column(name):
         cells = page.locator(f"#runs-table td[data-dash-column={name}]").all_inner_texts()
         return [float(c) for c in cells if c.strip()]
+
     walls = column("wall_time")
     assert walls == sorted(walls) and {2.4, 9.5, 10.4} <= set(walls)
     page.locator("#runs-table th[data-dash-column=val_loss] .column-header--sort").first.click()
@@ -162,24 +177,34 @@ def test_preset_verdict_goes_live_and_compare_draws_bands_and_a_sweep_table(page
         card.get_by_role("button", name="Start 2 runs × 5 seeds").click()
         box = card.locator(".verdict-box")
         box.locator(".verdict").first.wait_for(timeout=20000)
-        page.wait_for_function("() => /All 10 runs ended/.test(document.querySelector('.verdict-box')"
-                               ".innerText)", timeout=30000)
+        page.wait_for_function(
+            "() => /All 10 runs ended/.test(document.querySelector('.verdict-box').innerText)", timeout=30000
+        )
         text = box.inner_text()
         assert re.search(r"(holds|does not hold).*Δ = [−+]\d", text) and "rule:" in text
         page.reload()  # the launch is remembered: the verdict is there again
         page.locator(".preset.card").filter(has_text="batch size 128").locator(".verdict").first.wait_for(
-            timeout=20000)
+            timeout=20000
+        )
         shot(page, "preset-verdict")
         page.locator(".verdict-box .compare-link").first.click()
         page.wait_for_url(re.compile(r".*/compare\?group=\w+"), timeout=15000)
         bands = "document.querySelector('#cmp-group-bands .js-plotly-plot')"
-        page.wait_for_function(f"() => {bands} && {bands}.data.filter(t => t.fill === 'toself').length === 2",
-                               timeout=15000)
+        page.wait_for_function(
+            f"() => {bands} && {bands}.data.filter(t => t.fill === 'toself').length === 2", timeout=15000
+        )
         assert page.locator("#cmp-legend .run-chip").count() == 10  # every seed's own curves too
 
-        sweep = httpx.post(dev_server.url + "/api/sweeps", timeout=10, json={
-            "base": {"task": "digits", "steps": 40}, "norms": ["layer", "batch"], "batch_sizes": [4, 16],
-            "seeds": [0, 1]}).json()
+        sweep = httpx.post(
+            dev_server.url + "/api/sweeps",
+            timeout=10,
+            json={
+                "base": {"task": "digits", "steps": 40},
+                "norms": ["layer", "batch"],
+                "batch_sizes": [4, 16],
+                "seeds": [0, 1],
+            },
+        ).json()
         for rid in sweep["run_ids"]:
             _wait_ended(dev_server, rid)
         page.goto(f"{dev_server.url}/compare?group={sweep['group_id']}")
@@ -188,11 +213,15 @@ def test_preset_verdict_goes_live_and_compare_draws_bands_and_a_sweep_table(page
         def means():
             cells = page.locator("#cmp-group-table td[data-dash-column=mean]").all_inner_texts()
             return [float(c) for c in cells]
+
         assert len(means()) == 4 and means() == sorted(means())  # lower loss first
         page.locator("#cmp-group-table th[data-dash-column=mean] .column-header--sort").first.click()
-        page.wait_for_function("() => { const c = [...document.querySelectorAll("
-                               "'#cmp-group-table td[data-dash-column=mean]')].map(e => +e.innerText);"
-                               " return c.every((v, i) => i === 0 || c[i - 1] >= v); }", timeout=5000)
+        page.wait_for_function(
+            "() => { const c = [...document.querySelectorAll("
+            "'#cmp-group-table td[data-dash-column=mean]')].map(e => +e.innerText);"
+            " return c.every((v, i) => i === 0 || c[i - 1] >= v); }",
+            timeout=5000,
+        )
         shot(page, "sweep-table")
         assert not page.errors, page.errors
     finally:

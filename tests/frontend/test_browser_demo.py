@@ -28,10 +28,15 @@ def _field(page, name: str, value: str) -> None:
     box.press("Tab")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "the first point reaches the API's SSE stream ≈ 0.6-1.3 s after the POST (`normlab bench demo`), but the "
-    "Lab's submit callback (frontend/pages/lab.py on_submit) returns the watch only after building the "
-    "whole curves figure: 5.9 s of the 6.4 s from click to point on the loaded 2-core machine"))
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "the first point reaches the API's SSE stream ≈ 0.6-1.3 s after the POST (`normlab bench demo`), "
+        "but the "
+        "Lab's submit callback (frontend/pages/lab.py on_submit) returns the watch only after building the "
+        "whole curves figure: 5.9 s of the 6.4 s from click to point on the loaded 2-core machine"
+    ),
+)
 def test_click_to_first_point_on_the_lab_page(page, shot, server):
     page.goto(server.url + "/")
     page.wait_for_selector(".builder .field-grid input")
@@ -65,8 +70,9 @@ def test_cancel_before_the_first_point_is_quick_and_the_chart_says_cancelled(pag
     assert metrics["total_points"] == 0  # no point yet: the cancel comes before the first
     t0 = time.monotonic()
     page.get_by_role("button", name="Cancel run").click()
-    page.wait_for_function(NOTE_JS, arg="Cancelled before the first training points", timeout=15000,
-                           polling=20)
+    page.wait_for_function(
+        NOTE_JS, arg="Cancelled before the first training points", timeout=15000, polling=20
+    )
     took = time.monotonic() - t0
     shot(page, "demo-cancelled-before-first-point")
     assert httpx.get(f"{server.url}/api/runs/{rid}", timeout=10).json()["status"] == "cancelled"

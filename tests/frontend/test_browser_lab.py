@@ -26,11 +26,14 @@ def error_of(page, name: str):
 
 
 def wait_value(page, name: str, value: str) -> None:
-    page.wait_for_function("""([name, value]) => {
+    page.wait_for_function(
+        """([name, value]) => {
         const el = [...document.querySelectorAll('[id*="lab-field"]')]
             .find(e => JSON.parse(e.id).field === name);
         return el && el.value === value; }""",
-                           arg=[name, value], timeout=10000)
+        arg=[name, value],
+        timeout=10000,
+    )
 
 
 def _count_runs(server) -> int:
@@ -93,9 +96,12 @@ def test_cleared_field_gets_a_message_and_limits_come_from_the_server(page, shot
     steps.fill(str(limit * 10))
     steps.press("Tab")
     page.get_by_role("button", name="Start run").click()
-    page.wait_for_function("""limit => [...document.querySelectorAll('[id*="lab-error"]')]
+    page.wait_for_function(
+        """limit => [...document.querySelectorAll('[id*="lab-error"]')]
         .some(e => JSON.parse(e.id).field === "steps" && e.textContent.includes(limit))""",
-                           arg=str(limit), timeout=10000)
+        arg=str(limit),
+        timeout=10000,
+    )
     assert _count_runs(server) == before, "a run started from a form with an empty field"
     shot(page, "lab-cleared-field")
 
@@ -114,14 +120,20 @@ def test_presentation_mode_keeps_a_compact_builder_that_launches(page, shot, ser
 
 def test_run_log_panel_shows_the_fisher_budget_warning(page, shot, server):
     # a budget far too small for any Fisher estimate: the run ends with a warning that says so
-    r = httpx.post(server.url + "/api/runs", json={
-        "task": "adding", "steps": 30, "probes": {"enabled": True, "budget": 0.001}}, timeout=10)
+    r = httpx.post(
+        server.url + "/api/runs",
+        json={"task": "adding", "steps": 30, "probes": {"enabled": True, "budget": 0.001}},
+        timeout=10,
+    )
     assert r.status_code == 201, r.text
     rid = r.json()["id"]
     page.goto(f"{server.url}/run/{rid}")
     first = page.locator("#run-log li").first
-    page.wait_for_function("() => { const li = document.querySelector('#run-log li');"
-                           " return li && li.classList.contains('warning'); }", timeout=90000)
+    page.wait_for_function(
+        "() => { const li = document.querySelector('#run-log li');"
+        " return li && li.classList.contains('warning'); }",
+        timeout=90000,
+    )
     assert "budget" in first.inner_text().lower()  # warnings come first
     warning = page.locator("#run-fisher-warning")
     assert warning.is_visible() and "budget" in warning.inner_text().lower()
@@ -160,6 +172,9 @@ def test_lab_probe_settings_start_an_ln_lstm_whose_fisher_is_drawn_live(page, sh
         """rid => { const g = document.querySelector('#run-fisher .js-plotly-plot');
            const drawn = g && g.data && g.data.some(t => t.y && t.y.some(v => v !== null));
            if (drawn) { window.__fisherWhile = (window.normlabStream.status || {})[rid] || 'running'; }
-           return drawn; }""", arg=rid, timeout=240000)
+           return drawn; }""",
+        arg=rid,
+        timeout=240000,
+    )
     assert page.evaluate("() => window.__fisherWhile") == "running", "drawn only after the run ended"
     shot(page, "run-lstm-fisher-live")

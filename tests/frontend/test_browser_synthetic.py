@@ -12,15 +12,23 @@ pytestmark = pytest.mark.browser
 
 
 def test_run_page_draws_hidden_heatmaps_and_fisher_live(page, shot, dev_server):
-    r = httpx.post(dev_server.url + "/api/runs", json={"task": "adding", "seq_len": 30, "steps": 400,
-                                                      "probes": {"enabled": True, "trace_every": 10}})
+    r = httpx.post(
+        dev_server.url + "/api/runs",
+        json={"task": "adding", "seq_len": 30, "steps": 400, "probes": {"enabled": True, "trace_every": 10}},
+    )
     rid = r.json()["id"]
     page.goto(f"{dev_server.url}/run/{rid}")
-    page.wait_for_function("() => { const g = document.querySelector('#run-hidden .js-plotly-plot');"
-                           " return g && g.data.filter(t => t.type === 'heatmap').length === 2 &&"
-                           " g.data[0].y.length >= 3; }", timeout=30000)
-    page.wait_for_function("() => { const g = document.querySelector('#run-fisher .js-plotly-plot');"
-                           " return g && g.data.length >= 4 && g.data[0].x.length >= 2; }", timeout=30000)
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#run-hidden .js-plotly-plot');"
+        " return g && g.data.filter(t => t.type === 'heatmap').length === 2 &&"
+        " g.data[0].y.length >= 3; }",
+        timeout=30000,
+    )
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#run-fisher .js-plotly-plot');"
+        " return g && g.data.length >= 4 && g.data[0].x.length >= 2; }",
+        timeout=30000,
+    )
     rows = page.evaluate("() => document.querySelector('#run-hidden .js-plotly-plot').data[0].z[0].length")
     assert rows == 30  # one column per time step
     shot(page, "run-probes")
@@ -49,9 +57,14 @@ def test_live_appends_never_repeat_a_point(page, dev_server):
     """Six runs streaming into one Compare page, drained every 100 ms with the redraw throttle off: every
     trace's x keeps strictly increasing. (Dash's extendData queues a batch until its async redraw
     resolves; a batch that came before that was applied again on top of the next one.)"""
-    ids = [httpx.post(dev_server.url + "/api/runs", json={"task": "digits", "norm": norm, "steps": 1000,
-                                                         "eval_every": 10}, timeout=10).json()["id"]
-           for norm in ("layer", "batch", "none", "rms", "weight", "layer")]
+    ids = [
+        httpx.post(
+            dev_server.url + "/api/runs",
+            json={"task": "digits", "norm": norm, "steps": 1000, "eval_every": 10},
+            timeout=10,
+        ).json()["id"]
+        for norm in ("layer", "batch", "none", "rms", "weight", "layer")
+    ]
     try:
         page.goto(f"{dev_server.url}/compare?runs={','.join(ids)}&panels=loss,val,metric")
         page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
@@ -59,8 +72,10 @@ def test_live_appends_never_repeat_a_point(page, dev_server):
         # a slow machine (a talk's laptop, a loaded CI box): each redraw outlasts the 100 ms tick
         page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 8})
         page.wait_for_function("() => window.normlabStream.appended > 1500", timeout=60000)
-        xs = page.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data"
-                           ".filter(t => t.fill !== 'toself').map(t => Array.from(t.x || []))")
+        xs = page.evaluate(
+            "() => document.querySelector('#nl-curves .js-plotly-plot').data"
+            ".filter(t => t.fill !== 'toself').map(t => Array.from(t.x || []))"
+        )
         assert len(xs) == 18
         for x in xs:
             repeats = [(a, b) for a, b in zip(x, x[1:], strict=False) if b <= a]

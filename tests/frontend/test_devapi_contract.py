@@ -42,9 +42,15 @@ def test_every_synthetic_route_is_a_real_route_with_the_same_parameters_and_mode
     real_ops, dev_ops = _ops(real), _ops(dev)
     assert set(dev_ops) <= set(real_ops), f"routes the real API lacks: {set(dev_ops) - set(real_ops)}"
     # the pages use every one of these; a route the real API adds need not be faked
-    assert {("get", "/api/runs"), ("get", "/api/runs/{run_id}"), ("get", "/api/runs/{run_id}/metrics"),
-            ("post", "/api/runs"), ("post", "/api/sweeps"), ("get", "/api/invariance"),
-            ("get", "/api/events")} <= set(dev_ops)
+    assert {
+        ("get", "/api/runs"),
+        ("get", "/api/runs/{run_id}"),
+        ("get", "/api/runs/{run_id}/metrics"),
+        ("post", "/api/runs"),
+        ("post", "/api/sweeps"),
+        ("get", "/api/invariance"),
+        ("get", "/api/events"),
+    } <= set(dev_ops)
     for key, op in dev_ops.items():
         params = {(p["in"], p["name"]) for p in op.get("parameters", [])}
         real_params = {(p["in"], p["name"]) for p in real_ops[key].get("parameters", [])}

@@ -15,6 +15,7 @@ def _run(rid, norm="layer", bs=32, task="digits", seed=0):
 def _history(steps, loss, val=None, elapsed=None):
     def s(xs, ys):
         return {"step": xs, "value": ys, "min": ys, "max": ys, "time": [0.0] * len(xs)}
+
     series = {"train_loss": s(steps, loss)}
     if val:
         series["val_loss"] = s(*val)
@@ -36,7 +37,7 @@ def test_ema_matches_definition_and_continues_from_its_state():
             continue
         acc = s * acc + (1 - s) * v
         n += 1
-        expect.append(acc / (1 - s ** n))
+        expect.append(acc / (1 - s**n))
     assert full == pytest.approx(expect)
     head, state = figures.ema(values[:3], s)
     tail, _ = figures.ema(values[3:], s, state)

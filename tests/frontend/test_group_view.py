@@ -10,30 +10,56 @@ from frontend.api_client import ApiError
 
 
 def _cell(label, norm, mean, std, n=5, steps=(10, 20)):
-    return {"label": label, "spec": {"task": "digits", "norm": norm, "batch_size": 4},
-            "seeds": list(range(n)),
-            "values": [mean] * n, "n": n, "mean": mean, "std": std,
-            "curve": {"steps": list(steps), "mean": [2.0, mean], "std": [0.1, std], "at": [], "auc": None}}
+    return {
+        "label": label,
+        "spec": {"task": "digits", "norm": norm, "batch_size": 4},
+        "seeds": list(range(n)),
+        "values": [mean] * n,
+        "n": n,
+        "mean": mean,
+        "std": std,
+        "curve": {"steps": list(steps), "mean": [2.0, mean], "std": [0.1, std], "at": [], "auc": None},
+    }
 
 
 def _group(kind="preset", done=False, holds=True, all_seeds=True):
-    return {"group_id": "g1", "kind": kind, "preset": "fig6" if kind == "preset" else None,
-            "title": "Fig. 6" if kind == "preset" else None,
-            "expect": "LN better than BN" if kind == "preset" else None, "metric": "val_loss",
-            "higher_is_better": False, "varied": [] if kind == "preset" else ["norm", "batch_size"],
-            "counts": {"completed": 7, "running": 2, "queued": 1} if not done else {"completed": 10},
-            "done": done, "runs": [],
-            "cells": [_cell("LN", "layer", 0.31, 0.02), _cell("BN", "batch", 0.45, 0.03)],
-            "claims": [{"claim": "LN better than BN", "kind": "less", "holds": holds, "all_seeds": all_seeds,
-                        "difference": -0.14, "se": 0.02, "n": 5, "per_seed": [-0.1] * 5,
-                        "rule": "paired mean difference < 0 on every seed"}] if kind == "preset" else None}
+    return {
+        "group_id": "g1",
+        "kind": kind,
+        "preset": "fig6" if kind == "preset" else None,
+        "title": "Fig. 6" if kind == "preset" else None,
+        "expect": "LN better than BN" if kind == "preset" else None,
+        "metric": "val_loss",
+        "higher_is_better": False,
+        "varied": [] if kind == "preset" else ["norm", "batch_size"],
+        "counts": {"completed": 7, "running": 2, "queued": 1} if not done else {"completed": 10},
+        "done": done,
+        "runs": [],
+        "cells": [_cell("LN", "layer", 0.31, 0.02), _cell("BN", "batch", 0.45, 0.03)],
+        "claims": [
+            {
+                "claim": "LN better than BN",
+                "kind": "less",
+                "holds": holds,
+                "all_seeds": all_seeds,
+                "difference": -0.14,
+                "se": 0.02,
+                "n": 5,
+                "per_seed": [-0.1] * 5,
+                "rule": "paired mean difference < 0 on every seed",
+            }
+        ]
+        if kind == "preset"
+        else None,
+    }
 
 
 def test_claim_verdicts_state_the_effect_its_standard_error_and_the_rule():
     text = group_view.claim_text(_group()["claims"][0])
     assert text == "holds on all 5 seeds — Δ = −0.14 ± 0.02"
     assert group_view.claim_text({**_group()["claims"][0], "all_seeds": False}).startswith(
-        "holds on the mean of 5 seeds, not on every seed")
+        "holds on the mean of 5 seeds, not on every seed"
+    )
     assert group_view.claim_text({"holds": False, "n": 1}) == "does not hold (1 seed)"
     lines = str(group_view.verdicts(_group()))
     assert "Expect: LN better than BN" in lines and "paired mean difference" in lines and "✓" in lines
@@ -63,8 +89,11 @@ def test_sweep_results_table_sorts_numbers_and_shades_best_to_worst():
     assert table.data[0]["norm"] == "layer" and table.data[1]["batch_size"] == 4
     shades = {s["if"]["filter_query"]: s["backgroundColor"] for s in table.style_data_conditional}
     assert shades["{mean} = 0.31"] == group_view.SCALE[0] and shades["{mean} = 0.45"] != group_view.SCALE[0]
-    assert "cmp-x" not in str(group_view.group_card(_group("sweep"), {"verdicts": "v", "bands": "b",
-                                                                      "table": "t", "table_box": "tb"}))
+    assert "cmp-x" not in str(
+        group_view.group_card(
+            _group("sweep"), {"verdicts": "v", "bands": "b", "table": "t", "table_box": "tb"}
+        )
+    )
 
 
 class _Api:
@@ -77,8 +106,13 @@ class _Api:
         return {"group_id": "g9", "run_ids": ["r1", "r2"]}
 
     def presets(self):
-        return [{"name": "fig6", "seeds": [1, 2], "runs": [{"task": "digits", "norm": "layer"},
-                                                          {"task": "digits", "norm": "batch"}]}]
+        return [
+            {
+                "name": "fig6",
+                "seeds": [1, 2],
+                "runs": [{"task": "digits", "norm": "layer"}, {"task": "digits", "norm": "batch"}],
+            }
+        ]
 
     def create_run(self, spec):
         self.created.append(spec)
@@ -98,8 +132,12 @@ def test_presets_launch_as_one_group_and_fall_back_to_single_runs_on_an_older_ap
     api = _Api(ApiError(404, "Not Found"))  # no such route: the runs one by one, once per seed
     launched, problem = presets.launch("fig6")
     assert launched == {"group": None, "runs": ["r1", "r2", "r3", "r4"]} and problem == ""
-    assert [(s["norm"], s["seed"]) for s in api.created] == [("layer", 1), ("batch", 1), ("layer", 2),
-                                                            ("batch", 2)]
+    assert [(s["norm"], s["seed"]) for s in api.created] == [
+        ("layer", 1),
+        ("batch", 1),
+        ("layer", 2),
+        ("batch", 2),
+    ]
     api = _Api(ApiError(422, "give fewer seeds"))
     assert presets.launch("fig6") == (None, "Could not start fig6: give fewer seeds")
     box = str(presets.verdict_box({"group": "g9", "runs": ["r1"]}, _group()))

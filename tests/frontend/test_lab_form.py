@@ -11,12 +11,26 @@ from normlab.spec import RunSpec, combination_problems
 
 
 def test_build_spec_leaves_out_non_sequential_fields_and_carries_the_probe_settings():
-    form = {**logic.field_defaults("digits"), "batch_size": 4, "cell": "lstm", "seq_len": 50,
-            "probes": ["on"], "budget": 40, "fisher_every": 10, "hessian": ["on"]}
+    form = {
+        **logic.field_defaults("digits"),
+        "batch_size": 4,
+        "cell": "lstm",
+        "seq_len": 50,
+        "probes": ["on"],
+        "budget": 40,
+        "fisher_every": 10,
+        "hessian": ["on"],
+    }
     spec = logic.build_spec("digits", "layer", form)
     assert "cell" not in spec and "seq_len" not in spec and spec["batch_size"] == 4
-    assert spec["probes"] == {"enabled": True, "trace_every": 25, "fisher_every": 10, "budget": 0.4,
-                              "hessian": True, "empirical_fisher": False}
+    assert spec["probes"] == {
+        "enabled": True,
+        "trace_every": 25,
+        "fisher_every": 10,
+        "budget": 0.4,
+        "hessian": True,
+        "empirical_fisher": False,
+    }
     RunSpec.model_validate(spec)  # the API would accept it
     seq = logic.build_spec("adding", "layer", {**form, "probes": []})
     assert seq["cell"] == "lstm" and seq["seq_len"] == 50 and "probes" not in seq
@@ -38,8 +52,18 @@ def test_limits_come_from_the_catalog_and_an_empty_field_is_refused_with_them():
 
 
 def test_form_query_round_trip_ignores_what_does_not_parse():
-    values = logic.form_from_query("adding", {"lr": "0.002", "steps": "many", "probes": "1", "budget": "30",
-                                              "hessian": "0", "cell": "gru", "runs": "a,b"})
+    values = logic.form_from_query(
+        "adding",
+        {
+            "lr": "0.002",
+            "steps": "many",
+            "probes": "1",
+            "budget": "30",
+            "hessian": "0",
+            "cell": "gru",
+            "runs": "a,b",
+        },
+    )
     assert values["lr"] == 0.002 and values["steps"] == 400 and values["probes"] == ["on"]
     assert values["budget"] == 30 and values["hessian"] == [] and values["cell"] == "gru"
     assert logic.field_defaults("digits")["budget"] == 15  # percent, as typed
@@ -60,17 +84,36 @@ def test_parse_int_list_and_sweep_body():
     with pytest.raises(ValueError, match="Batch sizes: type whole numbers"):
         logic.sweep_body({"task": "digits"}, ["layer"], "4, many", "0")
     body = logic.sweep_body({"task": "digits"}, ["layer", "batch"], "4,128", "0 1")
-    assert body == {"base": {"task": "digits"}, "norms": ["layer", "batch"], "batch_sizes": [4, 128],
-                    "seeds": [0, 1]}
+    assert body == {
+        "base": {"task": "digits"},
+        "norms": ["layer", "batch"],
+        "batch_sizes": [4, 128],
+        "seeds": [0, 1],
+    }
 
 
 def test_field_messages_map_api_keys_onto_form_fields():
     names = ["batch_size", "seq_len", "probes", "norm"]  # no budget field: its message goes to Probes
-    spec = RunSpec.model_construct(task="digits", norm="batch", batch_size=1, cell=None, seq_len=None,
-                                   eval_seq_len=None, ln_placement="full")
+    spec = RunSpec.model_construct(
+        task="digits",
+        norm="batch",
+        batch_size=1,
+        cell=None,
+        seq_len=None,
+        eval_seq_len=None,
+        ln_placement="full",
+    )
     problems = dict(combination_problems(spec))
-    got = logic.field_messages({"batch_size": problems["batch_size"], "base.seq_len": "too long",
-                                "probes.budget": "too big", "batch_sizes": "empty", "norms.0": "bad"}, names)
+    got = logic.field_messages(
+        {
+            "batch_size": problems["batch_size"],
+            "base.seq_len": "too long",
+            "probes.budget": "too big",
+            "batch_sizes": "empty",
+            "norms.0": "bad",
+        },
+        names,
+    )
     assert got["batch_size"].startswith("BatchNorm needs batch size") and got["batch_size"].endswith("empty")
     assert got["seq_len"] == "too long" and got["probes"] == "too big" and got["norm"] == "bad"
     assert logic.field_messages({"unknown": "x"}, names) == {}
@@ -78,15 +121,17 @@ def test_field_messages_map_api_keys_onto_form_fields():
 
 
 def test_query_from_spec_rebuilds_the_form_and_the_budget_a_warning_asks_for():
-    spec = RunSpec(task="adding", norm="rms", lr=0.003, probes={"enabled": True, "budget": 0.25,
-                                                               "hessian": True}).resolved()
+    spec = RunSpec(
+        task="adding", norm="rms", lr=0.003, probes={"enabled": True, "budget": 0.25, "hessian": True}
+    ).resolved()
     query = logic.query_from_spec(spec.model_dump(), budget=40)
     values = logic.form_from_query("adding", query)
     assert query["norm"] == "rms" and values["lr"] == 0.003 and values["probes"] == ["on"]
     assert values["budget"] == 40 and values["hessian"] == ["on"] and values["seq_len"] == spec.seq_len
     assert logic.query_from_spec(spec.model_dump())["budget"] == "25"
-    warn = {"payload": {"level": "warning",
-                        "message": "No Fisher estimate fitted the budget — raise it to 37 %"}}
+    warn = {
+        "payload": {"level": "warning", "message": "No Fisher estimate fitted the budget — raise it to 37 %"}
+    }
     assert logic.budget_that_fits([warn]) == 37
     assert logic.budget_that_fits([{"payload": {"budget_needed": 0.4, "message": "…"}}]) == 40
     assert logic.budget_that_fits([{"payload": {"message": "data loaded"}}]) is None

@@ -40,10 +40,17 @@ def pages(monkeypatch):
     app = create_app()
     api = FakeApi()
     monkeypatch.setattr(data, "api", lambda token=None: api)
-    monkeypatch.setattr(data, "curves_bundle", lambda run_ids, **kw: {
-        "figure": {"data": [], "layout": {}}, "map": {"runs": {}},
-        "runs": [{"id": r, "spec": {}} for r in run_ids],
-        "watch": {"cursor": dict.fromkeys(run_ids, 0)}, "missing": []})
+    monkeypatch.setattr(
+        data,
+        "curves_bundle",
+        lambda run_ids, **kw: {
+            "figure": {"data": [], "layout": {}},
+            "map": {"runs": {}},
+            "runs": [{"id": r, "spec": {}} for r in run_ids],
+            "watch": {"cursor": dict.fromkeys(run_ids, 0)},
+            "missing": [],
+        },
+    )
     from frontend.pages import lab, run
 
     return app, api, lab, run
@@ -115,10 +122,17 @@ def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(page
 
 def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(pages):
     _, _, _, run = pages
-    log = [{"step": 0, "payload": {"level": "info", "message": "data loaded"}},
-           {"step": 5, "payload": {"level": "warning", "message": "No Fisher estimate fitted the budget — "
-                                                                  "raise it to 40 %"}},
-           {"step": 9, "payload": {"level": "warning", "message": "Recurrent BatchNorm keeps statistics"}}]
+    log = [
+        {"step": 0, "payload": {"level": "info", "message": "data loaded"}},
+        {
+            "step": 5,
+            "payload": {
+                "level": "warning",
+                "message": "No Fisher estimate fitted the budget — raise it to 40 %",
+            },
+        },
+        {"step": 9, "payload": {"level": "warning", "message": "Recurrent BatchNorm keeps statistics"}},
+    ]
     items = run.log_items(log)
     assert [i.className for i in items] == ["log-line warning", "log-line warning", "log-line info"]
     assert "raise it to 40 %" in items[0].children[2].children
@@ -127,7 +141,8 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     assert run.log_items([])[0].children == "No log lines yet."
     assert len(run.log_items(log + log[1:2])) == 3  # a warning repeated at the end is listed once
     hidden, fisher, items, warning, retry = run.on_probes(
-        {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9")
+        {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9"
+    )
     assert "see the warning above" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
     # the way out: the same run set up in the Lab with the budget the warning asks for
     (link,) = retry

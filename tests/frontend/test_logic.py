@@ -10,8 +10,13 @@ def test_query_round_trip_and_compare_state_is_checked():
     assert q == "?runs=a1,b2&smooth=0.6&present=1"
     params = logic.decode_query(q)
     state = logic.compare_state(params)
-    assert state == {"runs": ["a1", "b2"], "smooth": 0.6, "color": "norm", "x": "step",
-                     "panels": ["loss", "val", "metric"]}
+    assert state == {
+        "runs": ["a1", "b2"],
+        "smooth": 0.6,
+        "color": "norm",
+        "x": "step",
+        "panels": ["loss", "val", "metric"],
+    }
     bad = logic.compare_state({"smooth": "7", "color": "rainbow", "x": "t", "panels": "nope"})
     assert bad["smooth"] == 0.99 and bad["color"] == "norm" and bad["x"] == "step"
     assert bad["panels"] == ["loss", "val", "metric"]
@@ -20,17 +25,28 @@ def test_query_round_trip_and_compare_state_is_checked():
 
 
 def test_cursor_of_follows_only_live_runs():
-    runs = [{"id": "a", "status": "running", "last_seq": 12},
-            {"id": "b", "status": "completed", "last_seq": 9}, {"id": "c", "status": "queued", "last_seq": 0}]
+    runs = [
+        {"id": "a", "status": "running", "last_seq": 12},
+        {"id": "b", "status": "completed", "last_seq": 9},
+        {"id": "c", "status": "queued", "last_seq": 0},
+    ]
     assert logic.cursor_of(runs) == {"a": 12, "c": 0}
 
 
 def test_run_rows_and_final_metric():
-    run = {"id": "r1", "status": "completed", "spec": {"task": "digits", "norm": "layer", "batch_size": 4,
-                                                        "seed": 1, "steps": 300},
-           "owner": None, "group_id": "g", "created_at": "2026-11-29T17:00:00+00:00",
-           "summary": {"metrics": {"val_loss": 0.12345, "val_accuracy": 0.8, "test_accuracy": 0.9},
-                       "step": 300, "wall_time": 4.0}}
+    run = {
+        "id": "r1",
+        "status": "completed",
+        "spec": {"task": "digits", "norm": "layer", "batch_size": 4, "seed": 1, "steps": 300},
+        "owner": None,
+        "group_id": "g",
+        "created_at": "2026-11-29T17:00:00+00:00",
+        "summary": {
+            "metrics": {"val_loss": 0.12345, "val_accuracy": 0.8, "test_accuracy": 0.9},
+            "step": 300,
+            "wall_time": 4.0,
+        },
+    }
     (row,) = logic.run_rows([run])
     assert row["norm"] == "layer" and row["batch_size"] == 4 and row["group"] == "[g](/compare?group=g)"
     assert row["created"] == "2026-11-29 17:00:00"

@@ -10,9 +10,18 @@ from frontend import probe_figures
 
 
 def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
-    events = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 10.0, 100.0 * s],
-                                                       "grad_norms": [0.1, 0.01, 0.001], "time_steps": 3}}
-              for s in (1, 2)]
+    events = [
+        {
+            "kind": "hidden",
+            "step": s,
+            "payload": {
+                "hidden_norms": [1.0, 10.0, 100.0 * s],
+                "grad_norms": [0.1, 0.01, 0.001],
+                "time_steps": 3,
+            },
+        }
+        for s in (1, 2)
+    ]
     fig = probe_figures.hidden_figure(events)
     heat = [t for t in fig["data"] if t["type"] == "heatmap"]
     lines = [t for t in fig["data"] if t["type"] == "scatter"]
@@ -25,9 +34,16 @@ def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
 
 
 def test_hidden_figure_for_feed_forward_layers_and_when_empty():
-    ev = {"kind": "hidden", "step": 5, "payload": {"layers": [
-        {"name": "fc1", "summed_mean": 0.0, "summed_std": 2.0, "act_norm": 3.0},
-        {"name": "fc2", "summed_mean": 0.0, "summed_std": 1.0, "act_norm": 1.5}]}}
+    ev = {
+        "kind": "hidden",
+        "step": 5,
+        "payload": {
+            "layers": [
+                {"name": "fc1", "summed_mean": 0.0, "summed_std": 2.0, "act_norm": 3.0},
+                {"name": "fc2", "summed_mean": 0.0, "summed_std": 1.0, "act_norm": 1.5},
+            ]
+        },
+    }
     fig = probe_figures.hidden_figure([ev])
     assert {t["name"] for t in fig["data"]} == {"fc1", "fc2"}
     empty = probe_figures.hidden_figure([])
@@ -35,12 +51,29 @@ def test_hidden_figure_for_feed_forward_layers_and_when_empty():
 
 
 def _fisher(step, groups):
-    return {"kind": "fisher", "step": step, "payload": {
-        "trace": {"fc1": 2.0, "fc2": 1.0}, "trace_estimator": {"fc1": "per-sample", "fc2": "summed-gradient"},
-        "lambda_max": 10.0, "eta_lambda_max": 0.5 * step, "hessian_lambda_max": None, "cost_steps": 0.4,
-        "empirical": None, "groups": [
-            {"name": f"g{i}", "weight_norm": 1.0 + i, "effective_lr": 0.1, "along_w_curvature": 0.0,
-             "gain_curvature": 1.0} for i in range(groups)]}}
+    return {
+        "kind": "fisher",
+        "step": step,
+        "payload": {
+            "trace": {"fc1": 2.0, "fc2": 1.0},
+            "trace_estimator": {"fc1": "per-sample", "fc2": "summed-gradient"},
+            "lambda_max": 10.0,
+            "eta_lambda_max": 0.5 * step,
+            "hessian_lambda_max": None,
+            "cost_steps": 0.4,
+            "empirical": None,
+            "groups": [
+                {
+                    "name": f"g{i}",
+                    "weight_norm": 1.0 + i,
+                    "effective_lr": 0.1,
+                    "along_w_curvature": 0.0,
+                    "gain_curvature": 1.0,
+                }
+                for i in range(groups)
+            ],
+        },
+    }
 
 
 def test_fisher_figure_names_estimators_and_summarises_many_groups():
@@ -90,8 +123,10 @@ def test_fisher_figure_plots_the_measured_effective_step_labelled_by_optimizer()
 
 
 def test_heatmap_bands_follow_uneven_steps_and_many_snapshots_are_thinned_with_a_note():
-    ev = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0], "grad_norms": [0.1, 0.2]}}
-          for s in (25, 125)]
+    ev = [
+        {"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0], "grad_norms": [0.1, 0.2]}}
+        for s in (25, 125)
+    ]
     fig = probe_figures.hidden_figure(ev)
     heat = fig["data"][0]
     assert list(heat["y"]) == [25, 75, 125]

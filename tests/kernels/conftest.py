@@ -20,8 +20,14 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and HAS_TRITON and not HAS_CUDA
 # Not interpreted here: the child pytest of test_interpreter_suite.py runs these files (on CPU), or the gpu
 # tests cover the compiled kernels (on CUDA). Left out of this collection instead of skip lines.
-INTERP_FILES = ["test_layer_norm_interp.py", "test_lstm_interp.py", "test_lstm_seq_interp.py",
-                "test_gru_interp.py", "test_gru_seq_interp.py", "test_graphs_interp.py"]
+INTERP_FILES = [
+    "test_layer_norm_interp.py",
+    "test_lstm_interp.py",
+    "test_lstm_seq_interp.py",
+    "test_gru_interp.py",
+    "test_gru_seq_interp.py",
+    "test_graphs_interp.py",
+]
 collect_ignore = [] if INTERPRETED else INTERP_FILES
 
 
@@ -86,8 +92,9 @@ def fused_vs_torch(monkeypatch):
         recurrent = pytest.importorskip("workers.engine.recurrent")
         seq_op = importlib.import_module(f"kernels.{cell}_seq_op")
         torch.manual_seed(0)
-        layer = {"lstm": recurrent.LSTMLayer, "gru": recurrent.GRULayer}[cell](x.shape[-1], hidden,
-                                                                               norm="layer").to(x.device)
+        layer = {"lstm": recurrent.LSTMLayer, "gru": recurrent.GRULayer}[cell](
+            x.shape[-1], hidden, norm="layer"
+        ).to(x.device)
         with torch.no_grad():
             for p in layer.parameters():
                 p.add_(0.1 * torch.randn(p.shape).to(x.device))
@@ -117,20 +124,39 @@ def sequence_inputs(gen):
     float64 (off-centre, scaled like trained values), then cast to dtype:
     'lstm': ax (T, B, 4H), w_h (4H, H), its seven parameters, h0, c0;
     'gru': ax (T, B, 3H) = [zr_x | wx], w_rec = [W_h; U] (3H, H), its eight parameters, h0."""
+
     def draw(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
 
     def make(cell, T, B, H, dtype=torch.float64):
         if cell == "lstm":
-            ins = [draw(T, B, 4 * H, scale=2, shift=0.5), draw(4 * H, H, scale=H ** -0.5),
-                   draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
-                   draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1),
-                   draw(H, scale=0.2), draw(B, H, scale=0.5), draw(B, H)]
+            ins = [
+                draw(T, B, 4 * H, scale=2, shift=0.5),
+                draw(4 * H, H, scale=H**-0.5),
+                draw(4 * H, scale=0.3, shift=1),
+                draw(4 * H, scale=0.2),
+                draw(4 * H, scale=0.3, shift=1),
+                draw(4 * H, scale=0.2),
+                draw(4 * H, scale=0.5),
+                draw(H, scale=0.3, shift=1),
+                draw(H, scale=0.2),
+                draw(B, H, scale=0.5),
+                draw(B, H),
+            ]
         else:
-            ins = [draw(T, B, 3 * H, scale=2, shift=0.5), draw(3 * H, H, scale=H ** -0.5),
-                   draw(2 * H, scale=0.3, shift=1), draw(2 * H, scale=0.2), draw(2 * H, scale=0.3, shift=1),
-                   draw(2 * H, scale=0.2), draw(H, scale=0.3, shift=1), draw(H, scale=0.2),
-                   draw(H, scale=0.3, shift=1), draw(H, scale=0.2), draw(B, H, scale=0.5)]
+            ins = [
+                draw(T, B, 3 * H, scale=2, shift=0.5),
+                draw(3 * H, H, scale=H**-0.5),
+                draw(2 * H, scale=0.3, shift=1),
+                draw(2 * H, scale=0.2),
+                draw(2 * H, scale=0.3, shift=1),
+                draw(2 * H, scale=0.2),
+                draw(H, scale=0.3, shift=1),
+                draw(H, scale=0.2),
+                draw(H, scale=0.3, shift=1),
+                draw(H, scale=0.2),
+                draw(B, H, scale=0.5),
+            ]
         return [t.to(dtype) for t in ins]
 
     return make

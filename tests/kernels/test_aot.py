@@ -25,11 +25,18 @@ def test_every_kernel_compiles_for_sm80_and_sm90(compiler):
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     if compiler == "gpu-machine":
         if not GPU_MACHINE_TRITON_DIR:
-            pytest.skip("GPU_MACHINE_TRITON_DIR is not set (scripts/test installs the GPU machine's "
-                        "triton there)")
+            pytest.skip(
+                "GPU_MACHINE_TRITON_DIR is not set (scripts/test installs the GPU machine's triton there)"
+            )
         env["PYTHONPATH"] = os.pathsep.join(p for p in (GPU_MACHINE_TRITON_DIR, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "kernels.aot", "--check"], cwd=Path(__file__).parents[2],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernels.aot", "--check"],
+        cwd=Path(__file__).parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     if compiler == "gpu-machine":  # compiled by the folder's triton, not this environment's
         (dist,) = importlib.metadata.distributions(path=[GPU_MACHINE_TRITON_DIR], name="triton")
@@ -39,9 +46,19 @@ def test_every_kernel_compiles_for_sm80_and_sm90(compiler):
     from kernels.aot import specializations
 
     kernels_seen = {ln.split()[1] for ln in lines}
-    assert kernels_seen == {"_ln_fwd_resident", "_ln_fwd_shifted", "_ln_fwd_looped", "_ln_bwd_resident",
-                            "_ln_bwd_shifted", "_ln_bwd_looped", "_column_sum", "_ln_lstm_fwd",
-                            "_ln_lstm_bwd", "_ln_gru_fwd", "_ln_gru_bwd"}
+    assert kernels_seen == {
+        "_ln_fwd_resident",
+        "_ln_fwd_shifted",
+        "_ln_fwd_looped",
+        "_ln_bwd_resident",
+        "_ln_bwd_shifted",
+        "_ln_bwd_looped",
+        "_column_sum",
+        "_ln_lstm_fwd",
+        "_ln_lstm_bwd",
+        "_ln_gru_fwd",
+        "_ln_gru_bwd",
+    }
     assert len(lines) == 2 * len(specializations())
     assert {ln.split()[0] for ln in lines} == {"sm_80", "sm_90"}
     # Register budgets on Hopper (ptxas -v): the LN-LSTM and LN-GRU kernels never spill; the LayerNorm

@@ -24,29 +24,39 @@ def test_smoke_run_covers_every_impl_mode_and_the_lstm(tmp_path, capsys):
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # a child: this process keeps triton compiled
     cmd = [sys.executable, "-m", "kernels.bench", "--smoke", "--json", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "kernel_bench.json").read_text())
     ln = result["layer_norm"]
     # `normlab` is kernels.layer_norm with its size-aware dispatch (torch on CPU tensors); no Liger here
     impls = ("triton", "normlab", "torch")
     assert {(r["dtype"], r["impl"], r["mode"]) for r in ln} == {
-        (d, impl, mode) for d in bench.DTYPES for impl in impls for mode in bench.MODES}
+        (d, impl, mode) for d in bench.DTYPES for impl in impls for mode in bench.MODES
+    }
     assert all(r["ms_graph"] is None and r["host_us"] is None for r in ln)  # no CUDA graphs on a CPU
     # |y| stays below 16 here, where one bf16 ulp is 0.0625 (the interpreter truncates to bf16).
     assert all(r["max_err_y"] < 0.07 for r in ln), [r for r in ln if r["max_err_y"] >= 0.07]
     # kernels/ imports nothing of ours: the engine's own LN-LSTM rows are workers/engine/bench_cuda.py's
     assert {r["impl"] for r in result["ln_lstm"]} == {
-        "cudnn nn.LSTM (no norm)", bench.SEQUENCE, bench.SEQUENCE_EAGER,
-        "fused LN-LSTM (triton cell per step)", "plain PyTorch LN-LSTM"}
+        "cudnn nn.LSTM (no norm)",
+        bench.SEQUENCE,
+        bench.SEQUENCE_EAGER,
+        "fused LN-LSTM (triton cell per step)",
+        "plain PyTorch LN-LSTM",
+    }
     # each case at both precisions: TF32 off for everyone, then on for everyone
     assert [r["precision"] for r in result["ln_lstm"] if r["impl"] == bench.SEQUENCE] == ["fp32", "tf32"]
     copied = [r["graph_copied_MiB"] for r in result["ln_lstm"] if r["impl"] == bench.SEQUENCE]
     assert len(copied) == 2 and min(copied) >= 0
     assert result["copy_ceiling"] is None and result["backward_profile"] == []  # CUDA-only parts
     assert {r["impl"] for r in result["ln_gru"]} == {
-        "cudnn nn.GRU (no norm)", bench.GRU_SEQUENCE, bench.GRU_SEQUENCE_EAGER, "plain PyTorch LN-GRU"}
+        "cudnn nn.GRU (no norm)",
+        bench.GRU_SEQUENCE,
+        bench.GRU_SEQUENCE_EAGER,
+        "plain PyTorch LN-GRU",
+    }
     boundary = result["summary"]["dispatch_boundary"]
     assert boundary["LN_TRITON_MIN_ELEMS"] == kernels.LN_TRITON_MIN_ELEMS and boundary["fwd"]["shapes"] == 1
     assert result["summary"]["gru_fused_sequence_max_x_cudnn (no target)"] > 0
@@ -79,15 +89,19 @@ def test_spent_budget_still_writes_the_summary_and_lists_what_was_left(tmp_path,
 def test_parts_pick_and_order_what_is_measured(tmp_path, capsys):
     pytest.importorskip("triton")
     # a spent budget measures nothing but lists every case it reached, in the order it reached them
-    assert bench.main(["--smoke", "--json", "--out", str(tmp_path), "--budget-s", "0",
-                       "--parts", "gru,ln:fp32"]) == 0
+    assert (
+        bench.main(["--smoke", "--json", "--out", str(tmp_path), "--budget-s", "0", "--parts", "gru,ln:fp32"])
+        == 0
+    )
     result = json.loads((tmp_path / "kernel_bench.json").read_text())
     assert result["parts"] == ["gru", "ln:fp32"]
     assert result["not_measured"] == ["gru B=2 T=3 H=8 fp32", "gru B=2 T=3 H=8 tf32", "ln fp32 M=8 N=37"]
     assert bench.main(["--smoke", "--json", "--budget-s", "0"]) == 0  # default: every part, bf16 first
     default = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert default["parts"] == list(bench.PARTS) and default["not_measured"][:2] == [
-        "ln bf16 M=8 N=37", "lstm B=2 T=3 H=8 fp32"]
+        "ln bf16 M=8 N=37",
+        "lstm B=2 T=3 H=8 fp32",
+    ]
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--smoke", "--parts", "lstm,ln:fp8"])
     assert exit_info.value.code == 2
@@ -106,8 +120,9 @@ def test_precompiled_baselines_are_loaded_from_the_caches_by_the_benchmark(tmp_p
 
     def child(*args):
         cmd = [sys.executable, "-m", "kernels.bench", "--smoke", "--compiled", "--json", *args]
-        proc = subprocess.run(cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            cmd, cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         return json.loads(proc.stdout.splitlines()[-1])
 
@@ -120,7 +135,9 @@ def test_precompiled_baselines_are_loaded_from_the_caches_by_the_benchmark(tmp_p
     assert result["compile_cache"].get("fxgraph_cache_miss", 0) == 0
     assert result["compile_cache"]["fxgraph_cache_hit"] == 6
     assert {(r["dtype"], r["impl"]) for r in result["layer_norm"]} >= {
-        ("fp32", "torch.compile"), ("bf16+fp32w", "torch.compile/mixed")}
+        ("fp32", "torch.compile"),
+        ("bf16+fp32w", "torch.compile/mixed"),
+    }
 
 
 def test_summarize_without_the_file_is_a_message(tmp_path, capsys):

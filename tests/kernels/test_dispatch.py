@@ -16,8 +16,9 @@ def test_cpu_tensors_use_torch_and_match_f_layer_norm(gen):
     x = torch.randn(4, 33, generator=gen)
     w, b = torch.randn(33, generator=gen), torch.randn(33, generator=gen)
     assert kernels.backend_for(x) == "torch"
-    torch.testing.assert_close(kernels.layer_norm(x, w, b, 1e-5), F.layer_norm(x, (33,), w, b, 1e-5),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        kernels.layer_norm(x, w, b, 1e-5), F.layer_norm(x, (33,), w, b, 1e-5), atol=0, rtol=0
+    )
 
 
 def test_ln_lstm_cell_on_cpu_is_the_differentiable_reference(gen):
@@ -47,7 +48,12 @@ def test_reference_cell_follows_eq_20_written_out(gen):
         return g * (a - mu) / sigma + s
 
     a = ln(hh, gh, bh) + ln(xx, gx, bx) + b
-    f, i, o, g = a[:, :H].sigmoid(), a[:, H:2 * H].sigmoid(), a[:, 2 * H:3 * H].sigmoid(), a[:, 3 * H:].tanh()
+    f, i, o, g = (
+        a[:, :H].sigmoid(),
+        a[:, H : 2 * H].sigmoid(),
+        a[:, 2 * H : 3 * H].sigmoid(),
+        a[:, 3 * H :].tanh(),
+    )
     c = f * cp + i * g
     h = o * ln(c, gc, bc).tanh()
     hr, cr = kernels.ln_lstm_cell_reference(hh, xx, cp, gh, bh, gx, bx, b, gc, bc, eps)
@@ -100,8 +106,14 @@ def test_package_imports_and_falls_back_without_triton():
         "try:\n    kernels.set_backend('triton')\nexcept ValueError as e:\n    print('refused:', e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "refused: kernel backend 'triton' needs the triton package" in out.stdout
 

@@ -33,8 +33,9 @@ def _data(M, N, dtype, wdtype=None, seed=0):
 def test_cuda_tensors_dispatch_to_triton_unless_forced():
     x = torch.randn(4, 64, device=CUDA)
     assert kernels.backend_for(x) == "triton"
-    torch.testing.assert_close(kernels.layer_norm(x, None, None, 1e-5), kernels.triton_layer_norm(x),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        kernels.layer_norm(x, None, None, 1e-5), kernels.triton_layer_norm(x), atol=0, rtol=0
+    )
     kernels.set_backend("torch")
     assert kernels.backend_for(x) == "torch"
 
@@ -45,16 +46,18 @@ def test_forward_backward_vs_float64(N, dtype):
     M = 4096 if N <= 8192 else 512
     x, w, b, dy = _data(M, N, dtype)
     got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
-    ref = _grads(lambda a, c, d: layer_norm_reference(a, c, d, 1e-5),
-                 x.double(), w.double(), b.double(), dy.double())
+    ref = _grads(
+        lambda a, c, d: layer_norm_reference(a, c, d, 1e-5), x.double(), w.double(), b.double(), dy.double()
+    )
     atol, rtol = TOL[dtype]
     for name, g, r in zip(("y", "dx"), got[:2], ref[:2], strict=True):
         torch.testing.assert_close(g.double(), r, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")
     # dγ/dβ sum M rows: compare relative to their scale.
     for name, g, r in zip(("dw", "db"), got[2:], ref[2:], strict=True):
         scale = r.abs().max().item() + 1
-        torch.testing.assert_close(g.double() / scale, r / scale, atol=TOL[dtype][0], rtol=0,
-                                   msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            g.double() / scale, r / scale, atol=TOL[dtype][0], rtol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
     # And against torch's own kernel in the same dtype: never worse than one more rounding.
     tor = _grads(lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5), x, w, b, dy)
     torch.testing.assert_close(got[0].float(), tor[0].float(), atol=2 * atol, rtol=2 * rtol)
@@ -63,12 +66,17 @@ def test_forward_backward_vs_float64(N, dtype):
 def test_fp32_weights_with_bf16_activations_and_none_params():
     x, w, b, dy = _data(2048, 5120, torch.bfloat16, torch.float32)
     y, dx, dw, db = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
-    assert (y.dtype, dx.dtype, dw.dtype, db.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32,
-                                                       torch.float32)
+    assert (y.dtype, dx.dtype, dw.dtype, db.dtype) == (
+        torch.bfloat16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float32,
+    )
     ref = layer_norm_reference(x.double(), w.double(), b.double(), 1e-5)
     torch.testing.assert_close(y.double(), ref, atol=3e-2, rtol=2e-2)
-    y0, dx0, dw0, db0 = _grads(lambda a, c, d: kernels.triton_layer_norm(a, None, None, 1e-5),
-                               x, None, None, dy)
+    y0, dx0, dw0, db0 = _grads(
+        lambda a, c, d: kernels.triton_layer_norm(a, None, None, 1e-5), x, None, None, dy
+    )
     assert dw0 is None and db0 is None
     ref0 = layer_norm_reference(x.double(), None, None)
     torch.testing.assert_close(y0.double(), ref0, atol=3e-2, rtol=2e-2)
@@ -92,8 +100,15 @@ def test_fused_lstm_cell_vs_reference(H, dtype):
         return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
 
     inputs = [r(B, 4 * H, s=3, m=1).to(dtype), r(B, 4 * H).to(dtype), r(B, H).to(dtype)]
-    inputs += [r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.5),
-               r(H, s=0.3, m=1), r(H, s=0.2)]
+    inputs += [
+        r(4 * H, s=0.3, m=1),
+        r(4 * H, s=0.2),
+        r(4 * H, s=0.3, m=1),
+        r(4 * H, s=0.2),
+        r(4 * H, s=0.5),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+    ]
     inputs = inputs[:3] + [p.float() for p in inputs[3:]]
     dh, dc = r(B, H), r(B, H)
 
@@ -108,8 +123,9 @@ def test_fused_lstm_cell_vs_reference(H, dtype):
     atol = 1e-4 if dtype == torch.float32 else 5e-2
     for k, (a, c) in enumerate(zip(got, ref, strict=True)):
         scale = 1 + (c.abs().max().item() if k >= 5 else 0)  # parameter grads sum B rows
-        torch.testing.assert_close(a.double() / scale, c / scale, atol=atol, rtol=atol,
-                                   msg=lambda m, k=k: f"output/grad #{k}: {m}")
+        torch.testing.assert_close(
+            a.double() / scale, c / scale, atol=atol, rtol=atol, msg=lambda m, k=k: f"output/grad #{k}: {m}"
+        )
     again = run(kernels.ln_lstm_cell, inputs)
     assert all(torch.equal(a, c) for a, c in zip(got, again, strict=True))
 
@@ -123,9 +139,19 @@ def test_fused_gru_cell_vs_reference(H):
         return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
 
     inputs = [r(B, 2 * H, s=2, m=1), r(B, 2 * H), r(B, H, s=3), r(B, H, m=-1), r(B, H)]
-    inputs = [t.float() for t in inputs] + [p.float() for p in (
-        r(2 * H, s=0.3, m=1), r(2 * H, s=0.2), r(2 * H, s=0.3, m=1), r(2 * H, s=0.2),
-        r(H, s=0.3, m=1), r(H, s=0.2), r(H, s=0.3, m=1), r(H, s=0.2))]
+    inputs = [t.float() for t in inputs] + [
+        p.float()
+        for p in (
+            r(2 * H, s=0.3, m=1),
+            r(2 * H, s=0.2),
+            r(2 * H, s=0.3, m=1),
+            r(2 * H, s=0.2),
+            r(H, s=0.3, m=1),
+            r(H, s=0.2),
+            r(H, s=0.3, m=1),
+            r(H, s=0.2),
+        )
+    ]
     dh = r(B, H)
 
     def run(cell, ins):
@@ -137,8 +163,9 @@ def test_fused_gru_cell_vs_reference(H):
     ref = run(ln_gru_cell_reference, [t.double() for t in inputs])
     for k, (a, c) in enumerate(zip(got, ref, strict=True)):
         scale = 1 + c.abs().max().item()
-        torch.testing.assert_close(a.double() / scale, c / scale, atol=1e-4, rtol=1e-4,
-                                   msg=lambda m, k=k: f"grad #{k}: {m}")
+        torch.testing.assert_close(
+            a.double() / scale, c / scale, atol=1e-4, rtol=1e-4, msg=lambda m, k=k: f"grad #{k}: {m}"
+        )
 
 
 def test_torch_compile_keeps_one_graph_with_both_ops():
@@ -169,9 +196,16 @@ def _sequence_inputs(T, B, H, dtype, seed=3):
     def r(*shape, s=1.0, m=0.0):
         return torch.randn(*shape, device=CUDA, generator=g, dtype=torch.float64) * s + m
 
-    acts = [r(T, B, 4 * H, s=2, m=0.5), r(4 * H, H, s=H ** -0.5)]
-    params = [r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.3, m=1), r(4 * H, s=0.2), r(4 * H, s=0.5),
-              r(H, s=0.3, m=1), r(H, s=0.2)]
+    acts = [r(T, B, 4 * H, s=2, m=0.5), r(4 * H, H, s=H**-0.5)]
+    params = [
+        r(4 * H, s=0.3, m=1),
+        r(4 * H, s=0.2),
+        r(4 * H, s=0.3, m=1),
+        r(4 * H, s=0.2),
+        r(4 * H, s=0.5),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+    ]
     state = [r(B, H, s=0.5), r(B, H)]
     return [t.to(dtype) for t in acts] + [p.float() for p in params] + [t.to(dtype) for t in state]
 
@@ -202,8 +236,9 @@ def test_fused_lstm_sequence_vs_float64_reference(T, B, H, dtype):
     atol = 2e-4 if dtype == torch.float32 else 1e-1
     for k, (a, c) in enumerate(zip(got, ref, strict=True)):
         scale = 1 + c.abs().max().item()
-        torch.testing.assert_close(a.double() / scale, c / scale, atol=atol, rtol=atol,
-                                   msg=lambda m, k=k: f"output/grad #{k}: {m}")
+        torch.testing.assert_close(
+            a.double() / scale, c / scale, atol=atol, rtol=atol, msg=lambda m, k=k: f"output/grad #{k}: {m}"
+        )
     # Calls 2 and 3 of one shape capture and replay its CUDA graphs (kernels.graphs): the same bits each
     # time, and the eager call's to rounding (cuBLAS may pick another algorithm on the capture stream).
     again = run(kernels.triton_ln_lstm_sequence, inputs)
@@ -232,9 +267,19 @@ def _gru_sequence_inputs(T, B, H, seed=5):
     def r(*shape, s=1.0, m=0.0):
         return torch.randn(*shape, device=CUDA, generator=g) * s + m
 
-    return [r(T, B, 3 * H, s=2, m=0.5), r(3 * H, H, s=H ** -0.5), r(2 * H, s=0.3, m=1), r(2 * H, s=0.2),
-            r(2 * H, s=0.3, m=1), r(2 * H, s=0.2), r(H, s=0.3, m=1), r(H, s=0.2), r(H, s=0.3, m=1),
-            r(H, s=0.2), r(B, H, s=0.5)]
+    return [
+        r(T, B, 3 * H, s=2, m=0.5),
+        r(3 * H, H, s=H**-0.5),
+        r(2 * H, s=0.3, m=1),
+        r(2 * H, s=0.2),
+        r(2 * H, s=0.3, m=1),
+        r(2 * H, s=0.2),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+        r(B, H, s=0.5),
+    ]
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -247,8 +292,11 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
     from kernels import graphs
 
     fn = kernels.triton_ln_lstm_sequence if cell == "lstm" else kernels.triton_ln_gru_sequence
-    make = ((lambda s: _sequence_inputs(24, 16, 256, torch.float32, seed=s)) if cell == "lstm"
-            else (lambda s: _gru_sequence_inputs(24, 16, 256, seed=s)))
+    make = (
+        (lambda s: _sequence_inputs(24, 16, 256, torch.float32, seed=s))
+        if cell == "lstm"
+        else (lambda s: _gru_sequence_inputs(24, 16, 256, seed=s))
+    )
     d = torch.randn(24, 16, 256, device=CUDA)
     calls = [make(s) for s in range(7)]
 
@@ -276,7 +324,7 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
     for a, b, b_first in ((3, 4, True), (5, 6, False)):
         la, lb = leaves(calls[a]), leaves(calls[b])
         ha, hb = fn(*la, 1e-5), fn(*lb, 1e-5)
-        for h in ((hb, ha) if b_first else (ha, hb)):
+        for h in (hb, ha) if b_first else (ha, hb):
             (h * d).sum().backward()
         got += [[ha.detach()] + [t.grad for t in la], [hb.detach()] + [t.grad for t in lb]]
     ls = leaves(calls[2])
@@ -293,6 +341,11 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
     for k, (ins, g) in enumerate(zip(calls, got, strict=True)):
         for j, (a, b) in enumerate(zip(g, eager(ins), strict=True)):
             scale = 1 + b.abs().max().item()
-            torch.testing.assert_close(a / scale, b / scale, atol=1e-5, rtol=1e-5,
-                                       msg=lambda m, k=k, j=j: f"call {k + 1}, output/grad #{j}: {m}")
+            torch.testing.assert_close(
+                a / scale,
+                b / scale,
+                atol=1e-5,
+                rtol=1e-5,
+                msg=lambda m, k=k, j=j: f"call {k + 1}, output/grad #{j}: {m}",
+            )
     graphs.clear()

@@ -23,10 +23,13 @@ dry_run = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is f
 
 def _wheel(folder: Path) -> Path:
     """A minimal pure-Python wheel (one module), as scripts/gpu_wheels.sh leaves real ones."""
-    files = {"nlprobe/__init__.py": b"VALUE = 1\n",
-             "nlprobe-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nlprobe\nVersion: 0.1\n",
-             "nlprobe-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                            b"Tag: py3-none-any\n"}
+    files = {
+        "nlprobe/__init__.py": b"VALUE = 1\n",
+        "nlprobe-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nlprobe\nVersion: 0.1\n",
+        "nlprobe-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+
     def digest(data: bytes) -> str:
         return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -42,14 +45,20 @@ def _wheel(folder: Path) -> Path:
 
 def _check(out: Path, wheels: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(wheels), **env}
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out / "gpu")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", str(out / "gpu")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8, files
     for p in files:
         rel = p.relative_to(out)
         assert len(rel.parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in rel.parts), rel
-        assert p.stat().st_size <= 16 * 2 ** 20, rel
+        assert p.stat().st_size <= 16 * 2**20, rel
     return proc, json.loads((out / "gpu" / "status.json").read_text())
 
 
@@ -85,8 +94,14 @@ def test_a_step_that_fails_or_is_cut_shows_in_the_status_and_the_exit_code(tmp_p
     wheels = tmp_path / "whl"
     wheels.mkdir()
     (wheels / "broken-0.1-py3-none-any.whl").write_bytes(b"not a zip")
-    proc, status = _check(tmp_path / "out", wheels, GPU_CHECK_TESTS_S="1", GPU_CHECK_BENCH_S="0",
-                          GPU_CHECK_OVERHEAD_S="0", GPU_CHECK_ENGINE_S="0")
+    proc, status = _check(
+        tmp_path / "out",
+        wheels,
+        GPU_CHECK_TESTS_S="1",
+        GPU_CHECK_BENCH_S="0",
+        GPU_CHECK_OVERHEAD_S="0",
+        GPU_CHECK_ENGINE_S="0",
+    )
     assert proc.returncode != 0
     assert status["wheels"] == "failed"
     assert status["rc"] == {"tests": 124, "bench": -1, "overhead": -1, "engine_cuda": -1}  # pytest cut at 1 s
@@ -112,20 +127,49 @@ def test_status_counts_the_tests_and_summarizes_a_benchmark_cut_short(tmp_path):
 
     (tmp_path / "env.txt").write_text("NVIDIA H200\nwheels: installed; engine imports: 1\n")
     (tmp_path / "gpu_tests.xml").write_text(JUNIT)
-    rows = [{"M": 4096, "N": 8192, "dtype": "bf16", "mode": "fwd", "impl": impl, "ms": ms, "GBps": 1.0,
-             "pct_peak": pct, "max_err_y": 0.0}
-            for impl, ms, pct in (("triton", 0.10, 90.0), ("torch", 0.08, 95.0))]
+    rows = [
+        {
+            "M": 4096,
+            "N": 8192,
+            "dtype": "bf16",
+            "mode": "fwd",
+            "impl": impl,
+            "ms": ms,
+            "GBps": 1.0,
+            "pct_peak": pct,
+            "max_err_y": 0.0,
+        }
+        for impl, ms, pct in (("triton", 0.10, 90.0), ("torch", 0.08, 95.0))
+    ]
     lstm = {"B": 8, "T": 64, "H": 256, "impl": bench.SEQUENCE, "ms": 2.0, "x_cudnn": 1.2}
     with (tmp_path / "kernel_bench.jsonl").open("w") as f:  # the stream of a run cut before its summary
         items = [{"layer_norm": r} for r in rows] + [{"ln_lstm": lstm}]
         f.writelines(json.dumps(item) + "\n" for item in items)
         f.write('{"layer_norm": {"M": 1')
-    args = ["--tests-rc", "1", "--bench-rc", "124", "--overhead-rc", "-1", "--seconds", "300",
-            "--engine", "1", "--wheels", "installed"]
+    args = [
+        "--tests-rc",
+        "1",
+        "--bench-rc",
+        "124",
+        "--overhead-rc",
+        "-1",
+        "--seconds",
+        "300",
+        "--engine",
+        "1",
+        "--wheels",
+        "installed",
+    ]
     assert _status_module().main([str(tmp_path), *args]) == 0
     status = json.loads((tmp_path / "status.json").read_text())
-    assert status["tests"] == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1, "passed": 1,
-                               "failed": ["tests.kernels.test_gpu::test_b"]}
+    assert status["tests"] == {
+        "tests": 3,
+        "failures": 1,
+        "errors": 0,
+        "skipped": 1,
+        "passed": 1,
+        "failed": ["tests.kernels.test_gpu::test_b"],
+    }
     assert status["rc"] == {"tests": 1, "bench": 124, "overhead": -1, "engine_cuda": -1}
     assert status["env"][0] == "NVIDIA H200"
     b = status["bench"]
@@ -134,13 +178,28 @@ def test_status_counts_the_tests_and_summarizes_a_benchmark_cut_short(tmp_path):
     assert b["summary"] == bench.summarize(rows, [lstm])
     assert b["summary"]["triton_slower_than_a_baseline (target: none)"][0]["ratio"] == 1.25
     # a finished benchmark: its own summary, and what it left out
-    (tmp_path / "kernel_bench.json").write_text(json.dumps(
-        {"seconds": 12.5, "parts": ["lstm"], "layer_norm": [], "ln_lstm": [lstm], "ln_gru": [],
-         "not_measured": ["gru B=8 T=64 H=256"], "compile_cache": {"fxgraph_cache_hit": 6},
-         "summary": {"x": 1}}))
+    (tmp_path / "kernel_bench.json").write_text(
+        json.dumps(
+            {
+                "seconds": 12.5,
+                "parts": ["lstm"],
+                "layer_norm": [],
+                "ln_lstm": [lstm],
+                "ln_gru": [],
+                "not_measured": ["gru B=8 T=64 H=256"],
+                "compile_cache": {"fxgraph_cache_hit": 6},
+                "summary": {"x": 1},
+            }
+        )
+    )
     assert _status_module().main([str(tmp_path), *args]) == 0
     b = json.loads((tmp_path / "status.json").read_text())["bench"]
-    assert b == {"source": "kernel_bench.json", "seconds": 12.5, "parts": ["lstm"],
-                 "rows": {"layer_norm": 0, "ln_lstm": 1, "ln_gru": 0},
-                 "not_measured": ["gru B=8 T=64 H=256"], "compile_cache": {"fxgraph_cache_hit": 6},
-                 "summary": {"x": 1}}
+    assert b == {
+        "source": "kernel_bench.json",
+        "seconds": 12.5,
+        "parts": ["lstm"],
+        "rows": {"layer_norm": 0, "ln_lstm": 1, "ln_gru": 0},
+        "not_measured": ["gru B=8 T=64 H=256"],
+        "compile_cache": {"fxgraph_cache_hit": 6},
+        "summary": {"x": 1},
+    }

@@ -38,7 +38,12 @@ def test_first_call_eager_second_captures_then_replays_with_each_calls_inputs(em
     got = [graphs.run(("loop",), loop, (x, w)) for x in xs]
     counts = emulated()
     assert {k: counts[k] for k in ("captures", "replays", "eager", "failed", "lent")} == {
-        "captures": 1, "replays": 3, "eager": 1, "failed": 0, "lent": 0}
+        "captures": 1,
+        "replays": 3,
+        "eager": 1,
+        "failed": 0,
+        "lent": 0,
+    }
     # the capture copies x, w in once; each replay copies them in and clones out and h out
     assert counts["copied_bytes"] == nbytes(xs[0], w) + 3 * (nbytes(xs[0], w) + nbytes(xs[0], xs[0][0]))
     for x, (out, h) in zip(xs, got, strict=True):
@@ -140,7 +145,7 @@ def test_threads_replaying_one_entry_each_get_their_own_result():
 
 def test_gpu_limits_scale_with_device_memory(monkeypatch):
     class Props:
-        total_memory = 141 * 10 ** 9  # an H200
+        total_memory = 141 * 10**9  # an H200
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props)
     per_entry, total = graphs._limits(torch.device("cuda", 0))
@@ -237,7 +242,7 @@ def test_two_forwards_before_either_backward_each_keep_their_data(emulated, firs
         wa, wb = w.clone().requires_grad_(), (w * 0.5).requires_grad_()
         d = torch.randn(4, 2, 3)
         ha, hb = toy(xa, wa), toy(xb, wb)
-        for h in ((ha, hb) if first == "a" else (hb, ha)):
+        for h in (ha, hb) if first == "a" else (hb, ha):
             h.backward(d)
         assert same((ha.detach(), xa.grad, wa.grad), eager_grads(xa.detach(), wa.detach(), d))
         assert same((hb.detach(), xb.grad, wb.grad), eager_grads(xb.detach(), wb.detach(), d))

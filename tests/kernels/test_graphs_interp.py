@@ -57,8 +57,9 @@ def test_replayed_calls_equal_eager_calls_bit_for_bit(gen, sequence_inputs, cell
 
 @pytest.mark.parametrize("first", ["a", "b"])
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_interleaved_forwards_keep_their_own_saved_tensors(gen, sequence_inputs, cell, first,
-                                                           emulated_graphs):
+def test_interleaved_forwards_keep_their_own_saved_tensors(
+    gen, sequence_inputs, cell, first, emulated_graphs
+):
     # Two layers of one shape share a graph: both forwards replay before either backward, so each call's
     # saved tensors (and returned hs) must be its own: the second forward evicts what the first was lent,
     # and a backward restoring data into the forward's buffers evicts what they hold.
@@ -73,7 +74,7 @@ def test_interleaved_forwards_keep_their_own_saved_tensors(gen, sequence_inputs,
     ha_before = ha.detach().clone()
     hb = fn(*lb, 1e-5)
     assert torch.equal(ha.detach(), ha_before)  # the second replay did not overwrite the first output
-    for h in ((ha, hb) if first == "a" else (hb, ha)):
+    for h in (ha, hb) if first == "a" else (hb, ha):
         (h * d).sum().backward()
     counts = emulated_graphs()
     assert counts["replays"] >= 4 and counts["evicted"] == (1 if first == "b" else 2), counts

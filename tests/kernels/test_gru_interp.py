@@ -16,8 +16,16 @@ def _inputs(gen, B, H, dtype=torch.float32, pdtype=None):
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * s + m
 
     acts = [r(B, 2 * H, s=2, m=1), r(B, 2 * H), r(B, H, s=3), r(B, H, m=-1), r(B, H)]
-    params = [r(2 * H, s=0.3, m=1), r(2 * H, s=0.2), r(2 * H, s=0.3, m=1), r(2 * H, s=0.2),
-              r(H, s=0.3, m=1), r(H, s=0.2), r(H, s=0.3, m=1), r(H, s=0.2)]
+    params = [
+        r(2 * H, s=0.3, m=1),
+        r(2 * H, s=0.2),
+        r(2 * H, s=0.3, m=1),
+        r(2 * H, s=0.2),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+        r(H, s=0.3, m=1),
+        r(H, s=0.2),
+    ]
     return [a.to(dtype) for a in acts] + [p.to(pdtype) for p in params]
 
 

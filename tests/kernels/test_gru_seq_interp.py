@@ -21,9 +21,10 @@ def _unrolled(cell):
         hs = []
         for t in range(ax.shape[0]):
             rec = h @ w_rec.t()
-            h = cell(rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H:], rec[:, 2 * H:], h, *params, eps)
+            h = cell(rec[:, : 2 * H], ax[t, :, : 2 * H], ax[t, :, 2 * H :], rec[:, 2 * H :], h, *params, eps)
             hs.append(h)
         return torch.stack(hs)
+
     return run
 
 
@@ -34,8 +35,20 @@ def _run(fn, inputs, d_out):
     return [hs.detach()] + [t.grad for t in leaves]
 
 
-NAMES = ["hs", "ax", "w_rec", "gain_zr_h", "bias_zr_h", "gain_zr_x", "bias_zr_x", "gain_wx", "bias_wx",
-         "gain_uh", "bias_uh", "h0"]
+NAMES = [
+    "hs",
+    "ax",
+    "w_rec",
+    "gain_zr_h",
+    "bias_zr_h",
+    "gain_zr_x",
+    "bias_zr_x",
+    "gain_wx",
+    "bias_wx",
+    "gain_uh",
+    "bias_uh",
+    "h0",
+]
 
 
 @pytest.mark.parametrize("T,B,H", [(5, 3, 8), (4, 9, 12), (1, 2, 4)])
@@ -72,8 +85,12 @@ def test_engine_gru_layer_runs_the_fused_sequence(gen, fused_vs_torch):
 def test_reference_dispatch_and_shape_errors(sequence_inputs):
     ax, w_rec, *params, h0 = [t.float() for t in sequence_inputs("gru", 3, 2, 4)]
     with torch.no_grad():
-        torch.testing.assert_close(kernels.triton_ln_gru_sequence(ax, w_rec, *params, h0),
-                                   kernels.ln_gru_sequence(ax, w_rec, *params, h0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            kernels.triton_ln_gru_sequence(ax, w_rec, *params, h0),
+            kernels.ln_gru_sequence(ax, w_rec, *params, h0),
+            atol=1e-5,
+            rtol=1e-5,
+        )
     with pytest.raises(ValueError, match=r"w_rec must be \[W_h; U\]"):
         kernels.triton_ln_gru_sequence(ax, w_rec[:8], *params, h0)
     with pytest.raises(ValueError, match=r"expects ax \(T, B, 3H\)"):

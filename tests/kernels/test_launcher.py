@@ -15,10 +15,16 @@ from kernels import launcher as L  # noqa: E402  (needs triton only for its hook
 
 def _samples():
     base = torch.zeros(64)
-    ints = [0, 1, 2, 15, 16, 17, 32, 2 ** 31 - 1, 2 ** 31, -(2 ** 31), -(2 ** 31) - 1, 2 ** 40, 2 ** 63 - 1,
-            2 ** 63]
-    tensors = [base, base[1:], base[4:], base[4:].half(), torch.zeros(8, dtype=torch.bfloat16),
-               torch.zeros(8, dtype=torch.bfloat16)[3:], torch.zeros(8, dtype=torch.int64)]
+    ints = [0, 1, 2, 15, 16, 17, 32, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**40, 2**63 - 1, 2**63]
+    tensors = [
+        base,
+        base[1:],
+        base[4:],
+        base[4:].half(),
+        torch.zeros(8, dtype=torch.bfloat16),
+        torch.zeros(8, dtype=torch.bfloat16)[3:],
+        torch.zeros(8, dtype=torch.int64),
+    ]
     return tensors, ints + [0.5, 1.0, 1e-5, True, False, None]
 
 
@@ -32,11 +38,12 @@ def test_equal_launch_keys_mean_equal_triton_specializations():
     for group, n in ((tensors, 1), (scalars, 0)):
         for a, b in itertools.combinations(group, 2):
             if L.spec_key((a,), n) == L.spec_key((b,), n):
-                assert (native_specialize_impl(BaseBackend, a, False, True, True)
-                        == native_specialize_impl(BaseBackend, b, False, True, True)), (a, b)
+                assert native_specialize_impl(BaseBackend, a, False, True, True) == native_specialize_impl(
+                    BaseBackend, b, False, True, True
+                ), (a, b)
     # and it tells apart what Triton tells apart
     assert L.spec_key((1,), 0) != L.spec_key((2,), 0) != L.spec_key((16,), 0)
-    assert L.spec_key((2 ** 31 - 1,), 0) != L.spec_key((2 ** 31,), 0)
+    assert L.spec_key((2**31 - 1,), 0) != L.spec_key((2**31,), 0)
     assert L.spec_key((tensors[0],), 1) != L.spec_key((tensors[1],), 1)
 
 
@@ -63,6 +70,7 @@ class _FakeJIT:
         def launch(*args, **meta):
             self.calls.append(("jit", grid, args, meta))
             return _Compiled(self.calls)
+
         return launch
 
 
@@ -83,8 +91,12 @@ def test_launcher_calls_the_compiled_launcher_directly_after_the_first_call(monk
     assert args == (5, 2, 1, 7, "fn", "meta", None, None, None, y, x, 48, 1e-3, 32, True)
     # a different specialization goes through the JIT again: an unaligned pointer, an int no longer a
     # multiple of 16, another dtype, another launch configuration
-    for args, key in (((x[1:], y, 32, 1e-5), ("cfg",)), ((x, y, 33, 1e-5), ("cfg",)),
-                      ((x.double(), y, 32, 1e-5), ("cfg",)), ((x, y, 32, 1e-5), ("other",))):
+    for args, key in (
+        ((x[1:], y, 32, 1e-5), ("cfg",)),
+        ((x, y, 33, 1e-5), ("cfg",)),
+        ((x.double(), y, 32, 1e-5), ("cfg",)),
+        ((x, y, 32, 1e-5), ("other",)),
+    ):
         n = len(jit.calls)
         launch((1,), args, key, **meta)
         assert jit.calls[n][0] == "jit"
@@ -131,6 +143,7 @@ def test_a_kernel_the_jit_does_not_return_is_never_cached():
         def __getitem__(self, grid):
             def launch(*a, **k):
                 self.n += 1
+
             return launch
 
     k = Interpreted()
@@ -199,7 +212,7 @@ def test_layer_norm_dispatches_to_torch_below_the_size_line(monkeypatch, forced)
 def test_the_size_line_is_where_host_time_stops_hiding_gpu_time():
     # The constant's reasoning (kernels/__init__.py): a bf16 forward at the line moves ≥ 16 MB, ≥ 3 µs at
     # the H200's 4.8 TB/s, as much GPU time as an eager torch call's host time; far below, host time rules.
-    assert 2 ** 20 <= kernels.LN_TRITON_MIN_ELEMS <= 2 ** 26
+    assert 2**20 <= kernels.LN_TRITON_MIN_ELEMS <= 2**26
     assert 4 * kernels.LN_TRITON_MIN_ELEMS / 4.8e12 >= 3e-6
 
 
@@ -222,11 +235,14 @@ def test_on_a_gpu_repeat_calls_take_the_direct_launch_and_give_the_same_bits():
     assert 1 <= P <= 32 * torch.cuda.get_device_properties(0).multi_processor_count
     # below the size line, kernels.layer_norm is F.layer_norm itself
     small = torch.randn(64, 768, device="cuda", dtype=torch.bfloat16)
-    w2, b2 = torch.randn(768, device="cuda", dtype=torch.bfloat16), torch.randn(768, device="cuda",
-                                                                            dtype=torch.bfloat16)
+    w2, b2 = (
+        torch.randn(768, device="cuda", dtype=torch.bfloat16),
+        torch.randn(768, device="cuda", dtype=torch.bfloat16),
+    )
     assert kernels.ln_backend_for(small) == "torch"
-    assert torch.equal(kernels.layer_norm(small, w2, b2, 1e-5),
-                       torch.nn.functional.layer_norm(small, (768,), w2, b2, 1e-5))
+    assert torch.equal(
+        kernels.layer_norm(small, w2, b2, 1e-5), torch.nn.functional.layer_norm(small, (768,), w2, b2, 1e-5)
+    )
 
 
 @pytest.mark.gpu

@@ -147,6 +147,7 @@ def test_opcheck_of_the_registered_ops(gen):
 
 # ---- the eager path (autograd.Function) against the custom ops: same launch functions, same bits ----
 
+
 def _op_path(tier):
     from kernels.layer_norm_op import TIERS, layer_norm_fwd
 
@@ -192,8 +193,9 @@ def test_compiled_graph_holds_the_custom_op(gen):
         return gm.forward
 
     x, w, b, _ = _data(gen, 4, 37, torch.float32)
-    compiled = torch.compile(lambda x, w, b: kernels.triton_layer_norm(x, w, b, 1e-5), fullgraph=True,
-                             backend=recording_backend)
+    compiled = torch.compile(
+        lambda x, w, b: kernels.triton_layer_norm(x, w, b, 1e-5), fullgraph=True, backend=recording_backend
+    )
     torch._dynamo.reset()
     y = compiled(x, w, b)
     assert torch.ops.normlab.layer_norm_fwd.default in targets, targets
@@ -213,6 +215,7 @@ def test_eager_path_on_batched_and_strided_inputs(gen):
 
 
 # ---- the backward's partial buffers: never zero-filled, so nothing may depend on what they held ----
+
 
 @pytest.mark.parametrize("tier", ["looped", "resident"])
 @pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True)])
@@ -320,7 +323,7 @@ def test_shifted_kernels_fall_back_when_rows_do_not_share_alignment(gen, tol, mo
     w, b = w[1:], b[1:]
     views = [  # (x from the leaf, dy): neither lets x, dy and the dense y / dx share one alignment
         (lambda t: t[:, 1:], dy[:, 1:]),  # rows strided by 1002 elements (dy too)
-        (lambda t: t.reshape(-1)[1:1 + 5 * 1001].view(5, 1001), dy[:5, 1:].contiguous()),  # 4 bytes off
+        (lambda t: t.reshape(-1)[1 : 1 + 5 * 1001].view(5, 1001), dy[:5, 1:].contiguous()),  # 4 bytes off
     ]
     for view, d in views:
         leaf = base.detach().clone().requires_grad_()

@@ -16,10 +16,20 @@ def _cell_inputs(gen, B, H, dtype=torch.float32, pdtype=None):
     def draw(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
 
-    acts = [draw(B, 4 * H, scale=3, shift=1).to(dtype), draw(B, 4 * H, scale=0.5, shift=-2).to(dtype),
-            draw(B, H).to(dtype)]
-    params = [draw(4 * H, scale=0.3, shift=1), draw(4 * H, scale=0.2), draw(4 * H, scale=0.3, shift=1),
-              draw(4 * H, scale=0.2), draw(4 * H, scale=0.5), draw(H, scale=0.3, shift=1), draw(H, scale=0.2)]
+    acts = [
+        draw(B, 4 * H, scale=3, shift=1).to(dtype),
+        draw(B, 4 * H, scale=0.5, shift=-2).to(dtype),
+        draw(B, H).to(dtype),
+    ]
+    params = [
+        draw(4 * H, scale=0.3, shift=1),
+        draw(4 * H, scale=0.2),
+        draw(4 * H, scale=0.3, shift=1),
+        draw(4 * H, scale=0.2),
+        draw(4 * H, scale=0.5),
+        draw(H, scale=0.3, shift=1),
+        draw(H, scale=0.2),
+    ]
     return acts + [p.to(pdtype) for p in params]
 
 
@@ -32,8 +42,9 @@ def _run(cell, inputs, dh, dc):
 
 
 def _upstream(gen, B, H):
-    return torch.randn(B, H, generator=gen, dtype=torch.float64), torch.randn(B, H, generator=gen,
-                                                                               dtype=torch.float64)
+    return torch.randn(B, H, generator=gen, dtype=torch.float64), torch.randn(
+        B, H, generator=gen, dtype=torch.float64
+    )
 
 
 @pytest.mark.parametrize("B,H", [(5, 12), (3, 32)])
@@ -43,8 +54,20 @@ def test_fused_cell_matches_reference_cell_and_float64(gen, B, H):
     got = _run(kernels.triton_ln_lstm_cell, inputs, dh, dc)
     ref32 = _run(ln_lstm_cell_reference, inputs, dh, dc)
     ref64 = _run(ln_lstm_cell_reference, [t.double() for t in inputs], dh, dc)
-    names = ["h", "c", "hh", "xx", "c_prev", "gain_h", "bias_h", "gain_x", "bias_x", "bias", "gain_c",
-             "bias_c"]
+    names = [
+        "h",
+        "c",
+        "hh",
+        "xx",
+        "c_prev",
+        "gain_h",
+        "bias_h",
+        "gain_x",
+        "bias_x",
+        "bias",
+        "gain_c",
+        "bias_c",
+    ]
     for name, g, r32, r64 in zip(names, got, ref32, ref64, strict=True):
         assert g.dtype == r32.dtype, name
         torch.testing.assert_close(g, r32, atol=2e-5, rtol=2e-5, msg=lambda m, n=name: f"{n} vs fp32: {m}")
@@ -90,8 +113,11 @@ def test_three_step_unroll_matches_reference(gen):
         loss.backward()
         return [h.detach(), c.detach(), wh.grad] + [p.grad for p in ps]
 
-    for g, r in zip(unroll(kernels.triton_ln_lstm_cell, torch.float32), unroll(ln_lstm_cell_reference,
-                                                                               torch.float64), strict=True):
+    for g, r in zip(
+        unroll(kernels.triton_ln_lstm_cell, torch.float32),
+        unroll(ln_lstm_cell_reference, torch.float64),
+        strict=True,
+    ):
         torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4)
 
 
@@ -115,7 +141,11 @@ def test_cell_traces_without_graph_break(gen):
     dh = torch.zeros(2, 8, dtype=torch.float64)
     leaves = [t.clone().requires_grad_() for t in inputs]
     compiled(*leaves).backward()
-    want = _run(lambda *a: (lambda h, c: (h * c, torch.zeros_like(c)))(*kernels.triton_ln_lstm_cell(*a)),
-                inputs, dh + 1, dh)
+    want = _run(
+        lambda *a: (lambda h, c: (h * c, torch.zeros_like(c)))(*kernels.triton_ln_lstm_cell(*a)),
+        inputs,
+        dh + 1,
+        dh,
+    )
     for t, w in zip(leaves, want[2:], strict=True):
         torch.testing.assert_close(t.grad, w, atol=1e-6, rtol=1e-6)

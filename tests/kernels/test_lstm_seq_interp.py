@@ -75,8 +75,11 @@ def test_sequence_gradients_are_bitwise_deterministic(gen, sequence_inputs):
 def test_bf16_sequence_with_fp32_parameters(gen, sequence_inputs):
     T, B, H = 3, 4, 8
     inputs = sequence_inputs("lstm", T, B, H)
-    mixed = [t.bfloat16() for t in inputs[:2]] + [t.float() for t in inputs[2:9]] + [
-        t.bfloat16() for t in inputs[9:]]
+    mixed = (
+        [t.bfloat16() for t in inputs[:2]]
+        + [t.float() for t in inputs[2:9]]
+        + [t.bfloat16() for t in inputs[9:]]
+    )
     d_out = torch.randn(T, B, H, generator=gen, dtype=torch.float64)
     got = _run(kernels.triton_ln_lstm_sequence, mixed, d_out)
     ref = _run(_reference_sequence, inputs, d_out)

@@ -43,8 +43,9 @@ def test_unknown_preset_exits_2_and_lists_the_presets(capsys):
     assert all(name in err for name in PRESETS)
 
 
-@pytest.mark.parametrize("argv", [["--seeds", "0,x"], ["--seeds", "1,1"], ["--steps", "0"],
-                                  ["--threads", "0"], ["--jobs", "0"]])
+@pytest.mark.parametrize(
+    "argv", [["--seeds", "0,x"], ["--seeds", "1,1"], ["--steps", "0"], ["--threads", "0"], ["--jobs", "0"]]
+)
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     assert main(["reproduce", "online", *argv]) == 2
     assert capsys.readouterr().err.startswith("normlab reproduce: ")

@@ -31,13 +31,16 @@ def test_every_event_kind_has_a_payload_model():
     assert set(PAYLOADS) == {"scalars", "status", "log", "hidden", "fisher"}
 
 
-@pytest.mark.parametrize(("kind", "payload"), [
-    ("scalars", {"train_loss": 1.0}),  # grad_norm, lr, steps_per_s, elapsed missing
-    ("status", {"status": "finished"}),  # not a RunStatus
-    ("log", {"level": "loud", "message": "x"}),
-    ("hidden", {"time_steps": [1, 2]}),
-    ("fisher", {"trace": {}}),  # trace_estimator and groups missing
-])
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("scalars", {"train_loss": 1.0}),  # grad_norm, lr, steps_per_s, elapsed missing
+        ("status", {"status": "finished"}),  # not a RunStatus
+        ("log", {"level": "loud", "message": "x"}),
+        ("hidden", {"time_steps": [1, 2]}),
+        ("fisher", {"trace": {}}),  # trace_estimator and groups missing
+    ],
+)
 def test_a_payload_that_breaks_its_contract_is_refused(kind, payload):
     with pytest.raises(ValidationError):
         check_payload(kind, payload)
@@ -55,8 +58,12 @@ def test_the_event_counter_checks_before_numbering():
 def test_summary_serializes_only_what_was_set():
     assert RunSummary().model_dump(mode="json") == {}
     done = RunSummary(metrics={"val_loss": 0.5}, probes=None, step=3, wall_time=1.5)
-    assert done.model_dump(mode="json") == {"metrics": {"val_loss": 0.5}, "probes": None, "step": 3,
-                                            "wall_time": 1.5}
+    assert done.model_dump(mode="json") == {
+        "metrics": {"val_loss": 0.5},
+        "probes": None,
+        "step": 3,
+        "wall_time": 1.5,
+    }
     assert RunSummary.model_validate({"step": 7}).model_dump(mode="json") == {"step": 7}
 
 
@@ -66,5 +73,7 @@ def test_run_public_reads_the_stored_json_and_gives_it_back_unchanged():
     run = RunPublic(id="r", spec=spec, status="completed", created_at=0, summary=summary)
     out = json.loads(run.model_dump_json())
     assert out["spec"] == spec and out["summary"] == summary and out["status"] == "completed"
-    assert json.loads(RunPublic(id="q", spec=spec, status="queued", created_at=0).model_dump_json())[
-        "summary"] == {}
+    assert (
+        json.loads(RunPublic(id="q", spec=spec, status="queued", created_at=0).model_dump_json())["summary"]
+        == {}
+    )

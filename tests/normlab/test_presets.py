@@ -7,8 +7,16 @@ import pytest
 from normlab.presets import PRESETS
 from normlab.spec import RunSpec
 
-PAPER_PRESETS = {"fig6-batch128", "fig6-batch4", "online", "convnets", "gain-init", "long-sequences", "draw",
-                 "order-embeddings"}
+PAPER_PRESETS = {
+    "fig6-batch128",
+    "fig6-batch4",
+    "online",
+    "convnets",
+    "gain-init",
+    "long-sequences",
+    "draw",
+    "order-embeddings",
+}
 
 
 def test_the_papers_presets_are_all_there():

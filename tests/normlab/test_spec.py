@@ -16,26 +16,38 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
     assert err.value.errors()[0]["ctx"]["fields"] == ["batch_size"]
 
 
-@pytest.mark.parametrize("bad,field", [
-    ({"task": "digits", "cell": "lstm"}, "cell"),
-    ({"task": "digits", "seq_len": 10}, "seq_len"),
-    ({"task": "adding", "seq_len": 3000}, "seq_len"),
-    ({"task": "seq-digits", "seq_len": 9}, "seq_len"),
-    ({"task": "adding", "seq_len": 50, "eval_seq_len": 20}, "eval_seq_len"),
-    ({"task": "digits", "norm": "group"}, "norm"),
-    ({"task": "adding", "norm": "batch", "ln_placement": "cell"}, "ln_placement"),
-    ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
-    ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
-    ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
-])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        ({"task": "digits", "cell": "lstm"}, "cell"),
+        ({"task": "digits", "seq_len": 10}, "seq_len"),
+        ({"task": "adding", "seq_len": 3000}, "seq_len"),
+        ({"task": "seq-digits", "seq_len": 9}, "seq_len"),
+        ({"task": "adding", "seq_len": 50, "eval_seq_len": 20}, "eval_seq_len"),
+        ({"task": "digits", "norm": "group"}, "norm"),
+        ({"task": "adding", "norm": "batch", "ln_placement": "cell"}, "ln_placement"),
+        ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
+        ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
+        ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
+    ],
+)
 def test_each_bad_combination_is_refused_with_its_field(bad, field):
     with pytest.raises(ValidationError) as err:
         RunSpec(**bad)
     assert field in err.value.errors()[0]["ctx"]["fields"]
 
 
-@pytest.mark.parametrize("bad", [{"batch_size": 0}, {"lr": 0}, {"steps": 10**9}, {"norm": "foo"},
-                                 {"unknown_field": 1}, {"gain_init": -1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"batch_size": 0},
+        {"lr": 0},
+        {"steps": 10**9},
+        {"norm": "foo"},
+        {"unknown_field": 1},
+        {"gain_init": -1},
+    ],
+)
 def test_out_of_range_fields_are_refused(bad):
     with pytest.raises(ValidationError):
         RunSpec(**bad)
@@ -54,8 +66,12 @@ def test_mnist_is_unavailable_without_files_and_available_with_them(tmp_path):
     avail = task_availability("mnist", tmp_path)
     assert not avail.available and "digits" in avail.reason and str(tmp_path) in avail.reason
     (tmp_path / "mnist").mkdir()
-    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                 "t10k-labels-idx1-ubyte.gz"):
+    for stem in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte.gz",
+    ):
         (tmp_path / "mnist" / stem).write_bytes(b"")
     assert task_availability("mnist", tmp_path).available
 

@@ -48,8 +48,9 @@ def _train_one(settings, app) -> None:
     run_id = new_run_id()
     spec = RunSpec(task="digits", steps=20, hidden_size=16, eval_every=10).resolved()
     store.create_runs([{"id": run_id, "spec": spec.model_dump(mode="json")}])
-    with start_worker(app, pool="solo", perform_ping_check=False, queues=[settings.queue],
-                      shutdown_timeout=30):
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, queues=[settings.queue], shutdown_timeout=30
+    ):
         app.send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
         deadline = time.monotonic() + 120
         while store.get_run(run_id)["status"] in ("queued", "running"):

@@ -39,8 +39,9 @@ def cooperative(spec, emit, should_stop, run_id, settings):
         step += 1
         time.sleep(0.01)
     events("status", step, {"status": RunStatus.CANCELLED, "message": "engine's own", "metrics": {}})
-    return RunResult(status=RunStatus.CANCELLED, step=step, wall_time=0.0, device="cpu",
-                     kernel_backend="torch")
+    return RunResult(
+        status=RunStatus.CANCELLED, step=step, wall_time=0.0, device="cpu", kernel_backend="torch"
+    )
 
 
 def _in_pool_child(run_id: str, settings: Settings, train) -> int:
@@ -76,8 +77,11 @@ def _cancel_and_time(store: Store, run_id: str, pid: int) -> tuple[float, int]:
 def _terminal_events(store: Store, run_id: str) -> list[dict]:
     events = store.events_after(run_id, 0)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    return [json.loads(e.payload) for e in events
-            if e.kind == "status" and json.loads(e.payload)["status"] != RunStatus.RUNNING]
+    return [
+        json.loads(e.payload)
+        for e in events
+        if e.kind == "status" and json.loads(e.payload)["status"] != RunStatus.RUNNING
+    ]
 
 
 def test_a_run_stuck_in_set_up_is_cancelled_within_a_second_by_its_child(tmp_path):

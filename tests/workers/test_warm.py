@@ -50,8 +50,13 @@ CHILD = textwrap.dedent("""
 
 def _run(mode: str, tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torch's own thread count
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(tmp_path)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -78,8 +83,15 @@ def test_the_warm_up_never_touches_cuda(tmp_path, monkeypatch):
     def touched(*_a, **_k):
         raise AssertionError("the warm-up touched CUDA")
 
-    for name in ("is_available", "device_count", "init", "_lazy_init", "get_device_name",
-                 "get_device_properties", "synchronize"):
+    for name in (
+        "is_available",
+        "device_count",
+        "init",
+        "_lazy_init",
+        "get_device_name",
+        "get_device_properties",
+        "synchronize",
+    ):
         monkeypatch.setattr(torch.cuda, name, touched)
     threads = torch.get_num_threads()
     report = warm.warm_parent(Settings(data_dir=tmp_path))
@@ -88,8 +100,9 @@ def test_the_warm_up_never_touches_cuda(tmp_path, monkeypatch):
     assert torch.get_num_threads() == threads  # the one-thread warm-up gives the threads back
 
 
-@pytest.mark.parametrize("pool, prefork", [("prefork", True), ("processes", True), ("solo", False),
-                                           ("threads", False)])
+@pytest.mark.parametrize(
+    "pool, prefork", [("prefork", True), ("processes", True), ("solo", False), ("threads", False)]
+)
 def test_only_a_forking_pool_is_warmed(pool, prefork):
     from celery.concurrency import get_implementation
 

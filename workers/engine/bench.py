@@ -43,12 +43,12 @@ def measure_steps_per_s(spec: RunSpec, warmup: int, steps: int, settings: Settin
     if result.status != "completed" or not measured:
         return {"status": result.status, "steps_per_s": None, "ms_per_step": None, "error": result.error}
     median = statistics.median(measured)  # the median step: robust to other processes' bursts
-    return {"status": result.status, "steps_per_s": 1.0 / median, "ms_per_step": 1e3 * median,
-            "error": None}
+    return {"status": result.status, "steps_per_s": 1.0 / median, "ms_per_step": 1e3 * median, "error": None}
 
 
-def task_rows(tasks: list[str], norms: list[str] | None, warmup: int, steps: int,
-              settings: Settings, rounds: int = 1) -> list[dict]:
+def task_rows(
+    tasks: list[str], norms: list[str] | None, warmup: int, steps: int, settings: Settings, rounds: int = 1
+) -> list[dict]:
     """One row per (task, normalizer): the default model's configuration and its steps/s.
 
     With several rounds every configuration is measured once per round, round-robin, and the fastest
@@ -63,8 +63,15 @@ def task_rows(tasks: list[str], norms: list[str] | None, warmup: int, steps: int
                 continue
             row = {"task": name, "norm": norm}
             if not avail.available:
-                rows.append({**row, "status": "unavailable", "steps_per_s": None, "ms_per_step": None,
-                             "error": avail.reason})
+                rows.append(
+                    {
+                        **row,
+                        "status": "unavailable",
+                        "steps_per_s": None,
+                        "ms_per_step": None,
+                        "error": avail.reason,
+                    }
+                )
                 continue
             spec = RunSpec(task=name, norm=norm, batch_size=info.batch_size).resolved()
             row.update(model=_describe(spec, info.kind), batch_size=spec.batch_size, rounds_ms=[])
@@ -128,12 +135,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_lstm:
         from workers.engine.bench_lstm import measure_lnlstm_ratio
 
-        lstm = measure_lnlstm_ratio(batch=args.lstm_batch, seq_len=args.lstm_seq_len,
-                                    hidden=args.lstm_hidden, repeats=args.lstm_repeats)
-    out = {"threads": torch.get_num_threads(), "warmup_steps": args.warmup, "measured_steps": args.steps,
-           "rounds": args.rounds,
-           "device": "cuda" if torch.cuda.is_available() else "cpu", "steps_per_s": rows,
-           "lnlstm_vs_torch_lstm": lstm, "wall_time": time.perf_counter() - start}
+        lstm = measure_lnlstm_ratio(
+            batch=args.lstm_batch,
+            seq_len=args.lstm_seq_len,
+            hidden=args.lstm_hidden,
+            repeats=args.lstm_repeats,
+        )
+    out = {
+        "threads": torch.get_num_threads(),
+        "warmup_steps": args.warmup,
+        "measured_steps": args.steps,
+        "rounds": args.rounds,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "steps_per_s": rows,
+        "lnlstm_vs_torch_lstm": lstm,
+        "wall_time": time.perf_counter() - start,
+    }
     if args.json:
         print(json.dumps(out))
     else:
@@ -142,18 +159,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(out: dict) -> None:
-    print(f"Engine steps/s ({out['device']}, {out['threads']} threads; median of {out['measured_steps']} "
-          f"timed steps after {out['warmup_steps']} warm-up, evaluation excluded; best of {out['rounds']} "
-          "rounds):")
+    print(
+        f"Engine steps/s ({out['device']}, {out['threads']} threads; median of {out['measured_steps']} "
+        f"timed steps after {out['warmup_steps']} warm-up, evaluation excluded; best of {out['rounds']} "
+        "rounds):"
+    )
     print(f"  {'task':<12} {'norm':<7} {'model':<34} {'batch':>5} {'steps/s':>9} {'ms/step':>8}")
     for r in out["steps_per_s"]:
         if r["steps_per_s"] is None:
             print(f"  {r['task']:<12} {r['norm']:<7} {r['status']}: {r['error']}")
             continue
-        print(f"  {r['task']:<12} {r['norm']:<7} {r['model']:<34} {r['batch_size']:>5} "
-              f"{r['steps_per_s']:>9.1f} {r['ms_per_step']:>8.1f}")
+        print(
+            f"  {r['task']:<12} {r['norm']:<7} {r['model']:<34} {r['batch_size']:>5} "
+            f"{r['steps_per_s']:>9.1f} {r['ms_per_step']:>8.1f}"
+        )
     lstm = out["lnlstm_vs_torch_lstm"]
     if lstm:
-        print(f"LN-LSTM vs torch.nn.LSTM, fwd+bwd, B={lstm['batch']} T={lstm['seq_len']} H={lstm['hidden']} "
-              f"(median of {lstm['repeats']}): engine {lstm['engine_s'] * 1e3:.1f} ms, torch.nn.LSTM "
-              f"{lstm['torch_lstm_s'] * 1e3:.1f} ms, ratio {lstm['ratio_engine_vs_torch']:.2f}x")
+        print(
+            f"LN-LSTM vs torch.nn.LSTM, fwd+bwd, B={lstm['batch']} T={lstm['seq_len']} H={lstm['hidden']} "
+            f"(median of {lstm['repeats']}): engine {lstm['engine_s'] * 1e3:.1f} ms, torch.nn.LSTM "
+            f"{lstm['torch_lstm_s'] * 1e3:.1f} ms, ratio {lstm['ratio_engine_vs_torch']:.2f}x"
+        )

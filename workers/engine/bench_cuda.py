@@ -62,21 +62,38 @@ def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int) -> di
     rows = []
     for auto, plain in zip(by_backend["auto"], by_backend["torch"], strict=True):
         a, t = auto.get("steps_per_s"), plain.get("steps_per_s")
-        rows.append({"task": auto["task"], "norm": auto["norm"], "model": auto.get("model"),
-                     "steps_per_s_auto": a, "steps_per_s_torch": t,
-                     "auto_over_torch": round(a / t, 3) if a and t else None,
-                     "status": auto.get("status"), "error": auto.get("error") or plain.get("error")})
+        rows.append(
+            {
+                "task": auto["task"],
+                "norm": auto["norm"],
+                "model": auto.get("model"),
+                "steps_per_s_auto": a,
+                "steps_per_s_torch": t,
+                "auto_over_torch": round(a / t, 3) if a and t else None,
+                "status": auto.get("status"),
+                "error": auto.get("error") or plain.get("error"),
+            }
+        )
     lstm = {backend: round(_lstm_layer_ms(backend), 4) for backend in ("auto", "torch")}
     ratios = [r["auto_over_torch"] for r in rows if r["auto_over_torch"] is not None]
-    return {"device": torch.cuda.get_device_name(), "warmup": warmup, "steps": steps, "rounds": rounds,
-            "tasks": rows, "engine_lnlstm_ms": {"shape_BTH": LSTM_SHAPE, **lstm},
-            "summary": {"min_auto_over_torch (target >= 1)": min(ratios, default=None),
-                        "engine_lnlstm_auto_over_torch_time": round(lstm["auto"] / lstm["torch"], 3)}}
+    return {
+        "device": torch.cuda.get_device_name(),
+        "warmup": warmup,
+        "steps": steps,
+        "rounds": rounds,
+        "tasks": rows,
+        "engine_lnlstm_ms": {"shape_BTH": LSTM_SHAPE, **lstm},
+        "summary": {
+            "min_auto_over_torch (target >= 1)": min(ratios, default=None),
+            "engine_lnlstm_auto_over_torch_time": round(lstm["auto"] / lstm["torch"], 3),
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.engine.bench_cuda",
-                                description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m workers.engine.bench_cuda", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--tasks", help="comma-separated tasks (default: every task with a LayerNorm model)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
@@ -99,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     for r in result["tasks"]:
-        print(f"{r['task']:<12} {r['norm']:<6} auto {r['steps_per_s_auto'] or 0:9.1f} steps/s  torch "
-              f"{r['steps_per_s_torch'] or 0:9.1f}  auto/torch {r['auto_over_torch']}")
+        print(
+            f"{r['task']:<12} {r['norm']:<6} auto {r['steps_per_s_auto'] or 0:9.1f} steps/s  torch "
+            f"{r['steps_per_s_torch'] or 0:9.1f}  auto/torch {r['auto_over_torch']}"
+        )
     print(json.dumps(result["summary"]))
     return 0
 

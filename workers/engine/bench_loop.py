@@ -75,13 +75,21 @@ def _interleaved_step_times(spec: RunSpec, settings: Settings) -> tuple[list[flo
     return engine_times, plain_times[1:]  # the plain loop's first step builds its graph and state
 
 
-def measure_loop_overhead(settings: Settings, task: str = "digits", norm: str = "layer", steps: int = 150,
-                          warmup: int = 20, repeats: int = 3, threads: int = 1) -> dict:
+def measure_loop_overhead(
+    settings: Settings,
+    task: str = "digits",
+    norm: str = "layer",
+    steps: int = 150,
+    warmup: int = 20,
+    repeats: int = 3,
+    threads: int = 1,
+) -> dict:
     """{"engine_ms", "plain_ms", "ratio", …}: median step times of the engine and the plain loop."""
     if min(steps, repeats, threads) < 1 or warmup < 0:
         raise ValueError("steps, repeats and threads must be ≥ 1, warmup ≥ 0")
-    spec = RunSpec(task=task, norm=norm, steps=min(warmup + steps, 400), eval_every=100_000,
-                   device="cpu").resolved()
+    spec = RunSpec(
+        task=task, norm=norm, steps=min(warmup + steps, 400), eval_every=100_000, device="cpu"
+    ).resolved()
     global _clock
     _clock = time.thread_time if threads == 1 else time.perf_counter
     before = torch.get_num_threads()
@@ -95,9 +103,18 @@ def measure_loop_overhead(settings: Settings, task: str = "digits", norm: str = 
     finally:
         torch.set_num_threads(before)
     engine, plain = statistics.median(runs["engine"]), statistics.median(runs["plain"])
-    return {"task": task, "norm": norm, "model": f"{spec.layers}x{spec.hidden_size}",
-            "batch_size": spec.batch_size, "steps": spec.steps - warmup, "repeats": repeats,
-            "threads": threads,
-            "engine_ms": 1e3 * engine, "plain_ms": 1e3 * plain, "ratio": engine / plain,
-            "target_ratio": TARGET_RATIO, "meets_target": engine / plain <= TARGET_RATIO,
-            "runs_ms": {k: [round(1e3 * v, 4) for v in vs] for k, vs in runs.items()}}
+    return {
+        "task": task,
+        "norm": norm,
+        "model": f"{spec.layers}x{spec.hidden_size}",
+        "batch_size": spec.batch_size,
+        "steps": spec.steps - warmup,
+        "repeats": repeats,
+        "threads": threads,
+        "engine_ms": 1e3 * engine,
+        "plain_ms": 1e3 * plain,
+        "ratio": engine / plain,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": engine / plain <= TARGET_RATIO,
+        "runs_ms": {k: [round(1e3 * v, 4) for v in vs] for k, vs in runs.items()},
+    }

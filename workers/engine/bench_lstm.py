@@ -66,8 +66,9 @@ def _time_once(module: nn.Module, x: torch.Tensor, threads: int | None = None) -
         lstm_seq.set_recurrence_threads(None)
 
 
-def measure_lnlstm_ratio(batch: int = 32, seq_len: int = 64, hidden: int = 256, repeats: int = 7,
-                         warmup: int = 2, seed: int = 0) -> dict:
+def measure_lnlstm_ratio(
+    batch: int = 32, seq_len: int = 64, hidden: int = 256, repeats: int = 7, warmup: int = 2, seed: int = 0
+) -> dict:
     """Median fwd+bwd seconds of engine LN-LSTM, Python-loop LN-LSTM and torch.nn.LSTM, and ratios."""
     if min(batch, seq_len, hidden, repeats) < 1:
         raise ValueError("batch, seq_len, hidden and repeats must all be ≥ 1")
@@ -96,17 +97,25 @@ def measure_lnlstm_ratio(batch: int = 32, seq_len: int = 64, hidden: int = 256, 
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     ratio = med["engine"] / med["torch_lstm"]
     return {
-        "batch": batch, "seq_len": seq_len, "hidden": hidden, "repeats": repeats, "device": "cpu",
-        "threads": threads, "recurrence_threads_auto": auto_threads,
+        "batch": batch,
+        "seq_len": seq_len,
+        "hidden": hidden,
+        "repeats": repeats,
+        "device": "cpu",
+        "threads": threads,
+        "recurrence_threads_auto": auto_threads,
         "load_average": [load_before, _load()],
-        "engine_s": med["engine"], "engine_all_threads_s": med["engine_all_threads"],
+        "engine_s": med["engine"],
+        "engine_all_threads_s": med["engine_all_threads"],
         "engine_one_thread_s": med["engine_one_thread"],
-        "python_loop_s": med["python_loop"], "torch_lstm_s": med["torch_lstm"],
+        "python_loop_s": med["python_loop"],
+        "torch_lstm_s": med["torch_lstm"],
         "ratio_engine_vs_torch": ratio,
         "ratio_engine_all_threads_vs_torch": med["engine_all_threads"] / med["torch_lstm"],
         "ratio_engine_one_thread_vs_torch": med["engine_one_thread"] / med["torch_lstm"],
         "ratio_python_loop_vs_torch": med["python_loop"] / med["torch_lstm"],
-        "target_ratio": TARGET_RATIO, "meets_target": ratio <= TARGET_RATIO,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": ratio <= TARGET_RATIO,
         # CPU seconds (all threads of the process): less sensitive to other processes than wall time
         "cpu_s": cpu_med,
         "ratio_engine_vs_torch_cpu": cpu_med["engine"] / cpu_med["torch_lstm"],
@@ -122,14 +131,19 @@ def _load() -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.engine.bench_lstm",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m workers.engine.bench_lstm", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads for the whole run (default: torch's choice)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads for the whole run (default: torch's choice)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     if args.threads is not None:
@@ -141,12 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(res))
         return 0
     load = [("?" if v is None else f"{v:.1f}") for v in res["load_average"]]
-    print(f"LN-LSTM fwd+bwd, B={res['batch']} T={res['seq_len']} H={res['hidden']}, {res['threads']} threads "
-          f"(recurrence: {res['recurrence_threads_auto']} auto), median of {res['repeats']}, load average "
-          f"{load[0]} -> {load[1]}:")
-    rows = (("engine", "engine LN-LSTM (auto)"), ("engine_all_threads", "engine, all threads"),
-            ("engine_one_thread", "engine, one thread"), ("python_loop", "Python-loop LN-LSTM"),
-            ("torch_lstm", "torch.nn.LSTM (no norm)"))
+    print(
+        f"LN-LSTM fwd+bwd, B={res['batch']} T={res['seq_len']} H={res['hidden']}, {res['threads']} threads "
+        f"(recurrence: {res['recurrence_threads_auto']} auto), median of {res['repeats']}, load average "
+        f"{load[0]} -> {load[1]}:"
+    )
+    rows = (
+        ("engine", "engine LN-LSTM (auto)"),
+        ("engine_all_threads", "engine, all threads"),
+        ("engine_one_thread", "engine, one thread"),
+        ("python_loop", "Python-loop LN-LSTM"),
+        ("torch_lstm", "torch.nn.LSTM (no norm)"),
+    )
     print(f"  {'':<26} {'wall':>8}    {'ratio':>6}  {'CPU':>8}    {'ratio':>6}")
     cpu = res["cpu_s"]
     for key, label in rows:
@@ -155,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         cpu_ratio = f"{cpu[key] / cpu['torch_lstm']:5.2f}x" if key != "torch_lstm" else ""
         print(f"  {label:<26} {wall * 1e3:8.1f} ms {ratio:>6}  {cpu[key] * 1e3:8.1f} ms {cpu_ratio:>6}")
     verdict = "meets" if res["meets_target"] else "misses"
-    print(f"  engine / torch.nn.LSTM = {res['ratio_engine_vs_torch']:.2f}x: {verdict} the target "
-          f"≤ {TARGET_RATIO}x")
+    print(
+        f"  engine / torch.nn.LSTM = {res['ratio_engine_vs_torch']:.2f}x: {verdict} the target "
+        f"≤ {TARGET_RATIO}x"
+    )
     return 0
 
 

@@ -36,8 +36,15 @@ def _fwd_bwd(module: nn.Module, x: torch.Tensor, clock) -> float:
     return clock() - start
 
 
-def measure_ratio_table(batches=BATCHES, hiddens=HIDDENS, seq_len: int = 64, repeats: int = 7,
-                        warmup: int = 2, threads: int = 1, seed: int = 0) -> list[dict]:
+def measure_ratio_table(
+    batches=BATCHES,
+    hiddens=HIDDENS,
+    seq_len: int = 64,
+    repeats: int = 7,
+    warmup: int = 2,
+    threads: int = 1,
+    seed: int = 0,
+) -> list[dict]:
     """One row per (B, H): median seconds of the engine, the engine before, nn.LSTM, and the ratios."""
     if min(seq_len, repeats, threads) < 1 or warmup < 0:
         raise ValueError("seq_len, repeats and threads must be ≥ 1, warmup ≥ 0")
@@ -63,11 +70,19 @@ def measure_ratio_table(batches=BATCHES, hiddens=HIDDENS, seq_len: int = 64, rep
                     onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
                 med = {k: statistics.median(v) for k, v in times.items()}
                 ratio = med["engine"] / med["torch_lstm"]
-                rows.append({"B": B, "H": H, "T": seq_len, "threads": threads,
-                             **{f"{k}_ms": round(1e3 * v, 3) for k, v in med.items()},
-                             "ratio": round(ratio, 3),
-                             "ratio_before": round(med["engine_before"] / med["torch_lstm"], 3),
-                             "target": TARGETS.get(B), "meets_target": ratio <= TARGETS.get(B, float("inf"))})
+                rows.append(
+                    {
+                        "B": B,
+                        "H": H,
+                        "T": seq_len,
+                        "threads": threads,
+                        **{f"{k}_ms": round(1e3 * v, 3) for k, v in med.items()},
+                        "ratio": round(ratio, 3),
+                        "ratio_before": round(med["engine_before"] / med["torch_lstm"], 3),
+                        "target": TARGETS.get(B),
+                        "meets_target": ratio <= TARGETS.get(B, float("inf")),
+                    }
+                )
     finally:
         torch.set_num_threads(saved[0])
         onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
@@ -98,17 +113,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     clock = "CPU" if args.threads == 1 else "wall"
-    print(f"LN-LSTM ÷ torch.nn.LSTM, fwd+bwd, T={args.seq_len}, {args.threads} thread(s) both sides, median "
-          f"{clock} time of {args.repeats} interleaved repeats:")
+    print(
+        f"LN-LSTM ÷ torch.nn.LSTM, fwd+bwd, T={args.seq_len}, {args.threads} thread(s) both sides, median "
+        f"{clock} time of {args.repeats} interleaved repeats:"
+    )
     print(f"  {'B':>3} {'H':>4} {'engine':>9} {'nn.LSTM':>9} {'ratio':>7} {'target':>7} {'before':>7}")
     for r in table:
-        print(f"  {r['B']:>3} {r['H']:>4} {r['engine_ms']:>6.2f} ms {r['torch_lstm_ms']:>6.2f} ms "
-              f"{r['ratio']:>6.2f}x {'≤' + format(r['target'], 'g') + 'x':>7} {r['ratio_before']:>6.2f}x")
+        print(
+            f"  {r['B']:>3} {r['H']:>4} {r['engine_ms']:>6.2f} ms {r['torch_lstm_ms']:>6.2f} ms "
+            f"{r['ratio']:>6.2f}x {'≤' + format(r['target'], 'g') + 'x':>7} {r['ratio_before']:>6.2f}x"
+        )
     if loop:
-        print(f"Engine loop ÷ plain loop ({loop['task']} {loop['norm']} MLP {loop['model']}, batch "
-              f"{loop['batch_size']}, median of {loop['repeats']} runs × {loop['steps']} alternating steps): "
-              f"{loop['engine_ms']:.3f} vs {loop['plain_ms']:.3f} ms, {loop['ratio']:.3f}x (target ≤ "
-              f"{loop['target_ratio']}x)")
+        print(
+            f"Engine loop ÷ plain loop ({loop['task']} {loop['norm']} MLP {loop['model']}, batch "
+            f"{loop['batch_size']}, median of {loop['repeats']} runs × {loop['steps']} alternating steps): "
+            f"{loop['engine_ms']:.3f} vs {loop['plain_ms']:.3f} ms, {loop['ratio']:.3f}x (target ≤ "
+            f"{loop['target_ratio']}x)"
+        )
     return 0
 
 

@@ -61,6 +61,7 @@ def _weight(layer: nn.Module) -> torch.Tensor:
 
 def _transforms(gen: torch.Generator) -> dict[str, Callable]:
     """Each transformation as f(W, X) -> (W', X'), its random factors drawn once per draw."""
+
     def pos(*shape):  # factors in [0.3, 3], well away from 1 on average
         return 0.3 + 2.7 * torch.rand(*shape, generator=gen, dtype=torch.float64)
 
@@ -110,29 +111,42 @@ def compute_table1(seed: int = 0, tol: float = DEFAULT_TOL) -> Table1:
                 diffs[method][name] = max(diffs[method][name], d)
     methods = {m: {k: diffs[m][k] <= tol for k in TRANSFORMS} for m in METHODS}
     agrees = {m: {k: methods[m][k] == PAPER_TABLE1[m][k] for k in TRANSFORMS} for m in PAPER_METHODS}
-    return Table1.model_validate({
-        "methods": methods,
-        "max_abs_diff": diffs,
-        "tolerance": tol,
-        "paper_table1": PAPER_TABLE1,
-        "agrees_with_paper_table": agrees,
-        "all_paper_cells_agree": all(all(row.values()) for row in agrees.values()),
-        "notes": [_dataset_rescaling_note(methods, diffs)],
-        "setup": Table1Setup(
-            seed=seed, units=UNITS, inputs=INPUTS, cases=CASES, draws=DRAWS, dtype="float64", eps=TINY_EPS,
-            compared="layer outputs before the non-linearity, g/σ (W x − μ) + b, random g and b",
-            weight_normalization_weights="v (w = g v/‖v‖)"),
-        "extra_methods": [m for m in METHODS if m not in PAPER_METHODS],
-    })
+    return Table1.model_validate(
+        {
+            "methods": methods,
+            "max_abs_diff": diffs,
+            "tolerance": tol,
+            "paper_table1": PAPER_TABLE1,
+            "agrees_with_paper_table": agrees,
+            "all_paper_cells_agree": all(all(row.values()) for row in agrees.values()),
+            "notes": [_dataset_rescaling_note(methods, diffs)],
+            "setup": Table1Setup(
+                seed=seed,
+                units=UNITS,
+                inputs=INPUTS,
+                cases=CASES,
+                draws=DRAWS,
+                dtype="float64",
+                eps=TINY_EPS,
+                compared="layer outputs before the non-linearity, g/σ (W x − μ) + b, random g and b",
+                weight_normalization_weights="v (w = g v/‖v‖)",
+            ),
+            "extra_methods": [m for m in METHODS if m not in PAPER_METHODS],
+        }
+    )
 
 
 def _dataset_rescaling_note(methods: dict, diffs: dict) -> str:
     computed = methods["weight"]["dataset_rescaling"]
-    head = ("The paper's prose (§5.1) says all normalization methods are invariant to re-scaling the "
-            "dataset, while Table 1 marks weight normalization as not invariant. Computed: weight "
-            f"normalization is {'invariant' if computed else 'not invariant'} "
-            f"(max |Δ| = {diffs['weight']['dataset_rescaling']:.3g}). ")
+    head = (
+        "The paper's prose (§5.1) says all normalization methods are invariant to re-scaling the "
+        "dataset, while Table 1 marks weight normalization as not invariant. Computed: weight "
+        f"normalization is {'invariant' if computed else 'not invariant'} "
+        f"(max |Δ| = {diffs['weight']['dataset_rescaling']:.3g}). "
+    )
     if computed:
         return head + "The computation sides with the prose, not the table."
-    return head + ("σ = ‖v_i‖ does not see the data, so scaling every case by δ scales the normalized "
-                   "summed inputs by δ. The computation sides with Table 1, not the prose.")
+    return head + (
+        "σ = ‖v_i‖ does not see the data, so scaling every case by δ scales the normalized "
+        "summed inputs by δ. The computation sides with Table 1, not the prose."
+    )

@@ -21,8 +21,9 @@ def chunk_size(data: TaskData, x: torch.Tensor, hidden_units: int) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: TaskData, split: str, device: torch.device,
-             hidden_units: int = 0) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, data: TaskData, split: str, device: torch.device, hidden_units: int = 0
+) -> dict[str, float]:
     """{"loss": …, "accuracy" | "bpc" | "mse": …} of the model on a whole split (eval mode, no grad).
     `hidden_units` (hidden size × layers) sizes the chunks the split is evaluated in."""
     x, y = data.split(split)
@@ -30,7 +31,7 @@ def evaluate(model: nn.Module, data: TaskData, split: str, device: torch.device,
     model.eval()
     try:
         chunk = chunk_size(data, x, hidden_units)
-        outputs = [model(x[i:i + chunk].to(device)).float().cpu() for i in range(0, len(x), chunk)]
+        outputs = [model(x[i : i + chunk].to(device)).float().cpu() for i in range(0, len(x), chunk)]
         return data.metrics(torch.cat(outputs), y)
     finally:
         model.train(was_training)
@@ -51,4 +52,3 @@ def beyond_trained_length(model: nn.Module) -> list[dict]:
             if r.get("eval_steps_beyond"):
                 reports.append({"layer": name, **r})
     return reports
-

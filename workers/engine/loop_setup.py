@@ -25,8 +25,9 @@ def pick_device(requested: str) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was requested but this machine has no CUDA GPU; use device "
-                           "'auto' or 'cpu'.")
+        raise RuntimeError(
+            "device 'cuda' was requested but this machine has no CUDA GPU; use device 'auto' or 'cpu'."
+        )
     return torch.device(requested)
 
 
@@ -82,8 +83,9 @@ def make_optimizer(spec: RunSpec, model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
 
 
-def make_prober(spec: RunSpec, model: nn.Module, data: TaskData,
-                optimizer) -> tuple[object | None, str | None]:
+def make_prober(
+    spec: RunSpec, model: nn.Module, data: TaskData, optimizer
+) -> tuple[object | None, str | None]:
     """(prober, None), or (None, why not) when the probes decline this model."""
     if not spec.probes.enabled:
         return None, None

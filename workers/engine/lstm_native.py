@@ -17,8 +17,9 @@ import torch
 from workers.engine import native, onednn
 
 
-def forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None,
-            threads: int):
+def forward(
+    xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None, threads: int
+):
     """(h_t for all steps, buffers for `backward`). keep=False (no backward coming): the buffers hold one
     step. Buffers: (gates, cells, tanh_c, hh, stats, "native"), stats the (4, S, B) LN means and inverse
     deviations of W_h h and c_t; `spare` offers buffers of the right shapes to reuse."""
@@ -34,9 +35,29 @@ def forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, sp
     stats = buffer("stats", 4, S, B)
     hs = xx.new_empty(T, B, H)
     params = [p.detach() if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
-    ctx = native.context(T, B, H, S, threads, eps, xx=xx, gh=params[0], bh=params[1], gc=params[2],
-                         bc=params[3], c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh,
-                         mean_h=stats[0], rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3])
+    ctx = native.context(
+        T,
+        B,
+        H,
+        S,
+        threads,
+        eps,
+        xx=xx,
+        gh=params[0],
+        bh=params[1],
+        gc=params[2],
+        bc=params[3],
+        c0=c0,
+        gates=gates,
+        cells=cells,
+        tanh_c=tanh_c,
+        hs=hs,
+        hh=hh,
+        mean_h=stats[0],
+        rstd_h=stats[1],
+        mean_c=stats[2],
+        rstd_c=stats[3],
+    )
     step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
     packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
     w_hT = w_h.detach().t()
@@ -65,10 +86,36 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
     acc = [p.new_zeros(B, p.shape[0]) if p is not None else None for p in every]  # per batch row
     params = [p.detach() if p is not None else None for p in every]
     scratch = xx.new_empty(B, H)  # a name of its own: the context holds only its address
-    ctx = native.context(T, B, H, T, threads, eps, xx=xx, gh=params[0], bh=params[1], gc=params[2],
-                         bc=params[3], c0=c0, gates=gates, cells=cells, tanh_c=tanh_c, hs=hs, hh=hh,
-                         mean_h=stats[0], rstd_h=stats[1], mean_c=stats[2], rstd_c=stats[3], d_a=d_a, dc=dc,
-                         d_gh=acc[0], d_bh=acc[1], d_gc=acc[2], d_bc=acc[3], scratch=scratch)
+    ctx = native.context(
+        T,
+        B,
+        H,
+        T,
+        threads,
+        eps,
+        xx=xx,
+        gh=params[0],
+        bh=params[1],
+        gc=params[2],
+        bc=params[3],
+        c0=c0,
+        gates=gates,
+        cells=cells,
+        tanh_c=tanh_c,
+        hs=hs,
+        hh=hh,
+        mean_h=stats[0],
+        rstd_h=stats[1],
+        mean_c=stats[2],
+        rstd_c=stats[3],
+        d_a=d_a,
+        dc=dc,
+        d_gh=acc[0],
+        d_bh=acc[1],
+        d_gc=acc[2],
+        d_bc=acc[3],
+        scratch=scratch,
+    )
     lib = native.library()
     step, ref = lib.lstm_bwd_step, ctypes.byref(ctx)
     big = onednn.applies(d_a, w_h)  # dW_h: one product over all steps
@@ -83,8 +130,9 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
             step(ref, t, dh.data_ptr())
             # dL/dh_{t-1} = the output's gradient + the recurrent part, in one fused product
             if fast:
-                dh = (onednn.linear_add(RAW[t], D_HS[t - 1], packed) if t > 0
-                      else onednn.linear(RAW[t], packed))
+                dh = (
+                    onednn.linear_add(RAW[t], D_HS[t - 1], packed) if t > 0 else onednn.linear(RAW[t], packed)
+                )
             else:
                 dh = torch.addmm(D_HS[t - 1], RAW[t], w) if t > 0 else RAW[t].mm(w)
     finally:

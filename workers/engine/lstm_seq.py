@@ -92,8 +92,9 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
     buffers of the right shapes to reuse (see `_SPARE`)."""
     if native.applies(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0):
-        return lstm_native.forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare,
-                                   recurrence_threads())
+        return lstm_native.forward(
+            xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare, recurrence_threads()
+        )
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
@@ -113,7 +114,7 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     hh = buffer("hh", S, B, G) if ln_h else None  # raw W_h h_{t-1}, for LN's backward
     one = xx.new_ones(())  # a Python scalar would be wrapped into a new tensor on every call
     A, C, TC, X, HS = (_steps(b, T) for b in (gates, cells, tanh_c, xx, hs))
-    F_, I_, O_, TG = (_steps(gates[..., k * H: (k + 1) * H], T) for k in range(4))
+    F_, I_, O_, TG = (_steps(gates[..., k * H : (k + 1) * H], T) for k in range(4))
     HH = _steps(hh, T) if ln_h else None
     stats_h, stats_c = [], []
     if ln_c:
@@ -181,9 +182,9 @@ def _local_derivatives(gates, cells, tanh_c, c0, spare: dict):
     ∂a_f = c_{t-1}σ'(f), ∂a_i = tanh(g)σ'(i), ∂a_g = σ(i)tanh'(g) per unit of ∂c_t (its o block is
     scratch), KO = tanh(·)σ'(o) per unit of ∂h_t, ODT = σ(o)tanh'(·) (∂h_t/∂ the input of the tanh)."""
     H = cells.shape[-1]
-    f_, i_, o_, g_ = (gates[..., k * H: (k + 1) * H] for k in range(4))
+    f_, i_, o_, g_ = (gates[..., k * H : (k + 1) * H] for k in range(4))
     k = torch.mul(gates, gates).neg_().add_(gates)  # σ(1 − σ) (the g block is overwritten below)
-    kf, ki, ko, kg = (k[..., j * H: (j + 1) * H] for j in range(4))
+    kf, ki, ko, kg = (k[..., j * H : (j + 1) * H] for j in range(4))
     kf[0].mul_(c0)
     kf[1:].mul_(cells[:-1])
     ki.mul_(g_)
@@ -214,8 +215,21 @@ class _LSTMSequence(torch.autograd.Function):
             _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
         if ctx.buffers[-1] == "native":
             buffers, ctx.buffers = ctx.buffers, None
-            grads, spent = lstm_native.backward(buffers, d_hs.contiguous(), xx, w_h, gain_h, bias_h, gain_c,
-                                                bias_c, h0, c0, hs, ctx.eps, recurrence_threads())
+            grads, spent = lstm_native.backward(
+                buffers,
+                d_hs.contiguous(),
+                xx,
+                w_h,
+                gain_h,
+                bias_h,
+                gain_c,
+                bias_c,
+                h0,
+                c0,
+                hs,
+                ctx.eps,
+                recurrence_threads(),
+            )
             _give_back(ctx.key, spent)
             return (*grads, None)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
@@ -229,7 +243,7 @@ class _LSTMSequence(torch.autograd.Function):
         # ∂L/∂a_t (also ∂L/∂xx_t) is written over the local derivatives K, step by step
         k, k_o, o_dtanh = _local_derivatives(gates, cells, tanh_c, c0, ctx.spare)
         K, K4, KO, ODT = _steps(k, T), _steps(k.view(T, B, 4, H), T), _steps(k_o, T), _steps(o_dtanh, T)
-        D_O, F_ = _steps(k[..., 2 * H: 3 * H], T), _steps(gates[..., :H], T)
+        D_O, F_ = _steps(k[..., 2 * H : 3 * H], T), _steps(gates[..., :H], T)
         HH, CELLS, D_HS = (_steps(b, T) if b is not None else None for b in (hh, cells, d_hs))
         acc = [torch.zeros_like(p) if p is not None else None for p in (gain_h, bias_h, gain_c, bias_c)]
         # LN's backward also gives this step's dγ, dβ (data still in cache); it sums rows per thread, so
@@ -268,8 +282,11 @@ class _LSTMSequence(torch.autograd.Function):
                 if n > 1:
                     threads(n)
                 if fast:
-                    dh_t = (onednn.linear_add(d_raw_t, D_HS[t - 1], packed) if t > 0
-                            else onednn.linear(d_raw_t, packed))
+                    dh_t = (
+                        onednn.linear_add(d_raw_t, D_HS[t - 1], packed)
+                        if t > 0
+                        else onednn.linear(d_raw_t, packed)
+                    )
                 else:
                     dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
                 if n > 1:
@@ -288,9 +305,17 @@ class _LSTMSequence(torch.autograd.Function):
         return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
 
 
-def lstm_sequence(xx: torch.Tensor, w_h: torch.Tensor, gain_h: torch.Tensor | None,
-                  bias_h: torch.Tensor | None, gain_c: torch.Tensor | None, bias_c: torch.Tensor | None,
-                  h0: torch.Tensor, c0: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+def lstm_sequence(
+    xx: torch.Tensor,
+    w_h: torch.Tensor,
+    gain_h: torch.Tensor | None,
+    bias_h: torch.Tensor | None,
+    gain_c: torch.Tensor | None,
+    bias_c: torch.Tensor | None,
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     """Hidden states (T, B, H) of an LSTM over gate inputs xx (T, B, 4H), gate order (f, i, o, g).
 
     gain_h/bias_h None: no LN on W_h h (eq. 17 / eq. 29); gain_c/bias_c None: no LN on c_t.

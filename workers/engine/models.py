@@ -26,16 +26,20 @@ from workers.engine.recurrent import make_layer
 
 def _layer_stats(name: str, summed: torch.Tensor, act: torch.Tensor) -> dict:
     s = summed.detach().flatten(1)
-    return {"name": name, "summed_mean": float(s.mean(dim=1).mean()),
-            "summed_std": float(s.std(dim=1, unbiased=False).mean()),
-            "act_norm": float(act.detach().flatten(1).norm(dim=1).mean())}
+    return {
+        "name": name,
+        "summed_mean": float(s.mean(dim=1).mean()),
+        "summed_std": float(s.std(dim=1, unbiased=False).mean()),
+        "act_norm": float(act.detach().flatten(1).norm(dim=1).mean()),
+    }
 
 
 class MLP(nn.Module):
     """Hidden layers `hidden[k]` = ReLU(normalize(W x)); `out` = plain Linear to the logits."""
 
-    def __init__(self, input_dim: int, hidden_size: int, layers: int, n_outputs: int, norm: str,
-                 gain_init: float = 1.0):
+    def __init__(
+        self, input_dim: int, hidden_size: int, layers: int, n_outputs: int, norm: str, gain_init: float = 1.0
+    ):
         super().__init__()
         sizes = [input_dim] + [hidden_size] * layers
         pairs = zip(sizes[:-1], sizes[1:], strict=True)
@@ -114,8 +118,15 @@ class ConvNet(nn.Module):
     """`convs[k]` = ReLU(normalize(conv3×3(x))) with `channels` maps each, a 2×2 max-pool after the first,
     then an adaptive average pool to 4×4 and a plain Linear `out` to the logits."""
 
-    def __init__(self, channels: int, layers: int, n_outputs: int, norm: str, gain_init: float = 1.0,
-                 in_channels: int = 1):
+    def __init__(
+        self,
+        channels: int,
+        layers: int,
+        n_outputs: int,
+        norm: str,
+        gain_init: float = 1.0,
+        in_channels: int = 1,
+    ):
         super().__init__()
         sizes = [in_channels] + [channels] * layers
         pairs = zip(sizes[:-1], sizes[1:], strict=True)
@@ -140,13 +151,24 @@ class ConvNet(nn.Module):
 class RecurrentNet(nn.Module):
     """`rnn[k]` recurrent layers (cell × normalizer) and a plain Linear `out` applied at every step."""
 
-    def __init__(self, input_dim: int, hidden_size: int, layers: int, n_outputs: int, cell: str,
-                 norm: str, gain_init: float = 1.0, placement: str = "full", max_steps: int = 1):
+    def __init__(
+        self,
+        input_dim: int,
+        hidden_size: int,
+        layers: int,
+        n_outputs: int,
+        cell: str,
+        norm: str,
+        gain_init: float = 1.0,
+        placement: str = "full",
+        max_steps: int = 1,
+    ):
         super().__init__()
         sizes = [input_dim] + [hidden_size] * layers
         self.cell = cell
-        self.rnn = nn.ModuleList(make_layer(cell, a, hidden_size, norm, gain_init, placement, max_steps)
-                                 for a in sizes[:-1])
+        self.rnn = nn.ModuleList(
+            make_layer(cell, a, hidden_size, norm, gain_init, placement, max_steps) for a in sizes[:-1]
+        )
         self.out = nn.Linear(hidden_size, n_outputs)
         self.capture, self.captured = False, {}
 
@@ -181,8 +203,17 @@ def build_model(spec, info: TaskInfo, input_dim: int, n_outputs: int) -> nn.Modu
     elif info.kind == "image":
         model = ConvNet(hidden, layers, n_outputs, spec.norm, spec.gain_init)
     elif info.kind == "sequence":
-        model = RecurrentNet(input_dim, hidden, layers, n_outputs, spec.cell or "lstm", spec.norm,
-                             spec.gain_init, spec.ln_placement, max_steps=spec.seq_len or 1)
+        model = RecurrentNet(
+            input_dim,
+            hidden,
+            layers,
+            n_outputs,
+            spec.cell or "lstm",
+            spec.norm,
+            spec.gain_init,
+            spec.ln_placement,
+            max_steps=spec.seq_len or 1,
+        )
     else:
         raise ValueError(f"unknown task kind {info.kind!r}")
     if getattr(spec, "bn_variance", "biased") == "unbiased":

@@ -30,26 +30,59 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("lstm_step.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-std=c11"]
 
-POINTERS = ("xx", "gh", "bh", "gc", "bc", "c0", "gates", "cells", "tanh_c", "hs", "hh", "mean_h", "rstd_h",
-            "mean_c", "rstd_c", "d_a", "dc", "d_gh", "d_bh", "d_gc", "d_bc", "scratch")
+POINTERS = (
+    "xx",
+    "gh",
+    "bh",
+    "gc",
+    "bc",
+    "c0",
+    "gates",
+    "cells",
+    "tanh_c",
+    "hs",
+    "hh",
+    "mean_h",
+    "rstd_h",
+    "mean_c",
+    "rstd_c",
+    "d_a",
+    "dc",
+    "d_gh",
+    "d_bh",
+    "d_gc",
+    "d_bc",
+    "scratch",
+)
 
 
 class LSTMContext(ctypes.Structure):
     """Mirror of `lstm_ctx` in lstm_step.c (field order and types must match)."""
 
-    _fields_ = [(name, ctypes.c_int64) for name in ("T", "B", "H", "S", "threads")] + [
-        ("eps", ctypes.c_float)] + [(name, ctypes.c_void_p) for name in POINTERS]
+    _fields_ = (
+        [(name, ctypes.c_int64) for name in ("T", "B", "H", "S", "threads")]
+        + [("eps", ctypes.c_float)]
+        + [(name, ctypes.c_void_p) for name in POINTERS]
+    )
 
 
-def context(T: int, B: int, H: int, S: int, threads: int, eps: float,
-            **tensors: torch.Tensor | None) -> LSTMContext:
+def context(
+    T: int, B: int, H: int, S: int, threads: int, eps: float, **tensors: torch.Tensor | None
+) -> LSTMContext:
     """An lstm_ctx over these tensors (contiguous float32 CPU; None: a NULL pointer). The caller keeps
     the tensors alive while the context is used."""
     unknown = set(tensors) - set(POINTERS)
     if unknown:
         raise ValueError(f"no such lstm_ctx fields: {sorted(unknown)}")
-    return LSTMContext(T, B, H, S, threads, eps, *[None if tensors.get(n) is None else tensors[n].data_ptr()
-                                         for n in POINTERS])
+    return LSTMContext(
+        T,
+        B,
+        H,
+        S,
+        threads,
+        eps,
+        *[None if tensors.get(n) is None else tensors[n].data_ptr() for n in POINTERS],
+    )
 
 
 def _cpu_key() -> str:
@@ -79,8 +112,12 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
             # OpenMP over the batch rows; the library then shares torch's libgomp (same soname, already
             # loaded), so its threads are torch's own. Without OpenMP the pragmas are ignored: one thread.
             for openmp in (["-fopenmp"], []):
-                out = subprocess.run([cc, *FLAGS, *openmp, "-o", tmp, str(SOURCE), "-lm"],
-                                     capture_output=True, text=True, timeout=120)
+                out = subprocess.run(
+                    [cc, *FLAGS, *openmp, "-o", tmp, str(SOURCE), "-lm"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
                 if out.returncode == 0:
                     break
             if out.returncode != 0:
@@ -123,6 +160,8 @@ def status() -> str:
 
 def applies(*tensors: torch.Tensor | None) -> bool:
     """Whether these tensors take the C step (float32, CPU, contiguous; the library available)."""
-    ok = all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous())
-             for t in tensors)
+    ok = all(
+        t is None or (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous())
+        for t in tensors
+    )
     return ok and library() is not None

@@ -34,8 +34,9 @@ import kernels
 from workers.engine.onednn import fast_linear
 
 EPS = 1e-5
-BEYOND_TRAINED_LENGTH = ("reuse the running statistics of the last trained time step "
-                         "(Cooijmans et al. 2016, t > T_max)")
+BEYOND_TRAINED_LENGTH = (
+    "reuse the running statistics of the last trained time step (Cooijmans et al. 2016, t > T_max)"
+)
 
 
 def _channel_view(p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -102,8 +103,15 @@ class BatchNorm(nn.Module):
 
     beyond_trained_length = BEYOND_TRAINED_LENGTH
 
-    def __init__(self, features: int, gain_init: float = 1.0, eps: float = EPS, momentum: float = 0.1,
-                 per_step: bool = False, max_steps: int = 1):
+    def __init__(
+        self,
+        features: int,
+        gain_init: float = 1.0,
+        eps: float = EPS,
+        momentum: float = 0.1,
+        per_step: bool = False,
+        max_steps: int = 1,
+    ):
         super().__init__()
         self.gain = nn.Parameter(torch.full((features,), float(gain_init)))
         self.bias = nn.Parameter(torch.zeros(features))
@@ -131,8 +139,10 @@ class BatchNorm(nn.Module):
         t = 0 if not self.per_step else int(step or 0)
         if self.training:
             if x.shape[0] < 2:
-                raise ValueError("BatchNorm needs batch size ≥ 2 in training: its statistics come from "
-                                 "the mini-batch. Use norm 'layer' for online learning.")
+                raise ValueError(
+                    "BatchNorm needs batch size ≥ 2 in training: its statistics come from "
+                    "the mini-batch. Use norm 'layer' for online learning."
+                )
             self._grow(t + 1)
             if t + 1 > int(self.trained_steps):
                 self.trained_steps.fill_(t + 1)
@@ -146,8 +156,16 @@ class BatchNorm(nn.Module):
                 self.last_eval_beyond += 1
         if self.training and self.unbiased:
             return self._unbiased(x, row).view_as(a)
-        y = F.batch_norm(x, self.running_mean[row], self.running_var[row], self.gain, self.bias,
-                         self.training, self.momentum, self.eps)
+        y = F.batch_norm(
+            x,
+            self.running_mean[row],
+            self.running_var[row],
+            self.gain,
+            self.bias,
+            self.training,
+            self.momentum,
+            self.eps,
+        )
         return y.view_as(a)
 
     def _unbiased(self, x: torch.Tensor, row: int) -> torch.Tensor:
@@ -164,8 +182,11 @@ class BatchNorm(nn.Module):
 
     def beyond_report(self) -> dict:
         """What evaluation does past the trained length, and how often the latest pass needed it."""
-        return {"policy": self.beyond_trained_length, "trained_steps": int(self.trained_steps),
-                "eval_steps_beyond": self.last_eval_beyond}
+        return {
+            "policy": self.beyond_trained_length,
+            "trained_steps": int(self.trained_steps),
+            "eval_steps_beyond": self.last_eval_beyond,
+        }
 
 
 NORMALIZERS = {"layer": LayerNorm, "batch": BatchNorm, "rms": RMSNorm, "group": GroupNorm}
@@ -229,8 +250,15 @@ class WeightNormLinear(nn.Module):
         return self.normalize(self.summed(x), step)
 
 
-def make_normalizer(norm: str, features: int, gain_init: float = 1.0, *, per_step: bool = False,
-                    max_steps: int = 1, channels: bool = False) -> nn.Module:
+def make_normalizer(
+    norm: str,
+    features: int,
+    gain_init: float = 1.0,
+    *,
+    per_step: bool = False,
+    max_steps: int = 1,
+    channels: bool = False,
+) -> nn.Module:
     """The normalizer module for 'layer' | 'batch' | 'rms' | 'group' over `features` units."""
     if norm == "layer":
         return LayerNorm(features, gain_init, channels=channels)
@@ -243,8 +271,16 @@ def make_normalizer(norm: str, features: int, gain_init: float = 1.0, *, per_ste
     raise ValueError(f"no normalizer module for norm {norm!r}; use layer, batch, rms or group")
 
 
-def make_linear(norm: str, in_features: int, out_features: int, gain_init: float = 1.0, *,
-                bias: bool = True, per_step: bool = False, max_steps: int = 1) -> nn.Module:
+def make_linear(
+    norm: str,
+    in_features: int,
+    out_features: int,
+    gain_init: float = 1.0,
+    *,
+    bias: bool = True,
+    per_step: bool = False,
+    max_steps: int = 1,
+) -> nn.Module:
     """A layer computing normalize(W x): PlainLinear ('none'), WeightNormLinear ('weight') or NormLinear.
 
     ``bias`` only matters for 'none' and 'weight' (the other normalizers carry their own bias).
@@ -253,5 +289,8 @@ def make_linear(norm: str, in_features: int, out_features: int, gain_init: float
         return PlainLinear(in_features, out_features, bias=bias)
     if norm == "weight":
         return WeightNormLinear(in_features, out_features, gain_init, bias=bias)
-    return NormLinear(in_features, out_features,
-                      make_normalizer(norm, out_features, gain_init, per_step=per_step, max_steps=max_steps))
+    return NormLinear(
+        in_features,
+        out_features,
+        make_normalizer(norm, out_features, gain_init, per_step=per_step, max_steps=max_steps),
+    )

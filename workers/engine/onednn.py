@@ -142,7 +142,10 @@ MIN_ROWS = 256
 
 def fast_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN (forward and backward) for large float32 CPU products."""
-    if (not applies(x, weight) or (bias is not None and not applies(bias))
-            or x.numel() < MIN_ROWS * x.shape[-1]):
+    if (
+        not applies(x, weight)
+        or (bias is not None and not applies(bias))
+        or x.numel() < MIN_ROWS * x.shape[-1]
+    ):
         return F.linear(x, weight, bias)
     return _Linear.apply(x, weight, bias)

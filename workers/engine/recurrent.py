@@ -86,8 +86,15 @@ class _RecurrentBase(nn.Module):
 class LSTMLayer(_RecurrentBase):
     """One LSTM layer: `ih` (W_x), `hh` (W_h) projections, gate `bias` (4H) and `norm_c` on c_t (or None)."""
 
-    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
-                 placement: str = "full", max_steps: int = 1):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        norm: str = "layer",
+        gain_init: float = 1.0,
+        placement: str = "full",
+        max_steps: int = 1,
+    ):
         super().__init__(norm)
         H, G = hidden_size, 4 * hidden_size
         self.hidden_size, self.placement = H, placement
@@ -98,8 +105,11 @@ class LSTMLayer(_RecurrentBase):
         self.bias = nn.Parameter(torch.zeros(G))
         with torch.no_grad():
             self.bias[:H] = 1.0  # forget gate
-        self.norm_c = (make_normalizer(norm, H, gain_init, per_step=self.per_step, max_steps=max_steps)
-                       if norm in ("layer", "batch", "rms") else None)
+        self.norm_c = (
+            make_normalizer(norm, H, gain_init, per_step=self.per_step, max_steps=max_steps)
+            if norm in ("layer", "batch", "rms")
+            else None
+        )
 
     def _fused_ok(self) -> bool:
         """Whether the sequence-level LSTM (one autograd node for all steps) computes this layer."""
@@ -111,28 +121,43 @@ class LSTMLayer(_RecurrentBase):
         T, B, _ = x.shape
         h = x.new_zeros(B, self.hidden_size)
         c = x.new_zeros(B, self.hidden_size)
-        use_kernel = (self.norm_name == "layer" and self.placement == "full"
-                      and hasattr(kernels, "ln_lstm_cell") and kernels.backend_for(x) == "triton")
+        use_kernel = (
+            self.norm_name == "layer"
+            and self.placement == "full"
+            and hasattr(kernels, "ln_lstm_cell")
+            and kernels.backend_for(x) == "triton"
+        )
         if record is None and not use_kernel and self._fused_ok():
             # every step's W_x x_t in one product (no recurrence on the input side); the gate bias b is
             # folded into LN's β2 (or the product's bias) to save a pass over (T, B, 4H)
             ln_h = isinstance(self.hh, NormLinear)
             if ln_h:
-                xx = kernels.layer_norm(self.ih.summed(x), self.ih.norm.gain, self.ih.norm.bias + self.bias,
-                                        EPS)
+                xx = kernels.layer_norm(
+                    self.ih.summed(x), self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS
+                )
             else:
                 xx = fast_linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
-            gain_c, bias_c = ((self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None
-                              else (None, None))
+            gain_c, bias_c = (self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None else (None, None)
             return lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS)
         ax = self.ih.summed(x)  # (T, B, 4H)
         if use_kernel and record is None:
             # the whole recurrence as one autograd node over the fused CUDA kernels: one product and one
             # launch per step each way (the per-step cell below costs a custom-op dispatch per step)
-            return kernels.ln_lstm_sequence(ax, self.hh.weight, self.hh.norm.gain, self.hh.norm.bias,
-                                            self.ih.norm.gain, self.ih.norm.bias, self.bias,
-                                            self.norm_c.gain, self.norm_c.bias, h, c, EPS)
+            return kernels.ln_lstm_sequence(
+                ax,
+                self.hh.weight,
+                self.hh.norm.gain,
+                self.hh.norm.bias,
+                self.ih.norm.gain,
+                self.ih.norm.bias,
+                self.bias,
+                self.norm_c.gain,
+                self.norm_c.bias,
+                h,
+                c,
+                EPS,
+            )
         xx = None if use_kernel else _normalize_all(self.ih, ax, self.per_step) + self.bias
         _start_record(record, lstm=True)
         outs = []
@@ -140,9 +165,19 @@ class LSTMLayer(_RecurrentBase):
             ah = self.hh.summed(h)
             _record_summed(record, ah + ax[t])
             if use_kernel:  # fused CUDA cell: LN(hh) + LN(xx) + b, gates, c_t, LN(c_t), h_t
-                h, c = kernels.ln_lstm_cell(ah, ax[t], c, self.hh.norm.gain, self.hh.norm.bias,
-                                            self.ih.norm.gain, self.ih.norm.bias, self.bias,
-                                            self.norm_c.gain, self.norm_c.bias, EPS)
+                h, c = kernels.ln_lstm_cell(
+                    ah,
+                    ax[t],
+                    c,
+                    self.hh.norm.gain,
+                    self.hh.norm.bias,
+                    self.ih.norm.gain,
+                    self.ih.norm.bias,
+                    self.bias,
+                    self.norm_c.gain,
+                    self.norm_c.bias,
+                    EPS,
+                )
             else:
                 gates = self.hh.normalize(ah, t) + xx[t]
                 f, i, o, g = gates.chunk(4, dim=1)
@@ -158,8 +193,14 @@ class LSTMLayer(_RecurrentBase):
 class GRULayer(_RecurrentBase):
     """One GRU layer (eq. 23/26): `ih_gates`, `hh_gates` (z, r) and `ih_cand` (W), `hh_cand` (U)."""
 
-    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
-                 max_steps: int = 1):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        norm: str = "layer",
+        gain_init: float = 1.0,
+        max_steps: int = 1,
+    ):
         super().__init__(norm)
         H = self.hidden_size = hidden_size
         kw = dict(per_step=self.per_step, max_steps=max_steps)
@@ -176,11 +217,20 @@ class GRULayer(_RecurrentBase):
             # in one product per step
             ax = F.linear(x, torch.cat([self.ih_gates.weight, self.ih_cand.weight]))
             w_rec = torch.cat([self.hh_gates.weight, self.hh_cand.weight])
-            return kernels.ln_gru_sequence(ax, w_rec, self.hh_gates.norm.gain, self.hh_gates.norm.bias,
-                                           self.ih_gates.norm.gain, self.ih_gates.norm.bias,
-                                           self.ih_cand.norm.gain, self.ih_cand.norm.bias,
-                                           self.hh_cand.norm.gain, self.hh_cand.norm.bias,
-                                           x.new_zeros(B, self.hidden_size), EPS)
+            return kernels.ln_gru_sequence(
+                ax,
+                w_rec,
+                self.hh_gates.norm.gain,
+                self.hh_gates.norm.bias,
+                self.ih_gates.norm.gain,
+                self.ih_gates.norm.bias,
+                self.ih_cand.norm.gain,
+                self.ih_cand.norm.bias,
+                self.hh_cand.norm.gain,
+                self.hh_cand.norm.bias,
+                x.new_zeros(B, self.hidden_size),
+                EPS,
+            )
         ax_g = self.ih_gates.summed(x)
         xg = _normalize_all(self.ih_gates, ax_g, self.per_step)
         xc = _normalize_all(self.ih_cand, self.ih_cand.summed(x), self.per_step)
@@ -202,12 +252,25 @@ class GRULayer(_RecurrentBase):
 class TanhRNNLayer(_RecurrentBase):
     """h_t = tanh(normalize(W [x_t; h_{t-1}])) — eq. 4 with LN; `proj` holds [W_xh W_hh] as one matrix."""
 
-    def __init__(self, input_size: int, hidden_size: int, norm: str = "layer", gain_init: float = 1.0,
-                 max_steps: int = 1):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        norm: str = "layer",
+        gain_init: float = 1.0,
+        max_steps: int = 1,
+    ):
         super().__init__(norm)
         self.hidden_size, self.input_size = hidden_size, input_size
-        self.proj = make_linear(norm, input_size + hidden_size, hidden_size, gain_init, bias=True,
-                                per_step=self.per_step, max_steps=max_steps)
+        self.proj = make_linear(
+            norm,
+            input_size + hidden_size,
+            hidden_size,
+            gain_init,
+            bias=True,
+            per_step=self.per_step,
+            max_steps=max_steps,
+        )
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, D = x.shape
@@ -233,14 +296,22 @@ class TanhRNNLayer(_RecurrentBase):
 CELL_LAYERS = {"lstm": LSTMLayer, "gru": GRULayer, "tanh": TanhRNNLayer}
 
 
-def make_layer(cell: str, input_size: int, hidden_size: int, norm: str, gain_init: float,
-               placement: str = "full", max_steps: int = 1) -> nn.Module:
+def make_layer(
+    cell: str,
+    input_size: int,
+    hidden_size: int,
+    norm: str,
+    gain_init: float,
+    placement: str = "full",
+    max_steps: int = 1,
+) -> nn.Module:
     """One recurrent layer of the given cell and normalizer."""
     if cell not in CELL_LAYERS:
         raise ValueError(f"unknown cell {cell!r}; use one of {', '.join(CELL_LAYERS)}")
     if norm not in ("none", "layer", "batch", "weight", "rms"):
-        raise ValueError(f"norm {norm!r} is not available in recurrent networks; use none, layer, batch, "
-                         "weight or rms")
+        raise ValueError(
+            f"norm {norm!r} is not available in recurrent networks; use none, layer, batch, weight or rms"
+        )
     if cell == "lstm":
         return LSTMLayer(input_size, hidden_size, norm, gain_init, placement, max_steps)
     return CELL_LAYERS[cell](input_size, hidden_size, norm, gain_init, max_steps)

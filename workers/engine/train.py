@@ -79,8 +79,7 @@ class _Run:
             self.log(note)
         seed_everything(spec.seed)
         model = build_model(spec, data).to(device)
-        self.kernel_backend = kernels.backend_for(
-            torch.empty(1, spec.hidden_size or 1, device=device))
+        self.kernel_backend = kernels.backend_for(torch.empty(1, spec.hidden_size or 1, device=device))
         optimizer = make_optimizer(spec, model)
         self.prober, why_not = make_prober(spec, model, data, optimizer)
         if why_not:
@@ -91,15 +90,23 @@ class _Run:
         else:
             threads = choose_threads(n_params, spec.batch_size * (data.seq_len or 1))
             where = f"{threads} CPU thread{'' if threads == 1 else 's'}"
-        self.log(f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
-                 f"LayerNorm kernel backend: {self.kernel_backend}"
-                 + (f"; CUDA graphs {'on' if self.settings.cuda_graphs else 'off'}."
-                    if device.type == "cuda" and self.kernel_backend == "triton" else "."))
+        self.log(
+            f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
+            f"LayerNorm kernel backend: {self.kernel_backend}"
+            + (
+                f"; CUDA graphs {'on' if self.settings.cuda_graphs else 'off'}."
+                if device.type == "cuda" and self.kernel_backend == "triton"
+                else "."
+            )
+        )
         if data.info.kind == "sequence" and spec.norm == "batch" and data.eval_seq_len > data.seq_len:
-            self.log(f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
-                     f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
-                     "statistics of their own (§3.1). The run shows what the model does then; see the log "
-                     "after the first evaluation.", "warning")
+            self.log(
+                f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
+                f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
+                "statistics of their own (§3.1). The run shows what the model does then; see the log "
+                "after the first evaluation.",
+                "warning",
+            )
         return self._loop(model, data, optimizer, device)
 
     def _loop(self, model, data, optimizer, device) -> tuple[str, str | None]:
@@ -124,9 +131,11 @@ class _Run:
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 self.metrics["train_loss"] = None
-                return RunStatus.DIVERGED, (f"The training loss became {loss_value} at step {step}: training "
-                                    f"diverged. Lower the learning rate (now {spec.lr:g}) or try another "
-                                    "normalizer.")
+                return RunStatus.DIVERGED, (
+                    f"The training loss became {loss_value} at step {step}: training "
+                    f"diverged. Lower the learning rate (now {spec.lr:g}) or try another "
+                    "normalizer."
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             on_eval = step % spec.eval_every == 0 or step == spec.steps
@@ -147,9 +156,13 @@ class _Run:
                 continue
             train_loss = window_loss / window_steps
             self.metrics["train_loss"] = train_loss
-            scalars = Scalars(train_loss=train_loss, grad_norm=grad_norm, lr=optimizer.param_groups[0]["lr"],
-                              steps_per_s=window_steps / max(window_time, 1e-9),
-                              elapsed=time.perf_counter() - start)
+            scalars = Scalars(
+                train_loss=train_loss,
+                grad_norm=grad_norm,
+                lr=optimizer.param_groups[0]["lr"],
+                steps_per_s=window_steps / max(window_time, 1e-9),
+                elapsed=time.perf_counter() - start,
+            )
             if on_eval:
                 self._evaluate(model, data, device, "val", scalars)
             self.events("scalars", step, scalars.model_dump())
@@ -172,9 +185,13 @@ class _Run:
         if reports and not self.beyond_reported:
             self.beyond_reported = True
             r = reports[0]
-            self.log(f"Evaluation at {data.eval_seq_len} steps ran {r['eval_steps_beyond']} steps past "
-                     f"the {r['trained_steps']} time steps recurrent BatchNorm has statistics for; for those "
-                     f"it used the policy: {r['policy']}.", "warning", layers=reports)
+            self.log(
+                f"Evaluation at {data.eval_seq_len} steps ran {r['eval_steps_beyond']} steps past "
+                f"the {r['trained_steps']} time steps recurrent BatchNorm has statistics for; for those "
+                f"it used the policy: {r['policy']}.",
+                "warning",
+                layers=reports,
+            )
 
 
 def _grad_norm(params: list[torch.Tensor]) -> float:
@@ -185,9 +202,14 @@ def _grad_norm(params: list[torch.Tensor]) -> float:
     return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
 
 
-def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
-          should_stop: Callable[[], bool] | None = None, *, run_id: str | None = None,
-          settings: Settings | None = None) -> RunResult:
+def train(
+    spec: RunSpec,
+    emit: Callable[[Event], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    *,
+    run_id: str | None = None,
+    settings: Settings | None = None,
+) -> RunResult:
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
@@ -219,12 +241,22 @@ def train(spec: RunSpec, emit: Callable[[Event], None] | None = None,
     if run.prober is not None:
         try:
             probes = run.prober.summary()
-            if (probes.get("fisher_note") and status == RunStatus.COMPLETED
-                    and not probes.get("fisher_note_logged")):
+            if (
+                probes.get("fisher_note")
+                and status == RunStatus.COMPLETED
+                and not probes.get("fisher_note_logged")
+            ):
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")
     events("status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump())
-    return RunResult(status=status, step=run.step, metrics=metrics,
-                     wall_time=time.perf_counter() - wall_start, device=run.device,
-                     kernel_backend=run.kernel_backend, error=error, probes=probes)
+    return RunResult(
+        status=status,
+        step=run.step,
+        metrics=metrics,
+        wall_time=time.perf_counter() - wall_start,
+        device=run.device,
+        kernel_backend=run.kernel_backend,
+        error=error,
+        probes=probes,
+    )

@@ -116,19 +116,28 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
     costs = estimate_costs(task, norm)
     on_s, off_s = statistics.median(on), statistics.median(off)
-    return {"task": task, "norm": norm, "steps": steps, "off_s": off_s, "on_s": on_s,
-            "overhead_wall": on_s / off_s - 1,
-            "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
-            "off_cpu_s": statistics.median(off_cpu), "on_cpu_s": statistics.median(on_cpu),
-            "prober_share": result.probes["overhead"],
-            "fisher_estimates": int(statistics.median_low(counts)), "fisher_estimates_min": min(counts),
-            "fisher_estimates_all": counts, "first_fisher_step": fisher[0].step if fisher else None,
-            "first_fisher_fraction": fisher[0].step / steps if fisher else None,
-            "run_cost_steps": [e.payload["cost_steps"] for e in fisher],
-            "cold_cost_steps": costs[0] if costs else None,
-            "warm_cost_steps": statistics.median(costs[1:]) if len(costs) > 1 else None,
-            "cold_over_warm": costs[0] / statistics.median(costs[1:]) if len(costs) > 1 else None,
-            "warnings": warnings}
+    return {
+        "task": task,
+        "norm": norm,
+        "steps": steps,
+        "off_s": off_s,
+        "on_s": on_s,
+        "overhead_wall": on_s / off_s - 1,
+        "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
+        "off_cpu_s": statistics.median(off_cpu),
+        "on_cpu_s": statistics.median(on_cpu),
+        "prober_share": result.probes["overhead"],
+        "fisher_estimates": int(statistics.median_low(counts)),
+        "fisher_estimates_min": min(counts),
+        "fisher_estimates_all": counts,
+        "first_fisher_step": fisher[0].step if fisher else None,
+        "first_fisher_fraction": fisher[0].step / steps if fisher else None,
+        "run_cost_steps": [e.payload["cost_steps"] for e in fisher],
+        "cold_cost_steps": costs[0] if costs else None,
+        "warm_cost_steps": statistics.median(costs[1:]) if len(costs) > 1 else None,
+        "cold_over_warm": costs[0] / statistics.median(costs[1:]) if len(costs) > 1 else None,
+        "warnings": warnings,
+    }
 
 
 def _fmt(v, spec: str) -> str:
@@ -144,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
     args = parser.parse_args(argv)
     data_dir = get_settings().data_dir
-    tasks = args.tasks.split(",") if args.tasks else [
-        t for t in TASKS if task_availability(t, data_dir).available]
+    tasks = (
+        args.tasks.split(",")
+        if args.tasks
+        else [t for t in TASKS if task_availability(t, data_dir).available]
+    )
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
@@ -154,22 +166,36 @@ def main(argv: list[str] | None = None) -> int:
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed
         rows.append(bench_task(t, args.norm, args.steps, args.repeat))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    out = {"benchmark": "probes", "budget": ProbeSpec().budget, "clock": "process CPU time",
-           "repeat": args.repeat, "torch": torch.__version__,
-           "machine": platform.machine(), "threads": torch.get_num_threads(),
-           "seconds": time.perf_counter() - started, "results": rows}
+    out = {
+        "benchmark": "probes",
+        "budget": ProbeSpec().budget,
+        "clock": "process CPU time",
+        "repeat": args.repeat,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "seconds": time.perf_counter() - started,
+        "results": rows,
+    }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'wall':>6} "
-          f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
-          "   (cost per estimate in plain training steps)")
+    print(
+        f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'wall':>6} "
+        f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
+        "   (cost per estimate in plain training steps)"
+    )
     for r in rows:
-        first = ("-" if r["first_fisher_step"] is None
-                 else f"{r['first_fisher_step']} ({r['first_fisher_fraction']:.0%})")
+        first = (
+            "-"
+            if r["first_fisher_step"] is None
+            else f"{r['first_fisher_step']} ({r['first_fisher_fraction']:.0%})"
+        )
         cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
-        print(f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
-              f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} "
-              f"{r['fisher_estimates_min']:>6} {first:>9} "
-              f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}")
+        print(
+            f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
+            f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} "
+            f"{r['fisher_estimates_min']:>6} {first:>9} "
+            f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}"
+        )
     return 0

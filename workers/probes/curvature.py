@@ -25,10 +25,14 @@ from workers.probes.likelihood import Likelihood
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
 COLD_MAX = 4  # products at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
-ALONG_ROWS = ("uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
-              "normalized by ‖u‖², from one Jacobian-vector product")
-EMPIRICAL_NOTE = ("empirical Fisher: gradients at the observed labels. Not a curvature estimate "
-                  "(Kunstner, Hennig & Balles 2019); shown only for comparison with the true Fisher.")
+ALONG_ROWS = (
+    "uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
+    "normalized by ‖u‖², from one Jacobian-vector product"
+)
+EMPIRICAL_NOTE = (
+    "empirical Fisher: gradients at the observed labels. Not a curvature estimate "
+    "(Kunstner, Hennig & Balles 2019); shown only for comparison with the true Fisher."
+)
 
 
 def _sync(device: torch.device) -> None:
@@ -39,8 +43,18 @@ def _sync(device: torch.device) -> None:
 class CurvatureProbe:
     """True-Fisher traces, λ_max(F), optional λ_max(H) and empirical Fisher, scale-invariant groups."""
 
-    def __init__(self, model: nn.Module, likelihood: Likelihood, loss_fn, *, power_iterations: int = 2,
-                 hessian: bool = False, empirical: bool = False, seed: int = 0, clock=time.perf_counter):
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        loss_fn,
+        *,
+        power_iterations: int = 2,
+        hessian: bool = False,
+        empirical: bool = False,
+        seed: int = 0,
+        clock=time.perf_counter,
+    ):
         self.model, self.lik, self.loss_fn = model, likelihood, loss_fn
         self.clock = clock  # the seconds per estimator are on the prober's clock (CPU time on a CPU)
         self.power_iterations, self.hessian, self.empirical = power_iterations, hessian, empirical
@@ -56,8 +70,9 @@ class CurvatureProbe:
         self.residuals: dict[str, float] = {}  # relative Ritz residual of the latest λ, per operator
 
     def _random(self, params) -> list:
-        return [torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype)
-                for p in params]
+        return [
+            torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype) for p in params
+        ]
 
     def estimate(self, x, y, lr: float) -> tuple[dict, dict[str, float]]:
         """(payload, seconds per estimator) for this batch at the current parameters."""
@@ -81,18 +96,29 @@ class CurvatureProbe:
                 entry["along_w_measure"] = ALONG_ROWS
         _sync(self.device)
         seconds["trace"] = self.clock() - t0
-        payload: dict = {"trace": trace, "trace_raw": raw, "trace_estimator": kinds,
-                         "trace_smoothing": f"summed-gradient layers: EMA, weight {EMA} on the newest",
-                         "predictions": fp.n, "lambda_max": None, "eta_lambda_max": None,
-                         "hessian_lambda_max": None, "eta_hessian_lambda_max": None,
-                         "groups": groups, "empirical": None, "lr": lr}
+        payload: dict = {
+            "trace": trace,
+            "trace_raw": raw,
+            "trace_estimator": kinds,
+            "trace_smoothing": f"summed-gradient layers: EMA, weight {EMA} on the newest",
+            "predictions": fp.n,
+            "lambda_max": None,
+            "eta_lambda_max": None,
+            "hessian_lambda_max": None,
+            "eta_hessian_lambda_max": None,
+            "groups": groups,
+            "empirical": None,
+            "lr": lr,
+        }
         payload["lambda_max"], seconds["lambda_max"], self.eig = self._top(
-            "lambda_max", fp.fvp, fp.params, self.eig, grad_s)
+            "lambda_max", fp.fvp, fp.params, self.eig, grad_s
+        )
         if payload["lambda_max"] is not None:
             payload["eta_lambda_max"] = lr * payload["lambda_max"]
         if self.hessian and self.loss_fn is not None:
             payload["hessian_lambda_max"], seconds["hessian"], self.heig = self._top(
-                "hessian", fp.hvp, fp.params, self.heig)
+                "hessian", fp.hvp, fp.params, self.heig
+            )
             if payload["hessian_lambda_max"] is not None:
                 payload["eta_hessian_lambda_max"] = lr * payload["hessian_lambda_max"]
         if self.empirical:
@@ -115,8 +141,9 @@ class CurvatureProbe:
         w = param.detach().reshape(param.shape[0], -1)
         signs = torch.randint(0, 2, (w.shape[0], 1), generator=self.generator, device=w.device) * 2 - 1
         u = (signs * w / w.norm(dim=1, keepdim=True).clamp_min(1e-30)).reshape(param.shape)
-        return fp.curvature_along([u if n == name else torch.zeros_like(p)
-                                   for n, p in zip(fp.names, fp.params, strict=True)])
+        return fp.curvature_along(
+            [u if n == name else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
+        )
 
     def _top(self, name: str, product, params, previous, start=None):
         """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed."""
@@ -129,8 +156,9 @@ class CurvatureProbe:
             nonzero = start is not None and any(bool(t.abs().sum() > 0) for t in start)
             init = [t.detach() for t in start] if nonzero else self._random(params)
         try:
-            lam, vec, info = lanczos_top(product, init, self.power_iterations,
-                                         tol=COLD_TOL if cold else None, max_products=COLD_MAX)
+            lam, vec, info = lanczos_top(
+                product, init, self.power_iterations, tol=COLD_TOL if cold else None, max_products=COLD_MAX
+            )
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]
             return None, self.clock() - t0, previous

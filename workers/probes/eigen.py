@@ -25,8 +25,9 @@ def _split(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
     return [c.view_as(t) for c, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
 
 
-def lanczos_top(product, init: list[Tensor], products: int, tol: float | None = None,
-                max_products: int | None = None) -> tuple[float, list[Tensor], dict]:
+def lanczos_top(
+    product, init: list[Tensor], products: int, tol: float | None = None, max_products: int | None = None
+) -> tuple[float, list[Tensor], dict]:
     """(θ ≈ λ_max, its Ritz vector, {"products", "residual"}) — `products` at least, then to `tol`.
 
     The Krylov basis is kept as the rows of one matrix over the flattened parameters, so a small model's
@@ -45,7 +46,7 @@ def lanczos_top(product, init: list[Tensor], products: int, tol: float | None = 
     for k in range(limit):
         w = _flat(product(_split(basis[k], init)))
         alphas.append(float(basis[k] @ w))
-        seen = basis[:k + 1]
+        seen = basis[: k + 1]
         before = float(w.norm())
         w -= seen.t() @ (seen @ w)  # full re-orthogonalization (covers the α q_k and β q_{k-1} terms)
         beta = float(w.norm())
@@ -60,13 +61,18 @@ def lanczos_top(product, init: list[Tensor], products: int, tol: float | None = 
         theta, s = float(values[-1]), vectors[:, -1]
         residual = beta * abs(float(s[-1]))
         done = k + 1 >= products and (
-            tol is None or residual <= tol * abs(theta)
-            or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta)))
+            tol is None
+            or residual <= tol * abs(theta)
+            or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
+        )
         previous = theta
         if done or beta <= 1e-12 * max(abs(theta), 1e-30) or k + 1 == limit:
             break
         betas.append(beta)
         basis[k + 1] = w / beta
-    vec = s.to(basis.dtype) @ basis[:len(alphas)]
-    return theta, [t.clone() for t in _split(vec, init)], {
-        "products": len(alphas), "residual": residual / max(abs(theta), 1e-30)}
+    vec = s.to(basis.dtype) @ basis[: len(alphas)]
+    return (
+        theta,
+        [t.clone() for t in _split(vec, init)],
+        {"products": len(alphas), "residual": residual / max(abs(theta), 1e-30)},
+    )

@@ -50,8 +50,16 @@ def _twice_differentiable(device: torch.device):
 class FisherPass:
     """One batch's forward graph, kept for Monte-Carlo traces and curvature-vector products."""
 
-    def __init__(self, model: nn.Module, likelihood: Likelihood, x: Tensor, y: Tensor,
-                 loss_fn=None, use_recorder: bool = True, fused: bool | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        x: Tensor,
+        y: Tensor,
+        loss_fn=None,
+        use_recorder: bool = True,
+        fused: bool | None = None,
+    ):
         self.model, self.lik, self.x, self.y, self.loss_fn = model, likelihood, x, y, loss_fn
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -138,8 +146,10 @@ class FisherPass:
 
     def _shifted(self, v: list[Tensor], h: float, grad: bool = False):
         """The scored predictions (and with grad=True the loss gradient) at θ + h v; buffers kept."""
-        params = {n: (p.detach() + h * t).requires_grad_(grad)
-                  for n, p, t in zip(self.names, self.params, v, strict=True)}
+        params = {
+            n: (p.detach() + h * t).requires_grad_(grad)
+            for n, p, t in zip(self.names, self.params, v, strict=True)
+        }
         capture, captured = getattr(self.model, "capture", None), getattr(self.model, "captured", None)
         if capture is not None:
             self.model.capture = False  # the fused path, and a traced step's record left alone
@@ -164,8 +174,10 @@ class FisherPass:
         """∇²L v by central differences of two loss gradients."""
         h = self._step(v)
         plus, minus = self._shifted(v, h, grad=True), self._shifted(v, -h, grad=True)
-        return [torch.zeros_like(p) if a is None else (a - b) / (2 * h)
-                for p, a, b in zip(self.params, plus, minus, strict=True)]
+        return [
+            torch.zeros_like(p) if a is None else (a - b) / (2 * h)
+            for p, a, b in zip(self.params, plus, minus, strict=True)
+        ]
 
     def curvature_along(self, v: list[Tensor]) -> float:
         """vᵀ F v / ‖v‖² from one Jacobian-vector product: (1/N) Σ_k (J v)_kᵀ Λ_k (J v)_k / ‖v‖²."""
@@ -187,8 +199,9 @@ class FisherPass:
             loss = self.loss_fn(self.outputs, self.y)
             self._hg = tuple(self._grad(loss, None, retain_graph=True, create_graph=True))
         hv = torch.autograd.grad(self._hg, self.params, v, retain_graph=True, allow_unused=True)
-        return [torch.zeros_like(p) if h is None else h.detach()
-                for p, h in zip(self.params, hv, strict=True)]
+        return [
+            torch.zeros_like(p) if h is None else h.detach() for p, h in zip(self.params, hv, strict=True)
+        ]
 
 
 def _restore_buffers(model: nn.Module, saved: dict[str, Tensor]) -> None:

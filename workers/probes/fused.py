@@ -27,8 +27,9 @@ from workers.probes.persample import RowStats, _row_sq, row_stats
 
 def fused_layers(model: nn.Module) -> dict[str, nn.Module]:
     """The LSTM layers whose training forward pass is `lstm_sequence` (CPU, or torch kernels on CUDA)."""
-    return {name: m for name, m in model.named_modules()
-            if isinstance(m, recurrent.LSTMLayer) and m._fused_ok()}
+    return {
+        name: m for name, m in model.named_modules() if isinstance(m, recurrent.LSTMLayer) and m._fused_ok()
+    }
 
 
 class FusedLSTMRecorder:
@@ -59,6 +60,7 @@ class FusedLSTMRecorder:
         def hook(module, inputs):
             self._current = name
             self.calls[name] = {"x": inputs[0].detach()}
+
         return hook
 
     def _wrapped(self, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps=1e-5):
@@ -66,15 +68,18 @@ class FusedLSTMRecorder:
         entry = self.calls.get(self._current) if self._current is not None else None
         if entry is None or not (xx.requires_grad and hs.requires_grad):
             return hs
-        entry.update(xx=xx.detach(), hs=hs.detach(), h0=h0.detach(), c0=c0.detach(), eps=eps,
-                     g_xx=None, g_hs=None)
+        entry.update(
+            xx=xx.detach(), hs=hs.detach(), h0=h0.detach(), c0=c0.detach(), eps=eps, g_xx=None, g_hs=None
+        )
         self._current = None
 
         def keep(key):
             def hook(grad):
                 if self.recording:
                     entry[key] = grad.detach()
+
             return hook
+
         xx.register_hook(keep("g_xx"))
         hs.register_hook(keep("g_hs"))
         return hs
@@ -104,8 +109,9 @@ def _ln_parts(z: Tensor, eps: float) -> tuple[Tensor, tuple]:
 def _ln_backward(d: Tensor, saved: tuple, gain: Tensor) -> Tensor:
     """∂S/∂z from ∂S/∂y for y = x̂(z) ⊙ gain + β (torch's own LayerNorm backward kernel)."""
     z, mean, rstd = saved
-    return torch.ops.aten.native_layer_norm_backward(d, z, (z.shape[-1],), mean, rstd, gain, None,
-                                                     [True, False, False])[0]
+    return torch.ops.aten.native_layer_norm_backward(
+        d, z, (z.shape[-1],), mean, rstd, gain, None, [True, False, False]
+    )[0]
 
 
 def _cases(t: Tensor) -> Tensor:
@@ -158,13 +164,14 @@ def _layer_stats(m: nn.Module, e: dict) -> dict[str, RowStats]:
     return res
 
 
-def _cell_norm(m: nn.Module, a: Tensor, g_hs: Tensor, d_hh: Tensor, w_h: Tensor, c0: Tensor,
-               eps: float) -> dict[str, RowStats]:
+def _cell_norm(
+    m: nn.Module, a: Tensor, g_hs: Tensor, d_hh: Tensor, w_h: Tensor, c0: Tensor, eps: float
+) -> dict[str, RowStats]:
     """LN(c_t)'s gain and bias: c_t recomputed from the gates, ∂S/∂h_t in total from both paths."""
     H = c0.shape[-1]
     sig = torch.sigmoid(a)
-    f, i, o = sig[..., :H], sig[..., H:2 * H], sig[..., 2 * H:3 * H]
-    g = torch.tanh(a[..., 3 * H:])
+    f, i, o = sig[..., :H], sig[..., H : 2 * H], sig[..., 2 * H : 3 * H]
+    g = torch.tanh(a[..., 3 * H :])
     ig = i * g
     cells = torch.empty_like(ig)
     c = c0

@@ -66,8 +66,12 @@ def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None
         sq = float(w[row].pow(2).sum())
         trace = scale * float(stats.row_sq[row])
         along = scale * float(stats.row_dot_sq[row]) / sq if sq > 0 else math.nan
-    return {"weight_norm": math.sqrt(sq), "along_w_curvature": along, "trace_ww": trace,
-            "scaled_trace_ww": sq * trace}
+    return {
+        "weight_norm": math.sqrt(sq),
+        "along_w_curvature": along,
+        "trace_ww": trace,
+        "scaled_trace_ww": sq * trace,
+    }
 
 
 def _angle(a: Tensor, b: Tensor) -> Tensor:
@@ -83,8 +87,11 @@ def _angle(a: Tensor, b: Tensor) -> Tensor:
 
 def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> dict[str, Tensor]:
     sq = w.pow(2).sum(1)
-    out = {"weight_norm": sq.sqrt(), "trace_ww": scale * stats.row_sq,
-           "along_w_curvature": scale * stats.row_dot_sq / sq.clamp_min(1e-30)}
+    out = {
+        "weight_norm": sq.sqrt(),
+        "trace_ww": scale * stats.row_sq,
+        "along_w_curvature": scale * stats.row_dot_sq / sq.clamp_min(1e-30),
+    }
     out["scaled_trace_ww"] = sq * out["trace_ww"]
     if grad is not None:
         g = rows(grad)
@@ -93,17 +100,27 @@ def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> d
     return out
 
 
-def group_payload(group: Group, params: dict[str, Tensor], stats: dict[str, RowStats],
-                  estimators: dict[str, str], scale: float, lr: float) -> dict:
+def group_payload(
+    group: Group,
+    params: dict[str, Tensor],
+    stats: dict[str, RowStats],
+    estimators: dict[str, str],
+    scale: float,
+    lr: float,
+) -> dict:
     """One payload entry: a whole-matrix group, or a layer's row groups summarized (median; uᵀFu: max)."""
     p = params[group.param]
     w = rows(p.detach())
     st = stats[group.param]
     gain_stats = stats.get(group.gain) if group.gain else None
-    entry: dict = {"name": group.name, "normalizer": group.normalizer,
-                   "scale_invariant": group.scale_invariant,
-                   "kind": "row" if group.by_row else "matrix", "rows": int(w.shape[0]),
-                   "estimator": estimators.get(group.param, "summed-gradient")}
+    entry: dict = {
+        "name": group.name,
+        "normalizer": group.normalizer,
+        "scale_invariant": group.scale_invariant,
+        "kind": "row" if group.by_row else "matrix",
+        "rows": int(w.shape[0]),
+        "estimator": estimators.get(group.param, "summed-gradient"),
+    }
     if not group.by_row:
         entry.update(row_quantities(st, p, scale))
         entry["gain_curvature"] = scale * float(gain_stats.row_sq.sum()) if gain_stats is not None else None
@@ -132,8 +149,9 @@ def snapshot(groups: list[Group], params: dict[str, Tensor]) -> dict[str, Tensor
     return {g.param: params[g.param].detach().clone() for g in groups}
 
 
-def add_update(entry: dict, group: Group, before: Tensor, after: Tensor,
-               optimizer: str | None = None) -> None:
+def add_update(
+    entry: dict, group: Group, before: Tensor, after: Tensor, optimizer: str | None = None
+) -> None:
     """The step the optimizer actually took, measured, into a payload entry: the angle between w_t and
     w_{t+1} ("angular_update", radians), the effective step ‖w_{t+1} − w_t‖ / ‖w_t‖ and ‖w_{t+1}‖ (row
     groups: medians over rows). Under Adam these, not η/‖w‖², say how fast a group's direction moves."""

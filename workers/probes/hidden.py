@@ -78,8 +78,9 @@ def feedforward_payload(captured: dict, model: nn.Module) -> dict:
     for k, rec in enumerate(captured.get("layers", [])):
         entry = {key: rec[key] for key in ("name", "summed_mean", "summed_std", "act_norm")}
         weight, gain = layer_weights(modules[k]) if k < len(modules) else (None, None)
-        entry["weight_row_norms"] = (_summary(weight.detach().flatten(1).norm(dim=1))
-                                     if weight is not None else None)
+        entry["weight_row_norms"] = (
+            _summary(weight.detach().flatten(1).norm(dim=1)) if weight is not None else None
+        )
         entry["gain"] = _summary(gain) if gain is not None else None
         layers.append(entry)
     return {"layers": layers}

@@ -37,8 +37,7 @@ def rows(t: Tensor) -> Tensor:
 
 def row_stats(per_case_dot: Tensor, row_sq: Tensor) -> RowStats:
     """RowStats from per-case row inner products (cases, R) and the summed squared row norms (R,)."""
-    return RowStats(row_sq, per_case_dot.pow(2).sum(0), per_case_dot.sum(1).pow(2).sum(),
-                    per_case_dot.sum(0))
+    return RowStats(row_sq, per_case_dot.pow(2).sum(0), per_case_dot.sum(1).pow(2).sum(), per_case_dot.sum(0))
 
 
 def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
@@ -94,8 +93,11 @@ class Recorder:
                 self.kinds[name] = "wn"
             elif isinstance(m, nn.Linear) and m.weight.requires_grad:
                 self.kinds[name] = "linear"
-            elif affine_params(m) is not None and affine_params(m)[0].requires_grad \
-                    and not getattr(m, "channels", False):
+            elif (
+                affine_params(m) is not None
+                and affine_params(m)[0].requires_grad
+                and not getattr(m, "channels", False)
+            ):
                 self.kinds[name] = "affine"
             elif is_batch_norm(m):
                 self.kinds[name] = "bn"
@@ -128,6 +130,7 @@ class Recorder:
         def keep(grad, entry=entry):
             if self.recording:
                 entry[2] = grad.detach()
+
         out.register_hook(keep)
 
     def _wrap(self, name: str, summed):
@@ -136,6 +139,7 @@ class Recorder:
             if isinstance(out, Tensor) and out.requires_grad:
                 self._entry(name, x, out)
             return out
+
         return wrapper
 
     def _hook(self, name: str, kind: str):
@@ -145,6 +149,7 @@ class Recorder:
                 self.last_bn_call = self.counter
             elif isinstance(output, Tensor) and output.requires_grad:
                 self._entry(name, inputs[0] if kind != "affine" else None, output)
+
         return hook
 
     def valid(self, name: str) -> bool:
@@ -201,8 +206,9 @@ def _row_sq(a: Tensor, d: Tensor) -> Tensor:
     return torch.einsum("bti,btd->bid", d, a).pow(2).sum((0, 2))
 
 
-def _linear(weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor,
-            bias_after: Tensor | None = None) -> dict[str, RowStats]:
+def _linear(
+    weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor, bias_after: Tensor | None = None
+) -> dict[str, RowStats]:
     res: dict[str, RowStats] = {}
     zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
     res["weight"] = row_stats((d * zb).sum(1), _row_sq(a, d))
@@ -222,8 +228,7 @@ def _weight_norm(m: nn.Module, a: Tensor, s: Tensor, d: Tensor) -> dict[str, Row
     gg = along * vn / g  # ∂y/∂g_i = s_i/‖v_i‖ and ∂S/∂y = d ‖v‖/g
     # ⟨G_n[i], v_i⟩ from its two paths (through s and through ‖v‖): ≈ 0 up to rounding; the payload's
     # along_w_curvature for WeightNorm is measured independently, by a Jacobian-vector product
-    res = {"v": row_stats((d * s).sum(1) - along * vn, row_sq),
-           "g": row_stats(gg * g, gg.pow(2).sum(0))}
+    res = {"v": row_stats((d * s).sum(1) - along * vn, row_sq), "g": row_stats(gg * g, gg.pow(2).sum(0))}
     if m.b is not None and m.b.requires_grad:
         gb = d.sum(1) * vn / g
         res["b"] = row_stats(gb * m.b.detach(), gb.pow(2).sum(0))

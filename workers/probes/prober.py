@@ -59,9 +59,16 @@ class Prober:
         likelihood = Likelihood(task_data.info.target)
         device = next(model.parameters()).device
         self.clock = time.process_time if device.type == "cpu" else time.perf_counter  # see the docstring
-        self.curvature = CurvatureProbe(model, likelihood, task_data.loss,
-                                        power_iterations=p.power_iterations, hessian=p.hessian,
-                                        empirical=p.empirical_fisher, seed=spec.seed, clock=self.clock)
+        self.curvature = CurvatureProbe(
+            model,
+            likelihood,
+            task_data.loss,
+            power_iterations=p.power_iterations,
+            hessian=p.hessian,
+            empirical=p.empirical_fisher,
+            seed=spec.seed,
+            clock=self.clock,
+        )
         self.next_fisher = FIRST_FISHER
         self.total_steps = int(spec.steps if spec.steps is not None else spec.resolved().steps)
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
@@ -166,20 +173,29 @@ class Prober:
         """Log (once) that no estimate fits, with the budget that would fit one."""
         needed = predicted / (FISHER_SHARE * TARGET * total)
         percent = math.ceil(needed * 100 * 1.05)  # a little headroom: step times vary
-        self.no_fit = {"level": "warning", "probe": "fisher_budget",
-                       "message": (f"No Fisher estimate fitted the budget — raise it to {percent} % (probe "
-                                   f"budget {self.budget:.0%} now; probes.budget {percent / 100:g}, "
-                                   f"--probe-budget {percent / 100:g}). One estimate is predicted to cost "
-                                   f"≈ {predicted / step_s:.1f} training steps (measured step time) and "
-                                   f"this run's {self.total_steps} steps leave room for "
-                                   f"{allowance / step_s:.1f}."),
-                       "budget": self.budget, "budget_needed": percent / 100,
-                       "estimate_cost_steps": predicted / step_s, "room_steps": allowance / step_s,
-                       "step": step}
+        self.no_fit = {
+            "level": "warning",
+            "probe": "fisher_budget",
+            "message": (
+                f"No Fisher estimate fitted the budget — raise it to {percent} % (probe "
+                f"budget {self.budget:.0%} now; probes.budget {percent / 100:g}, "
+                f"--probe-budget {percent / 100:g}). One estimate is predicted to cost "
+                f"≈ {predicted / step_s:.1f} training steps (measured step time) and "
+                f"this run's {self.total_steps} steps leave room for "
+                f"{allowance / step_s:.1f}."
+            ),
+            "budget": self.budget,
+            "budget_needed": percent / 100,
+            "estimate_cost_steps": predicted / step_s,
+            "room_steps": allowance / step_s,
+            "step": step,
+        }
         largest = max_budget()
         if percent / 100 > largest:
-            self.no_fit["message"] += (f" That is above the largest budget ({largest:.0%}): train "
-                                       "longer to see curvature for this model.")
+            self.no_fit["message"] += (
+                f" That is above the largest budget ({largest:.0%}): train "
+                "longer to see curvature for this model."
+            )
         self._log.append(("log", dict(self.no_fit)))
 
     # -- the hook ---------------------------------------------------------------------------------
@@ -253,8 +269,10 @@ class Prober:
         step_s = self.step_seconds()
         if step_s is None or self.train_seconds <= 0:
             return "No Fisher estimate: the run ended before a training step was timed."
-        return (f"No Fisher estimate: the run ended ({self.total_steps} steps) before the first one was "
-                f"due (step {self.next_fisher}); set probes.fisher_every lower or train longer.")
+        return (
+            f"No Fisher estimate: the run ended ({self.total_steps} steps) before the first one was "
+            f"due (step {self.next_fisher}); set probes.fisher_every lower or train longer."
+        )
 
     def summary(self) -> dict:
         """{"hidden": last hidden payload, "fisher": last fisher payload, "overhead": measured share,
@@ -265,8 +283,13 @@ class Prober:
         train = self.train_seconds
         overhead = self.probe_seconds / train if train > 0 else None
         parts = {k: v / train for k, v in self.spent.items()} if train > 0 else None
-        return {**self.last, "overhead": overhead, "overhead_parts": parts, "fisher_note": self.fisher_note(),
-                "fisher_note_logged": self.no_fit is not None and self.last["fisher"] is None}
+        return {
+            **self.last,
+            "overhead": overhead,
+            "overhead_parts": parts,
+            "fisher_note": self.fisher_note(),
+            "fisher_note_logged": self.no_fit is not None and self.last["fisher"] is None,
+        }
 
 
 def max_budget() -> float:

@@ -98,8 +98,9 @@ class LiveStack:
 def start_stack(data_dir: Path, workers: int = 1, **settings) -> LiveStack:
     """`normlab api` + `workers` × `normlab worker` with a queue of their own; fast lost detection."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = service_env(data_dir, queue=f"nlh-{uuid.uuid4().hex[:8]}", lost_after_s=2.0,
-                      worker_heartbeat_s=0.3, **settings)
+    env = service_env(
+        data_dir, queue=f"nlh-{uuid.uuid4().hex[:8]}", lost_after_s=2.0, worker_heartbeat_s=0.3, **settings
+    )
     stack = LiveStack("", data_dir, env, None)  # type: ignore[arg-type]
     for _ in range(workers):
         stack.add_worker()
@@ -130,14 +131,29 @@ def client():
 def disposable_redis():
     """A redis-server of our own on a free port (no persistence): (url, restart)."""
     port = free_port()
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes", "--save", "",
-           "--appendonly", "no"]
+    cmd = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--daemonize",
+        "yes",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
 
     def up():
         subprocess.run(cmd, check=True, capture_output=True, timeout=10)
         deadline = time.monotonic() + 10
-        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
-                             text=True).stdout.strip() != "PONG":
+        while (
+            subprocess.run(
+                ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
+            ).stdout.strip()
+            != "PONG"
+        ):
             assert time.monotonic() < deadline, "redis-server did not start"
             time.sleep(0.05)
 

@@ -106,8 +106,12 @@ def test_tokens_are_stored_hashed_and_revocation_works(make_client, tokens, tmp_
 
 def test_token_command_create_list_revoke(tmp_path):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "normlab", "token", *args, "--data-dir", str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "normlab", "token", *args, "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     made = json.loads(cli("create", "--user", "carol", "--admin", "--json").stdout)
     assert made["user"] == "carol" and made["admin"] and made["token"].startswith("nl_")

@@ -21,10 +21,15 @@ PG_BASE = "postgresql://127.0.0.1:5432/test"
 # a lone continuation byte, an overlong encoding of "/", a right-to-left override, CR LF.
 BAD = ["%00", "a%00b", "%01", "%7f", "%ff%fe", "%c3%28", "%80", "%c0%af", "%e2%80%ae", "%0d%0a", "%09"]
 CONTROL = ("%00", "a%00b", "%01", "%7f")
-BODIES = [("/api/runs", {"task": "digits\u0000"}), ("/api/runs", {"norm": "\u0000"}),
-          ("/api/runs", {"\u0000": 1}), ("/api/runs", {"probes": {"enabled": True, "x\u0000": 1}}),
-          ("/api/sweeps", {"base": {"task": "\u0000"}}), ("/api/sweeps", {"base": {}, "norms": ["\u0000"]}),
-          ("/api/runs", {"device": "cuda\u0000"})]
+BODIES = [
+    ("/api/runs", {"task": "digits\u0000"}),
+    ("/api/runs", {"norm": "\u0000"}),
+    ("/api/runs", {"\u0000": 1}),
+    ("/api/runs", {"probes": {"enabled": True, "x\u0000": 1}}),
+    ("/api/sweeps", {"base": {"task": "\u0000"}}),
+    ("/api/sweeps", {"base": {}, "norms": ["\u0000"]}),
+    ("/api/runs", {"device": "cuda\u0000"}),
+]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -66,17 +71,26 @@ def test_bad_bytes_in_paths_queries_and_bodies_are_bad_input(api):
     api.post(f"/api/runs/{run_id}/cancel")  # finished: its event streams end by themselves
     wrong = []
     for bad in BAD:
-        for method, path in (("GET", f"/api/runs/{bad}"), ("GET", f"/api/runs/{bad}/metrics"),
-                             ("GET", f"/api/runs/{bad}/export"), ("GET", f"/api/runs/{bad}/events"),
-                             ("POST", f"/api/runs/{bad}/cancel"), ("POST", f"/api/runs/{bad}/resubmit"),
-                             ("DELETE", f"/api/runs/{bad}"), ("GET", f"/api/runs?owner={bad}"),
-                             ("GET", f"/api/runs?group={bad}"), ("GET", f"/api/runs?status={bad}"),
-                             ("GET", f"/api/runs?task={bad}"), ("GET", f"/api/runs?norm={bad}"),
-                             ("GET", f"/api/events?runs={bad}"), ("GET", f"/api/events?runs={run_id},{bad}"),
-                             ("GET", f"/api/runs/{run_id}/metrics?names={bad}"),
-                             ("GET", f"/api/runs/{run_id}/events?after={bad}"),
-                             ("GET", f"/api/events?runs={run_id}&after={run_id}:{bad}"),
-                             ("GET", f"/api/runs/{run_id}/export?format={bad}")):
+        for method, path in (
+            ("GET", f"/api/runs/{bad}"),
+            ("GET", f"/api/runs/{bad}/metrics"),
+            ("GET", f"/api/runs/{bad}/export"),
+            ("GET", f"/api/runs/{bad}/events"),
+            ("POST", f"/api/runs/{bad}/cancel"),
+            ("POST", f"/api/runs/{bad}/resubmit"),
+            ("DELETE", f"/api/runs/{bad}"),
+            ("GET", f"/api/runs?owner={bad}"),
+            ("GET", f"/api/runs?group={bad}"),
+            ("GET", f"/api/runs?status={bad}"),
+            ("GET", f"/api/runs?task={bad}"),
+            ("GET", f"/api/runs?norm={bad}"),
+            ("GET", f"/api/events?runs={bad}"),
+            ("GET", f"/api/events?runs={run_id},{bad}"),
+            ("GET", f"/api/runs/{run_id}/metrics?names={bad}"),
+            ("GET", f"/api/runs/{run_id}/events?after={bad}"),
+            ("GET", f"/api/events?runs={run_id}&after={run_id}:{bad}"),
+            ("GET", f"/api/runs/{run_id}/export?format={bad}"),
+        ):
             r = api.request(method, path)
             # Invalid UTF-8 arrives as U+FFFD and blanks are skipped in lists: both may be a valid query
             # (200); NUL and control characters never are. Nothing is ever a server error.

@@ -17,8 +17,18 @@ from normlab.store import Store
 
 SPEC = {"task": "digits", "steps": 20}
 BAD_SINGLE = ["abc", "-1", "1e3", " 5", "9" * 40, "1.5", "0x10", "١٢", "5,6", "%00", "\t", "a" * 5000]
-BAD_MULTI = ["a:1,b", "abc:١٢", ":::", "zz:1", "abc:-1", "abc:1:2", ",", "abc:" + "9" * 20, "\u00e9:1",
-             "a" * 5000]
+BAD_MULTI = [
+    "a:1,b",
+    "abc:١٢",
+    ":::",
+    "zz:1",
+    "abc:-1",
+    "abc:1:2",
+    ",",
+    "abc:" + "9" * 20,
+    "\u00e9:1",
+    "a" * 5000,
+]
 
 
 def test_malformed_cursors_get_400_never_5xx(make_client):
@@ -42,8 +52,12 @@ def test_unknown_ids_and_path_tricks(make_client):
     client = make_client()
     run_id = client.post("/api/runs", json=SPEC).json()["id"]
     for bad in ("nope", "0" * 12, "x" * 5000, "%2e%2e", "..%2f..%2fetc%2fpasswd", "🙂", "a%00b", "run'--"):
-        for path in (f"/api/runs/{bad}", f"/api/runs/{bad}/export", f"/api/runs/{bad}/metrics",
-                     f"/api/runs/{bad}/events"):
+        for path in (
+            f"/api/runs/{bad}",
+            f"/api/runs/{bad}/export",
+            f"/api/runs/{bad}/metrics",
+            f"/api/runs/{bad}/events",
+        ):
             r = client.get(path)
             assert r.status_code == 404, (path, r.status_code)
         assert client.post(f"/api/runs/{bad}/cancel").status_code == 404
@@ -93,8 +107,10 @@ def test_a_tab_reconnecting_in_a_tight_loop_leaks_nothing(tmp_path):
             writer.emit(Event(seq=1, step=0, kind="status", payload={"status": "running"}))
             for s in range(2, 12):
                 writer.emit(Event(seq=s, step=s, kind="scalars", payload={"train_loss": 1.0 / s}))
-            writer.close({"status": "completed", "finished_at": time.time()},
-                         {"status": "completed", "time": time.time()})
+            writer.close(
+                {"status": "completed", "finished_at": time.time()},
+                {"status": "completed", "time": time.time()},
+            )
             got = [int(m.id) for m in iter_sse(c, events_url, timeout=20)]
             assert got == list(range(1, 13))
             assert storm_s < 120

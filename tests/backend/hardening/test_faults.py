@@ -51,8 +51,18 @@ def test_killed_worker_lost_within_30s_events_kept_and_resubmitted_with_one_requ
 
 def test_nan_loss_ends_as_diverged_with_its_step(live_stack, client):
     stack = live_stack(workers=1)
-    run_id = stack.submit(client, task="adding", cell="tanh", norm="none", optimizer="sgd", lr=10.0,
-                          seq_len=5, steps=200, hidden_size=16, eval_every=50)
+    run_id = stack.submit(
+        client,
+        task="adding",
+        cell="tanh",
+        norm="none",
+        optimizer="sgd",
+        lr=10.0,
+        seq_len=5,
+        steps=200,
+        hidden_size=16,
+        eval_every=50,
+    )
     events = [m.json() for m in iter_sse(client, stack.api(f"api/runs/{run_id}/events"), timeout=120)]
     final = events[-1]
     assert final["kind"] == "status" and final["payload"]["status"] == "diverged"
@@ -101,8 +111,11 @@ def test_redis_restart_loses_no_run_and_viewers_resume(live_stack, client, dispo
     for q in queued:  # re-sent to the emptied queue, trained once
         qrun = stack.wait_status(client, q, ("completed", "failed"), timeout=120)
         assert qrun["status"] == "completed", qrun
-        statuses = [m.json()["payload"]["status"] for m in iter_sse(client, stack.api(f"api/runs/{q}/events"))
-                    if m.event == "status"]
+        statuses = [
+            m.json()["payload"]["status"]
+            for m in iter_sse(client, stack.api(f"api/runs/{q}/events"))
+            if m.event == "status"
+        ]
         assert statuses == ["running", "completed"]
     after = client.get(stack.api(f"api/runs/{done_before}/export"), params={"format": "json"}).json()
     assert after["events"] == history_before["events"] and after["run"]["status"] == "completed"
@@ -112,15 +125,22 @@ def test_database_away_answers_503_then_recovers_by_itself(pg_proxy, tmp_path):
     schema = f"nlh_{uuid.uuid4().hex[:10]}"
     with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    url = (f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{schema}"
-           "&connect_timeout=2")
+    url = (
+        f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{schema}"
+        "&connect_timeout=2"
+    )
     try:
         with TestClient(create_app(Settings(data_dir=tmp_path, database_url=url, queue="nlhpg"))) as c:
             run_id = c.post("/api/runs", json={"task": "digits", "steps": 10}).json()["id"]
             assert c.get(f"/api/runs/{run_id}").status_code == 200
             pg_proxy.stop()
-            for method, path in (("GET", f"/api/runs/{run_id}"), ("GET", "/api/runs"), ("GET", "/api/health"),
-                                 ("POST", "/api/runs"), ("POST", f"/api/runs/{run_id}/cancel")):
+            for method, path in (
+                ("GET", f"/api/runs/{run_id}"),
+                ("GET", "/api/runs"),
+                ("GET", "/api/health"),
+                ("POST", "/api/runs"),
+                ("POST", f"/api/runs/{run_id}/cancel"),
+            ):
                 body = {"task": "digits", "steps": 10} if method == "POST" else None
                 r = c.request(method, path, json=body)
                 assert r.status_code == 503, (path, r.status_code, r.text)

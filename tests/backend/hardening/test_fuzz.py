@@ -27,8 +27,13 @@ MIN_REQUESTS = {"off": 1000, "tokens": 250}
 
 def _request_kwargs(case) -> dict:
     kw = case.as_transport_kwargs()
-    out = {"method": kw["method"], "url": kw["url"], "headers": kw.get("headers") or {},
-           "params": kw.get("params") or {}, "cookies": kw.get("cookies") or {}}
+    out = {
+        "method": kw["method"],
+        "url": kw["url"],
+        "headers": kw.get("headers") or {},
+        "params": kw.get("params") or {},
+        "cookies": kw.get("cookies") or {},
+    }
     if "json" in kw:
         out["content"] = json.dumps(kw["json"]).encode()
     elif kw.get("data") is not None:
@@ -39,8 +44,13 @@ def _request_kwargs(case) -> dict:
 
 @pytest.fixture(scope="module")
 def table1_json() -> str:
-    out = subprocess.run([sys.executable, "-m", "normlab", "invariance", "--json"], capture_output=True,
-                         text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "normlab", "invariance", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return out.stdout
 
 
@@ -70,16 +80,23 @@ def test_no_5xx_over_1000_generated_requests(tmp_path, auth, table1_json):
 
 
 def _fuzz(client, op, mode, examples: int, statuses: Counter, failures: list[str]) -> None:
-    @hyp_settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
+    @hyp_settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=op.as_strategy(mode))
     def call(case):
         kw = _request_kwargs(case)
         r = client.request(timeout=10, **kw)
         statuses[r.status_code] += 1
         if r.status_code >= 500:
-            failures.append(f"{op.method.upper()} {kw['url']} {kw['params']} ({mode.value}) -> "
-                            f"{r.status_code}: {r.text[:200]}")
+            failures.append(
+                f"{op.method.upper()} {kw['url']} {kw['params']} ({mode.value}) -> "
+                f"{r.status_code}: {r.text[:200]}"
+            )
 
     try:
         call()

@@ -14,10 +14,12 @@ SPEC = {"task": "digits", "steps": 20}
 
 def test_job_size_limits_say_what_to_change(make_client):
     client = make_client(max_steps=100, max_params=200_000, max_seq_tokens=1000, min_probe_every=10)
-    cases = [({"steps": 101}, "steps", "NORMLAB_MAX_STEPS"),
-             ({"hidden_size": 1024}, "hidden_size", "Lower hidden_size or layers"),
-             ({"task": "charlm", "seq_len": 100, "batch_size": 32}, "seq_len", "shorten the sequences"),
-             ({"probes": {"enabled": True, "fisher_every": 3}}, "probes.fisher_every", "raise it")]
+    cases = [
+        ({"steps": 101}, "steps", "NORMLAB_MAX_STEPS"),
+        ({"hidden_size": 1024}, "hidden_size", "Lower hidden_size or layers"),
+        ({"task": "charlm", "seq_len": 100, "batch_size": 32}, "seq_len", "shorten the sequences"),
+        ({"probes": {"enabled": True, "fisher_every": 3}}, "probes.fisher_every", "raise it"),
+    ]
     for spec, field, words in cases:
         r = client.post("/api/runs", json={**SPEC, **spec})
         assert r.status_code == 422, spec
@@ -82,8 +84,11 @@ def test_huge_bodies_get_413_before_parsing(make_client):
     r = client.post("/api/runs", content=chunks(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413
     assert client.post("/not-api", content=b" " * 10_000).status_code != 413  # the pages' callbacks
-    small = client.post("/api/runs", content=iter([b'{"task": "digits",', b' "steps": 5}']),
-                        headers={"Content-Type": "application/json"})
+    small = client.post(
+        "/api/runs",
+        content=iter([b'{"task": "digits",', b' "steps": 5}']),
+        headers={"Content-Type": "application/json"},
+    )
     assert small.status_code == 201, small.text
 
 

@@ -26,9 +26,30 @@ def test_runs_queued_over_two_workers_finish_once_in_fifo_order_per_user(live_st
 
 
 def test_bench_faults_command_small(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "normlab", "bench", "faults", "--json", "--form", "embedded",
-                          "--runs", "4", "--viewers", "20", "--events", "20", "--rate", "20", "--no-lost"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "normlab",
+            "bench",
+            "faults",
+            "--json",
+            "--form",
+            "embedded",
+            "--runs",
+            "4",
+            "--viewers",
+            "20",
+            "--events",
+            "20",
+            "--rate",
+            "20",
+            "--no-lost",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
     q, v = report["results"]["queue"], report["results"]["viewers"]

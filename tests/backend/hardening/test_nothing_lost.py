@@ -65,19 +65,27 @@ def _status_events(client, stack, run_id: str) -> list[str]:
 
 
 def test_database_away_mid_run_loses_no_event_and_keeps_order(live_stack, client, pg_proxy, pg_schema):
-    url = (f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{pg_schema}"
-           "&connect_timeout=2")
+    url = (
+        f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{pg_schema}"
+        "&connect_timeout=2"
+    )
     stack = live_stack(workers=1, database_url=url)
     run_id = stack.submit(client, **LONG)
     run_url = stack.api(f"api/runs/{run_id}")
-    before = _wait(lambda: (r := _get(client, run_url)) and r["last_seq"] >= 4 and r["last_seq"], 90,
-                   "the run did not start streaming")
+    before = _wait(
+        lambda: (r := _get(client, run_url)) and r["last_seq"] >= 4 and r["last_seq"],
+        90,
+        "the run did not start streaming",
+    )
     pg_proxy.stop()  # every connection cut, new ones refused: the database is away
     time.sleep(6)
     pg_proxy.start()
     # The worker carries on storing: events emitted during the outage, then new ones.
-    _wait(lambda: (r := _get(client, run_url)) and r["last_seq"] >= before + 5, 60,
-          "no events were stored after the database came back")
+    _wait(
+        lambda: (r := _get(client, run_url)) and r["last_seq"] >= before + 5,
+        60,
+        "no events were stored after the database came back",
+    )
     assert client.post(stack.api(f"api/runs/{run_id}/cancel")).status_code == 200
     run = stack.wait_status(client, run_id, ("cancelled",), timeout=30)
     assert run["status"] == "cancelled", run
@@ -101,7 +109,8 @@ def test_a_viewer_moves_on_past_a_gap_and_is_told(tmp_path, form, disposable_red
             assert store.claim(run_id) is not None
             writer = EventWriter(store, run_id, publisher)
             events = [Event(seq=1, step=0, kind="status", payload={"status": "running"})] + [
-                Event(seq=s, step=s, kind="scalars", payload={"train_loss": 1.0 / s}) for s in (2, 4, 5)]
+                Event(seq=s, step=s, kind="scalars", payload={"train_loss": 1.0 / s}) for s in (2, 4, 5)
+            ]
             for e in events:
                 writer.emit(e)
             time.sleep(0.5)  # stored (and published) with the gap
@@ -109,8 +118,10 @@ def test_a_viewer_moves_on_past_a_gap_and_is_told(tmp_path, form, disposable_red
 
             def finish():
                 time.sleep(1.0)
-                writer.close({"status": "completed", "finished_at": time.time()},
-                             {"status": "completed", "time": time.time()})
+                writer.close(
+                    {"status": "completed", "finished_at": time.time()},
+                    {"status": "completed", "time": time.time()},
+                )
 
             import threading
 
@@ -123,8 +134,14 @@ def test_a_viewer_moves_on_past_a_gap_and_is_told(tmp_path, form, disposable_red
             assert seen[2].event == "log" and gap["payload"]["missing"]
             assert "Event 3" in gap["payload"]["message"]
             # A late joiner, reading the store, gets the same.
-            assert [int(m.id) for m in iter_sse(c, url + f"api/runs/{run_id}/events", timeout=20)] == \
-                [1, 2, 3, 4, 5, 6]
+            assert [int(m.id) for m in iter_sse(c, url + f"api/runs/{run_id}/events", timeout=20)] == [
+                1,
+                2,
+                3,
+                4,
+                5,
+                6,
+            ]
     finally:
         if publisher is not None:
             publisher.close()
@@ -165,13 +182,19 @@ with make_celery(settings).connection_for_read() as conn:
 
 @pytest.mark.parametrize("form", ["redis", "embedded"])
 def test_a_run_taken_by_a_worker_that_died_starts_within_30s_of_a_free_worker_once(
-        live_stack, client, disposable_redis, form):
+    live_stack, client, disposable_redis, form
+):
     """Failure order 1: a worker takes a queued run's message and dies before claiming it (a kill
     between prefetch and start); then a worker is free."""
     stack = live_stack(workers=0, **_form_settings(form, disposable_redis[0]))
     run_id = stack.submit(client, steps=20)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=stack.env, stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().startswith("holding")
     finally:
@@ -188,7 +211,8 @@ def test_a_run_taken_by_a_worker_that_died_starts_within_30s_of_a_free_worker_on
 
 @pytest.mark.parametrize("form", ["redis", "embedded"])
 def test_a_worker_killed_mid_run_leaves_the_next_run_to_a_free_worker_and_runs_nothing_twice(
-        live_stack, client, disposable_redis, form):
+    live_stack, client, disposable_redis, form
+):
     """Failure order 2: a worker dies while training, with a run queued behind it; then a worker is
     free. The queued run starts (once); the killed one is `lost`, never trained again."""
     stack = live_stack(workers=1, **_form_settings(form, disposable_redis[0]))
@@ -247,10 +271,17 @@ def test_normlab_up_killed_leaves_no_worker_and_a_restart_trains_every_queued_ru
         with httpx.Client(timeout=30) as c:
             spec = {"task": "digits", "hidden_size": 16, **LONG}
             long_id = c.post(url + "api/runs", json=spec).json()["id"]
-            _wait(lambda: c.get(url + f"api/runs/{long_id}").json()["status"] == "running", 90,
-                  "the run never started")
-            queued = [c.post(url + "api/runs", json={"task": "digits", "steps": 20, "hidden_size": 16,
-                                                       "seed": i}).json()["id"] for i in range(3)]
+            _wait(
+                lambda: c.get(url + f"api/runs/{long_id}").json()["status"] == "running",
+                90,
+                "the run never started",
+            )
+            queued = [
+                c.post(
+                    url + "api/runs", json={"task": "digits", "steps": 20, "hidden_size": 16, "seed": i}
+                ).json()["id"]
+                for i in range(3)
+            ]
             time.sleep(1.0)
         workers = _descendants(proc.pid)
         assert len(workers) >= 2  # the Celery worker and its pool child, training
@@ -265,11 +296,16 @@ def test_normlab_up_killed_leaves_no_worker_and_a_restart_trains_every_queued_ru
         wait_http(url + "api/health", 90, proc)
         with httpx.Client(timeout=30) as c:
             for run_id in queued:
-                _wait(lambda r=run_id: c.get(url + f"api/runs/{r}").json()["status"] == "completed", 120,
-                      f"queued run {run_id} was not trained after the restart")
+                _wait(
+                    lambda r=run_id: c.get(url + f"api/runs/{r}").json()["status"] == "completed",
+                    120,
+                    f"queued run {run_id} was not trained after the restart",
+                )
                 export = c.get(url + f"api/runs/{run_id}/export", params={"format": "json"}).json()
-                assert [e["payload"]["status"] for e in export["events"] if e["kind"] == "status"] == \
-                    ["running", "completed"]
+                assert [e["payload"]["status"] for e in export["events"] if e["kind"] == "status"] == [
+                    "running",
+                    "completed",
+                ]
             assert c.get(url + f"api/runs/{long_id}").json()["status"] == "lost"
     finally:
         if proc.poll() is None:

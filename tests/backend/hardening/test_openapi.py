@@ -25,8 +25,13 @@ MAX_EXAMPLES = 3
 @pytest.fixture(scope="module")
 def table1_json() -> str:
     """What `normlab invariance --json` prints (computed once here: the API would spawn it on first use)."""
-    out = subprocess.run([sys.executable, "-m", "normlab", "invariance", "--json"], capture_output=True,
-                         text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "normlab", "invariance", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return out.stdout
 
 
@@ -52,12 +57,30 @@ def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path, form, table1
         store.cache_set("invariance", table1_json)
         store.dispose()
         proc = subprocess.run(
-            [str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run",
-             url + "api/openapi.json", "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
-             "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic", "--request-timeout", "5",
-             "--continue-on-failure", "--no-color"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path)
-        summary = proc.stdout[proc.stdout.find("SUMMARY"):] if "SUMMARY" in proc.stdout else proc.stdout
+            [
+                str(Path(sys.executable).with_name("schemathesis")),
+                "--config-file",
+                str(CONFIG),
+                "run",
+                url + "api/openapi.json",
+                "--checks",
+                "all",
+                "--phases",
+                "examples,coverage,fuzzing,stateful",
+                "--max-examples",
+                str(MAX_EXAMPLES),
+                "--generation-deterministic",
+                "--request-timeout",
+                "5",
+                "--continue-on-failure",
+                "--no-color",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp_path,
+        )
+        summary = proc.stdout[proc.stdout.find("SUMMARY") :] if "SUMMARY" in proc.stdout else proc.stdout
         assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-2000:]
         assert " 0 unique failures" not in summary and "generated" in summary, summary
     finally:

@@ -41,8 +41,11 @@ def test_no_request_starves_health(tmp_path):
     def flood():
         with httpx.Client(timeout=30) as c:
             while not stop.is_set():
-                answers.append(c.post(url + "api/runs", content=BIG,
-                                      headers={"content-type": "application/json"}).status_code)
+                answers.append(
+                    c.post(
+                        url + "api/runs", content=BIG, headers={"content-type": "application/json"}
+                    ).status_code
+                )
 
     threads = [threading.Thread(target=flood) for _ in range(4)]
     try:
@@ -66,14 +69,20 @@ def test_no_request_starves_health(tmp_path):
 
 def test_booleans_are_not_numbers(make_client):
     client = make_client()
-    for body, field in (({"steps": True}, "steps"), ({"lr": False}, "lr"), ({"seed": True}, "seed"),
-                        ({"probes": {"enabled": True, "budget": True}}, "probes.budget")):
+    for body, field in (
+        ({"steps": True}, "steps"),
+        ({"lr": False}, "lr"),
+        ({"seed": True}, "seed"),
+        ({"probes": {"enabled": True, "budget": True}}, "probes.budget"),
+    ):
         r = client.post("/api/runs", json={"task": "digits", **body})
         assert r.status_code == 422 and "expected a number" in r.json()["fields"][field], (body, r.text)
     r = client.post("/api/sweeps", json={"base": {"task": "digits"}, "seeds": [True, 2]})
     assert r.status_code == 422 and "seeds" in r.json()["fields"]
-    assert client.post("/api/runs", json={"task": "digits", "steps": 5, "probes": {"enabled": True}}) \
-        .status_code == 201  # booleans where booleans belong
+    assert (
+        client.post("/api/runs", json={"task": "digits", "steps": 5, "probes": {"enabled": True}}).status_code
+        == 201
+    )  # booleans where booleans belong
 
 
 def test_a_server_without_tokens_has_a_global_cap_and_rate(make_client):
@@ -90,8 +99,11 @@ def test_a_server_without_tokens_has_a_global_cap_and_rate(make_client):
 
 def test_a_server_without_tokens_has_one_anonymous_rate(make_client):
     rated = make_client(submit_rate_per_minute=2)
-    assert [rated.post("/api/runs", json={"task": "digits", "seed": i}).status_code for i in range(3)] == \
-        [201, 201, 429]
+    assert [rated.post("/api/runs", json={"task": "digits", "seed": i}).status_code for i in range(3)] == [
+        201,
+        201,
+        429,
+    ]
 
 
 @pytest.mark.slow
@@ -105,8 +117,10 @@ def test_a_dead_worker_is_reported_within_lost_after_s(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'normlab.sqlite'}")
     try:
         with httpx.Client(timeout=30) as c:
-            run_id = c.post(url + "api/runs", json={"task": "digits", "steps": 20000, "hidden_size": 16,
-                                                    "eval_every": 1000}).json()["id"]
+            run_id = c.post(
+                url + "api/runs",
+                json={"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000},
+            ).json()["id"]
             deadline = time.monotonic() + 90
             while (store.get_run(run_id) or {}).get("status") != "running":
                 assert time.monotonic() < deadline, "the run never started"

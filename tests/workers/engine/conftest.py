@@ -35,7 +35,7 @@ def write_tiny_mnist(data_dir: Path, compress: bool = False, seed: int = 0) -> P
         labels = rng.integers(0, 10, n).astype(np.uint8)
         images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
         for i, label in enumerate(labels):
-            images[i, 2 * label: 2 * label + 3, :] = 250  # learnable, so a short run can make progress
+            images[i, 2 * label : 2 * label + 3, :] = 250  # learnable, so a short run can make progress
         write_idx(folder / f"{kind}-images-idx3-ubyte", images, compress)
         write_idx(folder / f"{kind}-labels-idx1-ubyte", labels, compress)
     return folder

@@ -12,8 +12,22 @@ TINY_LSTM = ["--lstm-batch", "2", "--lstm-seq-len", "3", "--lstm-hidden", "8", "
 
 
 def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):
-    argv = ["bench", "engine", "--json", "--tasks", "digits,seq-digits,mnist", "--norms", "none,layer",
-            "--warmup", "1", "--steps", "2", "--rounds", "2", *TINY_LSTM]
+    argv = [
+        "bench",
+        "engine",
+        "--json",
+        "--tasks",
+        "digits,seq-digits,mnist",
+        "--norms",
+        "none,layer",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        *TINY_LSTM,
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["measured_steps"] == 2 and out["warmup_steps"] == 1 and out["rounds"] == 2
@@ -35,8 +49,24 @@ def test_bench_engine_json_on_a_tiny_subset(data_dir, capsys):
 
 
 def test_bench_engine_table_and_no_lstm(data_dir, capsys):
-    assert main(["bench", "engine", "--tasks", "conv-digits", "--norms", "group", "--warmup", "0",
-                 "--steps", "1", "--no-lstm"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "engine",
+                "--tasks",
+                "conv-digits",
+                "--norms",
+                "group",
+                "--warmup",
+                "0",
+                "--steps",
+                "1",
+                "--no-lstm",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "conv-digits" in out and "group" in out and "LN-LSTM" not in out
 

@@ -13,8 +13,13 @@ from workers.engine.recurrent import LSTMLayer
 
 def test_measure_returns_times_and_ratios():
     res = measure_lnlstm_ratio(batch=2, seq_len=3, hidden=4, repeats=2, warmup=0)
-    for key in ("engine_s", "python_loop_s", "torch_lstm_s", "ratio_engine_vs_torch",
-                "ratio_python_loop_vs_torch"):
+    for key in (
+        "engine_s",
+        "python_loop_s",
+        "torch_lstm_s",
+        "ratio_engine_vs_torch",
+        "ratio_python_loop_vs_torch",
+    ):
         assert res[key] > 0, key
     assert res["ratio_engine_vs_torch"] == pytest.approx(res["engine_s"] / res["torch_lstm_s"])
     assert (res["batch"], res["seq_len"], res["hidden"]) == (2, 3, 4)

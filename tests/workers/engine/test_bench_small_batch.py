@@ -13,8 +13,9 @@ from workers.engine import bench_cuda, bench_loop, bench_small_batch, lstm_nativ
 
 def test_ratio_table_runs_both_sides_on_the_same_threads_and_restores_them():
     before = torch.get_num_threads()
-    rows = bench_small_batch.measure_ratio_table(batches=(1, 8), hiddens=(4,), seq_len=3, repeats=2, warmup=0,
-                                                 threads=1)
+    rows = bench_small_batch.measure_ratio_table(
+        batches=(1, 8), hiddens=(4,), seq_len=3, repeats=2, warmup=0, threads=1
+    )
     assert [(r["B"], r["H"], r["threads"]) for r in rows] == [(1, 4, 1), (8, 4, 1)]
     for r in rows:
         assert min(r["engine_ms"], r["engine_before_ms"], r["torch_lstm_ms"]) > 0
@@ -63,8 +64,9 @@ def test_loop_overhead_alternates_engine_and_plain_steps(tmp_path):
     from normlab.spec import RunSpec
 
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
-    res = bench_loop.measure_loop_overhead(settings, task="digits", norm="layer", steps=6, warmup=2,
-                                           repeats=2)
+    res = bench_loop.measure_loop_overhead(
+        settings, task="digits", norm="layer", steps=6, warmup=2, repeats=2
+    )
     assert res["engine_ms"] > 0 and res["plain_ms"] > 0
     assert res["ratio"] == pytest.approx(res["engine_ms"] / res["plain_ms"])
     assert [len(v) for v in res["runs_ms"].values()] == [2, 2] and res["steps"] == 6

@@ -31,8 +31,22 @@ def test_every_spec_and_probe_field_is_an_option():
 
 
 def test_options_become_the_spec_and_omitted_ones_keep_the_defaults():
-    args = _parser().parse_args(["--task", "adding", "--cell", "gru", "--seq-len", "30", "--lr", "0.01",
-                                 "--probes", "--probe-hessian", "--probe-trace-every", "7"])
+    args = _parser().parse_args(
+        [
+            "--task",
+            "adding",
+            "--cell",
+            "gru",
+            "--seq-len",
+            "30",
+            "--lr",
+            "0.01",
+            "--probes",
+            "--probe-hessian",
+            "--probe-trace-every",
+            "7",
+        ]
+    )
     spec = spec_from_args(args)
     assert (spec.task, spec.cell, spec.seq_len, spec.lr) == ("adding", "gru", 30, 0.01)
     assert spec.probes.enabled and spec.probes.hessian and spec.probes.trace_every == 7
@@ -40,8 +54,26 @@ def test_options_become_the_spec_and_omitted_ones_keep_the_defaults():
 
 
 def test_json_prints_exactly_one_object_with_the_resolved_spec(data_dir, capsys):
-    rc = main(["run", "--task", "digits", "--norm", "layer", "--batch-size", "16", "--steps", "6",
-               "--hidden-size", "16", "--eval-every", "3", "--seed", "2", "--json"])
+    rc = main(
+        [
+            "run",
+            "--task",
+            "digits",
+            "--norm",
+            "layer",
+            "--batch-size",
+            "16",
+            "--steps",
+            "6",
+            "--hidden-size",
+            "16",
+            "--eval-every",
+            "3",
+            "--seed",
+            "2",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0
     result = json.loads(out)  # the whole of stdout is one JSON document
@@ -69,19 +101,38 @@ def test_summary_without_json_names_status_and_metrics(data_dir, capsys):
 
 
 def test_batchnorm_at_batch_size_one_exits_2_with_the_spec_message_and_no_traceback(data_dir):
-    proc = subprocess.run([sys.executable, "-m", "normlab", "run", "--task", "digits", "--norm", "batch",
-                           "--batch-size", "1", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "normlab",
+            "run",
+            "--task",
+            "digits",
+            "--norm",
+            "batch",
+            "--batch-size",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert "batch size" in proc.stderr and "(got 1)" in proc.stderr and "'layer'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--task", "mnist"], "mnist"),  # the data set is not in the data dir
-    (["--lr", "0"], "--lr"),
-    (["--task", "digits", "--cell", "lstm"], "not sequential"),
-    (["--probe-budget", "0.5"], "add --probes"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--task", "mnist"], "mnist"),  # the data set is not in the data dir
+        (["--lr", "0"], "--lr"),
+        (["--task", "digits", "--cell", "lstm"], "not sequential"),
+        (["--probe-budget", "0.5"], "add --probes"),
+    ],
+)
 def test_user_mistakes_exit_2_with_a_message(data_dir, capsys, argv, needle):
     assert main(["run", *argv]) == 2
     out, err = capsys.readouterr()

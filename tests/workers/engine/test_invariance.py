@@ -11,8 +11,14 @@ from normlab.cli import main as cli_main
 from normlab.table1 import Table1
 from workers.engine.norms import PlainLinear
 
-KEYS = ["weight_matrix_rescaling", "weight_matrix_recentering", "weight_vector_rescaling",
-        "dataset_rescaling", "dataset_recentering", "single_training_case_rescaling"]
+KEYS = [
+    "weight_matrix_rescaling",
+    "weight_matrix_recentering",
+    "weight_vector_rescaling",
+    "dataset_rescaling",
+    "dataset_recentering",
+    "single_training_case_rescaling",
+]
 
 # Table 1 as printed (Invariant = True), typed in here from the paper independently of the module.
 PRINTED = {
@@ -72,8 +78,9 @@ def test_same_answer_for_other_seeds(table, seed):
 def test_it_is_computed_not_copied(monkeypatch):
     # swap LayerNorm's layer for an unnormalized one: the 'layer' row must change to all "No"
     real = inv._layer
-    monkeypatch.setattr(inv, "_layer", lambda m: PlainLinear(inv.INPUTS, inv.UNITS) if m == "layer"
-                        else real(m))
+    monkeypatch.setattr(
+        inv, "_layer", lambda m: PlainLinear(inv.INPUTS, inv.UNITS) if m == "layer" else real(m)
+    )
     result = inv.compute_table1(seed=0)
     assert not any(result.methods["layer"].values())
     assert result.all_paper_cells_agree is False

@@ -26,8 +26,16 @@ def _args(ln_h: bool, ln_c: bool, T=7, B=5, H=12, seed=0, dtype=torch.float32):
         return t.to(dtype).requires_grad_()
 
     G = 4 * H
-    return [mk(T, B, G), mk(G, H, scale=0.3), mk(G, shift=1.0) if ln_h else None, mk(G) if ln_h else None,
-            mk(H, shift=1.0) if ln_c else None, mk(H) if ln_c else None, mk(B, H), mk(B, H)]
+    return [
+        mk(T, B, G),
+        mk(G, H, scale=0.3),
+        mk(G, shift=1.0) if ln_h else None,
+        mk(G) if ln_h else None,
+        mk(H, shift=1.0) if ln_c else None,
+        mk(H) if ln_c else None,
+        mk(B, H),
+        mk(B, H),
+    ]
 
 
 def _run(args, d_out):
@@ -76,13 +84,19 @@ def test_c_step_saturates_cleanly_and_passes_nan_on():
 
 
 def test_without_a_compiler_the_torch_path_runs(tmp_path):
-    code = ("import torch; from workers.engine import native;"
-            "from workers.engine.lstm_seq import lstm_sequence;"
-            "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
-            "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"
-            "print(native.library() is None, tuple(out.shape), '|', native.status())")
-    env = {**os.environ, "NORMLAB_CC": "/bin/false", "NORMLAB_CACHE_DIR": str(tmp_path),
-           "NORMLAB_NATIVE_STEP": "true"}
+    code = (
+        "import torch; from workers.engine import native;"
+        "from workers.engine.lstm_seq import lstm_sequence;"
+        "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
+        "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"
+        "print(native.library() is None, tuple(out.shape), '|', native.status())"
+    )
+    env = {
+        **os.environ,
+        "NORMLAB_CC": "/bin/false",
+        "NORMLAB_CACHE_DIR": str(tmp_path),
+        "NORMLAB_NATIVE_STEP": "true",
+    }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("True (3, 2, 2) |") and "failed" in out.stdout

@@ -174,19 +174,26 @@ def test_normlinear_normalizes_summed_inputs_before_bias(gen):
     x = torch.randn(3, 5, generator=gen, dtype=D)
     a = x @ layer.weight.T
     assert_close(layer.summed(x), a)
-    expected = layer.norm.gain * (a - a.mean(1, keepdim=True)) / (
-        a.var(1, unbiased=False, keepdim=True) + 1e-5).sqrt() + layer.norm.bias
+    expected = (
+        layer.norm.gain
+        * (a - a.mean(1, keepdim=True))
+        / (a.var(1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+        + layer.norm.bias
+    )
     assert_close(layer(x), expected)
     assert not any(n == "bias" for n, _ in layer.named_parameters(recurse=False))
 
 
-@pytest.mark.parametrize("norm,cls,names", [
-    ("none", PlainLinear, {"weight", "bias"}),
-    ("weight", WeightNormLinear, {"v", "g", "b"}),
-    ("layer", NormLinear, {"weight", "norm.gain", "norm.bias"}),
-    ("batch", NormLinear, {"weight", "norm.gain", "norm.bias"}),
-    ("rms", NormLinear, {"weight", "norm.gain", "norm.bias"}),
-])
+@pytest.mark.parametrize(
+    "norm,cls,names",
+    [
+        ("none", PlainLinear, {"weight", "bias"}),
+        ("weight", WeightNormLinear, {"v", "g", "b"}),
+        ("layer", NormLinear, {"weight", "norm.gain", "norm.bias"}),
+        ("batch", NormLinear, {"weight", "norm.gain", "norm.bias"}),
+        ("rms", NormLinear, {"weight", "norm.gain", "norm.bias"}),
+    ],
+)
 def test_make_linear_parameter_names(norm, cls, names):
     layer = make_linear(norm, 3, 2, gain_init=0.5)
     assert type(layer) is cls

@@ -52,8 +52,13 @@ def test_products_are_bitwise_the_same_for_one_and_two_threads():
         for n in (1, 2):
             torch.set_num_threads(n)
             packed = onednn.pack(w, h.shape[0])
-            results.append([onednn.linear(h, packed), onednn.linear_add(d, h, onednn.pack(w.t(), 256)),
-                            onednn.weight_grad(d, h)])
+            results.append(
+                [
+                    onednn.linear(h, packed),
+                    onednn.linear_add(d, h, onednn.pack(w.t(), 256)),
+                    onednn.weight_grad(d, h),
+                ]
+            )
     finally:
         torch.set_num_threads(before)
     for a, b in zip(*results, strict=True):
@@ -68,8 +73,10 @@ def test_other_dtypes_small_products_and_switch_off_use_torch():
     assert torch.equal(onednn.fast_linear(*small), F.linear(*small))
     # NORMLAB_ONEDNN=false reaches the engine as Settings(onednn=False); train() configures the path so
     env = {**os.environ, "NORMLAB_ONEDNN": "false"}
-    code = ("from normlab.settings import Settings; from workers.engine import onednn; "
-            "onednn.configure(Settings().onednn); print(onednn.available())")
+    code = (
+        "from normlab.settings import Settings; from workers.engine import onednn; "
+        "onednn.configure(Settings().onednn); print(onednn.available())"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 

@@ -54,7 +54,7 @@ def _lstm_reference(layer, x, ln_gates: bool, ln_cell: bool):
         else:  # eq. 17 / eq. 29
             a = hh + xx
         a = a + layer.bias
-        f, i, o, g = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
+        f, i, o, g = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
         c = sig(f) * c + sig(i) * torch.tanh(g)
         cn = ln(c, layer.norm_c.gain, layer.norm_c.bias) if ln_cell else c
         h = sig(o) * torch.tanh(cn)
@@ -62,11 +62,14 @@ def _lstm_reference(layer, x, ln_gates: bool, ln_cell: bool):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("norm,placement,ln_gates,ln_cell", [
-    ("layer", "full", True, True),  # eq. 20
-    ("layer", "cell", False, True),  # eq. 29
-    ("none", "full", False, False),  # eq. 17
-])
+@pytest.mark.parametrize(
+    "norm,placement,ln_gates,ln_cell",
+    [
+        ("layer", "full", True, True),  # eq. 20
+        ("layer", "cell", False, True),  # eq. 29
+        ("none", "full", False, False),  # eq. 17
+    ],
+)
 def test_lstm_equals_hand_written_equations(x, norm, placement, ln_gates, ln_cell):
     layer = _random_params(LSTMLayer(IN, H, norm, placement=placement).double())
     expected = _lstm_reference(layer, x, ln_gates, ln_cell)
@@ -96,8 +99,16 @@ def test_lstm_sequence_gradcheck(ln_h, ln_c):
     def mk(*shape):
         return torch.randn(*shape, generator=g, dtype=D).requires_grad_()
 
-    args = (mk(n, b, 4 * h), mk(4 * h, h), mk(4 * h) if ln_h else None, mk(4 * h) if ln_h else None,
-            mk(h) if ln_c else None, mk(h) if ln_c else None, mk(b, h), mk(b, h))
+    args = (
+        mk(n, b, 4 * h),
+        mk(4 * h, h),
+        mk(4 * h) if ln_h else None,
+        mk(4 * h) if ln_h else None,
+        mk(h) if ln_c else None,
+        mk(h) if ln_c else None,
+        mk(b, h),
+        mk(b, h),
+    )
     assert torch.autograd.gradcheck(lambda *a: lstm_sequence(*a), args)
 
 
@@ -122,8 +133,10 @@ def test_gru_equals_eq26(x):
         zr = lnm(h @ layer.hh_gates.weight.T, layer.hh_gates)
         zr = zr + lnm(x[t] @ layer.ih_gates.weight.T, layer.ih_gates)
         z, r = sig(zr[:, :H]), sig(zr[:, H:])
-        cand = torch.tanh(lnm(x[t] @ layer.ih_cand.weight.T, layer.ih_cand)
-                          + r * lnm(h @ layer.hh_cand.weight.T, layer.hh_cand))
+        cand = torch.tanh(
+            lnm(x[t] @ layer.ih_cand.weight.T, layer.ih_cand)
+            + r * lnm(h @ layer.hh_cand.weight.T, layer.hh_cand)
+        )
         h = (1 - z) * h + z * cand
         out.append(h)
     assert_close(layer(x), torch.stack(out), rtol=1e-10, atol=1e-12)

@@ -78,8 +78,9 @@ def test_layernorm_beats_unbiased_batchnorm_at_batch_size_4_on_every_seed(settin
 def test_layernorm_prefers_gain_1_to_gain_0_1_pixel_by_pixel_on_every_seed(settings):
     full = PRESETS["gain-init"]
     keep = [i for i, label in enumerate(full.run_labels()) if label.startswith("layer")]
-    preset = dataclasses.replace(full, runs=tuple(full.runs[i] for i in keep),
-                                 labels=tuple(full.run_labels()[i] for i in keep))
+    preset = dataclasses.replace(
+        full, runs=tuple(full.runs[i] for i in keep), labels=tuple(full.run_labels()[i] for i in keep)
+    )
     out = reproduce(preset, seeds=[0, 1, 2], steps=120, settings=settings)
     claim = next(c for c in out["direction"]["claims"] if c["kind"] == "better")
     assert claim["claim"] == "layer g=1.0 better than layer g=0.1" and claim["all_seeds"], claim
@@ -89,8 +90,9 @@ def test_layernorm_prefers_gain_1_to_gain_0_1_pixel_by_pixel_on_every_seed(setti
 def test_layernorm_beats_no_normalization_in_the_convnet_on_every_seed(settings):
     full = PRESETS["convnets"]
     keep = [i for i, label in enumerate(full.run_labels()) if label in ("none", "layer")]
-    preset = dataclasses.replace(full, runs=tuple(full.runs[i] for i in keep),
-                                 labels=tuple(full.run_labels()[i] for i in keep))
+    preset = dataclasses.replace(
+        full, runs=tuple(full.runs[i] for i in keep), labels=tuple(full.run_labels()[i] for i in keep)
+    )
     out = reproduce(preset, seeds=[0, 1], steps=300, settings=settings)
     claim = next(c for c in out["direction"]["claims"] if c["claim"] == "layer better than none")
     assert claim["all_seeds"], claim

@@ -52,8 +52,10 @@ def test_task_loads_with_the_right_shapes(task, settings, mnist_settings):
         assert int(y.max()) < data.n_outputs
 
 
-@pytest.mark.parametrize("task", ["digits", "mnist1d", "seq-digits", "pixel-digits", "mnist5k", "adding",
-                                  "copy", "charlm", "mnist"])
+@pytest.mark.parametrize(
+    "task",
+    ["digits", "mnist1d", "seq-digits", "pixel-digits", "mnist5k", "adding", "copy", "charlm", "mnist"],
+)
 def test_splits_are_fixed_by_the_seed_and_differ_between_seeds(task, settings, mnist_settings):
     s = mnist_settings if task == "mnist" else settings
     a, b, c = (load_task(RunSpec(task=task, seed=seed), s) for seed in (3, 3, 4))
@@ -101,7 +103,7 @@ def test_copy_targets_recall_the_first_symbols_after_the_delimiter():
     assert torch.equal(y[:, -COPY_LENGTH:], ids[:, :COPY_LENGTH])
     assert (y[:, :-COPY_LENGTH] == IGNORE).all()
     assert (ids[:, COPY_LENGTH + delay - 1] == COPY_VOCAB - 1).all()  # the delimiter: "recall now"
-    assert (ids[:, COPY_LENGTH:COPY_LENGTH + delay - 1] == 0).all() and (ids[:, -COPY_LENGTH:] == 0).all()
+    assert (ids[:, COPY_LENGTH : COPY_LENGTH + delay - 1] == 0).all() and (ids[:, -COPY_LENGTH:] == 0).all()
 
 
 def test_per_step_loss_and_accuracy_count_the_recall_positions_only(settings):
@@ -206,8 +208,9 @@ def test_handwriting_lines_are_next_point_pairs_with_pen_lifts(settings):
     assert x.shape == y.shape == (4, 50, 3)
     assert torch.equal(x[:, 1:], y[:, :-1])  # the target is the next point
     assert set(x[..., 2].unique().tolist()) == {0.0, 1.0} and data.n_outputs == 121
-    assert torch.equal(load_task(RunSpec(task="handwriting", seq_len=50), settings).split("val")[0],
-                       data.split("val")[0])
+    assert torch.equal(
+        load_task(RunSpec(task="handwriting", seq_len=50), settings).split("val")[0], data.split("val")[0]
+    )
 
 
 def test_mixture_nll_is_the_bivariate_gaussian_and_bernoulli_likelihood():
@@ -238,8 +241,10 @@ def test_draw_digits_are_binarized_once_and_a_zero_model_scores_196_ln2_with_no_
     b = load_task(RunSpec(task="draw", seed=1), settings)
     x = a.split("val")[0]
     assert set(x.unique().tolist()) == {0.0, 1.0} and x.shape[1] == PIXELS
-    assert torch.equal(torch.cat([a.train[0], *(a.split(s)[0] for s in ("val", "test"))]).sum(0),
-                       torch.cat([b.train[0], *(b.split(s)[0] for s in ("val", "test"))]).sum(0))
+    assert torch.equal(
+        torch.cat([a.train[0], *(a.split(s)[0] for s in ("val", "test"))]).sum(0),
+        torch.cat([b.train[0], *(b.split(s)[0] for s in ("val", "test"))]).sum(0),
+    )
     model = DrawVAE(8, "layer").eval()
     with torch.no_grad():
         for p in (*model.q.parameters(), *model.write.parameters()):

@@ -29,8 +29,9 @@ class TinyMLP(nn.Module):
 
 @pytest.fixture
 def tiny_model(monkeypatch):
-    monkeypatch.setattr(train_module, "build_model",
-                        lambda spec, data: TinyMLP(data.input_dim, data.n_outputs))
+    monkeypatch.setattr(
+        train_module, "build_model", lambda spec, data: TinyMLP(data.input_dim, data.n_outputs)
+    )
 
 
 def run(spec: RunSpec, settings, **kw):
@@ -66,18 +67,42 @@ def test_scalars_are_thinned_on_long_runs_but_every_eval_step_is_kept(tiny_model
     assert steps == sorted(set(range(6, 301, 6)) | {70, 140, 210, 280, 300})
 
 
-@pytest.mark.parametrize("spec", [
-    RunSpec(task="digits", norm="batch", steps=15, eval_every=5, seed=7, optimizer="sgd", lr=0.05,
-            hidden_size=16),
-    RunSpec(task="adding", norm="layer", cell="lstm", seq_len=8, eval_seq_len=12, steps=10, eval_every=5,
-            seed=7, hidden_size=8),
-], ids=["digits-batch-sgd", "adding-layer-lstm"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        RunSpec(
+            task="digits",
+            norm="batch",
+            steps=15,
+            eval_every=5,
+            seed=7,
+            optimizer="sgd",
+            lr=0.05,
+            hidden_size=16,
+        ),
+        RunSpec(
+            task="adding",
+            norm="layer",
+            cell="lstm",
+            seq_len=8,
+            eval_seq_len=12,
+            steps=10,
+            eval_every=5,
+            seed=7,
+            hidden_size=8,
+        ),
+    ],
+    ids=["digits-batch-sgd", "adding-layer-lstm"],
+)
 def test_same_spec_and_seed_give_the_same_loss_curve_on_cpu(spec, settings):
 
     def curve(s):
         _, events = run(s, settings)
-        return [(e.payload["train_loss"], e.payload["val_loss"], e.payload["grad_norm"])
-                for e in events if e.kind == "scalars"]
+        return [
+            (e.payload["train_loss"], e.payload["val_loss"], e.payload["grad_norm"])
+            for e in events
+            if e.kind == "scalars"
+        ]
 
     assert curve(spec) == curve(spec)
     assert curve(spec) != curve(spec.model_copy(update={"seed": 8}))
@@ -109,8 +134,19 @@ def test_a_nan_loss_ends_the_run_as_diverged_at_that_step(tiny_model, settings, 
 
 def test_a_huge_sgd_learning_rate_diverges_without_raising(settings):
     # squared error has no ceiling: at lr 10 the output weights grow geometrically until the loss is inf
-    result, events = run(RunSpec(task="adding", cell="tanh", norm="none", optimizer="sgd", lr=10.0,
-                                 seq_len=5, steps=200, hidden_size=16), settings)
+    result, events = run(
+        RunSpec(
+            task="adding",
+            cell="tanh",
+            norm="none",
+            optimizer="sgd",
+            lr=10.0,
+            seq_len=5,
+            steps=200,
+            hidden_size=16,
+        ),
+        settings,
+    )
     assert result.status == "diverged" and 1 < result.step < 200
     assert events[-1].payload["status"] == "diverged"
 
@@ -154,8 +190,9 @@ def test_kernel_backend_comes_from_settings_and_is_recorded(tiny_model, settings
     assert chosen == ["torch"] and result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1))
 
 
-def test_cuda_graphs_setting_reaches_the_kernels_and_graphs_are_freed_after_the_run(tiny_model, settings,
-                                                                                   monkeypatch):
+def test_cuda_graphs_setting_reaches_the_kernels_and_graphs_are_freed_after_the_run(
+    tiny_model, settings, monkeypatch
+):
     calls = []
     monkeypatch.setattr(train_module.graphs, "set_enabled", lambda on: calls.append(("set", on)))
     monkeypatch.setattr(train_module.graphs, "clear", lambda: calls.append(("clear",)))
@@ -179,16 +216,31 @@ def _matrix() -> list:
     return cases
 
 
-SMALL = {"adding": {"seq_len": 6, "eval_seq_len": 9}, "copy": {"seq_len": 3, "eval_seq_len": 5},
-         "charlm": {"seq_len": 6, "eval_seq_len": 8}, "handwriting": {"seq_len": 6}}
+SMALL = {
+    "adding": {"seq_len": 6, "eval_seq_len": 9},
+    "copy": {"seq_len": 3, "eval_seq_len": 5},
+    "charlm": {"seq_len": 6, "eval_seq_len": 8},
+    "handwriting": {"seq_len": 6},
+}
 
 
 @pytest.mark.slow  # ≈ 90 runs: 15-45 s on 2 shared cores
 @pytest.mark.parametrize("task,norm,cell,placement", _matrix())
-def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(task, norm, cell, placement, settings,
-                                                                   mnist_settings):
-    spec = RunSpec(task=task, norm=norm, cell=cell, ln_placement=placement, steps=20, hidden_size=8,
-                   layers=1, batch_size=4, eval_every=20, **SMALL.get(task, {}))
+def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(
+    task, norm, cell, placement, settings, mnist_settings
+):
+    spec = RunSpec(
+        task=task,
+        norm=norm,
+        cell=cell,
+        ln_placement=placement,
+        steps=20,
+        hidden_size=8,
+        layers=1,
+        batch_size=4,
+        eval_every=20,
+        **SMALL.get(task, {}),
+    )
     result, events = run(spec, mnist_settings if task == "mnist" else settings)
     assert result.status == "completed", result.error
     losses = [e.payload["train_loss"] for e in events if e.kind == "scalars"]
@@ -198,8 +250,14 @@ def test_every_task_norm_and_cell_trains_20_steps_with_finite_loss(task, norm, c
 
 
 def test_probes_report_through_the_same_numbered_stream(settings):
-    spec = RunSpec(task="adding", seq_len=6, hidden_size=8, steps=12, eval_every=6,
-                   probes={"enabled": True, "trace_every": 4, "fisher_every": 6})
+    spec = RunSpec(
+        task="adding",
+        seq_len=6,
+        hidden_size=8,
+        steps=12,
+        eval_every=6,
+        probes={"enabled": True, "trace_every": 4, "fisher_every": 6},
+    )
     result, events = run(spec, settings)
     assert result.status == "completed", result.error
     hidden = [e for e in events if e.kind == "hidden"]
@@ -235,8 +293,9 @@ def test_evaluation_in_small_chunks_gives_the_same_metrics(settings, monkeypatch
 
 
 def test_recurrent_batchnorm_beyond_its_trained_length_is_explained_in_the_log(settings):
-    spec = RunSpec(task="adding", norm="batch", seq_len=5, eval_seq_len=9, hidden_size=8, steps=4,
-                   eval_every=2)
+    spec = RunSpec(
+        task="adding", norm="batch", seq_len=5, eval_seq_len=9, hidden_size=8, steps=4, eval_every=2
+    )
     result, events = run(spec, settings)
     assert result.status == "completed" and math.isfinite(result.metrics["val_mse"])
     warnings = [e for e in events if e.kind == "log" and e.payload["level"] == "warning"]

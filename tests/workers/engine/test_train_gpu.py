@@ -35,8 +35,9 @@ def _train(spec: RunSpec, settings: Settings):
 
 @pytest.mark.parametrize(("task", "cell"), MODELS, ids=[m[1] or "mlp" for m in MODELS])
 def test_a_run_on_cuda_takes_triton_and_trains_as_the_torch_backend_does(task, cell, engine_data_dir):
-    spec = RunSpec(task=task, norm="layer", cell=cell, steps=30, eval_every=15, batch_size=16, device="cuda",
-                   seed=3)
+    spec = RunSpec(
+        task=task, norm="layer", cell=cell, steps=30, eval_every=15, batch_size=16, device="cuda", seed=3
+    )
     fused, _, fused_losses = _train(spec, Settings(data_dir=engine_data_dir, kernel_backend="auto"))
     ref, _, ref_losses = _train(spec, Settings(data_dir=engine_data_dir, kernel_backend="torch"))
     assert fused.device.startswith("cuda") and fused.kernel_backend == "triton"
@@ -58,8 +59,16 @@ def test_a_run_on_cuda_takes_triton_and_trains_as_the_torch_backend_does(task, c
 def test_the_same_spec_and_seed_give_the_same_bits_on_cuda(cell, engine_data_dir):
     # A run is reproducible from its spec and seed: the fused kernels reduce in a fixed order (no atomics)
     # and each run captures and replays its CUDA graphs in the same sequence.
-    spec = RunSpec(task="seq-digits", norm="layer", cell=cell, steps=12, eval_every=6, batch_size=16,
-                   device="cuda", seed=5)
+    spec = RunSpec(
+        task="seq-digits",
+        norm="layer",
+        cell=cell,
+        steps=12,
+        eval_every=6,
+        batch_size=16,
+        device="cuda",
+        seed=5,
+    )
     settings = Settings(data_dir=engine_data_dir, kernel_backend="auto", cuda_graphs=True)
     first, _, a = _train(spec, settings)
     second, _, b = _train(spec, settings)
@@ -72,9 +81,17 @@ def test_probes_on_cuda_trace_hidden_states_and_estimate_the_fisher(engine_data_
     # (workers.probes.fisher); the steps in between take the fused sequence.
     # The probes' time budget (the largest allowed) decides which due traces and estimates run; how it
     # prices them is tested on the CPU, so here only: some of each (traces on the steps they were due).
-    spec = RunSpec(task="seq-digits", norm="layer", cell="lstm", steps=60, eval_every=1000, batch_size=8,
-                   device="cuda", seed=1,
-                   probes={"enabled": True, "trace_every": 10, "fisher_every": 5, "budget": 5.0})
+    spec = RunSpec(
+        task="seq-digits",
+        norm="layer",
+        cell="lstm",
+        steps=60,
+        eval_every=1000,
+        batch_size=8,
+        device="cuda",
+        seed=1,
+        probes={"enabled": True, "trace_every": 10, "fisher_every": 5, "budget": 5.0},
+    )
     result, events, losses = _train(spec, Settings(data_dir=engine_data_dir, kernel_backend="auto"))
     assert result.kernel_backend == "triton" and all(math.isfinite(v) for v in losses)
     traces = [e.payload for e in events if e.kind == "hidden"]

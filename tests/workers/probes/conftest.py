@@ -75,8 +75,12 @@ def brute_fisher(model, x, y):
     if hasattr(model, "rnn"):
         t = theta.clone().requires_grad_(True)
         out = pred(t)
-        jac = torch.stack([torch.stack([torch.autograd.grad(out[k, cls], t, retain_graph=True)[0]
-                                        for cls in range(c)]) for k in range(n)])
+        jac = torch.stack(
+            [
+                torch.stack([torch.autograd.grad(out[k, cls], t, retain_graph=True)[0] for cls in range(c)])
+                for k in range(n)
+            ]
+        )
     else:
         model.capture = False
         jac = jacrev(pred)(theta)  # (N, C, P)

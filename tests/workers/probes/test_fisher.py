@@ -54,8 +54,7 @@ def test_mc_trace_mean_within_4_standard_errors(norm):
             draws.setdefault(mod, []).append(t)
         estimators = kinds
     for mod, values in draws.items():
-        exact = sum(float(fisher[blocks[n], blocks[n]].trace()) for n in names
-                    if n.rsplit(".", 1)[0] == mod)
+        exact = sum(float(fisher[blocks[n], blocks[n]].trace()) for n in names if n.rsplit(".", 1)[0] == mod)
         v = torch.tensor(values)
         se = float(v.std() / len(v) ** 0.5)
         got = float(v.mean())
@@ -89,7 +88,7 @@ def test_along_weight_curvature_zero_only_for_scale_invariant_groups(norm):
         if g.name.startswith("out"):
             continue
         p = params[g.param]
-        for row in (range(p.shape[0]) if g.by_row else [None]):
+        for row in range(p.shape[0]) if g.by_row else [None]:
             along, trace = _group_exact(fisher, blocks, g.param, p, row)
             est = row_quantities(stats[g.param], p, 1.0 / fp.n, row)
             if g.scale_invariant:  # ≈ 0: the normalizers' eps (1e-5 added to σ²) breaks invariance slightly
@@ -129,8 +128,9 @@ def test_doubling_a_scale_invariant_group_quarters_its_fisher_trace(norm_name):
     assert mc2 / mc1 == pytest.approx(0.25, rel=1e-9)  # same sampled labels: exactly a quarter
 
 
-@pytest.mark.parametrize(("cell", "norm_name"), [("lstm", "layer"), ("lstm", "batch"), ("gru", "none"),
-                                                 ("tanh", "weight")])
+@pytest.mark.parametrize(
+    ("cell", "norm_name"), [("lstm", "layer"), ("lstm", "batch"), ("gru", "none"), ("tanh", "weight")]
+)
 def test_recurrent_fisher_fvp_and_mc_trace(cell, norm_name):
     model, x, y = tiny_rnn(norm_name, cell)
     fisher, ggn, names, sizes = brute_fisher(model, x, y)

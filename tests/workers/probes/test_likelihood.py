@@ -10,8 +10,9 @@ from workers.engine.tasks import load_task
 from workers.probes.likelihood import Likelihood
 
 
-@pytest.mark.parametrize(("task", "extra"), [("digits", {}), ("copy", {"seq_len": 5}),
-                                             ("adding", {"seq_len": 7})])
+@pytest.mark.parametrize(
+    ("task", "extra"), [("digits", {}), ("copy", {"seq_len": 5}), ("adding", {"seq_len": 7})]
+)
 def test_mean_nll_matches_the_task_loss(task, extra):
     data = load_task(RunSpec(task=task, **extra))
     x, y = next(data.train_batches(6, torch.Generator().manual_seed(0)))

@@ -22,10 +22,26 @@ from workers.probes.prober import finite
 
 from .conftest import brute_fisher, tiny
 
-GROUP_KEYS = {"name", "weight_norm", "along_w_curvature", "trace_ww", "scaled_trace_ww", "gain_curvature",
-              "effective_lr", "angular_update"}
-FISHER_KEYS = {"trace", "trace_estimator", "lambda_max", "eta_lambda_max", "hessian_lambda_max", "groups",
-               "cost_steps", "empirical"}
+GROUP_KEYS = {
+    "name",
+    "weight_norm",
+    "along_w_curvature",
+    "trace_ww",
+    "scaled_trace_ww",
+    "gain_curvature",
+    "effective_lr",
+    "angular_update",
+}
+FISHER_KEYS = {
+    "trace",
+    "trace_estimator",
+    "lambda_max",
+    "eta_lambda_max",
+    "hessian_lambda_max",
+    "groups",
+    "cost_steps",
+    "empirical",
+}
 
 
 def _run(**kw):
@@ -37,8 +53,14 @@ def _run(**kw):
 
 
 def test_feedforward_run_emits_contract_payloads():
-    result, events = _run(task="digits", norm="batch", hidden_size=16, steps=60, eval_every=1000,
-                          probes=dict(trace_every=20, fisher_every=5, budget=5.0, empirical_fisher=True))
+    result, events = _run(
+        task="digits",
+        norm="batch",
+        hidden_size=16,
+        steps=60,
+        eval_every=1000,
+        probes=dict(trace_every=20, fisher_every=5, budget=5.0, empirical_fisher=True),
+    )
     hidden = [e.payload for e in events if e.kind == "hidden"]
     fisher = [e.payload for e in events if e.kind == "fisher"]
     assert [e.step for e in events if e.kind == "hidden"] == [1, 20, 40, 60]
@@ -64,8 +86,16 @@ def test_recurrent_run_traces_every_time_step():
     # 40 steps: the first Fisher estimate is priced at 18 steps of the traced path against room for 2.25
     # plain steps per step trained; measured here, it came at step 13-14 (40 steps) and at step 9 or not
     # at all (12 steps: CI failed once on the missing estimate).
-    result, events = _run(task="adding", norm="layer", seq_len=12, hidden_size=8, batch_size=4, steps=40,
-                          eval_every=1000, probes=dict(trace_every=3, fisher_every=1, budget=5.0))
+    result, events = _run(
+        task="adding",
+        norm="layer",
+        seq_len=12,
+        hidden_size=8,
+        batch_size=4,
+        steps=40,
+        eval_every=1000,
+        probes=dict(trace_every=3, fisher_every=1, budget=5.0),
+    )
     h = result.probes["hidden"]
     assert h["time_steps"] == 12
     for key in ("hidden_norms", "cell_norms", "summed_mean", "summed_std", "grad_norms"):
@@ -119,8 +149,15 @@ def test_a_default_length_run_gets_its_first_estimate_early_and_several_in_all()
 
 
 def test_adam_steps_are_measured_angles_not_zero():
-    result, events = _run(task="digits", norm="layer", hidden_size=16, steps=30, eval_every=1000,
-                          optimizer="adam", probes=dict(fisher_every=5, budget=5.0))
+    result, events = _run(
+        task="digits",
+        norm="layer",
+        hidden_size=16,
+        steps=30,
+        eval_every=1000,
+        optimizer="adam",
+        probes=dict(fisher_every=5, budget=5.0),
+    )
     last = [e.payload for e in events if e.kind == "fisher"][-1]
     assert last["optimizer"] == "adam"
     for g in last["groups"]:
@@ -175,7 +212,8 @@ def test_plain_sgd_grows_scale_invariant_weights_by_eta_squared_grad_squared(nor
             assert entry["grad_along_w"] <= 1e-8 * max(entry["grad_norm"], 1e-12)
             if not group.by_row:
                 assert entry["weight_norm_next"] ** 2 == pytest.approx(
-                    entry["weight_norm"] ** 2 + lr**2 * entry["grad_norm"] ** 2, rel=1e-10)
+                    entry["weight_norm"] ** 2 + lr**2 * entry["grad_norm"] ** 2, rel=1e-10
+                )
                 assert entry["effective_lr"] == pytest.approx(lr / entry["weight_norm"] ** 2)
 
 
@@ -202,8 +240,17 @@ def test_layer_norm_flattens_hidden_norms_over_a_long_adding_sequence():
     spread = {}
     for seed in (0, 1, 2):
         for norm in ("layer", "none"):
-            result, _ = _run(task="adding", norm=norm, seq_len=300, hidden_size=32, batch_size=8, steps=1,
-                             seed=seed, eval_every=1000, probes=dict(fisher_every=100_000))
+            result, _ = _run(
+                task="adding",
+                norm=norm,
+                seq_len=300,
+                hidden_size=32,
+                batch_size=8,
+                steps=1,
+                seed=seed,
+                eval_every=1000,
+                probes=dict(fisher_every=100_000),
+            )
             h = result.probes["hidden"]["hidden_norms"]
             spread[seed, norm] = max(h) / min(h)
         assert spread[seed, "none"] >= 1.8 * spread[seed, "layer"], spread

@@ -39,15 +39,16 @@ def _exact_expected_traces(fp: FisherPass) -> tuple[dict[str, float], dict[str, 
     total: dict[str, float] = {}
     est: dict[str, str] = {}
     for c in range(p.shape[1]):
-        residual = p.sqrt()[:, c:c + 1] * (p - F.one_hot(torch.full((fp.n,), c), p.shape[1]).double())
+        residual = p.sqrt()[:, c : c + 1] * (p - F.one_hot(torch.full((fp.n,), c), p.shape[1]).double())
         stats, est, _ = fp.sampled(residual)
         for name, st in stats.items():
             total[name] = total.get(name, 0.0) + float(st.row_sq.sum()) / fp.n
     return total, est
 
 
-@pytest.mark.parametrize(("cell", "norm", "placement"),
-                         [(c, n, "full") for c, n in CASES] + [("lstm", "layer", "cell")])
+@pytest.mark.parametrize(
+    ("cell", "norm", "placement"), [(c, n, "full") for c, n in CASES] + [("lstm", "layer", "cell")]
+)
 def test_per_sample_traces_equal_the_fisher_diagonal_blocks(cell, norm, placement):
     model, x, y = _model(cell, norm, placement)
     fisher, _, names, sizes = brute_fisher(model, x, y)
@@ -55,7 +56,7 @@ def test_per_sample_traces_equal_the_fisher_diagonal_blocks(cell, norm, placemen
     got, est = _exact_expected_traces(fp)
     start, checked = 0, 0
     for name, size in zip(names, sizes, strict=True):
-        exact = float(fisher[start:start + size, start:start + size].trace())
+        exact = float(fisher[start : start + size, start : start + size].trace())
         start += size
         if est[name] == "per-sample":
             assert got[name] == pytest.approx(exact, rel=1e-9, abs=1e-13), (name, exact, got[name])
@@ -86,9 +87,16 @@ def test_fused_path_products_match_brute_force(norm, placement):
         assert fp.curvature_along(v) == pytest.approx(float(u @ fisher @ u), rel=10 * tol)
 
 
-@pytest.mark.parametrize(("cell", "norm", "seed"), [("lstm", "layer", 0), ("lstm", "layer", 3),
-                                                   ("lstm", "none", 1), ("gru", "layer", 2),
-                                                   ("tanh", "rms", 4)])
+@pytest.mark.parametrize(
+    ("cell", "norm", "seed"),
+    [
+        ("lstm", "layer", 0),
+        ("lstm", "layer", 3),
+        ("lstm", "none", 1),
+        ("gru", "layer", 2),
+        ("tanh", "rms", 4),
+    ],
+)
 def test_cold_lambda_max_converges_at_w_and_2w(cell, norm, seed):
     """The first estimate starts cold; it iterates to COLD_TOL, so doubling a group (which moves the top
     eigenvector) does not leave it far below λ_max as a fixed few iterations did (45 % low once)."""
@@ -119,6 +127,8 @@ def test_weight_norm_along_curvature_is_measured():
         else:
             fp = FisherPass(model, Likelihood("class"), x, y)
             w = dict(model.named_parameters())["rnn.0.proj.weight"]
-            v = [w.detach() if n == "rnn.0.proj.weight" else torch.zeros_like(p)
-                 for n, p in zip(fp.names, fp.params, strict=True)]
+            v = [
+                w.detach() if n == "rnn.0.proj.weight" else torch.zeros_like(p)
+                for n, p in zip(fp.names, fp.params, strict=True)
+            ]
             assert fp.curvature_along(v) >= 1e-3 * group["trace_ww"] / w.shape[0]

@@ -53,8 +53,10 @@ def stdlib_files(limit: int = CORPUS_BYTES) -> list[Path]:
         chosen.append(path)
         total += size
     if total < 100_000:
-        raise TaskUnavailable(f"charlm needs the Python standard library's sources, but {root} holds only "
-                              f"{total} bytes of .py files; choose another task.")
+        raise TaskUnavailable(
+            f"charlm needs the Python standard library's sources, but {root} holds only "
+            f"{total} bytes of .py files; choose another task."
+        )
     return chosen
 
 
@@ -72,8 +74,10 @@ def _split_files(seed: int, limit: int = CORPUS_BYTES) -> dict[str, np.ndarray]:
     parts: dict[str, list[np.ndarray]] = {"val": [], "test": [], "train": []}
     filled = {"val": 0, "test": 0}
     for i in order:
-        target = next((k for k, frac in (("val", VAL_FRACTION), ("test", TEST_FRACTION))
-                       if filled[k] < frac * total), "train")
+        target = next(
+            (k for k, frac in (("val", VAL_FRACTION), ("test", TEST_FRACTION)) if filled[k] < frac * total),
+            "train",
+        )
         parts[target].append(texts[i])
         if target != "train":
             filled[target] += len(texts[i])
@@ -83,10 +87,12 @@ def _split_files(seed: int, limit: int = CORPUS_BYTES) -> dict[str, np.ndarray]:
 def _windows(ids: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-overlapping windows of length+1 characters: x one-hot (N, length, V), y (N, length)."""
     if len(ids) - 1 < length:
-        raise ValueError(f"charlm: the evaluation text has {len(ids)} characters, fewer than eval_seq_len "
-                         f"{length}; lower eval_seq_len.")
+        raise ValueError(
+            f"charlm: the evaluation text has {len(ids)} characters, fewer than eval_seq_len "
+            f"{length}; lower eval_seq_len."
+        )
     n = max(1, min(EVAL_CHARS // length, (len(ids) - 1) // length))
-    chunks = torch.stack([ids[i * length: i * length + length + 1] for i in range(n)])
+    chunks = torch.stack([ids[i * length : i * length + length + 1] for i in range(n)])
     return F.one_hot(chunks[:, :-1], VOCAB_SIZE).float(), chunks[:, 1:]
 
 
@@ -101,10 +107,18 @@ def load_charlm(spec: RunSpec, settings: Settings) -> TaskData:
         return F.one_hot(chunks[:, :-1], VOCAB_SIZE).float(), chunks[:, 1:]
 
     return TaskData(
-        info=TASKS["charlm"], input_dim=VOCAB_SIZE, n_outputs=VOCAB_SIZE,
-        splits={"val": _windows(text["val"], spec.eval_seq_len),
-                "test": _windows(text["test"], spec.eval_seq_len)},
-        sample=sample, seq_len=seq_len, eval_seq_len=spec.eval_seq_len,
-        notes=[f"charlm: {len(_corpus()[0])} stdlib files, {len(train)} train / {len(text['val'])} val / "
-               f"{len(text['test'])} test characters; vocabulary {VOCAB_SIZE} (printable ASCII + unknown)."],
+        info=TASKS["charlm"],
+        input_dim=VOCAB_SIZE,
+        n_outputs=VOCAB_SIZE,
+        splits={
+            "val": _windows(text["val"], spec.eval_seq_len),
+            "test": _windows(text["test"], spec.eval_seq_len),
+        },
+        sample=sample,
+        seq_len=seq_len,
+        eval_seq_len=spec.eval_seq_len,
+        notes=[
+            f"charlm: {len(_corpus()[0])} stdlib files, {len(train)} train / {len(text['val'])} val / "
+            f"{len(text['test'])} test characters; vocabulary {VOCAB_SIZE} (printable ASCII + unknown)."
+        ],
     )

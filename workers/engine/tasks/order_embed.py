@@ -36,8 +36,28 @@ SIDE, PIXELS = 14, 196
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 STROKES = ("thin", "medium", "bold")
 SLANTS = ("left", "upright", "right")
-FILLERS = ("a", "the", "of", "digit", "number", "written", "by", "hand", "shows", "image", "picture",
-           "small", "gray", "ink", "on", "white", "paper", "with", "stroke", "this")
+FILLERS = (
+    "a",
+    "the",
+    "of",
+    "digit",
+    "number",
+    "written",
+    "by",
+    "hand",
+    "shows",
+    "image",
+    "picture",
+    "small",
+    "gray",
+    "ink",
+    "on",
+    "white",
+    "paper",
+    "with",
+    "stroke",
+    "this",
+)
 VOCAB = DIGITS + STROKES + SLANTS + FILLERS
 LENGTH, CAPTIONS = 12, 5
 WORD_DIM = 32
@@ -77,8 +97,10 @@ def write_captions(words: np.ndarray, per_image: int, rng: np.random.Generator) 
 
 def violations(f_c: Tensor, f_i: Tensor) -> Tensor:
     """(C, I) order violations E(c, i) = ‖max(0, f_c − f_i)‖², in chunks of captions."""
-    rows = [torch.relu(f_c[s:s + 128, None, :] - f_i[None, :, :]).pow(2).sum(-1)
-            for s in range(0, len(f_c), 128)]
+    rows = [
+        torch.relu(f_c[s : s + 128, None, :] - f_i[None, :, :]).pow(2).sum(-1)
+        for s in range(0, len(f_c), 128)
+    ]
     return torch.cat(rows)
 
 
@@ -126,10 +148,13 @@ def load_order_embed(spec: RunSpec, settings: Settings) -> TaskData:
     img = standardize(torch.from_numpy(img_np), parts, per_feature=True)
     y = torch.from_numpy(y_np)
     rng = np.random.default_rng(seeded(spec.seed, 5).initial_seed())
-    caps = {k: torch.from_numpy(write_captions(words[idx.numpy()], CAPTIONS if k == "train" else 1, rng))
-            for k, idx in parts.items()}
-    splits = {k: (torch.cat([img[parts[k]], caps[k][:, 0].float()], dim=1), y[parts[k]])
-              for k in ("val", "test")}
+    caps = {
+        k: torch.from_numpy(write_captions(words[idx.numpy()], CAPTIONS if k == "train" else 1, rng))
+        for k, idx in parts.items()
+    }
+    splits = {
+        k: (torch.cat([img[parts[k]], caps[k][:, 0].float()], dim=1), y[parts[k]]) for k in ("val", "test")
+    }
     train_img, train_caps, train_y = img[parts["train"]], caps["train"], y[parts["train"]]
 
     def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -140,10 +165,17 @@ def load_order_embed(spec: RunSpec, settings: Settings) -> TaskData:
 
     hidden = spec.hidden_size or TASKS["order-embed"].hidden_size
     return TaskData(
-        info=TASKS["order-embed"], input_dim=PIXELS + LENGTH, n_outputs=2 * hidden, splits=splits,
-        sample=sample, loss_fn=contrastive_loss, metrics_fn=retrieval_metrics,
+        info=TASKS["order-embed"],
+        input_dim=PIXELS + LENGTH,
+        n_outputs=2 * hidden,
+        splits=splits,
+        sample=sample,
+        loss_fn=contrastive_loss,
+        metrics_fn=retrieval_metrics,
         model_fn=lambda s: OrderEmbedder(hidden, s.norm, s.gain_init),
-        notes=[f"order-embed: {len(parts['train'])} train images × {CAPTIONS} generated captions, "
-               f"{len(parts['val'])} val pairs; {LENGTH}-token captions over a {len(VOCAB)}-word vocabulary; "
-               f"GRU of {hidden} units; metric: image retrieval recall@{K} among the split's images."],
+        notes=[
+            f"order-embed: {len(parts['train'])} train images × {CAPTIONS} generated captions, "
+            f"{len(parts['val'])} val pairs; {LENGTH}-token captions over a {len(VOCAB)}-word vocabulary; "
+            f"GRU of {hidden} units; metric: image retrieval recall@{K} among the split's images."
+        ],
     )

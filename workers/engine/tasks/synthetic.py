@@ -50,17 +50,25 @@ def copy_batch(n: int, delay: int, generator: torch.Generator) -> tuple[torch.Te
     return torch.nn.functional.one_hot(ids, COPY_VOCAB).float(), y
 
 
-def _generated(spec: RunSpec, make, input_dim: int, n_outputs: int, note: str, extra_steps: int = 0
-               ) -> TaskData:
+def _generated(
+    spec: RunSpec, make, input_dim: int, n_outputs: int, note: str, extra_steps: int = 0
+) -> TaskData:
     seq_len, eval_seq_len = spec.seq_len, spec.eval_seq_len
     return TaskData(
-        info=TASKS[spec.task], input_dim=input_dim, n_outputs=n_outputs,
-        splits={"val": make(VAL_CASES, eval_seq_len, seeded(spec.seed, 2)),
-                "test": make(TEST_CASES, eval_seq_len, seeded(spec.seed, 3))},
+        info=TASKS[spec.task],
+        input_dim=input_dim,
+        n_outputs=n_outputs,
+        splits={
+            "val": make(VAL_CASES, eval_seq_len, seeded(spec.seed, 2)),
+            "test": make(TEST_CASES, eval_seq_len, seeded(spec.seed, 3)),
+        },
         sample=lambda batch_size, gen: make(batch_size, seq_len, gen),
-        seq_len=seq_len + extra_steps, eval_seq_len=eval_seq_len + extra_steps,
-        notes=[f"{spec.task}: {note}; fresh training sequences at seq_len {seq_len}; {VAL_CASES} val / "
-               f"{TEST_CASES} test sequences at eval_seq_len {eval_seq_len} (seed {spec.seed})."],
+        seq_len=seq_len + extra_steps,
+        eval_seq_len=eval_seq_len + extra_steps,
+        notes=[
+            f"{spec.task}: {note}; fresh training sequences at seq_len {seq_len}; {VAL_CASES} val / "
+            f"{TEST_CASES} test sequences at eval_seq_len {eval_seq_len} (seed {spec.seed})."
+        ],
     )
 
 
@@ -71,6 +79,11 @@ def load_adding(spec: RunSpec, settings: Settings) -> TaskData:
 
 def load_copy(spec: RunSpec, settings: Settings) -> TaskData:
     """copy: x (B, seq_len + 20, 10) one-hot, y (B, seq_len + 20) with IGNORE off the recall steps."""
-    return _generated(spec, copy_batch, COPY_VOCAB, COPY_VOCAB,
-                      f"recall {COPY_LENGTH} symbols after a delay of seq_len steps (length seq_len + 20)",
-                      extra_steps=2 * COPY_LENGTH)
+    return _generated(
+        spec,
+        copy_batch,
+        COPY_VOCAB,
+        COPY_VOCAB,
+        f"recall {COPY_LENGTH} symbols after a delay of seq_len steps (length seq_len + 20)",
+        extra_steps=2 * COPY_LENGTH,
+    )

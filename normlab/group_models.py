@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from normlab.events import RunStatus
-from normlab.spec import MAX_STEPS
+from normlab.spec import MAX_STEPS, refuse_bool
 
 MAX_SEEDS = 16
 
@@ -27,6 +27,16 @@ class PresetLaunch(BaseModel):
         description="Distinct seeds ≥ 0 (default: the preset's, ≥ 5).",
     )
     steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Override every run's steps.")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _numbers(cls, values: Any) -> Any:
+        return [refuse_bool(v) for v in values] if isinstance(values, list) else values
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
     @field_validator("seeds")
     @classmethod

@@ -160,6 +160,8 @@ def test_bad_launches_and_unknown_names_say_what_to_change(client):
         ({"seeds": []}, "seeds"),
         ({"steps": 0}, "steps"),
         ({"steps": "many"}, "steps"),
+        ({"seeds": [False]}, "seeds"),  # a boolean is not a seed (pydantic's lax mode reads it as 0)
+        ({"steps": True}, "steps"),
         ({"seed": [1]}, "seed"),
     ]:
         r = client.post("/api/presets/online", json=body)

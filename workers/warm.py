@@ -40,8 +40,12 @@ def warm_specs(settings: Settings) -> list[RunSpec]:
     for name, task in TASKS.items():
         if not task_availability(name, settings.data_dir).available:
             continue
-        seq = {"seq_len": min(task.seq_len or 8, 8)} if task.kind == "sequence" else {}
-        if task.eval_longer:
+        seq: dict[str, int] = {}
+        if task.kind == "sequence":
+            lo, hi = task.seq_len_range or (1, 8)
+            if lo != hi:  # a fixed length is the task's own; a spec may not name it
+                seq["seq_len"] = max(lo, min(task.seq_len or 8, 8, hi))
+        if task.eval_longer and "seq_len" in seq:
             seq["eval_seq_len"] = seq["seq_len"]
         first_cell = task.cells[0] if task.cells else None
         norms = task.norms if name in ("digits", "conv-digits", "adding") else ("layer",)

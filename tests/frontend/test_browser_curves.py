@@ -54,7 +54,8 @@ def test_compare_url_follows_each_control_at_once_and_the_comparison_survives_na
     page.get_by_text("batch size", exact=True).click()
     page.wait_for_function("() => /[?&]color=batch_size(&|$)/.test(location.search)", timeout=1000)
     page.click("#nl-copy-link")
-    copied = page.evaluate("() => window.normlabLastCopied")
+    # the copy is a clientside callback, run by Dash's queue just after the click (no server round trip)
+    copied = page.wait_for_function("() => window.normlabLastCopied", timeout=2000).json_value()
     assert "x=time" in copied and "color=batch_size" in copied and f"runs={a},{b}" in copied
     page.unroute(callbacks)
 

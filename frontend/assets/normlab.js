@@ -231,14 +231,7 @@
     Object.defineProperty(window, "_dashPlotlyJSURL", {
       configurable: true, get: function () { return url; }, set: function () { /* keep ours */ }
     });
-    // Pages that open with a graph fetch it now, while the server renders the page, instead of after
-    // (a preload: the graph's own script tag then uses this download; the others never fetch it).
-    var path = window.location.pathname.slice(prefix.length - 1);
-    if (path === "/" || path === "/compare" || path.indexOf("/run/") === 0) {
-      var link = document.createElement("link");
-      link.rel = "preload"; link.as = "script"; link.href = url;
-      document.head.appendChild(link);
-    }
+    // The pages that open with a graph name it in their head (a preload: frontend/app.py PRELOAD).
   })();
 
   // "Download SVG" buttons (the mode bar's camera saves PNG).

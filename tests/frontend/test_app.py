@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from frontend.api_client import ApiClient, ApiError
-from frontend.app import create_app
+from frontend.app import PLOTLY, create_app, preload_links
 from normlab.settings import Settings
 
 
@@ -31,6 +31,22 @@ def test_create_app_registers_every_page_and_can_be_built_twice():
     html = a.server.test_client().get("/").get_data(as_text=True)
     assert "normlab" in html and "_dash-config" in html
     assert b.server.test_client().get("/_dash-dependencies").status_code == 200
+
+
+def test_pages_with_a_graph_name_their_lazy_scripts_in_the_head_and_the_others_do_not():
+    app = create_app(Settings(api_url=""))
+    client = app.server.test_client()
+    for path in ("/", "/compare", "/run/abc123"):
+        html = client.get(path).get_data(as_text=True)
+        assert f'<script defer src="/{PLOTLY}"></script>' in html, path  # the same URL dcc.Graph asks for
+        assert 'rel="preload" as="script" href="/_dash-component-suites/dash/dcc/async-graph.js"' in html
+        assert html.index(PLOTLY) < html.index("dash_renderer")  # in the head, before Dash's scripts
+    for path in ("/runs", "/invariance", "/presets"):
+        html = client.get(path).get_data(as_text=True)
+        assert PLOTLY not in html and "async-graph" not in html, path
+    # behind a path prefix (a lab server under /normlab/) the URLs carry the prefix
+    assert f'src="/normlab/{PLOTLY}"' in preload_links("/normlab/compare", "/normlab/")
+    assert preload_links("/normlab/runs", "/normlab/") == ""
 
 
 def test_nav_comes_from_the_page_registry_in_page_order():

@@ -28,15 +28,6 @@ def _field(page, name: str, value: str) -> None:
     box.press("Tab")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "the first point reaches the API's SSE stream ≈ 0.6-1.3 s after the POST (`normlab bench demo`), "
-        "but the "
-        "Lab's submit callback (frontend/pages/lab.py on_submit) returns the watch only after building the "
-        "whole curves figure: 5.9 s of the 6.4 s from click to point on the loaded 2-core machine"
-    ),
-)
 def test_click_to_first_point_on_the_lab_page(page, shot, server):
     page.goto(server.url + "/")
     page.wait_for_selector(".builder .field-grid input")

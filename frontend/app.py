@@ -128,7 +128,7 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
             parts["metas"] = parts.get("metas", "") + preload_links(flask.request.path, prefix)
         return render(**parts)
 
-    app.interpolate_index = interpolate_index  # type: ignore[method-assign]
+    setattr(app, "interpolate_index", interpolate_index)  # noqa: B010  (an instance override of the method)
 
 
 # Dash keeps what `dash.callback` registers in module globals until the first request of whichever app

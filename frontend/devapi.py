@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import random
 import time
 import uuid
 from datetime import UTC, datetime
@@ -22,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from frontend import devapi_sim
 from normlab.api_models import (
     MetricsPublic,
     RunCreated,
@@ -90,7 +89,7 @@ class DevAPI:
             "queue_position": None,
         }
         self.events[rid] = []
-        asyncio.get_running_loop().create_task(self._train(rid))
+        asyncio.get_running_loop().create_task(devapi_sim.train(self, rid))
         return rid
 
     def _emit(self, rid: str, kind: str, step: int, payload: dict) -> None:
@@ -101,98 +100,6 @@ class DevAPI:
         self.runs[rid]["last_seq"] = seq
         self.changed.set()
         self.changed = asyncio.Event()
-
-    async def _train(self, rid: str) -> None:
-        run = self.runs[rid]
-        spec = run["spec"]
-        rng = random.Random(spec["seed"] * 7919 + len(self.runs))
-        steps, log_every = spec["steps"], max(1, spec["steps"] // 1000)
-        speed = {"layer": 1.0, "batch": 0.8, "rms": 0.95, "weight": 0.7, "none": 0.5}.get(spec["norm"], 0.6)
-        run["status"], run["started_at"] = RunStatus.RUNNING, datetime.now(UTC).isoformat()
-        self._emit(rid, "status", 0, {"status": RunStatus.RUNNING})
-        t0 = time.time()
-        probes = spec["probes"]["enabled"]
-        T = spec.get("seq_len") or 12
-        for step in range(log_every, steps + 1, log_every):
-            await asyncio.sleep(1.0 / self.rate)
-            if run["status"] == RunStatus.CANCELLED:
-                self._emit(rid, "status", step, {"status": RunStatus.CANCELLED, "message": "cancelled"})
-                return
-            loss = 2.3 * math.exp(-speed * step / (0.3 * steps)) + 0.05 + 0.03 * rng.random()
-            evaluate = step % spec["eval_every"] < log_every or step + log_every > steps
-            self._emit(
-                rid,
-                "scalars",
-                step,
-                {
-                    "train_loss": loss,
-                    "val_loss": loss * 1.1 if evaluate else None,
-                    "accuracy": 1 - loss / 2.5 if evaluate else None,
-                    "bpc": None,
-                    "grad_norm": 1.0,
-                    "lr": spec["lr"],
-                    "steps_per_s": self.rate * log_every,
-                    "elapsed": time.time() - t0,
-                },
-            )
-            if probes and step % spec["probes"]["trace_every"] < log_every:
-                growth = 1.0 if spec["norm"] == "layer" else 1.08
-                self._emit(
-                    rid,
-                    "hidden",
-                    step,
-                    {
-                        "hidden_norms": [3 * growth**t * (1 + 0.1 * rng.random()) for t in range(T)],
-                        "grad_norms": [0.01 * growth ** (T - t) for t in range(T)],
-                        "summed_mean": [0.0] * T,
-                        "summed_std": [1.0] * T,
-                        "time_steps": T,
-                    },
-                )
-            if probes and step % spec["probes"]["fisher_every"] < log_every:
-                wn = 1 + step / steps
-                self._emit(
-                    rid,
-                    "fisher",
-                    step,
-                    {
-                        "trace": {"layer1": 10 / wn, "layer2": 5 / wn},
-                        "trace_estimator": {"layer1": "per-sample", "layer2": "summed-gradient"},
-                        "lambda_max": 100 / wn,
-                        "eta_lambda_max": spec["lr"] * 100 / wn,
-                        "hessian_lambda_max": None,
-                        "groups": [
-                            {
-                                "name": "layer1.weight",
-                                "weight_norm": wn,
-                                "along_w_curvature": 1e-9,
-                                "trace_ww": 1.0,
-                                "scaled_trace_ww": 1.0,
-                                "gain_curvature": 0.5,
-                                "effective_lr": spec["lr"] / wn**2,
-                                "angular_update": 0.01,
-                            }
-                        ],
-                        "cost_steps": 0.5,
-                        "empirical": None,
-                    },
-                )
-        # the worker's summary shape (workers/tasks.py): final metrics per split, steps and wall time
-        run["summary"] = {
-            "metrics": {
-                "train_loss": loss,
-                "val_loss": loss * 1.1,
-                "val_accuracy": 1 - loss / 2.5,
-                "test_loss": loss * 1.12,
-                "test_accuracy": 1 - loss / 2.4,
-            },
-            "step": steps,
-            "wall_time": time.time() - t0,
-        }
-        run["status"], run["finished_at"] = RunStatus.COMPLETED, datetime.now(UTC).isoformat()
-        self._emit(
-            rid, "status", steps, {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]}
-        )
 
     # ---- routes ------------------------------------------------------------------------------
     def _build(self, with_frontend: bool) -> FastAPI:

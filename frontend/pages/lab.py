@@ -26,61 +26,17 @@ from dash import (
     html,
     no_update,
 )
-from dash.development.base_component import Component
 
-from frontend import components, data, ids, lab_form, logic, smoothing_control
+from frontend import components, data, ids, lab_builder, lab_form, logic, smoothing_control
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab.catalog import NORMS, TASKS
+from frontend.lab_builder import FIELD_NAMES, task_changed
+from frontend.lab_submit import submit
+from normlab.catalog import TASKS
 
-FIELD_NAMES = [name for name, _, _ in lab_form.FORM_FIELDS]
-CHOICES = {"optimizer": ["adam", "sgd"], "cell": ["lstm", "gru", "tanh"], "ln_placement": ["full", "cell"]}
 MAX_LIVE = 24
 LAB_COOKIE = "normlab_lab"  # the last Lab query (written by the clientside callback at the end)
 STATE_KEYS = {"runs", "task", "norm", "sweep", "sweep_norms", "sweep_batch", "sweep_seeds", *lab_form.KINDS}
-
-
-def _widget(fid: dict, name: str, kind: str, value, limits: dict) -> Component:
-    if kind == "choice":
-        return dcc.Dropdown(id=fid, options=CHOICES[name], value=value, clearable=name == "cell")
-    if kind in ("flag", "bool"):
-        return dcc.Checklist(
-            id=fid, options=[{"label": lab_form.CHECK_TEXT[name], "value": "on"}], value=value or []
-        )
-    lim = limits.get(name, {})
-    bounds = {k: lim[k] for k in ("min", "max") if lim.get(k) is not None}
-    return dcc.Input(
-        id=fid,
-        type="number",
-        value=value,
-        debounce=True,
-        className="input",
-        required=True,
-        step=1 if kind == "int" else "any",
-        placeholder=lab_form.range_text(name, limits),
-        **bounds,
-    )
-
-
-def _field(
-    name: str, label: str, kind: str, value, limits: dict, hidden: bool = False, probe: bool = False
-) -> html.Div:
-    fid = {"type": ids.LAB_PROBE_FIELD if probe else ids.LAB_FIELD, "field": name}
-    # presentation mode keeps a compact builder: task, normalizer, batch size, steps and Start
-    cls = "field" if name in lab_form.COMPACT else "field controls"
-    cls += " span-row" if kind == "bool" else ""
-    title = lab_form.range_text(name, limits) if name in lab_form.NUMERIC else None  # this server's range
-    return html.Div(
-        id={"type": "lab-box", "field": name},
-        className=cls,
-        title=title,
-        style={"display": "none"} if hidden else {},
-        children=[
-            html.Label(label, className="label"),
-            _widget(fid, name, kind, value, limits),
-            html.Div(id={"type": ids.LAB_ERROR, "field": name}, className="field-error", role="alert"),
-        ],
-    )
 
 
 def remembered_query() -> dict[str, str]:
@@ -104,100 +60,9 @@ def layout(**query) -> html.Div:
     task = str(query["task"]) if query.get("task") in tasks else "digits"
     limits = lab_form.field_limits(catalog.get("fields", {}))
     values = lab_form.form_from_query(task, query)
-    norm_opts, norm, sweep_opts, _, styles, help_text = task_changed(task, tasks, query.get("norm"))
-    sweep_on = query.get("sweep") == "1"
-    sweep_norms = [n for n in logic.split_list(query.get("sweep_norms")) if n in tasks[task]["norms"]]
     run_ids = logic.split_list(query.get("runs"))[-MAX_LIVE:]
     bundle = data.curves_bundle(run_ids, present=present_on)
-    task_opts = [
-        {
-            "label": f"{t['name']}" + ("" if t["available"] else " (unavailable)"),
-            "value": t["name"],
-            "disabled": not t["available"],
-            "title": t.get("unavailable_reason") or t["description"],
-        }
-        for t in catalog["tasks"]
-    ]
-    probes_on = bool(values.get("probes"))
-    builder = components.card(
-        "Run builder",
-        className="builder",
-        children=[
-            html.Div(
-                className="field",
-                children=[
-                    html.Label("Task", className="label"),
-                    dcc.Dropdown(id=ids.LAB_TASK, options=task_opts, value=task, clearable=False),
-                    html.Div(id=ids.LAB_TASK_HELP, className="help", children=help_text),
-                ],
-            ),
-            html.Div(
-                id=ids.LAB_SINGLE_NORM_BOX,
-                className="field",
-                style={"display": "none"} if sweep_on else {},
-                children=[
-                    html.Label("Normalizer", className="label"),
-                    dcc.Dropdown(id=ids.LAB_NORM, value=norm, clearable=False, options=norm_opts),
-                    html.Div(
-                        id={"type": ids.LAB_ERROR, "field": "norm"}, className="field-error", role="alert"
-                    ),
-                ],
-            ),
-            dcc.Checklist(
-                id=ids.LAB_SWEEP,
-                className="sweep-toggle controls",
-                options=[{"label": " Sweep: several normalizers × batch sizes × seeds", "value": "on"}],
-                value=["on"] if sweep_on else [],
-            ),
-            html.Div(
-                id=ids.LAB_SWEEP_BOX,
-                className="sweep-box controls",
-                style={} if sweep_on else {"display": "none"},
-                children=[
-                    html.Label("Normalizers", className="label"),
-                    dcc.Checklist(
-                        id=ids.LAB_SWEEP_NORMS,
-                        value=sweep_norms or ["batch", "layer"],
-                        inline=True,
-                        options=sweep_opts,
-                    ),
-                    html.Label("Batch sizes", className="label"),
-                    dcc.Input(
-                        id=ids.LAB_SWEEP_BATCH, value=query.get("sweep_batch") or "4, 128", className="input"
-                    ),
-                    html.Label("Seeds", className="label"),
-                    dcc.Input(
-                        id=ids.LAB_SWEEP_SEEDS, value=query.get("sweep_seeds") or "0", className="input"
-                    ),
-                ],
-            ),
-            html.Div(
-                className="field-grid",
-                children=[
-                    _field(name, label, kind, values.get(name), limits, hidden=style == {"display": "none"})
-                    for (name, label, kind), style in zip(lab_form.FORM_FIELDS, styles, strict=True)
-                ],
-            ),
-            html.Div(
-                id=ids.LAB_PROBE_BOX,
-                className="probe-box field-grid controls",
-                style={} if probes_on else {"display": "none"},
-                children=[
-                    _field(name, label, kind, values.get(name), limits, probe=True)
-                    for name, label, kind in lab_form.PROBE_FIELDS
-                ],
-            ),
-            html.Div(
-                className="actions lab-actions",
-                children=[
-                    html.Button(
-                        "Start sweep" if sweep_on else "Start run", id=ids.LAB_SUBMIT, className="btn primary"
-                    ),
-                    html.Div(id=ids.LAB_MESSAGE, className="message", role="status"),
-                ],
-            ),
-        ],
-    )
+    builder = lab_builder.builder(catalog, task, query, values, limits)
     live = components.card(
         "Live",
         className="live",
@@ -251,21 +116,6 @@ def layout(**query) -> html.Div:
 EMPTY_BOARD = html.P("Runs you start appear here and stream live.", className="muted")
 
 smoothing_control.register(ids.LAB_SMOOTH)  # the smoothing slider redraws the curves
-
-
-def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
-    """Outputs when the task changes: norm options and value, sweep options, field values, which
-    fields show, help text. The chosen normalizer stays when the new task has it."""
-    info = catalog_tasks[task]
-    defaults = lab_form.field_defaults(task)
-    sequential = info["kind"] == "sequence"
-    values = [defaults.get(n) for n in FIELD_NAMES]
-    styles = [
-        {"display": "none"} if n in lab_form.SEQUENCE_ONLY and not sequential else {} for n in FIELD_NAMES
-    ]
-    norms = [{"label": n, "value": n, "title": NORMS.get(n, "")} for n in info["norms"]]
-    keep = norm if norm in info["norms"] else ("layer" if "layer" in info["norms"] else info["norms"][0])
-    return norms, keep, norms, values, styles, info["description"]
 
 
 # prevent_initial_call: the layout already shows the task's options and the form (from the URL); a
@@ -415,51 +265,6 @@ def on_runs(runs, live):
     if not runs:
         return EMPTY_BOARD
     return components.run_chips(runs, "norm", live)
-
-
-def submit(
-    task,
-    norm,
-    sweep: bool,
-    sweep_norms,
-    sweep_batch,
-    sweep_seeds,
-    form: dict,
-    token: str | None = None,
-    limits: dict | None = None,
-) -> dict:
-    """POST the run (or sweep); {"run_ids", "message", "errors": {field: the API's message}}.
-
-    A shown number field left empty is refused here, with its range (the server's limits), instead of
-    being left out of the spec — the API would quietly fill in the default."""
-    names = FIELD_NAMES + lab_form.PROBE_NAMES + ["norm"]
-    missing = lab_form.missing_messages(task, form, limits or {})
-    if missing:
-        return {"run_ids": [], "errors": missing, "message": _see_fields(missing)}
-    spec = lab_form.build_spec(task, norm, form)
-    try:
-        if sweep:
-            try:
-                body = lab_form.sweep_body(spec, sweep_norms, sweep_batch, sweep_seeds)
-            except ValueError as exc:
-                return {"run_ids": [], "message": str(exc), "errors": {}}
-            created = data.api(token).create_sweep(body)
-            ids_ = created["run_ids"]
-            return {
-                "run_ids": ids_,
-                "errors": {},
-                "message": f"Started sweep {created['group_id']}: {len(ids_)} runs.",
-            }
-        created = data.api(token).create_run(spec)
-        return {"run_ids": [created["id"]], "errors": {}, "message": f"Started run {created['id']}."}
-    except ApiError as exc:
-        errors = lab_form.field_messages(exc.fields, names)
-        shown = len(errors) >= len(exc.fields) > 0  # every message sits next to its field
-        return {"run_ids": [], "errors": errors, "message": _see_fields(errors) if shown else exc.detail}
-
-
-def _see_fields(errors: dict) -> str:
-    return f"Not started: see the message under {', '.join(lab_form.LABELS[f] for f in errors)}."
 
 
 # The Lab's state → the URL (the shell mirrors URL_STATE into the query) and the cookie a bare "/" is

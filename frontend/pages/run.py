@@ -6,7 +6,17 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
-from frontend import components, data, figures, ids, lab_form, logic, probe_figures, smoothing_control
+from frontend import (
+    components,
+    data,
+    figures,
+    hidden_figures,
+    ids,
+    lab_form,
+    logic,
+    probe_figures,
+    smoothing_control,
+)
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
@@ -128,7 +138,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
                     html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
                     dcc.Graph(
                         id=ids.RUN_HIDDEN,
-                        figure=probe_figures.hidden_figure([], present_on, ended),
+                        figure=hidden_figures.hidden_figure([], present_on, ended),
                         config=components.GRAPH_CONFIG,
                         className="graph",
                     ),
@@ -239,7 +249,7 @@ def on_probes(probes, present, note, run_id):
     ended, log = probes.get("ended", False), probes.get("log", [])
     fishers, warned = probes.get("fisher", []), fisher_warning(log)
     return (
-        probe_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
+        hidden_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
         probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
         log_items(log),
         fisher_warning(log, note or ""),

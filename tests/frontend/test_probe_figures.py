@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from frontend import probe_figures
+from frontend import hidden_figures, probe_figures
 
 
 def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
@@ -22,7 +22,7 @@ def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
         }
         for s in (1, 2)
     ]
-    fig = probe_figures.hidden_figure(events)
+    fig = hidden_figures.hidden_figure(events)
     heat = [t for t in fig["data"] if t["type"] == "heatmap"]
     lines = [t for t in fig["data"] if t["type"] == "scatter"]
     assert len(heat) == 2 and len(lines) == 2
@@ -44,9 +44,9 @@ def test_hidden_figure_for_feed_forward_layers_and_when_empty():
             ]
         },
     }
-    fig = probe_figures.hidden_figure([ev])
+    fig = hidden_figures.hidden_figure([ev])
     assert {t["name"] for t in fig["data"]} == {"fc1", "fc2"}
-    empty = probe_figures.hidden_figure([])
+    empty = hidden_figures.hidden_figure([])
     assert not empty["data"] and "Waiting" in str(empty["layout"]["annotations"])
 
 
@@ -127,21 +127,21 @@ def test_heatmap_bands_follow_uneven_steps_and_many_snapshots_are_thinned_with_a
         {"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0], "grad_norms": [0.1, 0.2]}}
         for s in (25, 125)
     ]
-    fig = probe_figures.hidden_figure(ev)
+    fig = hidden_figures.hidden_figure(ev)
     heat = fig["data"][0]
     assert list(heat["y"]) == [25, 75, 125]
     assert fig["layout"]["yaxis"]["range"] == [25, 125]  # within the recorded steps (was −50…190)
-    assert probe_figures.step_edges([1, 2, 10]) == [1, 1.5, 6, 10]
-    assert probe_figures.step_edges([7]) == [6.5, 7.5]
+    assert hidden_figures.step_edges([1, 2, 10]) == [1, 1.5, 6, 10]
+    assert hidden_figures.step_edges([7]) == [6.5, 7.5]
     many = [{"kind": "hidden", "step": s, "payload": {"hidden_norms": [1.0, 2.0]}} for s in range(1, 401)]
-    fig = probe_figures.hidden_figure(many)
+    fig = hidden_figures.hidden_figure(many)
     rows = fig["data"][0]["z"]
-    assert len(rows) == probe_figures.MAX_SNAPSHOTS and "400 snapshots" in fig["layout"]["title"]["text"]
+    assert len(rows) == hidden_figures.MAX_SNAPSHOTS and "400 snapshots" in fig["layout"]["title"]["text"]
     assert fig["data"][0]["customdata"][-1][0] == 400 and fig["data"][0]["customdata"][0][0] == 1
 
 
 def test_colour_bar_ticks_are_round_norms():
-    vals, text = probe_figures._log_ticks(-1.8, 0.4)
+    vals, text = hidden_figures._log_ticks(-1.8, 0.4)
     assert text == ["0.02", "0.05", "0.1", "0.2", "0.5", "1", "2"]
-    vals, text = probe_figures._log_ticks(-6, 3)
+    vals, text = hidden_figures._log_ticks(-6, 3)
     assert all(v == int(v) for v in vals) and len(vals) >= 2  # whole decades over a wide range

@@ -1,0 +1,53 @@
+"""The Lab's Start button: the form (or sweep) POSTed to the API, and its answer as the page shows it:
+the new run ids, a message, and the API's messages under the fields they are about."""
+
+from __future__ import annotations
+
+from frontend import data, lab_form
+from frontend.api_client import ApiError
+from frontend.lab_builder import FIELD_NAMES
+
+
+def submit(
+    task,
+    norm,
+    sweep: bool,
+    sweep_norms,
+    sweep_batch,
+    sweep_seeds,
+    form: dict,
+    token: str | None = None,
+    limits: dict | None = None,
+) -> dict:
+    """POST the run (or sweep); {"run_ids", "message", "errors": {field: the API's message}}.
+
+    A shown number field left empty is refused here, with its range (the server's limits), instead of
+    being left out of the spec — the API would quietly fill in the default."""
+    names = FIELD_NAMES + lab_form.PROBE_NAMES + ["norm"]
+    missing = lab_form.missing_messages(task, form, limits or {})
+    if missing:
+        return {"run_ids": [], "errors": missing, "message": _see_fields(missing)}
+    spec = lab_form.build_spec(task, norm, form)
+    try:
+        if sweep:
+            try:
+                body = lab_form.sweep_body(spec, sweep_norms, sweep_batch, sweep_seeds)
+            except ValueError as exc:
+                return {"run_ids": [], "message": str(exc), "errors": {}}
+            created = data.api(token).create_sweep(body)
+            ids_ = created["run_ids"]
+            return {
+                "run_ids": ids_,
+                "errors": {},
+                "message": f"Started sweep {created['group_id']}: {len(ids_)} runs.",
+            }
+        created = data.api(token).create_run(spec)
+        return {"run_ids": [created["id"]], "errors": {}, "message": f"Started run {created['id']}."}
+    except ApiError as exc:
+        errors = lab_form.field_messages(exc.fields, names)
+        shown = len(errors) >= len(exc.fields) > 0  # every message sits next to its field
+        return {"run_ids": [], "errors": errors, "message": _see_fields(errors) if shown else exc.detail}
+
+
+def _see_fields(errors: dict) -> str:
+    return f"Not started: see the message under {', '.join(lab_form.LABELS[f] for f in errors)}."

@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from normlab.claims import aggregate, curve_field, higher_is_better, judge_all, metric_key, trace_stats
 from normlab.presets import PRESETS, Preset
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
 from normlab.spec import RunSpec
 
 __all__ = ["metric_key", "reproduce", "run_one"]
@@ -60,19 +60,20 @@ def reproduce(
     preset: Preset | str,
     seeds: list[int] | None = None,
     steps: int | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
     threads: int | None = 1,
     jobs: int | None = None,
     progress: Callable[[str, int, dict], None] | None = None,
 ) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
 
-    `steps` overrides every run's steps; `threads` sets torch's intra-op threads per run (1 by default:
-    small models on a shared machine); `jobs` runs that many at once in worker processes (default: the
-    CPU count; 1 trains in this process); `progress(label, seed, record)` is called after each run.
+    `settings` (the caller's, read at its edge) go to every run; `steps` overrides every run's steps;
+    `threads` sets torch's intra-op threads per run (1 by default: small models on a shared machine);
+    `jobs` runs that many at once in worker processes (default: the CPU count; 1 trains in this
+    process); `progress(label, seed, record)` is called after each run.
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
-    settings = settings or get_settings()
     seeds = list(preset.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("give at least one seed")

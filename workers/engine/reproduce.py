@@ -1,8 +1,9 @@
 """`reproduce(preset) -> dict`: train a preset's runs over seeds (in parallel processes) and judge its claims.
 
-The aggregation and the claims (effect sizes, paired by seed, and the rules) live in `normlab.claims`, the
-same torch-free code the API's `GET /api/groups/{id}` uses; this module only trains. Each (run, seed)
-trains in its own process with `threads` torch threads; `jobs` processes run at once.
+The aggregation (`normlab.cells`) and the claims (effect sizes, paired by seed, and the rules:
+`normlab.claims`) are the same torch-free code the API's `GET /api/groups/{id}` uses; this module only
+trains. Each (run, seed) trains in its own process with `threads` torch threads; `jobs` processes run at
+once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-from normlab.claims import aggregate, curve_field, higher_is_better, judge_all, metric_key, trace_stats
+from normlab.cells import aggregate, trace_stats
+from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.presets import PRESETS, Preset
 from normlab.settings import Settings
 from normlab.spec import RunSpec
@@ -23,7 +25,7 @@ __all__ = ["metric_key", "reproduce", "run_one"]
 
 def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None = 1) -> dict:
     """Train one spec; its status, final metric, validation curve [(step, value)], wall time and the
-    hidden-state trace figures (normlab.claims.trace_stats)."""
+    hidden-state trace figures (normlab.cells.trace_stats)."""
     import torch
 
     from workers.engine import train

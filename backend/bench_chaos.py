@@ -20,61 +20,19 @@ from pathlib import Path
 
 import httpx
 
-from backend.testing import TCPProxy, free_port, iter_sse, start_api, start_worker, stop_process
+from backend.testing import iter_sse, start_api, start_worker, stop_process
+from backend.testing_faults import RedisServer, TCPProxy
+from normlab.events import TERMINAL_STATUSES
 
 TARGETS = {"lost_events": 0, "run_twice": 0, "max_wait_with_free_worker_s": 30, "incomplete_viewers": 0}
 SHORT = {"task": "digits", "steps": 600, "hidden_size": 16, "eval_every": 100}
 LONG = {"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
-TERMINAL = ("completed", "failed", "cancelled", "diverged", "lost")
 HOLDER = (
     "from normlab.queue import make_celery\nfrom normlab.settings import Settings\n"
     "s = Settings()\nwith make_celery(s).connection_for_read() as c:\n"
     "    m = c.SimpleQueue(s.queue, no_ack=False).get(timeout=60)\n"
     "    print('holding', flush=True)\n    import time; time.sleep(600)\n"
 )
-
-
-class Redis:
-    """A redis-server of our own on a free port (no persistence), restartable."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def up(self) -> None:
-        subprocess.run(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--daemonize",
-                "yes",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=10,
-        )
-        deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
-            ).stdout.strip()
-            != "PONG"
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-
-    def down(self) -> None:
-        subprocess.run(
-            ["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True, timeout=10
-        )
 
 
 def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
@@ -88,7 +46,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     with psycopg.connect(pg_base, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     port = int(pg_base.rsplit(":", 1)[1].split("/")[0])
-    proxy, redis = TCPProxy(port), Redis()
+    proxy, redis = TCPProxy(port), RedisServer()
     proxy.start()
     redis.up()
     db = (
@@ -131,7 +89,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
                     ):
                         if m.id:
                             seen.append(int(m.id))
-                        ended = m.event == "status" and m.json()["payload"]["status"] in TERMINAL
+                        ended = m.event == "status" and m.json()["payload"]["status"] in TERMINAL_STATUSES
                     if ended:
                         return  # the stream ended after the terminal event; else reconnect
                 except httpx.HTTPStatusError as exc:
@@ -247,7 +205,7 @@ def _wait_all(c: httpx.Client, url: str, ids: list[str], deadline: float) -> dic
             run = _get(c, url + f"api/runs/{rid}")
             if run is not None:
                 runs[rid] = run
-        if all(runs.get(r, {}).get("status") in TERMINAL for r in ids):
+        if all(runs.get(r, {}).get("status") in TERMINAL_STATUSES for r in ids):
             break
         time.sleep(1.0)
     return runs
@@ -289,7 +247,7 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
         "completed": statuses.count("completed"),
         "lost": statuses.count("lost"),
         "cancelled": statuses.count("cancelled"),
-        "not_finished": sum(s not in TERMINAL for s in statuses),
+        "not_finished": sum(s not in TERMINAL_STATUSES for s in statuses),
         "run_twice": twice,
         "events_emitted": emitted,
         "events_stored": stored,

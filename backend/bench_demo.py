@@ -9,7 +9,8 @@
   phase it was really in is reported: scalars seen before the cancel or not) and training;
 - page weight: bytes on the wire for every request a page makes (as served: compressed or not), on a
   first visit (empty cache) and a repeat visit (the browser's cache), and the uncompressed size; first
-  contentful paint and first meaningful paint (the Lab's form drawn) in headless Chromium.
+  contentful paint and first meaningful paint (the Lab's form drawn) in headless Chromium
+  (backend/bench_pages.py).
 
 With --baseline DIR (a checkout of another revision, e.g. `git archive main | tar -x -C DIR`) the same
 measurements run first on a `normlab up` from DIR, and the table puts both side by side with ratios.
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +29,8 @@ from pathlib import Path
 
 import httpx
 
-from backend.testing import free_port, iter_sse, service_env, stop_process, wait_http
+from backend.bench_pages import pages
+from backend.testing import iter_sse, running_lab
 from normlab.events import TERMINAL_STATUSES
 
 TARGETS = {
@@ -41,26 +41,6 @@ TARGETS = {
 }
 RUN = {"task": "digits", "norm": "layer", "batch_size": 4}  # issue 19's "LN bs 4" run
 LONG = {**RUN, "steps": 20000}
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
-PAGES = {
-    "lab": (
-        "/",
-        "document.querySelector('.builder .field-grid input') !== null && "
-        "document.querySelector('#nl-curves .js-plotly-plot .main-svg') !== null",
-    ),
-    "runs": ("/runs", "document.querySelector('#runs-table') !== null"),
-}
-FCP_JS = "() => (performance.getEntriesByName('first-contentful-paint')[0] || {startTime: null}).startTime"
 
 
 class Watch:
@@ -174,90 +154,16 @@ def cancel_latencies(url: str, repeats: int) -> dict:
     return out
 
 
-def _page_load(context, url: str, path: str, ready: str) -> dict:
-    page = context.new_page()
-    cdp = context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    wire: dict[str, float] = {}
-    body: dict[str, int] = {}
-    cached = [0]
-    cdp.on("Network.loadingFinished", lambda e: wire.__setitem__(e["requestId"], e["encodedDataLength"]))
-    cdp.on(
-        "Network.dataReceived",
-        lambda e: body.__setitem__(e["requestId"], body.get(e["requestId"], 0) + e["dataLength"]),
-    )
-    cdp.on("Network.requestServedFromCache", lambda e: cached.__setitem__(0, cached[0] + 1))
-    page.goto(url.rstrip("/") + path)
-    page.wait_for_function(f"() => {ready}", timeout=60000)
-    meaningful = page.evaluate("() => performance.now()")
-    fcp = page.evaluate(FCP_JS)
-    page.wait_for_load_state("networkidle")
-    page.close()
-    return {
-        "wire_bytes": int(sum(wire.values())),
-        "body_bytes": int(sum(body.values())),
-        "requests": len(wire),
-        "from_cache": cached[0],
-        "meaningful_ms": meaningful,
-        "fcp_ms": fcp,
-    }
-
-
-def pages(url: str, repeats: int) -> dict:
-    if not os.path.exists(CHROMIUM):
-        return {"skipped": f"{CHROMIUM} is missing"}
-    from playwright.sync_api import sync_playwright
-
-    out: dict = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        for name, (path, ready) in PAGES.items():
-            first, repeat = [], []
-            for _ in range(repeats):
-                context = browser.new_context(viewport={"width": 1400, "height": 950})
-                first.append(_page_load(context, url, path, ready))  # empty cache
-                repeat.append(_page_load(context, url, path, ready))  # the same browser, cache warm
-                context.close()
-            out[name] = {"first": _median_dict(first), "repeat": _median_dict(repeat)}
-        browser.close()
-    return out
-
-
-def _median_dict(rows: list[dict]) -> dict:
-    return {
-        k: (statistics.median(r[k] for r in rows) if all(r[k] is not None for r in rows) else None)
-        for k in rows[0]
-    }
-
-
 def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repeats: int) -> dict:
     """Every figure on one `normlab up` started now (its code from `pythonpath` when given)."""
     with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp:
-        env = service_env(tmp)
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        port = free_port()
         t0 = time.perf_counter()
-        with open(Path(tmp) / "up.log", "ab") as log:  # cwd: `python -m` puts it first on sys.path
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "normlab", "up", "--port", str(port), "--workers", "1"],
-                env=env,
-                cwd=tmp,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        url = f"http://127.0.0.1:{port}/"
-        try:
-            wait_http(url + "api/health", 180, proc)
+        with running_lab(tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath) as lab:
             startup = time.perf_counter() - t0
-            first = first_point(url)
-            more = [first_point(url) for _ in range(repeats)]
-            cancels = cancel_latencies(url, cancel_repeats)
-            weight = pages(url, page_repeats)
-        finally:
-            stop_process(proc)
+            first = first_point(lab.url)
+            more = [first_point(lab.url) for _ in range(repeats)]
+            cancels = cancel_latencies(lab.url, cancel_repeats)
+            weight = pages(lab.url, page_repeats)
     return {
         "startup_s": startup,
         "first_point_after_start_s": first,

@@ -7,7 +7,8 @@ embedded (SQLite) forms, each with a real `normlab api` and `normlab worker` on 
 - history: fetching a 1,000,000-point run downsampled to 2,000 points.
 
 The "worker" of the latency and fan-out runs is the worker's own `EventWriter` driven at a fixed rate
-from this process, so the rate is controlled; submit -> first event uses the real worker.
+from this process (backend/bench_worker.py), so the rate is controlled; submit -> first event uses the real
+worker.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 
 import httpx
 
+from backend.bench_worker import emit_synthetic, new_running_run, write_history
 from backend.testing import bench_service, iter_sse, start_api, start_worker, stop_process
-from normlab.events import RunStatus
 
 TARGETS = {
     "latency_p95_ms_redis": 250,
@@ -75,59 +76,6 @@ async def sse_client(
                     writer.close()
                     return
     writer.close()
-
-
-def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float) -> None:
-    """Drive the worker's EventWriter: a status, n_events scalars at rate_hz, a terminal status."""
-    from normlab.events import Event
-    from normlab.feed.writer import EventWriter
-
-    writer = EventWriter(store, run_id, publisher)
-    writer.emit(Event(seq=1, step=0, kind="status", payload={"status": RunStatus.RUNNING}))
-    t0 = time.monotonic()
-    for i in range(n_events):
-        delay = t0 + (i + 1) / rate_hz - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        writer.emit(
-            Event(
-                seq=i + 2,
-                step=i + 1,
-                kind="scalars",
-                payload={
-                    "train_loss": 1.0 / (i + 1),
-                    "val_loss": None,
-                    "accuracy": None,
-                    "bpc": None,
-                    "grad_norm": 1.0,
-                    "lr": 1e-3,
-                    "steps_per_s": rate_hz,
-                    "elapsed": i / rate_hz,
-                },
-            )
-        )
-    writer.emit(
-        Event(seq=n_events + 2, step=n_events, kind="status", payload={"status": RunStatus.COMPLETED})
-    )
-    writer.close(
-        {"status": RunStatus.COMPLETED, "finished_at": time.time()},
-        {"status": RunStatus.COMPLETED, "time": time.time()},
-    )
-
-
-def new_running_run(store):
-    """A stored run claimed by this process, with a RunWatch keeping its heartbeat (as a worker does,
-    or the reaper would declare it lost). Returns (run_id, watch)."""
-    from normlab.feed.writer import RunWatch
-    from normlab.spec import RunSpec
-    from normlab.store import new_run_id
-
-    run_id = new_run_id()
-    # No Celery task is sent: the bench claims the run and plays the worker itself.
-    spec = RunSpec(task="digits", steps=10).resolved().model_dump(mode="json")
-    store.create_runs([{"id": run_id, "spec": spec}])
-    store.claim(run_id, "bench")
-    return run_id, RunWatch(store, run_id, heartbeat_s=1.0)
 
 
 def measure_feed(base: str, store, publisher, n_clients: int, n_events: int, rate_hz: float) -> dict:
@@ -186,45 +134,6 @@ def measure_submit(base: str, reps: int) -> dict:
             assert first.json()["seq"] == 1
             list(iter_sse(c, base + f"api/runs/{rid}/events", headers={"Last-Event-ID": "1"}, timeout=300))
     return {"reps": reps, "median_s": round(statistics.median(out), 3), "max_s": round(max(out), 3)}
-
-
-def write_history(store, n_points: int) -> tuple[str, float]:
-    """A finished run with n_points scalars events, written through the store's batched path."""
-    from normlab.store import EventRow
-    from normlab.store.rollup import RollupBuilder, bucket_json
-
-    run_id, watch = new_running_run(store)
-    t0 = time.perf_counter()
-    builder, batch, buckets = RollupBuilder(), [], []
-    t_base = time.time()
-    for i in range(n_points):
-        val = 1.0 / (i + 1) if i % 50 == 0 else None
-        loss = 5.0 if i == n_points // 2 else 1.0 / (1 + i * 1e-4)
-        payload = json.dumps(
-            {"train_loss": loss, "val_loss": val, "grad_norm": 0.5, "lr": 1e-3, "elapsed": i * 1e-3},
-            separators=(",", ":"),
-        )
-        row = EventRow(i + 1, i + 1, "scalars", t_base + i * 1e-3, payload)
-        batch.append(row)
-        for level, number, b in builder.add(row.seq, row.step, row.time, json.loads(payload)):
-            buckets.append(
-                {
-                    "level": level,
-                    "bucket": number,
-                    "seq_last": b.seq_last,
-                    "step_last": b.step_last,
-                    "time_last": b.time_last,
-                    "data": bucket_json(b),
-                }
-            )
-        if len(batch) == 20_000 or i == n_points - 1:
-            store.append_events(run_id, batch, buckets, len(batch))
-            batch, buckets = [], []
-    watch.stop()
-    assert store.finish_with_status(
-        run_id, RunStatus.COMPLETED, "bench history", only_from=(RunStatus.RUNNING,)
-    )
-    return run_id, time.perf_counter() - t0
 
 
 def measure_history(base: str, store, n_points: int, max_points: int, reps: int = 5) -> dict:

@@ -92,12 +92,14 @@ def stop_process(p: subprocess.Popen, sig: int = signal.SIGINT, timeout: float =
             p.wait(timeout=5)
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """`python -m normlab ARGS` in its own process group, output appended to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "normlab", *args],
             env=env,
+            cwd=cwd,
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -106,12 +108,26 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def running_lab(data_dir: Path | str, workers: int = 1, timeout: float = 180.0, **settings) -> Iterator[Lab]:
-    """`normlab up` on a free port with its store in data_dir; stopped (Ctrl-C) on exit."""
+def running_lab(
+    data_dir: Path | str,
+    workers: int = 1,
+    timeout: float = 180.0,
+    *,
+    isolated: bool = False,
+    pythonpath: str | None = None,
+    **settings,
+) -> Iterator[Lab]:
+    """`normlab up` on a free port with its store in data_dir; stopped (Ctrl-C) on exit.
+
+    `isolated`: run it in data_dir, so that the working folder (which `python -m` puts first on sys.path)
+    does not decide whose code runs; `pythonpath` then names it (e.g. another revision's checkout)."""
     data_dir = Path(data_dir)
     port = free_port()
     env = service_env(data_dir, **settings)
-    proc = spawn(["up", "--port", str(port), "--workers", str(workers)], env, data_dir / "up.log")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    args = ["up", "--port", str(port), "--workers", str(workers)]
+    proc = spawn(args, env, data_dir / "up.log", cwd=data_dir if isolated else None)
     lab = Lab(f"http://127.0.0.1:{port}/", data_dir, env, [proc])
     try:
         wait_http(lab.api("api/health"), timeout, proc)
@@ -249,75 +265,3 @@ def iter_sse(
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
             fields[name] = fields[name] + "\n" + value if name == "data" and "data" in fields else value
-
-
-class TCPProxy:
-    """A loopback TCP forwarder to `target` that can be stopped (listener closed, every open
-    connection cut — like a database going away) and started again on the same port."""
-
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
-        import threading
-
-        self.target = (target_host, target_port)
-        self.port = free_port()
-        self._lock = threading.Lock()
-        self._socks: set = set()
-        self._listener: socket.socket | None = None
-
-    def start(self) -> None:
-        import socket
-        import threading
-
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", self.port))
-        ls.listen(64)
-        self._listener = ls
-        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
-
-    def stop(self) -> None:
-        import contextlib
-        import socket
-
-        ls, self._listener = self._listener, None
-        if ls is not None:
-            with contextlib.suppress(OSError):
-                ls.shutdown(socket.SHUT_RDWR)
-            ls.close()
-        with self._lock:
-            socks, self._socks = self._socks, set()
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def _accept(self, ls) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._socks |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst) -> None:
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.close()
-        with contextlib.suppress(OSError):
-            src.close()

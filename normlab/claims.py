@@ -1,9 +1,7 @@
-"""A preset's outcome from its per-seed results: cells (mean ± std, mean ± band curves) and claims judged
-with effect sizes. Torch-free: `normlab reproduce` (through the engine) and `GET /api/groups/{id}` (from
-the store) call the same functions, so the browser and REPRODUCTIONS.md say the same thing.
-
-A record is one (run, seed): {"seed", "status", "value" (final metric), "curve" [(step, value)],
-"wall_time", "message", "probes" (the run's last probe payloads, optional)}.
+"""A preset's claims judged with effect sizes on its cells (normlab.cells: each run's seeds aggregated),
+and the metric vocabulary both use. Torch-free: `normlab reproduce` (through the engine) and
+`GET /api/groups/{id}` (from the store) call the same functions, so the browser and REPRODUCTIONS.md say
+the same thing.
 
 Every comparison is paired by seed (one seed = the same data split, initialization and batch order for
 every run of a preset): the per-seed differences d_s give the effect d̄ (their mean) and its paired
@@ -31,16 +29,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
+from normlab.cells import START, is_number
 from normlab.spec import RunSpec
 
 Z = 2.0  # effects must exceed 2 paired standard errors (≈ a 95 % interval) to count
 EQUIV_REL = 0.10  # "≈": the difference's interval within ±10 % of the reference run's mean
-START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
-FRACTIONS = (0.25, 0.5, 1.0)
 HIGHER_IS_BETTER = {"accuracy", "recall"}
 CURVE_FIELD = {
     "val_loss": "val_loss",
@@ -89,102 +85,8 @@ def higher_is_better(metric: str) -> bool:
     return metric.removeprefix("val_") in HIGHER_IS_BETTER
 
 
-def _finite(v: Any) -> TypeGuard[float]:
-    return isinstance(v, int | float) and math.isfinite(v)
-
-
 def _sub(x: float | None, y: float | None) -> float | None:
-    return x - y if _finite(x) and _finite(y) else None
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def curve_area(curve: list[tuple[int, float]]) -> float | None:
-    """Area under one validation curve ÷ its step span (its mean height; lower = fell sooner)."""
-    pts = sorted((s, v) for s, v in curve if _finite(v))
-    if len(pts) < 2:
-        return pts[0][1] if pts else None
-    area = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:], strict=False))
-    return area / (pts[-1][0] - pts[0][0])
-
-
-def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
-    """Mean ± std validation curve over seeds, the mean near ¼, ½, 1 of training, and area ÷ span."""
-    by_step: dict[int, list[float]] = {}
-    for curve in curves:
-        for step, value in curve:
-            if _finite(value):
-                by_step.setdefault(int(step), []).append(float(value))
-    xs = sorted(by_step)
-    ys = [statistics.fmean(by_step[s]) for s in xs]
-    sd = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in xs]
-    at = []  # the last evaluation at or before each fraction of training (None when there was none yet)
-    for frac in FRACTIONS:
-        before = [i for i, s in enumerate(xs) if s <= max(1, round(frac * steps))]
-        at.append(
-            {
-                "fraction": frac,
-                "step": xs[before[-1]] if before else None,
-                "value": ys[before[-1]] if before else None,
-            }
-        )
-    return {"steps": xs, "mean": ys, "std": sd, "at": at, "auc": curve_area(list(zip(xs, ys, strict=True)))}
-
-
-def _series(hidden: dict, key: str) -> list[tuple[int, float]]:
-    values = hidden.get(key) or []
-    index = hidden.get("time_index") or list(range(len(values)))
-    return [(int(t), float(v)) for t, v in zip(index, values, strict=False) if _finite(v)]
-
-
-def trace_stats(probes: dict | None) -> dict[str, float | None]:
-    """From a run's last per-time-step trace: ‖h_t‖ max ÷ min over all steps and over t ≥ START, and the
-    orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace)."""
-    hidden = (probes or {}).get("hidden") or {}
-    norms = _series(hidden, "hidden_norms")
-    out: dict[str, float | None] = {"hidden_spread": None, "hidden_spread_late": None, "grad_orders": None}
-    if norms and min(v for _, v in norms) > 0:
-        out["hidden_spread"] = max(v for _, v in norms) / min(v for _, v in norms)
-        late = [v for t, v in norms if t >= START]
-        if late:
-            out["hidden_spread_late"] = max(late) / min(late)
-    grads = _series(hidden, "grad_norms")
-    if len(grads) > 1 and grads[-1][1] > 0:
-        first = max(grads[0][1], 1e-45)  # an underflow to 0 counts as float32's smallest value
-        out["grad_orders"] = math.log10(grads[-1][1] / first)
-    return out
-
-
-def aggregate(label: str, spec: dict, records: list[dict], metric: str) -> dict:
-    """One cell (a run label, or a sweep's combination) over its seeds."""
-    values = [r.get("value") for r in records]
-    mean, std = mean_std([v for v in values if _finite(v)])
-    per_seed_traces = [r.get("traces") or trace_stats(r.get("probes")) for r in records]
-    traces = {}
-    for key in ("hidden_spread", "hidden_spread_late", "grad_orders"):
-        vals = [t.get(key) for t in per_seed_traces]
-        m, s = mean_std([v for v in vals if v is not None])
-        if m is not None:
-            traces[key] = {"values": vals, "mean": m, "std": s}
-    return {
-        "label": label,
-        "spec": spec,
-        "seeds": [r["seed"] for r in records],
-        "values": values,
-        "n": sum(_finite(v) for v in values),
-        "mean": mean,
-        "std": std,
-        "statuses": [r.get("status") for r in records],
-        "messages": [r.get("message") for r in records if r.get("status") not in ("completed", None)],
-        "wall_time": sum(r.get("wall_time") or 0.0 for r in records),
-        "aucs": [curve_area(r.get("curve") or []) for r in records],
-        "curve": curve_summary([r.get("curve") or [] for r in records], int(spec.get("steps") or 1)),
-        "traces": traces,
-    }
+    return x - y if is_number(x) and is_number(y) else None
 
 
 def _per_seed(cell: dict, key: str) -> dict[int, float | None]:
@@ -213,11 +115,11 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
     wins, diffs = [], []
     for s in seeds:
         x, y = pa[s], pb[s]
-        if _finite(x) and _finite(y):
+        if is_number(x) and is_number(y):
             diffs.append(x - y)
             wins.append(x < y if lower_wins else x > y)
         else:  # a failed or diverged run loses its seed
-            wins.append(_finite(x) and not _finite(y))
+            wins.append(is_number(x) and not is_number(y))
     eff = effect(diffs)
     d = eff["difference"]
     holds = d is not None and (d < 0 if lower_wins else d > 0) and abs(d) > Z * eff["se"]
@@ -227,6 +129,23 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
         "holds": bool(holds),
         "all_seeds": bool(wins) and all(wins),
         "per_seed": [_sub(pa[s], pb[s]) for s in seeds],
+        **eff,
+        "rule": RULE_TEXT[kind],
+    }
+
+
+def _below_zero(kind: str, claim: str, diffs: list[float], seeds: int, **extra) -> dict:
+    """A claim that the per-seed differences `diffs` (of `seeds` seeds; a failed run gives none) lie below
+    0 beyond Z·SE; "all_seeds" also needs every seed to have given one."""
+    eff = effect(diffs)
+    d = eff["difference"]
+    return {
+        "claim": claim,
+        "kind": kind,
+        "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+        "all_seeds": bool(diffs) and len(diffs) == seeds and all(x < 0 for x in diffs),
+        "per_seed": diffs,
+        **extra,
         **eff,
         "rule": RULE_TEXT[kind],
     }
@@ -273,7 +192,7 @@ def judge(
         a, b = labels
         pa, pb = _per_seed(cells[a], "value"), _per_seed(cells[b], "value")
         pairs = [(pa[s], pb[s]) for s in pa if s in pb]
-        ok = [(x, y) for x, y in pairs if _finite(x) and _finite(y)]
+        ok = [(x, y) for x, y in pairs if is_number(x) and is_number(y)]
         eff = effect([x - y for x, y in ok])
         ref = cells[b]["mean"]
         margin = None if ref is None else EQUIV_REL * abs(ref)
@@ -301,19 +220,9 @@ def judge(
         diffs = []
         for s in seeds:
             w, x, y, z = (m[s] for m in maps)
-            if _finite(w) and _finite(x) and _finite(y) and _finite(z):
+            if is_number(w) and is_number(x) and is_number(y) and is_number(z):
                 diffs.append(abs(w - x) - abs(y - z))
-        eff = effect(diffs)
-        d = eff["difference"]
-        return {
-            "claim": f"|{a1} − {a2}| smaller than |{b1} − {b2}|",
-            "kind": kind,
-            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
-            "all_seeds": bool(diffs) and len(diffs) == len(seeds) and all(x < 0 for x in diffs),
-            "per_seed": diffs,
-            **eff,
-            "rule": RULE_TEXT[kind],
-        }
+        return _below_zero(kind, f"|{a1} − {a2}| smaller than |{b1} − {b2}|", diffs, len(seeds))
     if kind == "best":
         (a,) = labels
         parts = [judge(("better", a, o), cells, metric) for o in cells if o != a]
@@ -328,19 +237,9 @@ def judge(
     if kind == "trains":
         (a,) = labels
         vals = cells[a]["values"]
-        diffs = [v - chance for v in vals if _finite(v)] if chance is not None else []
-        eff = effect(diffs)
-        d = eff["difference"]
-        return {
-            "claim": f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains",
-            "kind": kind,
-            "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
-            "all_seeds": bool(vals) and len(diffs) == len(vals) and all(x < 0 for x in diffs),
-            "per_seed": diffs,
-            "chance": chance,
-            **eff,
-            "rule": RULE_TEXT[kind],
-        }
+        diffs = [v - chance for v in vals if is_number(v)] if chance is not None else []
+        claim = f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains"
+        return _below_zero(kind, claim, diffs, len(vals), chance=chance)
     if kind == "refused":
         (norm,) = labels
         message = refusal(base_spec, norm) if base_spec is not None else None

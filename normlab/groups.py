@@ -2,9 +2,9 @@
 
 Torch-free and store-free: `summarize(meta, runs, curve_of)` takes the group's metadata (what launched it),
 its runs as stored ({"id", "spec", "status", "summary"}, JSON as dicts or text) and a function giving a
-run's validation curve, and returns `normlab.group_models.GroupPublic`'s fields, aggregated and judged by
-`normlab.claims` exactly as `normlab reproduce` does. Only runs that have ended enter cells and claims, so
-the verdict fills in as runs finish.
+run's validation curve, and returns `normlab.group_models.GroupPublic`'s fields, aggregated by
+`normlab.cells` and judged by `normlab.claims` exactly as `normlab reproduce` does. Only runs that have
+ended enter cells and claims, so the verdict fills in as runs finish.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from normlab.claims import aggregate, curve_field, higher_is_better, judge_all, metric_key, trace_stats
+from normlab.cells import aggregate, trace_stats
+from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.events import TERMINAL_STATUSES
 from normlab.presets import PRESETS
 

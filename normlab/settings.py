@@ -1,11 +1,13 @@
 """One typed `Settings`, read from the environment (``NORMLAB_*``) and passed down.
 
-Nothing else in normlab reads ``os.environ``. Celery takes its configuration from this object too.
+`Settings()` is built once at an edge (the CLI's `settings_from`, the worker's `celery -A` app, a
+benchmark run as a script) and handed to everything below it; no module reads it for itself
+(tests/test_architecture.py checks). Nothing else in normlab reads ``os.environ``. Celery takes its
+configuration from this object too.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -80,9 +82,3 @@ class Settings(BaseSettings):
     @property
     def uses_redis_feed(self) -> bool:
         return self.feed == "redis" or (self.feed == "auto" and bool(self.redis_url))
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process-wide settings, read once from the environment."""
-    return Settings()

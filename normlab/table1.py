@@ -7,7 +7,7 @@ the paper prints it lives here too, carried only to say where the computation ag
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,16 +21,9 @@ Transform = Literal[
 ]
 Method = Literal["batch", "weight", "layer", "rms", "none"]
 
-# The paper's column order.
-TRANSFORMS: tuple[Transform, ...] = (
-    "weight_matrix_rescaling",
-    "weight_matrix_recentering",
-    "weight_vector_rescaling",
-    "dataset_rescaling",
-    "dataset_recentering",
-    "single_training_case_rescaling",
-)
-METHODS: tuple[Method, ...] = ("batch", "weight", "layer", "rms", "none")
+# The paper's column order (the Literal's own: each name is written once).
+TRANSFORMS: tuple[Transform, ...] = get_args(Transform)
+METHODS: tuple[Method, ...] = get_args(Method)
 PAPER_METHODS: tuple[Method, ...] = ("batch", "weight", "layer")  # the paper's rows; the rest are extra
 
 TRANSFORM_NAMES: dict[Transform, str] = {

@@ -5,7 +5,9 @@
 - backend/ and normlab/ never import torch; normlab/ imports none of the other packages; both rules
   except for its CLI (normlab/cli: the edge that starts the API, the workers, the pages and the engine);
 - kernels/ imports nothing of ours;
-- no import cycles between our modules.
+- no import cycles between our modules;
+- settings are read at the edge only: `Settings()` (which reads NORMLAB_*) is built in the edge modules
+  listed in SETTINGS_EDGES or under a module's `if __name__ == "__main__":`, and passed down from there.
 
 Every import counts, also one inside a function: a lazy import is still a dependency.
 """
@@ -130,3 +132,72 @@ def _cycles() -> list[list[str]]:
 
 def test_no_import_cycles_between_our_modules():
     assert _cycles() == []
+
+
+# The modules that may build `Settings(...)` (read NORMLAB_* from the environment), and why.
+SETTINGS_EDGES = {
+    "normlab.cli": "every command's settings (settings_from), handed to the API, workers and engine",
+    "workers.celery_app": "`celery -A workers.celery_app` gets its app, hence its settings, here",
+    "backend.testing": "the benchmarks' service harness: the settings of the service it starts",
+    "frontend.devapi": "the stand-in API answers /api/catalog with a default server's limits",
+}
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`"""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _settings_reads(path: Path) -> list[int]:
+    """Lines where a module builds `Settings(...)` or names `get_settings`, outside its __main__ block."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    guarded = {id(n) for block in ast.walk(tree) if _is_main_guard(block) for n in ast.walk(block)}
+    lines = []
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name == "Settings":
+                lines.append(node.lineno)
+        elif (isinstance(node, ast.Name) and node.id == "get_settings") or (
+            isinstance(node, ast.alias) and node.name == "get_settings"
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _settings_readers() -> list[str]:
+    return sorted(
+        f"{name}:{line}"
+        for name, path in SOURCES.items()
+        if not any(name == e or name.startswith(e + ".") for e in SETTINGS_EDGES)
+        for line in _settings_reads(path)
+    )
+
+
+def test_settings_are_read_at_the_edge_and_passed_down():
+    assert _settings_readers() == []
+
+
+def test_the_settings_rule_sees_calls_and_spares_main_blocks(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text(
+        "from normlab.settings import Settings, get_settings\n"
+        "def f():\n    return Settings(data_dir='x')\n"
+        "g = get_settings\n"
+        "s = Settings.model_construct()  # the defaults, no environment: allowed\n"
+        "if __name__ == '__main__':\n    main(Settings())\n"
+    )
+    assert _settings_reads(src) == [1, 3, 4]
+    # the engine takes its settings as a parameter: the worker's bench edge builds them under __main__
+    assert _settings_reads(ROOT / "workers" / "engine" / "bench_lstm.py") == []
+    assert "Settings()" in (ROOT / "workers" / "engine" / "bench_lstm.py").read_text()

@@ -1,7 +1,8 @@
 """`normlab bench TARGET [--json] [...]`: benchmarks that print ratios measured side by side in one run.
 
-Each target is one function ``main(argv) -> int`` in its own area's module, imported only when asked.
-Every benchmark prints a human table, and with ``--json`` one JSON object.
+Each target is one function ``main(argv) -> int`` in its own area's module, imported only when asked;
+the ones that run the engine take the command's settings too, ``main(argv, settings)`` (read here, at the
+edge, like every command's). Every benchmark prints a human table, and with ``--json`` one JSON object.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ TARGETS = {
     "frontend": ("frontend.bench", "page load and live-append cost in headless Chromium"),
     "demo": ("backend.bench_demo", "normlab up: click -> first point, cancel latency, page weight"),
 }
+# targets whose main takes (argv, settings): they run the engine in this process
+WITH_SETTINGS = {"engine", "lstm", "probes"}
 
 
 def register(sub) -> None:
@@ -32,11 +35,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from normlab.cli import CLIError
+    from normlab.cli import CLIError, settings_from
 
     module_name, _ = TARGETS[args.target]
+    settings = settings_from(args) if args.target in WITH_SETTINGS else None
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise CLIError(f"benchmark '{args.target}' is not available: {exc}") from exc
+    if settings is not None:
+        return int(module.main(list(args.rest), settings) or 0)
     return int(module.main(list(args.rest)) or 0)

@@ -116,7 +116,7 @@ def print_table(out: dict, file=None) -> None:
 
 
 def run(args) -> int:
-    from normlab.cli import CLIError
+    from normlab.cli import CLIError, settings_from
     from normlab.presets import PRESETS
 
     if args.preset not in PRESETS:
@@ -128,6 +128,7 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CLIError(f"--jobs must be ≥ 1 (got {args.jobs}).")
     seeds = parse_seeds(args.seeds)
+    settings = settings_from(args)
     from workers.engine.reproduce import reproduce
 
     metric = PRESETS[args.preset].metric
@@ -141,7 +142,13 @@ def run(args) -> int:
         )
 
     out = reproduce(
-        args.preset, seeds=seeds, steps=args.steps, threads=args.threads, jobs=args.jobs, progress=progress
+        args.preset,
+        seeds=seeds,
+        steps=args.steps,
+        settings=settings,
+        threads=args.threads,
+        jobs=args.jobs,
+        progress=progress,
     )
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from normlab.events import Event
 from normlab.store import EventRow, Store
-from normlab.store.rollup import RollupBuilder, bucket_json
+from normlab.store.rollup import RollupBuilder, bucket_rows
 
 log = logging.getLogger(__name__)
 # A batch that cannot be stored (database away) is retried with doubling waits up to RETRY_MAX_S, for as
@@ -93,18 +93,7 @@ class EventWriter:
         for row in rows:
             if row.kind == "scalars":
                 scalars += 1
-                closed = self._rollup.add(row.seq, row.step, row.time, json.loads(row.payload))
-                for level, number, b in closed:
-                    buckets.append(
-                        {
-                            "level": level,
-                            "bucket": number,
-                            "seq_last": b.seq_last,
-                            "step_last": b.step_last,
-                            "time_last": b.time_last,
-                            "data": bucket_json(b),
-                        }
-                    )
+                buckets += bucket_rows(self._rollup.add(row.seq, row.step, row.time, json.loads(row.payload)))
         delay = RETRY_FIRST_S
         while True:
             try:

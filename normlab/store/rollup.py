@@ -93,6 +93,21 @@ def bucket_json(bucket: Bucket) -> str:
     return json.dumps(bucket.data, separators=(",", ":"))
 
 
+def bucket_rows(closed: list[tuple[int, int, Bucket]]) -> list[dict]:
+    """The `rollups` rows (less run_id) of the buckets `RollupBuilder.add` closed, for Store.append_events."""
+    return [
+        {
+            "level": level,
+            "bucket": number,
+            "seq_last": b.seq_last,
+            "step_last": b.step_last,
+            "time_last": b.time_last,
+            "data": bucket_json(b),
+        }
+        for level, number, b in closed
+    ]
+
+
 def series_from_buckets(buckets: list[Bucket], names: list[str]) -> dict[str, dict[str, list]]:
     """Series per metric (only buckets where it has a value): step, value = mean, min, max, time."""
     out: dict[str, dict[str, list]] = {}

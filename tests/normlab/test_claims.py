@@ -1,5 +1,6 @@
-"""normlab.claims: aggregation over seeds, effect sizes paired by seed, and each rule's verdict — the code
-shared by `normlab reproduce` and GET /api/groups/{id}, checked against hand computations."""
+"""normlab.cells and normlab.claims: aggregation over seeds, effect sizes paired by seed, and each rule's
+verdict — the code shared by `normlab reproduce` and GET /api/groups/{id}, checked against hand
+computations."""
 
 from __future__ import annotations
 
@@ -8,18 +9,8 @@ import statistics
 
 import pytest
 
-from normlab.claims import (
-    EQUIV_REL,
-    START,
-    Z,
-    aggregate,
-    curve_area,
-    curve_summary,
-    judge,
-    judge_all,
-    metric_key,
-    trace_stats,
-)
+from normlab.cells import START, aggregate, curve_area, curve_summary, trace_stats
+from normlab.claims import EQUIV_REL, Z, judge, judge_all, metric_key
 from normlab.presets import PRESETS
 
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from normlab.cli import CLIError, main, serve
-from normlab.settings import get_settings
+from normlab.settings import Settings
 
 
 def _args(command: str, argv: list[str]):
@@ -27,21 +27,18 @@ def _free_port() -> int:
 @pytest.fixture
 def fresh_settings(monkeypatch):
     monkeypatch.delenv("NORMLAB_PORT", raising=False)
-    get_settings.cache_clear()
     yield monkeypatch
-    get_settings.cache_clear()
 
 
 @pytest.mark.parametrize("command, default", [("up", 8050), ("frontend", 8050), ("api", 8000)])
 def test_port_comes_from_flag_then_environment_then_default(fresh_settings, command, default):
     env_port, flag_port = _free_port(), _free_port()
     args = _args(command, [])
-    assert serve._listen(args, get_settings())[1] == default
+    assert serve._listen(args, Settings())[1] == default
     fresh_settings.setenv("NORMLAB_PORT", str(env_port))
-    get_settings.cache_clear()
-    assert serve._listen(args, get_settings()) == ("127.0.0.1", env_port)
+    assert serve._listen(args, Settings()) == ("127.0.0.1", env_port)
     args = _args(command, ["--port", str(flag_port)])
-    assert serve._listen(args, get_settings())[1] == flag_port
+    assert serve._listen(args, Settings())[1] == flag_port
 
 
 def test_a_taken_port_is_a_cli_message(fresh_settings):
@@ -50,25 +47,23 @@ def test_a_taken_port_is_a_cli_message(fresh_settings):
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(CLIError, match=f"127.0.0.1:{port}.*pass another --port"):
-            serve._listen(_args("up", ["--port", str(port)]), get_settings())
+            serve._listen(_args("up", ["--port", str(port)]), Settings())
 
 
 def test_bad_normlab_port_is_refused(fresh_settings):
     fresh_settings.setenv("NORMLAB_PORT", "99999")
-    get_settings.cache_clear()
     with pytest.raises(ValueError, match="port"):
-        get_settings()
+        Settings()
 
 
 def test_a_port_out_of_range_is_a_cli_message(fresh_settings):
     with pytest.raises(CLIError, match="between 1 and 65535, got 99999"):
-        serve._listen(_args("up", ["--port", "99999"]), get_settings())
+        serve._listen(_args("up", ["--port", "99999"]), Settings())
 
 
 def test_bad_normlab_variables_are_named_in_one_message_not_a_traceback(fresh_settings, capsys):
     fresh_settings.setenv("NORMLAB_PORT", "abc")
     fresh_settings.setenv("NORMLAB_AUTH", "maybe")
-    get_settings.cache_clear()
 
     def never(*a):  # the settings are read first: nothing may start listening
         raise AssertionError("normlab up went on to listen")

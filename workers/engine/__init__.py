@@ -1,4 +1,6 @@
-"""The engine: `train(spec, emit, should_stop) -> RunResult` and `load_task(spec, settings) -> TaskData`.
+"""The engine: `train(spec, emit, should_stop, settings=…) -> RunResult`, `load_task(spec, settings)`.
+
+Settings are passed in by the caller (CLI, worker start, test); the engine reads no environment.
 
 `train` is imported eagerly on purpose: it shares its name with the submodule `workers.engine.train`,
 and binding the function here after the submodule loads keeps `from workers.engine import train` the

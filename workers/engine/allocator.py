@@ -7,17 +7,16 @@ faults, ≈ 5 ms of a 33 ms LN-LSTM forward+backward on the 2-core VM. Raising t
 ceiling (32 MiB) and the trim threshold to 1 GiB keeps those blocks in the heap for reuse: 0 faults, 28 ms.
 The cost: the process keeps its peak heap (as a training worker does anyway).
 
-`keep_freed_memory()` runs once, when the engine's LSTM module is imported (workers only: the API does
-not import the engine); NORMLAB_MALLOC_TUNE=false (Settings.malloc_tune) leaves malloc alone. A no-op off
-glibc.
+`keep_freed_memory(settings.malloc_tune)` runs when the engine is configured (train() and the engine's
+benchmarks, via workers.engine.switches; a warm worker parent thus does it before it forks its children;
+the API never runs the engine); NORMLAB_MALLOC_TUNE=false (Settings.malloc_tune) leaves malloc alone. It
+takes effect once per process. A no-op off glibc.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-
-from normlab.settings import get_settings
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -27,14 +26,15 @@ TRIM_THRESHOLD = 1 << 30
 _done: bool | None = None
 
 
-def keep_freed_memory() -> bool:
-    """Tune glibc's malloc as above (once per process). True when it took effect."""
+def keep_freed_memory(enabled: bool) -> bool:
+    """Tune glibc's malloc as above (once per process; `enabled` False: leave it alone, this time).
+    True when it took effect."""
     global _done
     if _done is not None:
         return _done
-    _done = False
-    if not get_settings().malloc_tune:
+    if not enabled:
         return False
+    _done = False
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name or "libc.so.6")

@@ -19,7 +19,7 @@ import time
 import torch
 
 from normlab.catalog import TASKS, task_availability
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
 from normlab.spec import RunSpec
 
 WARMUP_STEPS, MEASURED_STEPS = 3, 20
@@ -105,7 +105,7 @@ def _list(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: Settings) -> int:
     p = argparse.ArgumentParser(prog="normlab bench engine", description=__doc__.split("\n")[0])
     p.add_argument("--tasks", help="comma-separated tasks (default: all in the catalog)")
     p.add_argument("--norms", help="comma-separated normalizers (default: each task's own)")
@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps, --rounds and --threads must be ≥ 1, --warmup ≥ 0")
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = get_settings()
+    from workers.engine import switches
+
+    switches.configure(settings)  # the LN-LSTM ratio below runs the engine's layer directly
     start = time.perf_counter()
     rows = task_rows(tasks, _list(args.norms), args.warmup, args.steps, settings, args.rounds)
     lstm = None

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from normlab.settings import Settings
+
 LSTM_SHAPE = (32, 128, 512)  # B, T, H: the fused LN-LSTM's target shape
 
 
@@ -48,12 +50,10 @@ def _lstm_layer_ms(backend: str, repeats: int = 20) -> float:
     return statistics.median(times)
 
 
-def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int) -> dict:
+def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int, settings: Settings) -> dict:
     from normlab.catalog import TASKS
-    from normlab.settings import get_settings
     from workers.engine.bench import task_rows
 
-    settings = get_settings()
     names = tasks or [t for t, info in TASKS.items() if "layer" in info.norms]
     by_backend = {}
     for backend in ("auto", "torch"):
@@ -90,7 +90,7 @@ def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int) -> di
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: Settings) -> int:
     p = argparse.ArgumentParser(
         prog="python -m workers.engine.bench_cuda", description=__doc__.splitlines()[0]
     )
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
         return 0
     tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
-    result = measure(tasks, args.warmup, args.steps, args.rounds)
+    result = measure(tasks, args.warmup, args.steps, args.rounds, settings)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "engine_cuda.json").write_text(json.dumps(result, indent=1))
@@ -125,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(None, Settings()))  # an edge: the settings are read here

@@ -19,7 +19,8 @@ import time
 import torch
 from torch import nn
 
-from workers.engine import lstm_seq
+from normlab.settings import Settings
+from workers.engine import lstm_seq, switches
 from workers.engine.recurrent import LSTMLayer
 
 TARGET_RATIO = 1.5
@@ -130,7 +131,7 @@ def _load() -> float | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: Settings) -> int:
     p = argparse.ArgumentParser(
         prog="python -m workers.engine.bench_lstm", description=__doc__.split("\n")[0]
     )
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             p.error(f"--threads must be ≥ 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
+    switches.configure(settings)
     res = measure_lnlstm_ratio(args.batch, args.seq_len, args.hidden, args.repeats)
     if args.json:
         print(json.dumps(res))
@@ -183,4 +185,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(main(None, Settings()))  # an edge: the settings are read here

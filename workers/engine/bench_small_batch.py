@@ -21,7 +21,8 @@ import time
 import torch
 from torch import nn
 
-from workers.engine import lstm_seq, onednn
+from normlab.settings import Settings
+from workers.engine import lstm_seq, onednn, switches
 from workers.engine.recurrent import LSTMLayer
 
 BATCHES, HIDDENS = (1, 8, 32), (128, 256)
@@ -90,7 +91,7 @@ def measure_ratio_table(
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: Settings) -> int:
     p = argparse.ArgumentParser(prog="normlab bench lstm", description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=1, help="torch and recurrence threads, both sides")
     p.add_argument("--seq-len", type=int, default=64)
@@ -101,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.threads, args.seq_len, args.repeats, args.loop_repeats) < 1:
         p.error("--threads, --seq-len, --repeats and --loop-repeats must be ≥ 1")
+    switches.configure(settings)  # the table runs the engine's layer directly, not through train()
     table = measure_ratio_table(seq_len=args.seq_len, repeats=args.repeats, threads=args.threads)
     loop = None
     if not args.no_loop:
-        from normlab.settings import get_settings
         from workers.engine.bench_loop import measure_loop_overhead
 
-        loop = measure_loop_overhead(get_settings(), repeats=args.loop_repeats, threads=args.threads)
+        loop = measure_loop_overhead(settings, repeats=args.loop_repeats, threads=args.threads)
     out = {"lnlstm_vs_torch_lstm": table, "loop_overhead": loop}
     if args.json:
         print(json.dumps(out))
@@ -134,4 +135,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(main(None, Settings()))  # an edge: the settings are read here

@@ -41,9 +41,7 @@ import os
 
 import torch
 
-from workers.engine import allocator, lstm_native, native, onednn
-
-allocator.keep_freed_memory()  # no page faults for the per-step (T, B, 4H) tensors (see allocator)
+from workers.engine import lstm_native, native, onednn
 
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward

@@ -8,6 +8,9 @@ The library is built with the machine's C compiler (`cc`, or Settings.cc = NORML
 `-O3 -march=native` into Settings.cache_dir (NORMLAB_CACHE_DIR, default ~/.cache/normlab), named by a hash
 of the source, the flags and the CPU, written atomically so concurrent workers do not race. Without a
 compiler, or with NORMLAB_NATIVE_STEP=false, everything runs on the torch path and `status()` says why.
+Those three settings reach this module through `configure(settings)` (train() calls it, via
+workers.engine.switches); until something configures it, Settings' defaults apply. Nothing reads the
+environment here.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from normlab.settings import get_settings
+from normlab.settings import Settings
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("lstm_step.c")
@@ -94,8 +97,7 @@ def _cpu_key() -> str:
     return platform.machine() + "|" + "|".join(lines)
 
 
-def _build() -> tuple[ctypes.CDLL | None, str]:
-    settings = get_settings()
+def _build(settings: Settings) -> tuple[ctypes.CDLL | None, str]:
     if not settings.native_step:
         return None, "switched off (NORMLAB_NATIVE_STEP=false)"
     cc = settings.cc or shutil.which("cc") or shutil.which("gcc")
@@ -141,13 +143,31 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
 
 _LIB: ctypes.CDLL | None = None
 _STATUS: str | None = None
+_SETTINGS: Settings | None = None  # set by configure(); None: Settings' defaults
+
+
+def configure(settings: Settings) -> None:
+    """Take the C step's switch, compiler and cache folder from `settings` for this process; when they
+    differ from the ones in use, the library is looked up (or built) again on next use."""
+    global _LIB, _STATUS, _SETTINGS
+    if _key(settings) != _key(_current()):
+        _LIB, _STATUS = None, None
+    _SETTINGS = settings
+
+
+def _current() -> Settings:
+    return _SETTINGS or Settings.model_construct()  # model_construct: the defaults, no environment read
+
+
+def _key(settings: Settings) -> tuple[bool, str, Path]:
+    return settings.native_step, settings.cc, Path(settings.cache_dir)
 
 
 def library() -> ctypes.CDLL | None:
     """The compiled library (built on the first call), or None when unavailable (see `status()`)."""
     global _LIB, _STATUS
     if _STATUS is None:
-        _LIB, _STATUS = _build()
+        _LIB, _STATUS = _build(_current())
         if _LIB is None:
             log.info("LSTM C step unavailable: %s", _STATUS)
     return _LIB

@@ -1,8 +1,9 @@
 """`reproduce(preset) -> dict`: train a preset's runs over seeds (in parallel processes) and judge its claims.
 
-The aggregation and the claims (effect sizes, paired by seed, and the rules) live in `normlab.claims`, the
-same torch-free code the API's `GET /api/groups/{id}` uses; this module only trains. Each (run, seed)
-trains in its own process with `threads` torch threads; `jobs` processes run at once.
+The aggregation (`normlab.cells`) and the claims (effect sizes, paired by seed, and the rules:
+`normlab.claims`) are the same torch-free code the API's `GET /api/groups/{id}` uses; this module only
+trains. Each (run, seed) trains in its own process with `threads` torch threads; `jobs` processes run at
+once.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-from normlab.claims import aggregate, curve_field, higher_is_better, judge_all, metric_key, trace_stats
+from normlab.cells import aggregate, trace_stats
+from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.presets import PRESETS, Preset
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
 from normlab.spec import RunSpec
 
 __all__ = ["metric_key", "reproduce", "run_one"]
@@ -23,7 +25,7 @@ __all__ = ["metric_key", "reproduce", "run_one"]
 
 def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None = 1) -> dict:
     """Train one spec; its status, final metric, validation curve [(step, value)], wall time and the
-    hidden-state trace figures (normlab.claims.trace_stats)."""
+    hidden-state trace figures (normlab.cells.trace_stats)."""
     import torch
 
     from workers.engine import train
@@ -60,19 +62,20 @@ def reproduce(
     preset: Preset | str,
     seeds: list[int] | None = None,
     steps: int | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
     threads: int | None = 1,
     jobs: int | None = None,
     progress: Callable[[str, int, dict], None] | None = None,
 ) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
 
-    `steps` overrides every run's steps; `threads` sets torch's intra-op threads per run (1 by default:
-    small models on a shared machine); `jobs` runs that many at once in worker processes (default: the
-    CPU count; 1 trains in this process); `progress(label, seed, record)` is called after each run.
+    `settings` (the caller's, read at its edge) go to every run; `steps` overrides every run's steps;
+    `threads` sets torch's intra-op threads per run (1 by default: small models on a shared machine);
+    `jobs` runs that many at once in worker processes (default: the CPU count; 1 trains in this
+    process); `progress(label, seed, record)` is called after each run.
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
-    settings = settings or get_settings()
     seeds = list(preset.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("give at least one seed")

@@ -1,4 +1,4 @@
-"""`train(spec, emit, should_stop)`: one training run, reported as events and returned as a RunResult.
+"""`train(spec, emit, should_stop, settings=…)`: one training run, reported as events and a RunResult.
 
 The same function runs from the CLI, a test or a Celery worker. Events go through one callback,
 numbered 1, 2, 3 … by `normlab.events.EventCounter`:
@@ -26,9 +26,9 @@ import torch
 import kernels
 from kernels import graphs
 from normlab.events import Event, EventCounter, RunResult, RunStatus, Scalars, StatusPayload
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
 from normlab.spec import RunSpec
-from workers.engine import onednn
+from workers.engine import switches
 from workers.engine.loop_eval import beyond_trained_length, evaluate
 from workers.engine.loop_setup import (
     build_model,
@@ -207,22 +207,20 @@ def train(
     emit: Callable[[Event], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     *,
+    settings: Settings,
     run_id: str | None = None,
-    settings: Settings | None = None,
 ) -> RunResult:
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
-    should be cheap. The kernel backend is taken from `settings.kernel_backend`, CUDA-graph replay of the
-    fused recurrences from `settings.cuda_graphs`.
+    should be cheap. `settings` come from the caller's edge (CLI, worker start, test); the engine's
+    process-wide switches (kernel backend, CUDA graphs, oneDNN, the C step, malloc) are set from them
+    here (workers.engine.switches).
     """
-    settings = settings or get_settings()
     events = EventCounter(emit or (lambda event: None), run_id)
     wall_start = time.perf_counter()
     spec = spec.resolved()
-    kernels.set_backend(settings.kernel_backend)
-    graphs.set_enabled(settings.cuda_graphs)
-    onednn.configure(settings.onednn)
+    switches.configure(settings)
     run = _Run(spec, events, should_stop, settings)
     events("status", 0, {"status": RunStatus.RUNNING})
     error = None

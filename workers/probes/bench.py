@@ -25,7 +25,7 @@ import time
 import torch
 
 from normlab.catalog import TASKS, task_availability
-from normlab.settings import get_settings
+from normlab.settings import Settings
 from normlab.spec import ProbeSpec, RunSpec
 
 WARM_STEPS = 10  # plain steps before the first estimate
@@ -38,21 +38,20 @@ def _loop_seconds(events) -> float:
     return max(e.payload["elapsed"] for e in events if e.kind == "scalars")
 
 
-def _train(spec: RunSpec):
+def _train(spec: RunSpec, settings: Settings):
     from workers.engine import train
 
     events: list = []
     cpu = time.process_time()
-    result = train(spec, events.append)
+    result = train(spec, events.append, settings=settings)
     cpu = time.process_time() - cpu  # CPU seconds: less sensitive than wall time to a busy host
     if result.status != "completed":
         raise RuntimeError(f"{spec.task}: run ended {result.status}: {result.error}")
     return result, events, cpu
 
 
-def estimate_costs(task: str, norm: str) -> list[float]:
+def estimate_costs(task: str, norm: str, settings: Settings) -> list[float]:
     """CPU time of successive Fisher estimates (trace + λ_max(F)) ÷ the median plain step's."""
-    from normlab.settings import get_settings
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
@@ -60,7 +59,7 @@ def estimate_costs(task: str, norm: str) -> list[float]:
     from workers.probes.likelihood import Likelihood
 
     spec = RunSpec(task=task, norm=norm).resolved()
-    data = load_task(spec, get_settings())
+    data = load_task(spec, settings)
     seed_everything(0)
     model = build_model(spec, data)
     optimizer = make_optimizer(spec, model)
@@ -95,18 +94,19 @@ def _fisher(events) -> list:
     return [e for e in events if e.kind == "fisher"]
 
 
-def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
+def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: Settings) -> dict:
     """One task's overhead with the default probes and its cost per Fisher estimate, cold and warm."""
     info = TASKS[task]
     steps = steps or info.steps
     base = dict(task=task, norm=norm, steps=steps, eval_every=steps, seed=0)
-    _train(RunSpec(**{**base, "steps": 3, "eval_every": 3}, probes=ProbeSpec(enabled=True)))  # warm-up
+    warm_up = RunSpec(**{**base, "steps": 3, "eval_every": 3}, probes=ProbeSpec(enabled=True))
+    _train(warm_up, settings)
     off, on, off_cpu, on_cpu, runs, counts = [], [], [], [], [], []
     for _ in range(repeat):
-        _, ev, cpu = _train(RunSpec(**base))
+        _, ev, cpu = _train(RunSpec(**base), settings)
         off.append(_loop_seconds(ev))
         off_cpu.append(cpu)
-        result, ev, cpu = _train(RunSpec(**base, probes=ProbeSpec(enabled=True)))
+        result, ev, cpu = _train(RunSpec(**base, probes=ProbeSpec(enabled=True)), settings)
         on.append(_loop_seconds(ev))
         on_cpu.append(cpu)
         runs.append((result, ev))
@@ -114,7 +114,7 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int) -> dict:
     result, ev = runs[-1]
     fisher = _fisher(ev)
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
-    costs = estimate_costs(task, norm)
+    costs = estimate_costs(task, norm, settings)
     on_s, off_s = statistics.median(on), statistics.median(off)
     return {
         "task": task,
@@ -144,7 +144,7 @@ def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: Settings) -> int:
     parser = argparse.ArgumentParser(prog="normlab bench probes", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: all available)")
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override every task's default steps")
     parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
     args = parser.parse_args(argv)
-    data_dir = get_settings().data_dir
+    data_dir = settings.data_dir
     tasks = (
         args.tasks.split(",")
         if args.tasks
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rows = []
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed
-        rows.append(bench_task(t, args.norm, args.steps, args.repeat))
+        rows.append(bench_task(t, args.norm, args.steps, args.repeat, settings))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     out = {
         "benchmark": "probes",

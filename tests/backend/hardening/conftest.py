@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 
 from backend.app import create_app
 from backend.auth import TokenStore
-from backend.testing import TCPProxy, free_port, service_env, start_api, start_worker, stop_process
+from backend.testing import service_env, start_api, start_worker, stop_process
+from backend.testing_faults import RedisServer, TCPProxy
 from normlab.settings import Settings
 
 TINY = {"task": "digits", "steps": 30, "hidden_size": 16, "eval_every": 10}
@@ -130,44 +131,16 @@ def client():
 @pytest.fixture
 def disposable_redis():
     """A redis-server of our own on a free port (no persistence): (url, restart)."""
-    port = free_port()
-    cmd = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--daemonize",
-        "yes",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-
-    def up():
-        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
-        deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
-            ).stdout.strip()
-            != "PONG"
-        ):
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-
-    def down():
-        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True, timeout=10)
+    redis = RedisServer()
 
     def restart(pause_s: float = 1.0):
-        down()
+        redis.down()
         time.sleep(pause_s)
-        up()
+        redis.up()
 
-    up()
-    yield f"redis://127.0.0.1:{port}/0", restart
-    down()
+    redis.up()
+    yield redis.url, restart
+    redis.down()
 
 
 @pytest.fixture

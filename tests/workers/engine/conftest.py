@@ -1,4 +1,5 @@
-"""Shared fixtures for the engine's tests: settings with a private data dir, and tiny MNIST IDX files."""
+"""Shared fixtures for the engine's tests: tiny MNIST IDX files and settings whose data dir holds them
+(`settings` itself, with a private data dir, is tests/workers/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -39,17 +40,6 @@ def write_tiny_mnist(data_dir: Path, compress: bool = False, seed: int = 0) -> P
         write_idx(folder / f"{kind}-images-idx3-ubyte", images, compress)
         write_idx(folder / f"{kind}-labels-idx1-ubyte", labels, compress)
     return folder
-
-
-@pytest.fixture(scope="session")
-def engine_data_dir(tmp_path_factory) -> Path:
-    """One data dir per session (MNIST-1D's disk cache is written here once)."""
-    return tmp_path_factory.mktemp("normlab-data")
-
-
-@pytest.fixture
-def settings(engine_data_dir) -> Settings:
-    return Settings(data_dir=engine_data_dir, kernel_backend="torch")
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,7 @@ def test_python_loop_contender_is_the_same_eq20():
     torch.testing.assert_close(eng(x), loop(x))
 
 
-def test_main_json(capsys):
-    assert main(["--batch", "2", "--seq-len", "2", "--hidden", "3", "--repeats", "1", "--json"]) == 0
+def test_main_json(capsys, settings):
+    argv = ["--batch", "2", "--seq-len", "2", "--hidden", "3", "--repeats", "1", "--json"]
+    assert main(argv, settings) == 0
     assert json.loads(capsys.readouterr().out)["hidden"] == 3

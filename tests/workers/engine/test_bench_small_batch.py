@@ -75,15 +75,16 @@ def test_loop_overhead_alternates_engine_and_plain_steps(tmp_path):
     assert len(engine) == 7 and len(plain) == 7  # one plain step after each engine step
 
 
-def test_cli_prints_json_with_the_table_and_no_loop(capsys):
-    assert bench_small_batch.main(["--json", "--seq-len", "2", "--repeats", "1", "--no-loop"]) == 0
+def test_cli_prints_json_with_the_table_and_no_loop(capsys, settings):
+    argv = ["--json", "--seq-len", "2", "--repeats", "1", "--no-loop"]
+    assert bench_small_batch.main(argv, settings) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["lnlstm_vs_torch_lstm"]) == 6 and out["loop_overhead"] is None
     with pytest.raises(SystemExit):
-        bench_small_batch.main(["--threads", "0"])
+        bench_small_batch.main(["--threads", "0"], settings)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the skip path is for machines without CUDA")
-def test_engine_cuda_benchmark_says_why_it_skips(capsys):
-    assert bench_cuda.main(["--json"]) == 0
+def test_engine_cuda_benchmark_says_why_it_skips(capsys, settings):
+    assert bench_cuda.main(["--json"], settings) == 0
     assert "no CUDA GPU" in json.loads(capsys.readouterr().out)["skipped"]

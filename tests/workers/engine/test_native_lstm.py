@@ -85,7 +85,8 @@ def test_c_step_saturates_cleanly_and_passes_nan_on():
 
 def test_without_a_compiler_the_torch_path_runs(tmp_path):
     code = (
-        "import torch; from workers.engine import native;"
+        "import torch; from normlab.settings import Settings; from workers.engine import native;"
+        "native.configure(Settings());"  # this script is an edge: it reads NORMLAB_* and passes them on
         "from workers.engine.lstm_seq import lstm_sequence;"
         "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
         "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"

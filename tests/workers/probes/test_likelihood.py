@@ -13,8 +13,8 @@ from workers.probes.likelihood import Likelihood
 @pytest.mark.parametrize(
     ("task", "extra"), [("digits", {}), ("copy", {"seq_len": 5}), ("adding", {"seq_len": 7})]
 )
-def test_mean_nll_matches_the_task_loss(task, extra):
-    data = load_task(RunSpec(task=task, **extra))
+def test_mean_nll_matches_the_task_loss(task, extra, settings):
+    data = load_task(RunSpec(task=task, **extra), settings)
     x, y = next(data.train_batches(6, torch.Generator().manual_seed(0)))
     shape = (6, x.shape[1], data.n_outputs) if x.dim() == 3 else (6, data.n_outputs)
     outputs = torch.randn(shape, generator=torch.Generator().manual_seed(1))

@@ -44,16 +44,17 @@ FISHER_KEYS = {
 }
 
 
-def _run(**kw):
+def _run(settings, **kw):
     events = []
     probes = ProbeSpec(enabled=True, **kw.pop("probes", {}))
-    result = train(RunSpec(probes=probes, **kw), events.append)
+    result = train(RunSpec(probes=probes, **kw), events.append, settings=settings)
     assert result.status == "completed", result.error
     return result, events
 
 
-def test_feedforward_run_emits_contract_payloads():
+def test_feedforward_run_emits_contract_payloads(settings):
     result, events = _run(
+        settings,
         task="digits",
         norm="batch",
         hidden_size=16,
@@ -82,11 +83,12 @@ def test_feedforward_run_emits_contract_payloads():
     assert finite({"a": [1.0, math.nan], "b": {"c": math.inf}}) == {"a": [1.0, None], "b": {"c": None}}
 
 
-def test_recurrent_run_traces_every_time_step():
+def test_recurrent_run_traces_every_time_step(settings):
     # 40 steps: the first Fisher estimate is priced at 18 steps of the traced path against room for 2.25
     # plain steps per step trained; measured here, it came at step 13-14 (40 steps) and at step 9 or not
     # at all (12 steps: CI failed once on the missing estimate).
     result, events = _run(
+        settings,
         task="adding",
         norm="layer",
         seq_len=12,
@@ -110,19 +112,19 @@ def test_probes_off_gives_no_prober():
     assert make_prober(spec, torch.nn.Linear(2, 2), None, None) is None
 
 
-def test_default_budget_holds_on_a_short_run():
+def test_default_budget_holds_on_a_short_run(settings):
     # the first estimate is priced at 18 plain steps; 600 steps earn room for ≈ 40
-    result, events = _run(task="digits", norm="layer", hidden_size=32, steps=600, eval_every=1000)
+    result, events = _run(settings, task="digits", norm="layer", hidden_size=32, steps=600, eval_every=1000)
     fisher = [e for e in events if e.kind == "fisher"]
     assert fisher, "at least one estimate within the default budget"
     assert result.probes["overhead"] <= 0.15 * 1.5  # measured by the prober itself, against training time
 
 
-def test_a_run_without_room_warns_at_once_with_a_budget_that_fits():
+def test_a_run_without_room_warns_at_once_with_a_budget_that_fits(settings):
     # 30 steps at the default 15 % leave room for ≈ 2.4 plain steps of Fisher work; an estimate of this
     # LN-LSTM is priced at ≈ 8 before one is measured: none fits, and the run says so while it runs
     spec = dict(task="adding", norm="layer", hidden_size=32, seq_len=40, steps=30, eval_every=1000)
-    result, events = _run(**spec)
+    result, events = _run(settings, **spec)
     assert not [e for e in events if e.kind == "fisher"]
     warnings = [e for e in events if e.kind == "log" and e.payload.get("probe") == "fisher_budget"]
     assert len(warnings) == 1 and warnings[0].step < 30  # logged during the run, once
@@ -133,23 +135,24 @@ def test_a_run_without_room_warns_at_once_with_a_budget_that_fits():
     assert result.probes["fisher_note"] == w["message"]
     assert result.probes["overhead"] <= 0.15 * 1.5
     # the budget it names is enough for the same run to get its estimate
-    result, events = _run(**spec, probes={"budget": w["budget_needed"]})
+    result, events = _run(settings, **spec, probes={"budget": w["budget_needed"]})
     assert [e for e in events if e.kind == "fisher"] and result.probes["fisher_note"] is None
 
 
-def test_a_default_length_run_gets_its_first_estimate_early_and_several_in_all():
+def test_a_default_length_run_gets_its_first_estimate_early_and_several_in_all(settings):
     # planned over the run: the first at step 5 (it came at step 115 of 500 when the budget had to be
     # earned first). Timed in process CPU time, with each estimate priced at the median of the latest
     # ones, a loaded host no longer costs estimates: `normlab bench probes` measured 8-9 here at load ≈ 12.
-    result, events = _run(task="mnist1d", norm="layer")
+    result, events = _run(settings, task="mnist1d", norm="layer")
     fisher = [e for e in events if e.kind == "fisher"]
     assert fisher and fisher[0].step <= 0.1 * 500
     assert len(fisher) >= 5
     assert fisher[0].payload["cold"] and not fisher[-1].payload["cold"]
 
 
-def test_adam_steps_are_measured_angles_not_zero():
+def test_adam_steps_are_measured_angles_not_zero(settings):
     result, events = _run(
+        settings,
         task="digits",
         norm="layer",
         hidden_size=16,
@@ -232,7 +235,7 @@ def test_power_iteration_finds_top_eigenvalues_and_warm_start_keeps_them():
     assert h_lam > 0
 
 
-def test_layer_norm_flattens_hidden_norms_over_a_long_adding_sequence():
+def test_layer_norm_flattens_hidden_norms_over_a_long_adding_sequence(settings):
     """§3.1: the spread max_t ‖h_t‖ / min_t ‖h_t‖ of an LSTM over 300 steps, LN vs none, seeds 0–2.
 
     Measured (hidden 32, batch 8, first step): LN 1.67, 1.34, 1.54; none 4.07, 3.77, 5.30 — the
@@ -241,6 +244,7 @@ def test_layer_norm_flattens_hidden_norms_over_a_long_adding_sequence():
     for seed in (0, 1, 2):
         for norm in ("layer", "none"):
             result, _ = _run(
+                settings,
                 task="adding",
                 norm=norm,
                 seq_len=300,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from normlab.settings import Settings, get_settings
+from normlab.settings import Settings
 from normlab.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
 from workers.engine.tasks.charlm import load_charlm
@@ -39,11 +39,11 @@ LOADERS: dict[str, Loader] = {
 }
 
 
-def load_task(spec: RunSpec, settings: Settings | None = None) -> TaskData:
+def load_task(spec: RunSpec, settings: Settings) -> TaskData:
     """The task's data for a spec (resolved here if it is not already). Raises TaskUnavailable when the
     data is not on this machine, with a message saying where to put it."""
     spec = spec.resolved()
-    return LOADERS[spec.task](spec, settings or get_settings())
+    return LOADERS[spec.task](spec, settings)
 
 
 __all__ = ["IGNORE", "LOADERS", "TaskData", "TaskUnavailable", "load_task", "read_idx"]

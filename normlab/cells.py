@@ -1,0 +1,113 @@
+"""A preset's cells from its per-seed results: one cell per run label (or sweep combination) over its
+seeds, with mean ± std of the final metric, the mean ± band validation curve and the hidden-state trace
+figures. Torch-free: `normlab reproduce` (through the engine) and `GET /api/groups/{id}` (from the store)
+build cells with the same functions; `normlab.claims` judges the claims on them.
+
+A record is one (run, seed): {"seed", "status", "value" (final metric), "curve" [(step, value)],
+"wall_time", "message", "probes" (the run's last probe payloads, optional) or "traces" (trace_stats of
+them)}.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, TypeGuard
+
+START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
+FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def is_number(v: Any) -> TypeGuard[float]:
+    """Whether `v` is a finite int or float (a failed or diverged run's value is None, NaN or ±inf)."""
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def curve_area(curve: list[tuple[int, float]]) -> float | None:
+    """Area under one validation curve ÷ its step span (its mean height; lower = fell sooner)."""
+    pts = sorted((s, v) for s, v in curve if is_number(v))
+    if len(pts) < 2:
+        return pts[0][1] if pts else None
+    area = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:], strict=False))
+    return area / (pts[-1][0] - pts[0][0])
+
+
+def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
+    """Mean ± std validation curve over seeds, the mean near ¼, ½, 1 of training, and area ÷ span."""
+    by_step: dict[int, list[float]] = {}
+    for curve in curves:
+        for step, value in curve:
+            if is_number(value):
+                by_step.setdefault(int(step), []).append(float(value))
+    xs = sorted(by_step)
+    ys = [statistics.fmean(by_step[s]) for s in xs]
+    sd = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in xs]
+    at = []  # the last evaluation at or before each fraction of training (None when there was none yet)
+    for frac in FRACTIONS:
+        before = [i for i, s in enumerate(xs) if s <= max(1, round(frac * steps))]
+        at.append(
+            {
+                "fraction": frac,
+                "step": xs[before[-1]] if before else None,
+                "value": ys[before[-1]] if before else None,
+            }
+        )
+    return {"steps": xs, "mean": ys, "std": sd, "at": at, "auc": curve_area(list(zip(xs, ys, strict=True)))}
+
+
+def _series(hidden: dict, key: str) -> list[tuple[int, float]]:
+    values = hidden.get(key) or []
+    index = hidden.get("time_index") or list(range(len(values)))
+    return [(int(t), float(v)) for t, v in zip(index, values, strict=False) if is_number(v)]
+
+
+def trace_stats(probes: dict | None) -> dict[str, float | None]:
+    """From a run's last per-time-step trace: ‖h_t‖ max ÷ min over all steps and over t ≥ START, and the
+    orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace)."""
+    hidden = (probes or {}).get("hidden") or {}
+    norms = _series(hidden, "hidden_norms")
+    out: dict[str, float | None] = {"hidden_spread": None, "hidden_spread_late": None, "grad_orders": None}
+    if norms and min(v for _, v in norms) > 0:
+        out["hidden_spread"] = max(v for _, v in norms) / min(v for _, v in norms)
+        late = [v for t, v in norms if t >= START]
+        if late:
+            out["hidden_spread_late"] = max(late) / min(late)
+    grads = _series(hidden, "grad_norms")
+    if len(grads) > 1 and grads[-1][1] > 0:
+        first = max(grads[0][1], 1e-45)  # an underflow to 0 counts as float32's smallest value
+        out["grad_orders"] = math.log10(grads[-1][1] / first)
+    return out
+
+
+def aggregate(label: str, spec: dict, records: list[dict], metric: str) -> dict:
+    """One cell (a run label, or a sweep's combination) over its seeds."""
+    values = [r.get("value") for r in records]
+    mean, std = mean_std([v for v in values if is_number(v)])
+    per_seed_traces = [r.get("traces") or trace_stats(r.get("probes")) for r in records]
+    traces = {}
+    for key in ("hidden_spread", "hidden_spread_late", "grad_orders"):
+        vals = [t.get(key) for t in per_seed_traces]
+        m, s = mean_std([v for v in vals if v is not None])
+        if m is not None:
+            traces[key] = {"values": vals, "mean": m, "std": s}
+    return {
+        "label": label,
+        "spec": spec,
+        "seeds": [r["seed"] for r in records],
+        "values": values,
+        "n": sum(is_number(v) for v in values),
+        "mean": mean,
+        "std": std,
+        "statuses": [r.get("status") for r in records],
+        "messages": [r.get("message") for r in records if r.get("status") not in ("completed", None)],
+        "wall_time": sum(r.get("wall_time") or 0.0 for r in records),
+        "aucs": [curve_area(r.get("curve") or []) for r in records],
+        "curve": curve_summary([r.get("curve") or [] for r in records], int(spec.get("steps") or 1)),
+        "traces": traces,
+    }

@@ -9,7 +9,9 @@ tab, appends with Plotly.extendTraces) are in `assets/normlab.js`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dash
 import flask
@@ -19,6 +21,7 @@ from frontend import auth_box, ids
 from normlab.settings import Settings
 
 HERE = Path(__file__).parent
+log = logging.getLogger(__name__)
 PLOTLY = "assets/vendor/plotly-cartesian-4.1.1.min.js"  # assets/normlab.js points dcc.Graph here
 DCC_CHUNK = "_dash-component-suites/dash/dcc/async-{}.js"  # dcc's lazy chunks, as its loader names them
 # What the pages that open with a graph load lazily, once their layout has arrived (≈ 0.5 s into the
@@ -56,6 +59,51 @@ def nav_links() -> list[dcc.Link]:
     return [dcc.Link(p["name"], href=p["path"], className="nav-link") for p in pages]
 
 
+def routed_container() -> html.Div:
+    """`dash.page_container` (the same ids, so Dash Pages' router still serves every later navigation),
+    with the page the browser is opening already in it.
+
+    Stock Dash Pages sends an empty container with the layout; the page appears only after the router's
+    callback, a second round trip started once the location component has mounted (0.15-0.45 s of the
+    Lab's first paint under load). The layout request carries the page's URL as its Referer: the page
+    is rendered into the container right away, and the location component gets that URL's parts, so it
+    finds nothing to report on mounting and the router does not render the page a second time. Without
+    a Referer (or when the page fails to render here) the container is the stock empty one."""
+    content, where = None, {}
+    referrer = flask.request.referrer if flask.has_request_context() else None
+    if referrer:
+        try:
+            content, where = _first_page(referrer)
+        except Exception:  # the router renders it (and reports what is wrong) as it always did
+            log.warning("rendering %s with the layout failed; the router will", referrer, exc_info=True)
+            content, where = None, {}
+    return html.Div(
+        [
+            dcc.Location(id="_pages_location", refresh="callback-nav", **where),
+            html.Div(id="_pages_content", disable_n_clicks=True, children=content),
+            dcc.Store(id="_pages_store"),
+            html.Div(id="_pages_dummy", disable_n_clicks=True),
+        ]
+    )
+
+
+def _first_page(url: str) -> tuple[object, dict]:
+    from dash._pages import _parse_query_string, _path_to_page  # the router's own matching
+
+    parts = urlsplit(url)
+    if parts.netloc != flask.request.host:
+        return None, {}
+    search = f"?{parts.query}" if parts.query else ""
+    page, variables = _path_to_page(dash.strip_relative_path(parts.path) or "")
+    layout = page.get("layout") if page else None
+    if layout is None:
+        return None, {}
+    content = layout(**(variables or {}), **_parse_query_string(search)) if callable(layout) else layout
+    # exactly what window.location will hold (the fragment never reaches the server; "" is its value
+    # without one): a part that differs would be reported on mounting and render the page again
+    return content, {"pathname": parts.path, "search": search, "hash": "", "href": url}
+
+
 def shell() -> html.Div:
     return html.Div(
         className="shell",
@@ -85,7 +133,7 @@ def shell() -> html.Div:
                     ),
                 ],
             ),
-            html.Main(dash.page_container, className="page"),
+            html.Main(routed_container(), className="page"),
             html.Div(id=ids.WATCH_SINK, hidden=True),
             html.Div(id=ids.URL_SINK, hidden=True),
         ],
@@ -113,7 +161,7 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     _claim_page_callbacks(app)
     _preload_lazy_scripts(app)
     app.server.config["NORMLAB_API_BASE"] = base.rstrip("/")
-    app.layout = shell()
+    app.layout = shell  # per request: the first page comes with the layout (routed_container)
     _register_shell(app)
     auth_box.register(app)  # the token box of a shared lab server
     return app
@@ -124,8 +172,15 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
 
     def interpolate_index(**parts) -> str:
         if flask.has_request_context():
+            from dash._pages import _path_to_page
+
             prefix = app.config.requests_pathname_prefix or "/"
             parts["metas"] = parts.get("metas", "") + preload_links(flask.request.path, prefix)
+            # the page's own title at once (the router's callback, which used to set it, has no cause to run)
+            page, variables = _path_to_page(app.strip_relative_path(flask.request.path) or "")
+            title = page.get("title") if page else None
+            if title:
+                parts["title"] = title(**(variables or {})) if callable(title) else title
         return render(**parts)
 
     setattr(app, "interpolate_index", interpolate_index)  # noqa: B010  (an instance override of the method)

@@ -51,7 +51,7 @@ def test_pages_with_a_graph_name_their_lazy_scripts_in_the_head_and_the_others_d
 
 def test_nav_comes_from_the_page_registry_in_page_order():
     app = create_app()
-    nav = app.layout.children[4].children[2]  # the top bar's <nav>
+    nav = app.layout().children[4].children[2]  # the top bar's <nav>
     assert [(link.children, link.href) for link in nav.children] == [
         ("Lab", "/"),
         ("Runs", "/runs"),

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import dash
 import flask
 from dash import ClientsideFunction, Input, Output, State, dcc, html
+from dash.development.base_component import Component
 
 from frontend import auth_box, ids
 from normlab.settings import Settings
@@ -69,25 +70,28 @@ def routed_container() -> html.Div:
     is rendered into the container right away, and the location component gets that URL's parts, so it
     finds nothing to report on mounting and the router does not render the page a second time. Without
     a Referer (or when the page fails to render here) the container is the stock empty one."""
-    content, where = None, {}
+    content: Component | None = None
+    state: dict = {}
     referrer = flask.request.referrer if flask.has_request_context() else None
     if referrer:
         try:
-            content, where = _first_page(referrer)
+            content, state = _first_page(referrer)
         except Exception:  # the router renders it (and reports what is wrong) as it always did
             log.warning("rendering %s with the layout failed; the router will", referrer, exc_info=True)
-            content, where = None, {}
+            content, state = None, {}
     return html.Div(
         [
-            dcc.Location(id="_pages_location", refresh="callback-nav", **where),
+            dcc.Location(id="_pages_location", refresh="callback-nav", **state.get("location", {})),
             html.Div(id="_pages_content", disable_n_clicks=True, children=content),
-            dcc.Store(id="_pages_store"),
+            # the router's output, as it would have written it (a clientside callback sets the title from it)
+            dcc.Store(id="_pages_store", **({"data": state["store"]} if "store" in state else {})),
             html.Div(id="_pages_dummy", disable_n_clicks=True),
         ]
     )
 
 
-def _first_page(url: str) -> tuple[object, dict]:
+def _first_page(url: str) -> tuple[Component | None, dict]:
+    """(the page at `url` rendered, {"location": its parts, "store": the router's store}) or (None, {})."""
     from dash._pages import _parse_query_string, _path_to_page  # the router's own matching
 
     parts = urlsplit(url)
@@ -99,9 +103,12 @@ def _first_page(url: str) -> tuple[object, dict]:
     if layout is None:
         return None, {}
     content = layout(**(variables or {}), **_parse_query_string(search)) if callable(layout) else layout
+    title = page.get("title")
+    title = title(**(variables or {})) if callable(title) else title
     # exactly what window.location will hold (the fragment never reaches the server; "" is its value
     # without one): a part that differs would be reported on mounting and render the page again
-    return content, {"pathname": parts.path, "search": search, "hash": "", "href": url}
+    where = {"pathname": parts.path, "search": search, "hash": "", "href": url}
+    return content, {"location": where, "store": {"title": title}}
 
 
 def shell() -> html.Div:

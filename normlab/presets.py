@@ -141,7 +141,7 @@ PRESETS: dict[str, Preset] = {
             "Gain initialization 1.0 vs 0.1, pixel by pixel",
             "§6.2 (Cooijmans et al. 2016)",
             "LayerNorm is insensitive to the initial gain; recurrent BatchNorm is not (it needs 0.1).",
-            tuple(_pixels(n, 120, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
+            tuple(_pixels(n, 240, gain_init=g) for n in ("layer", "batch") for g in (1.0, 0.1)),
             "val_loss",
             labels=("layer g=1.0", "layer g=0.1", "batch g=1.0", "batch g=0.1"),
             expect="LN's gap between gains smaller than recurrent BN's; LN better with gain 1.0 (§6.2); "
@@ -153,7 +153,7 @@ PRESETS: dict[str, Preset] = {
             ),
             setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose "
             "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
-            "pixel (64 steps), LSTM 64 units, batch 32, 120 Adam steps (≈ 3 epochs).",
+            "pixel (64 steps), LSTM 64 units, batch 32, 240 Adam steps (≈ 6 epochs).",
         ),
         Preset(
             "pixel-digits",

@@ -89,11 +89,11 @@ PRESETS: dict[str, Preset] = {
             "Fig. 6 (left): BN vs LN at batch size 128",
             "§6.6, Fig. 6",
             "With large mini-batches LayerNorm and BatchNorm train an MLP about equally well.",
-            (_mnist5k("batch", 128, 300), _mnist5k("layer", 128, 300)),
+            (_mnist5k("batch", 128, 600), _mnist5k("layer", 128, 600)),
             "val_loss",
             expect="LN ≈ BN",
             claims=(("close", "layer", "batch"),),
-            setup=_FIG6.format(steps=300, epochs=11) + "; BN with the biased (÷B) batch variance.",
+            setup=_FIG6.format(steps=600, epochs=22) + "; BN with the biased (÷B) batch variance.",
         ),
         Preset(
             "fig6-batch4",

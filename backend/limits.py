@@ -34,6 +34,7 @@ TASK_DIMS = {
     "copy": (10, 10),
     "charlm": (101, 101),
     "conv-digits": (1, 10),
+    "conv-mnist5k": (1, 10),
     "mnist5k": (784, 10),
     "pixel-digits": (1, 10),
     "handwriting": (3, 121),

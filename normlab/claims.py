@@ -53,6 +53,7 @@ CLASSES = {
     "seq-digits": 10,
     "pixel-digits": 10,
     "conv-digits": 10,
+    "conv-mnist5k": 10,
 }
 
 RULE_TEXT = {

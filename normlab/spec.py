@@ -29,6 +29,7 @@ TaskName = Literal[
     "copy",
     "charlm",
     "conv-digits",
+    "conv-mnist5k",
 ]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]

@@ -24,6 +24,7 @@ SHAPES = {
     "pixel-digits": ({}, (64, 1), (64, 1), ()),
     "mnist5k": ({}, (784,), (784,), ()),
     "conv-digits": ({}, (1, 8, 8), (1, 8, 8), ()),
+    "conv-mnist5k": ({}, (1, 28, 28), (1, 28, 28), ()),
     "adding": ({"seq_len": 12, "eval_seq_len": 30}, (12, 2), (30, 2), ()),
     "copy": ({"seq_len": 5, "eval_seq_len": 9}, (25, COPY_VOCAB), (29, COPY_VOCAB), (25,)),
     "charlm": ({"seq_len": 16, "eval_seq_len": 40}, (16, VOCAB_SIZE), (40, VOCAB_SIZE), (16,)),
@@ -54,7 +55,18 @@ def test_task_loads_with_the_right_shapes(task, settings, mnist_settings):
 
 @pytest.mark.parametrize(
     "task",
-    ["digits", "mnist1d", "seq-digits", "pixel-digits", "mnist5k", "adding", "copy", "charlm", "mnist"],
+    [
+        "digits",
+        "mnist1d",
+        "seq-digits",
+        "pixel-digits",
+        "mnist5k",
+        "conv-mnist5k",
+        "adding",
+        "copy",
+        "charlm",
+        "mnist",
+    ],
 )
 def test_splits_are_fixed_by_the_seed_and_differ_between_seeds(task, settings, mnist_settings):
     s = mnist_settings if task == "mnist" else settings
@@ -192,6 +204,23 @@ def test_mnist5k_is_the_shipped_mnist_subset_with_every_class_and_pixel_order_ke
     assert len(data.train[1]) + len(data.split("val")[1]) + len(data.split("test")[1]) == 5000
     # standardized with the training split's statistics: its per-pixel means are 0
     assert float(data.train[0].mean(0).abs().max()) < 1e-4
+
+
+def test_conv_mnist5k_is_mnist5k_as_images_standardized_with_one_training_scalar(settings):
+    from workers.engine.tasks.digits import split_indices
+    from workers.engine.tasks.mnist5k import raw_mnist5k
+
+    flat = load_task(RunSpec(task="mnist5k", seed=1), settings)
+    conv = load_task(RunSpec(task="conv-mnist5k", seed=1), settings)
+    assert torch.equal(flat.split("val")[1], conv.split("val")[1])  # the same split from the same seed
+    # by definition: (pixels − mean) / std with the training split's mean and std over all its pixels
+    x, _ = raw_mnist5k()
+    parts = split_indices(5000, 1)
+    raw = torch.from_numpy(x)
+    train = raw[parts["train"]]
+    want = ((raw[parts["val"]] - train.mean()) / train.std()).reshape(-1, 1, 28, 28)
+    torch.testing.assert_close(conv.split("val")[0], want, rtol=1e-5, atol=1e-5)
+    assert conv.input_dim == 1 and conv.n_outputs == 10
 
 
 def test_pixel_digits_reads_the_row_by_row_digits_one_pixel_per_step(settings):

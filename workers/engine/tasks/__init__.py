@@ -16,7 +16,7 @@ from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load
 from workers.engine.tasks.draw import load_draw
 from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
-from workers.engine.tasks.mnist5k import load_mnist5k
+from workers.engine.tasks.mnist5k import load_conv_mnist5k, load_mnist5k
 from workers.engine.tasks.order_embed import load_order_embed
 from workers.engine.tasks.synthetic import load_adding, load_copy
 
@@ -36,6 +36,7 @@ LOADERS: dict[str, Loader] = {
     "copy": load_copy,
     "charlm": load_charlm,
     "conv-digits": load_conv_digits,
+    "conv-mnist5k": load_conv_mnist5k,
 }
 
 

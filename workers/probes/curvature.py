@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from workers.probes.eigen import lanczos_top
-from workers.probes.fisher import FisherPass, module_traces
+from workers.probes.fisher import FisherPass, Layout, module_traces
 from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
 
@@ -59,6 +59,7 @@ class CurvatureProbe:
         self.clock = clock  # the seconds per estimator are on the prober's clock (CPU time on a CPU)
         self.power_iterations, self.hessian, self.empirical = power_iterations, hessian, empirical
         self.groups: list[Group] = find_groups(model)
+        self.layout = Layout.of(model)  # the model's structure, shared by every estimate's pass
         device = next(model.parameters()).device
         self.device = device
         self.generator = torch.Generator(device=device).manual_seed(seed + 0x5EED)
@@ -78,7 +79,7 @@ class CurvatureProbe:
         """(payload, seconds per estimator) for this batch at the current parameters."""
         seconds: dict[str, float] = {}
         t0 = self.clock()
-        fp = FisherPass(self.model, self.lik, x, y, self.loss_fn)
+        fp = FisherPass(self.model, self.lik, x, y, self.loss_fn, layout=self.layout)
         stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
         scale = 1.0 / fp.n
         raw, kinds = module_traces(stats, est, scale)

@@ -21,6 +21,7 @@ step-by-step path, where the hooks see each step.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -29,7 +30,7 @@ from torch.func import functional_call
 import kernels
 from workers.probes.fused import FusedLSTMRecorder, fused_layers
 from workers.probes.likelihood import Likelihood
-from workers.probes.persample import Recorder, RowStats, row_stats, summed_stats
+from workers.probes.persample import Recorder, RowStats, hook_kinds, row_stats, summed_stats
 
 
 @contextlib.contextmanager
@@ -47,6 +48,33 @@ def _twice_differentiable(device: torch.device):
         kernels.set_backend(previous)
 
 
+@dataclass
+class Layout:
+    """What every pass over one model shares (its structure does not change during a run): built once.
+
+    `verified` holds the parameters whose hook-based per-case sums have matched the summed gradient once
+    (`_consistent`); the check is structural (every use of the weight passed through a hook), so a
+    verified parameter is not checked again, and one that failed is checked at every pass."""
+
+    names: list[str]
+    params: list[Tensor]
+    fused: bool
+    kinds: dict[str, str]
+    modules: dict[str, nn.Module]
+    verified: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, model: nn.Module, fused: bool | None = None) -> Layout:
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return cls(
+            names=[n for n, _ in named],
+            params=[p for _, p in named],
+            fused=bool(fused_layers(model)) if fused is None else fused,
+            kinds=hook_kinds(model),
+            modules=dict(model.named_modules()),
+        )
+
+
 class FisherPass:
     """One batch's forward graph, kept for Monte-Carlo traces and curvature-vector products."""
 
@@ -59,17 +87,18 @@ class FisherPass:
         loss_fn=None,
         use_recorder: bool = True,
         fused: bool | None = None,
+        layout: Layout | None = None,
     ):
         self.model, self.lik, self.x, self.y, self.loss_fn = model, likelihood, x, y, loss_fn
-        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.layout = layout if layout is not None else Layout.of(model, fused)
+        self.names, self.params = self.layout.names, self.layout.params
         self.buffers = {n: b.clone() for n, b in model.named_buffers()}
         # the fused LSTM path (finite-difference products) or the step-by-step one (exact double backward)
-        self.fused = bool(fused_layers(model)) if fused is None else fused
+        self.fused = self.layout.fused
         capture, captured = getattr(model, "capture", None), getattr(model, "captured", None)
         if capture is not None:  # recurrent nets off the fused path: step by step, twice differentiable
             model.capture = hasattr(model, "rnn") and not self.fused
-        self.recorder = Recorder(model, x.shape[0]) if use_recorder else None
+        self.recorder = Recorder(model, x.shape[0], self.layout.kinds) if use_recorder else None
         self.fused_rec = FusedLSTMRecorder(model) if use_recorder and self.fused else None
         try:
             with contextlib.ExitStack() as hooks:
@@ -80,7 +109,8 @@ class FisherPass:
                         hooks.enter_context(rec)
                 self.outputs = model(x)
         finally:
-            _restore_buffers(model, {n: b.clone() for n, b in self.buffers.items()})
+            if self.buffers:
+                _restore_buffers(model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
                 model.capture = capture
                 model.captured = captured
@@ -115,16 +145,18 @@ class FisherPass:
         by_name = dict(zip(self.names, zip(self.params, grads, strict=True), strict=True))
         per_sample: dict[str, RowStats] = {}
         if self.recorder is not None:
-            mods = dict(self.model.named_modules())
+            mods = self.layout.modules
             for mod_name in self.recorder.kinds:
                 per = self.recorder.stats(mod_name, mods[mod_name])
                 for attr, st in (per or {}).items():
                     per_sample[f"{mod_name}.{attr}" if mod_name else attr] = st
         if self.fused_rec is not None:
             per_sample.update(self.fused_rec.stats())
+        verified = self.layout.verified
         for full, st in per_sample.items():
-            if full in by_name and _consistent(st, *by_name[full]):
+            if full in by_name and (full in verified or _consistent(st, *by_name[full])):
                 stats[full], est[full] = st, "per-sample"
+                verified.add(full)
         for name, (p, g) in by_name.items():
             if name not in stats:
                 stats[name], est[name] = summed_stats(g, p), "summed-gradient"
@@ -161,7 +193,8 @@ class FisherPass:
                 loss = self.loss_fn(out, self.y)
                 return torch.autograd.grad(loss, list(params.values()), allow_unused=True)
         finally:
-            _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
+            if self.buffers:
+                _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
                 self.model.capture, self.model.captured = capture, captured
 
@@ -258,4 +291,4 @@ def module_traces(stats: dict[str, RowStats], est: dict[str, str], scale: float)
     return trace, kind
 
 
-__all__ = ["FisherPass", "module_traces", "power_iteration", "row_stats"]
+__all__ = ["FisherPass", "Layout", "module_traces", "power_iteration", "row_stats"]

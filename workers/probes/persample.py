@@ -47,7 +47,8 @@ def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
 
 
 def is_batch_norm(m: nn.Module) -> bool:
-    return m.training and ("BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm))
+    """A BatchNorm module (it mixes the batch while in training mode)."""
+    return "BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm)
 
 
 def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
@@ -64,6 +65,29 @@ def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
     return gain, bias if isinstance(bias, Tensor) else None
 
 
+def hook_kinds(model: nn.Module) -> dict[str, str]:
+    """How `Recorder` hooks each module: "summed" / "wn" (its `summed` wrapped), "linear", "affine"
+    (per-case normalizer gain), "bn" (watched only: it mixes the batch)."""
+    kinds: dict[str, str] = {}
+    for name, m in model.named_modules():
+        kind = type(m).__name__
+        if kind in ("NormLinear", "PlainLinear") and m.weight.requires_grad and m.weight.dim() == 2:
+            kinds[name] = "summed"
+        elif kind == "WeightNormLinear" and m.v.requires_grad:
+            kinds[name] = "wn"
+        elif isinstance(m, nn.Linear) and m.weight.requires_grad:
+            kinds[name] = "linear"
+        elif (
+            affine_params(m) is not None
+            and affine_params(m)[0].requires_grad
+            and not getattr(m, "channels", False)
+        ):
+            kinds[name] = "affine"
+        elif is_batch_norm(m):
+            kinds[name] = "bn"
+    return kinds
+
+
 class Recorder:
     """Hooks hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
 
@@ -75,7 +99,7 @@ class Recorder:
     of recurrent layers are recognised from the batch size.
     """
 
-    def __init__(self, model: nn.Module, batch: int):
+    def __init__(self, model: nn.Module, batch: int, kinds: dict[str, str] | None = None):
         self.model, self.batch = model, batch
         self.calls: dict[str, list[list]] = {}  # module name -> [[input x, output, δ], …]
         self.first_call: dict[str, int] = {}
@@ -84,23 +108,7 @@ class Recorder:
         self.recording = False
         self.handles: list = []
         self.wrapped: list[nn.Module] = []
-        self.kinds: dict[str, str] = {}
-        for name, m in model.named_modules():
-            kind = type(m).__name__
-            if kind in ("NormLinear", "PlainLinear") and m.weight.requires_grad and m.weight.dim() == 2:
-                self.kinds[name] = "summed"
-            elif kind == "WeightNormLinear" and m.v.requires_grad:
-                self.kinds[name] = "wn"
-            elif isinstance(m, nn.Linear) and m.weight.requires_grad:
-                self.kinds[name] = "linear"
-            elif (
-                affine_params(m) is not None
-                and affine_params(m)[0].requires_grad
-                and not getattr(m, "channels", False)
-            ):
-                self.kinds[name] = "affine"
-            elif is_batch_norm(m):
-                self.kinds[name] = "bn"
+        self.kinds: dict[str, str] = hook_kinds(model) if kinds is None else kinds
 
     def __enter__(self) -> Recorder:
         mods = dict(self.model.named_modules())
@@ -145,8 +153,9 @@ class Recorder:
     def _hook(self, name: str, kind: str):
         def hook(module, inputs, output):
             if kind == "bn":
-                self.counter += 1
-                self.last_bn_call = self.counter
+                if module.training:  # in eval mode it uses running statistics: no mixing
+                    self.counter += 1
+                    self.last_bn_call = self.counter
             elif isinstance(output, Tensor) and output.requires_grad:
                 self._entry(name, inputs[0] if kind != "affine" else None, output)
 

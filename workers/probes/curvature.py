@@ -3,11 +3,14 @@
 State carried across estimates: the previous top eigenvectors of F and H (warm starts), an EMA of the
 summed-gradient traces (they are noisier), and estimators switched off after they failed once.
 
-λ_max by Lanczos (`workers.probes.eigen`): warm, `power_iterations` products from the previous Ritz
-vector; cold (the first estimate, or after a failure), from the sampled-label gradient ∇S (free: the
-trace pass computes it, and its covariance is N·F, so it already leans towards the top eigenvectors)
-until the relative Ritz residual is ≤ COLD_TOL, at most COLD_MAX products; `lambda_residual` in the
-payload says how far it got, and the next estimate continues from its Ritz vector.
+λ_max by Lanczos (`workers.probes.eigen`), `power_iterations` Krylov vectors warm, the last one by its
+Jacobian-vector product alone. Start: where the predictions are a Linear layer's outputs (feed-forward and
+conv nets), the output layer's own Fisher block gives a direction q0 and its F q0 for one vjp
+(`workers.probes.start`); warm, the best combination of q0 and the previous Ritz vector (Rayleigh–Ritz),
+cold, q0. Elsewhere (recurrent nets): warm, the previous Ritz vector; cold, the sampled-label gradient ∇S
+(free: the trace pass computes it, its covariance is N·F). Cold (the first estimate, or after a failure)
+iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX vectors;
+`lambda_residual` in the payload says how far it got (after the last full product).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from workers.probes.eigen import lanczos_top
 from workers.probes.fisher import FisherPass, Layout, module_traces
 from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
+from workers.probes.start import best_start, output_layer_start
 
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
-COLD_MAX = 4  # products at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
+COLD_MAX = 4  # Krylov vectors at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
 ALONG_ROWS = (
     "uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
@@ -112,7 +116,7 @@ class CurvatureProbe:
             "lr": lr,
         }
         payload["lambda_max"], seconds["lambda_max"], self.eig = self._top(
-            "lambda_max", fp.fvp, fp.params, self.eig, grad_s
+            "lambda_max", fp.fvp, fp.params, self.eig, grad_s, fp=fp
         )
         if payload["lambda_max"] is not None:
             payload["eta_lambda_max"] = lr * payload["lambda_max"]
@@ -146,19 +150,33 @@ class CurvatureProbe:
             [u if n == name else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
         )
 
-    def _top(self, name: str, product, params, previous, start=None):
-        """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed."""
+    def _top(self, name: str, product, params, previous, start=None, fp: FisherPass | None = None):
+        """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed.
+
+        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only, and a cold
+        start comes from the output layer's block (`workers.probes.start`) where the model has one,
+        else from `start` (∇S)."""
         if name in self.failed:
             return None, 0.0, previous
         t0 = self.clock()
         cold = previous is None
-        init = previous
-        if cold:
-            nonzero = start is not None and any(bool(t.abs().sum() > 0) for t in start)
-            init = [t.detach() for t in start] if nonzero else self._random(params)
+        init, first = previous, None
         try:
+            found = output_layer_start(fp) if fp is not None else None
+            if found is not None:  # with the previous vector (warm): the better combination of the two
+                init, first = best_start(fp, found, previous)
+            elif cold and start is not None and any(bool(t.abs().sum() > 0) for t in start):
+                init = [t.detach() for t in start]
+            elif cold:
+                init = self._random(params)
             lam, vec, info = lanczos_top(
-                product, init, self.power_iterations, tol=COLD_TOL if cold else None, max_products=COLD_MAX
+                product,
+                init,
+                self.power_iterations,
+                tol=COLD_TOL if cold else None,
+                max_products=COLD_MAX,
+                start_product=first,
+                quadratic=(lambda q: fp.curvature_along(q, unit=True)) if fp is not None else None,
             )
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]

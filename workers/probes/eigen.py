@@ -6,6 +6,9 @@ it converges much faster when the spectrum has a few outliers (as Fisher spectra
 the previous estimate's Ritz vector needs ~2 products. A cold start iterates until the Ritz residual
 ‖F y − θ y‖ ≤ tol · θ (an eigenvalue lies within that distance of θ) or the relative change of θ
 between two products is below tol / 10, or `max_products` is reached; the residual is reported.
+A Fisher-vector product is a Jacobian-vector product J q and a vjp Jᵀ(Λ J q); the last Krylov vector
+needs only qᵀFq = (Jq)ᵀΛ(Jq)/N, so given `quadratic` the last vjp is skipped (θ is still the top Ritz
+value of the whole Krylov space, residual then known only up to the vector before it).
 The basis is fully re-orthogonalized (it has at most a dozen vectors): classical Gram–Schmidt, repeated
 when it cancelled most of the vector.
 """
@@ -30,6 +33,14 @@ def _split(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
 
 def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, np.ndarray]:
     """(largest eigenvalue, its unit eigenvector) of the symmetric tridiagonal matrix (α on the diagonal)."""
+    if len(alphas) == 1:
+        return alphas[0], np.ones(1)
+    if len(alphas) == 2:  # closed form: the common warm case (a library call costs more than its work)
+        a, b, c = alphas[0], betas[0], alphas[1]
+        top = 0.5 * (a + c) + math.hypot(0.5 * (a - c), b)
+        vec = np.array([b, top - a]) if abs(top - a) >= abs(top - c) else np.array([top - c, b])
+        norm = math.hypot(vec[0], vec[1])
+        return top, vec / norm if norm > 0 else np.array([1.0, 0.0])
     tri = np.diag(np.asarray(alphas, dtype=np.float64))
     if betas:
         off = np.asarray(betas, dtype=np.float64)
@@ -39,9 +50,21 @@ def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, np.ndarra
 
 
 def lanczos_top(
-    product, init: list[Tensor], products: int, tol: float | None = None, max_products: int | None = None
+    product,
+    init: list[Tensor],
+    products: int,
+    tol: float | None = None,
+    max_products: int | None = None,
+    *,
+    start_product: list[Tensor] | None = None,
+    quadratic=None,
 ) -> tuple[float, list[Tensor], dict]:
     """(θ ≈ λ_max, its Ritz vector, {"products", "residual"}) — `products` at least, then to `tol`.
+
+    `products` counts Krylov vectors. `start_product` = F·init when the caller has it already (the first
+    product is then free); `quadratic(q)` = qᵀFq for a unit q, which the last Krylov vector needs alone
+    (a Fisher-vector product's Jacobian-vector half, without the vjp that only the next vector would
+    use). With `quadratic` the reported residual is the one after the last full product.
 
     The Krylov basis is kept as the rows of one matrix over the flattened parameters, and each product is
     written straight into the next row, so a small model's few products are not outweighed by
@@ -58,8 +81,15 @@ def lanczos_top(
     betas: list[float] = []
     theta, s, residual, previous = 0.0, np.ones(1), math.inf, None
     for k in range(limit):
+        if quadratic is not None and k + 1 == limit:  # the last vector: its Rayleigh quotient is enough
+            alphas.append(float(quadratic(_split(basis[k], init))))
+            theta, s = _top_ritz(alphas, betas)
+            break
         w = basis[k + 1]  # F q_k lands in the next row and is orthogonalized there
-        _flat(product(_split(basis[k], init)), out=w)
+        if k == 0 and start_product is not None:
+            torch.div(_flat(start_product), norm, out=w)
+        else:
+            _flat(product(_split(basis[k], init)), out=w)
         seen = basis[: k + 1]
         dots = (basis[: k + 2] @ w).tolist()  # q_j · w for j ≤ k, then ‖w‖²
         alphas.append(dots[k])

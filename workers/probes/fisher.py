@@ -164,8 +164,31 @@ class FisherPass:
 
     def fvp(self, v: list[Tensor]) -> list[Tensor]:
         """F v = (1/N) Jᵀ Λ J v over this batch (J: Jacobian of the scored predictions)."""
-        jv = self.jvp_fd(v) if self.fused else self.jvp(v)
-        return self._grad(self.pred, self.lik.lam(self.pred, jv) / self.n, retain_graph=True)
+        return self.vjp(self.lik.lam(self.pred, self.jv(v)) / self.n)
+
+    def jv(self, v: list[Tensor]) -> Tensor:
+        """J v on this pass's path (exact, or by central differences on the fused LSTM path)."""
+        return self.jvp_fd(v) if self.fused else self.jvp(v)
+
+    def vjp(self, u: Tensor) -> list[Tensor]:
+        """Jᵀ u per parameter (u shaped like the scored predictions)."""
+        return self._grad(self.pred, u, retain_graph=True)
+
+    def output_layer(self) -> tuple[str, Tensor] | None:
+        """(module name, its input (N, fan_in)) when the scored predictions are exactly one call's outputs
+        of a recorded nn.Linear (a feed-forward classifier's head), else None."""
+        rec = self.recorder
+        if rec is None or self.pred is not self.outputs or self.pred.dim() != 2:
+            return None
+        for name, kind in rec.kinds.items():
+            calls = rec.calls.get(name, [])
+            if kind != "linear" or len(calls) != 1 or calls[0][0] is None:
+                continue
+            x, out = calls[0][0], calls[0][1]
+            same = out.shape == self.pred.shape and out.data_ptr() == self.pred.data_ptr()
+            if same and x.dim() == 2 and x.shape[0] == self.n:
+                return name, x
+        return None
 
     def hvp(self, v: list[Tensor]) -> list[Tensor]:
         """∇²L v for the task's training loss on this batch."""
@@ -212,10 +235,12 @@ class FisherPass:
             for p, a, b in zip(self.params, plus, minus, strict=True)
         ]
 
-    def curvature_along(self, v: list[Tensor]) -> float:
-        """vᵀ F v / ‖v‖² from one Jacobian-vector product: (1/N) Σ_k (J v)_kᵀ Λ_k (J v)_k / ‖v‖²."""
-        jv = self.jvp_fd(v) if self.fused else self.jvp(v)
-        return float((jv * self.lik.lam(self.pred, jv)).sum()) / self.n / max(_norm(v) ** 2, 1e-300)
+    def curvature_along(self, v: list[Tensor], unit: bool = False) -> float:
+        """vᵀ F v / ‖v‖² from one Jacobian-vector product: (1/N) Σ_k (J v)_kᵀ Λ_k (J v)_k / ‖v‖²
+        (unit=True: the caller knows ‖v‖ = 1)."""
+        jv = self.jv(v)
+        sq = 1.0 if unit else max(_norm(v) ** 2, 1e-300)
+        return float((jv * self.lik.lam(self.pred, jv)).sum()) / self.n / sq
 
     def jvp(self, v: list[Tensor]) -> Tensor:
         """J v exactly, as the derivative of a vjp (double backward): Jᵀu is linear in u, so any u will do

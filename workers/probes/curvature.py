@@ -39,6 +39,15 @@ EMPIRICAL_NOTE = (
 )
 
 
+def _quadratic(fp: FisherPass | None):
+    """q ↦ qᵀFq for a unit q from one Jacobian-vector product, on the exact (double-backward) path only:
+    on the fused path J q is a float32 central difference, and (J q)ᵀΛ(J q) left warm λ_max on
+    seq-digits 28 % below the one from the full product qᵀJᵀΛ(J q) (the vjp is exact there)."""
+    if fp is None or fp.fused:
+        return None
+    return lambda q: fp.curvature_along(q, unit=True)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -153,9 +162,9 @@ class CurvatureProbe:
     def _top(self, name: str, product, params, previous, start=None, fp: FisherPass | None = None):
         """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed.
 
-        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only, and a cold
-        start comes from the output layer's block (`workers.probes.start`) where the model has one,
-        else from `start` (∇S)."""
+        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only (exact path),
+        and the start comes from the output layer's block (`workers.probes.start`) where the model has
+        one; else a cold start is `start` (∇S)."""
         if name in self.failed:
             return None, 0.0, previous
         t0 = self.clock()
@@ -176,7 +185,7 @@ class CurvatureProbe:
                 tol=COLD_TOL if cold else None,
                 max_products=COLD_MAX,
                 start_product=first,
-                quadratic=(lambda q: fp.curvature_along(q, unit=True)) if fp is not None else None,
+                quadratic=_quadratic(fp),
             )
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]

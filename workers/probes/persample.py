@@ -12,20 +12,32 @@ a BatchNorm in training mode mix the batch, so `Recorder.valid` leaves them to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
 
 
-@dataclass
 class RowStats:
-    """Sums over cases n, per row i: ‖G_n[i]‖², ⟨G_n[i], w_i⟩², (Σ_i ⟨G_n[i], w_i⟩)², ⟨G_n[i], w_i⟩."""
+    """Sums over cases n, per row i: ‖G_n[i]‖² (`row_sq`), ⟨G_n[i], w_i⟩² (`row_dot_sq`),
+    (Σ_i ⟨G_n[i], w_i⟩)² (`whole_dot_sq`) and ⟨G_n[i], w_i⟩ (`dot_sum`), from the per-case row inner
+    products (cases, R). The last three are computed when first read: most parameters (biases, gains)
+    only need their trace."""
 
-    row_sq: Tensor
-    row_dot_sq: Tensor
-    whole_dot_sq: Tensor
-    dot_sum: Tensor
+    def __init__(self, row_sq: Tensor, per_case_dot: Tensor):
+        self.row_sq, self.per_case_dot = row_sq, per_case_dot
+
+    @cached_property
+    def row_dot_sq(self) -> Tensor:
+        return self.per_case_dot.pow(2).sum(0)
+
+    @cached_property
+    def whole_dot_sq(self) -> Tensor:
+        return self.per_case_dot.sum(1).pow(2).sum()
+
+    @cached_property
+    def dot_sum(self) -> Tensor:
+        return self.per_case_dot.sum(0)
 
 
 def rows(t: Tensor) -> Tensor:
@@ -37,7 +49,7 @@ def rows(t: Tensor) -> Tensor:
 
 def row_stats(per_case_dot: Tensor, row_sq: Tensor) -> RowStats:
     """RowStats from per-case row inner products (cases, R) and the summed squared row norms (R,)."""
-    return RowStats(row_sq, per_case_dot.pow(2).sum(0), per_case_dot.sum(1).pow(2).sum(), per_case_dot.sum(0))
+    return RowStats(row_sq, per_case_dot)
 
 
 def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
@@ -191,17 +203,21 @@ class Recorder:
             if o is None or g is None or (c[0] is not None and x is None):
                 return None
             parts.append((x, o, g))
-        out = torch.cat([p[1] for p in parts], 1)
-        d = torch.cat([p[2] for p in parts], 1)
+        out, d = _joined([p[1] for p in parts]), _joined([p[2] for p in parts])
         kind = self.kinds[name]
         if kind == "affine":
             return _affine(module, out, d)
-        a = torch.cat([p[0] for p in parts], 1)
+        a = _joined([p[0] for p in parts])
         if kind == "wn":
             return _weight_norm(module, a, out, d)
         if kind == "summed":  # a = W x exactly; PlainLinear adds its bias after, with the same gradient
             return _linear(module.weight, None, a, out, d, bias_after=getattr(module, "bias", None))
         return _linear(module.weight, module.bias, a, out, d)
+
+
+def _joined(ts: list[Tensor]) -> Tensor:
+    """The calls' (B, T, F) tensors along time (one call: as it is, no copy)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, 1)
 
 
 def _row_sq(a: Tensor, d: Tensor) -> Tensor:

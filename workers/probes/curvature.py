@@ -6,11 +6,12 @@ summed-gradient traces (they are noisier), and estimators switched off after the
 λ_max by Lanczos (`workers.probes.eigen`), `power_iterations` Krylov vectors warm, the last one by its
 Jacobian-vector product alone. Start: where the predictions are a Linear layer's outputs (feed-forward and
 conv nets), the output layer's own Fisher block gives a direction q0 and its F q0 for one vjp
-(`workers.probes.start`); warm, the best combination of q0 and the previous Ritz vector (Rayleigh–Ritz),
-cold, q0. Elsewhere (recurrent nets): warm, the previous Ritz vector; cold, the sampled-label gradient ∇S
-(free: the trace pass computes it, its covariance is N·F). Cold (the first estimate, or after a failure)
-iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX vectors;
-`lambda_residual` in the payload says how far it got (after the last full product).
+(`workers.probes.start`); elsewhere (recurrent nets) the sampled-label gradient ∇S (free: the trace pass
+computes it, its covariance is N·F). Warm, the best combination of that vector and the previous Ritz
+vector (Rayleigh–Ritz: a Jacobian-vector product each, the combination's F u one vjp) — a previous vector
+alone, 50 steps old, left λ_max 20-70 % low; cold, the vector itself. Cold (the first estimate, or after
+a failure) iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX
+vectors; `lambda_residual` in the payload says how far it got (after the last full product).
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ EMPIRICAL_NOTE = (
 )
 
 
+def _nonzero(vector) -> bool:
+    return vector is not None and any(bool(t.abs().sum() > 0) for t in vector)
+
+
 def _quadratic(fp: FisherPass | None):
-    """q ↦ qᵀFq for a unit q from one Jacobian-vector product, on the exact (double-backward) path only:
-    on the fused path J q is a float32 central difference, and (J q)ᵀΛ(J q) left warm λ_max on
-    seq-digits 28 % below the one from the full product qᵀJᵀΛ(J q) (the vjp is exact there)."""
-    if fp is None or fp.fused:
+    """q ↦ qᵀFq for a unit q from one Jacobian-vector product (exact, or central differences on the fused
+    LSTM path)."""
+    if fp is None:
         return None
     return lambda q: fp.curvature_along(q, unit=True)
 
@@ -162,9 +166,9 @@ class CurvatureProbe:
     def _top(self, name: str, product, params, previous, start=None, fp: FisherPass | None = None):
         """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed.
 
-        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only (exact path),
-        and the start comes from the output layer's block (`workers.probes.start`) where the model has
-        one; else a cold start is `start` (∇S)."""
+        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only. The start:
+        the output layer's block (`workers.probes.start`) where the model has one, else `start` (∇S);
+        warm, the best combination of it and the previous Ritz vector."""
         if name in self.failed:
             return None, 0.0, previous
         t0 = self.clock()
@@ -172,9 +176,11 @@ class CurvatureProbe:
         init, first = previous, None
         try:
             found = output_layer_start(fp) if fp is not None else None
+            if found is None and fp is not None and not cold and _nonzero(start):  # ∇S as the new vector
+                found = (dict(zip(fp.names, start, strict=True)), fp.jv(start))
             if found is not None:  # with the previous vector (warm): the better combination of the two
                 init, first = best_start(fp, found, previous)
-            elif cold and start is not None and any(bool(t.abs().sum() > 0) for t in start):
+            elif cold and _nonzero(start):
                 init = [t.detach() for t in start]
             elif cold:
                 init = self._random(params)

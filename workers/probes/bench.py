@@ -162,6 +162,29 @@ def _probed(task: str) -> bool:
     return TASKS[task].target in Likelihood.TARGETS
 
 
+def _accuracy(tasks: list[str], norm: str, as_json: bool) -> int:
+    from workers.probes.bench_accuracy import lambda_errors, summary
+
+    rows = {}
+    for t in tasks:
+        rows[t] = summary(lambda_errors(t, norm))
+        print(json.dumps({t: rows[t]}), file=sys.stderr, flush=True)
+    if as_json:
+        print(json.dumps({"benchmark": "probes-accuracy", "norm": norm, "results": rows}, indent=2))
+        return 0
+    print(
+        f"{'task':12} {'cold median':>11} {'cold max':>9} {'warm median':>11} {'warm max':>9}"
+        "  (1 − λ/converged)"
+    )
+    for t, r in rows.items():
+        cold, warm = r["cold"], r.get("warm", {})
+        print(
+            f"{t:12} {cold['median']:>11.3f} {cold['max']:>9.3f} "
+            f"{_fmt(warm.get('median'), '.3f'):>11} {_fmt(warm.get('max'), '.3f'):>9}"
+        )
+    return 0
+
+
 def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -175,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--norm", default="layer")
     parser.add_argument("--steps", type=int, default=None, help="override every task's default steps")
     parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="instead: λ_max(F) cold and warm against a converged one (workers/probes/bench_accuracy.py)",
+    )
     args = parser.parse_args(argv)
     data_dir = get_settings().data_dir
     tasks = (
@@ -185,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    if args.accuracy:
+        return _accuracy(tasks, args.norm, args.json)
     started = time.perf_counter()
     rows = []
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed

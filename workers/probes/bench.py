@@ -9,8 +9,10 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
 - the cost of one Fisher estimate (per-layer trace + λ_max(F), what a default run computes) in plain
   training steps: the task's default model trains a few steps, then estimates alternate with timed plain
   steps; each estimate's process CPU time over the median of the plain steps right after it (so a
-  change in the host's load between them cancels), the first (cold) one and the median of the later
-  (warm) ones (run it with OMP_NUM_THREADS=1: then CPU time is the single thread's work).
+  change in the host's load between them cancels). Warm: the median over one probe's estimates after its
+  first; cold: the median over first estimates of fresh probes on the same model, interleaved with the
+  warm ones (one cold estimate alone swung by ±20 % between runs). Run it with OMP_NUM_THREADS=1: then
+  CPU time is the single thread's work.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from normlab.settings import Settings
 from normlab.spec import ProbeSpec, RunSpec
 
 WARM_STEPS = 10  # plain steps before the first estimate
-ESTIMATES = 9  # estimates timed (the first cold), each followed by PLAIN_BETWEEN timed plain steps
+ESTIMATES = 8  # warm estimates timed, each followed by PLAIN_BETWEEN timed plain steps
+# cold estimates: the warm probe's first, then a fresh probe's first before every other warm one (5 in all)
 PLAIN_BETWEEN = 5
 
 
@@ -50,8 +53,8 @@ def _train(spec: RunSpec, settings: Settings):
     return result, events, cpu
 
 
-def estimate_costs(task: str, norm: str, settings: Settings) -> list[float]:
-    """CPU time of successive Fisher estimates (trace + λ_max(F)) ÷ the median plain step's."""
+def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float], list[float]]:
+    """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F)) ÷ the median plain step's."""
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
@@ -64,7 +67,10 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> list[float]:
     model = build_model(spec, data)
     optimizer = make_optimizer(spec, model)
     batches = data.train_batches(spec.batch_size, seeded(0, 4))
-    probe = CurvatureProbe(model, Likelihood(data.info.target), data.loss)
+
+    def probe() -> CurvatureProbe:
+        return CurvatureProbe(model, Likelihood(data.info.target), data.loss)
+
     plain: list[float] = []
     x = y = None
 
@@ -77,17 +83,24 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> list[float]:
         optimizer.step()
         plain.append(time.process_time() - t0)
 
-    for _ in range(WARM_STEPS):
-        step()
-    ratios = []
-    for _ in range(ESTIMATES):
+    def timed(p: CurvatureProbe) -> float:
         t0 = time.process_time()
-        probe.estimate(x, y, spec.lr)
+        p.estimate(x, y, spec.lr)
         seconds = time.process_time() - t0
         for _ in range(PLAIN_BETWEEN):
             step()
-        ratios.append(seconds / statistics.median(plain[-PLAIN_BETWEEN:]))
-    return ratios
+        return seconds / statistics.median(plain[-PLAIN_BETWEEN:])
+
+    for _ in range(WARM_STEPS):
+        step()
+    warm_probe = probe()
+    cold = [timed(warm_probe)]  # its first estimate is cold too
+    warm = []
+    for i in range(ESTIMATES):
+        if i % 2 == 1:  # rounds 1, 3, 5, 7: a fresh probe's cold estimate, then the warm one
+            cold.append(timed(probe()))
+        warm.append(timed(warm_probe))
+    return cold, warm
 
 
 def _fisher(events) -> list:
@@ -114,7 +127,7 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: S
     result, ev = runs[-1]
     fisher = _fisher(ev)
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
-    costs = estimate_costs(task, norm, settings)
+    cold, warm = estimate_costs(task, norm, settings)
     on_s, off_s = statistics.median(on), statistics.median(off)
     return {
         "task": task,
@@ -133,11 +146,43 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: S
         "first_fisher_step": fisher[0].step if fisher else None,
         "first_fisher_fraction": fisher[0].step / steps if fisher else None,
         "run_cost_steps": [e.payload["cost_steps"] for e in fisher],
-        "cold_cost_steps": costs[0] if costs else None,
-        "warm_cost_steps": statistics.median(costs[1:]) if len(costs) > 1 else None,
-        "cold_over_warm": costs[0] / statistics.median(costs[1:]) if len(costs) > 1 else None,
+        "cold_cost_steps": statistics.median(cold),
+        "warm_cost_steps": statistics.median(warm),
+        "cold_over_warm": statistics.median(cold) / statistics.median(warm),
+        "cold_costs": cold,
+        "warm_costs": warm,
         "warnings": warnings,
     }
+
+
+def _probed(task: str) -> bool:
+    """Whether the probes model the task's predictive distribution (a mixture density they do not)."""
+    from workers.probes.likelihood import Likelihood
+
+    return TASKS[task].target in Likelihood.TARGETS
+
+
+def _accuracy(tasks: list[str], norm: str, as_json: bool, settings: Settings) -> int:
+    from workers.probes.bench_accuracy import lambda_errors, summary
+
+    rows = {}
+    for t in tasks:
+        rows[t] = summary(lambda_errors(t, norm, settings))
+        print(json.dumps({t: rows[t]}), file=sys.stderr, flush=True)
+    if as_json:
+        print(json.dumps({"benchmark": "probes-accuracy", "norm": norm, "results": rows}, indent=2))
+        return 0
+    print(
+        f"{'task':12} {'cold median':>11} {'cold max':>9} {'warm median':>11} {'warm max':>9}"
+        "  (1 − λ/converged)"
+    )
+    for t, r in rows.items():
+        cold, warm = r["cold"], r.get("warm", {})
+        print(
+            f"{t:12} {cold['median']:>11.3f} {cold['max']:>9.3f} "
+            f"{_fmt(warm.get('median'), '.3f'):>11} {_fmt(warm.get('max'), '.3f'):>9}"
+        )
+    return 0
 
 
 def _fmt(v, spec: str) -> str:
@@ -147,20 +192,29 @@ def _fmt(v, spec: str) -> str:
 def main(argv: list[str] | None, settings: Settings) -> int:
     parser = argparse.ArgumentParser(prog="normlab bench probes", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: all available)")
+    parser.add_argument(
+        "--tasks", default=None, help="comma-separated tasks (default: all available that the probes model)"
+    )
     parser.add_argument("--norm", default="layer")
     parser.add_argument("--steps", type=int, default=None, help="override every task's default steps")
     parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="instead: λ_max(F) cold and warm against a converged one (workers/probes/bench_accuracy.py)",
+    )
     args = parser.parse_args(argv)
     data_dir = settings.data_dir
     tasks = (
         args.tasks.split(",")
         if args.tasks
-        else [t for t in TASKS if task_availability(t, data_dir).available]
+        else [t for t in TASKS if task_availability(t, data_dir).available and _probed(t)]
     )
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    if args.accuracy:
+        return _accuracy(tasks, args.norm, args.json, settings)
     started = time.perf_counter()
     rows = []
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed

@@ -3,11 +3,15 @@
 State carried across estimates: the previous top eigenvectors of F and H (warm starts), an EMA of the
 summed-gradient traces (they are noisier), and estimators switched off after they failed once.
 
-λ_max by Lanczos (`workers.probes.eigen`): warm, `power_iterations` products from the previous Ritz
-vector; cold (the first estimate, or after a failure), from the sampled-label gradient ∇S (free: the
-trace pass computes it, and its covariance is N·F, so it already leans towards the top eigenvectors)
-until the relative Ritz residual is ≤ COLD_TOL, at most COLD_MAX products; `lambda_residual` in the
-payload says how far it got, and the next estimate continues from its Ritz vector.
+λ_max by Lanczos (`workers.probes.eigen`), `power_iterations` Krylov vectors warm, the last one by its
+Jacobian-vector product alone. Start: where the predictions are a Linear layer's outputs (feed-forward and
+conv nets), the output layer's own Fisher block gives a direction q0 and its F q0 for one vjp
+(`workers.probes.start`); elsewhere (recurrent nets) the sampled-label gradient ∇S (free: the trace pass
+computes it, its covariance is N·F). Warm, the best combination of that vector and the previous Ritz
+vector (Rayleigh–Ritz: a Jacobian-vector product each, the combination's F u one vjp) — a previous vector
+alone, 50 steps old, left λ_max 20-70 % low; cold, the vector itself. Cold (the first estimate, or after
+a failure) iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX
+vectors; `lambda_residual` in the payload says how far it got (after the last full product).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import torch
 from torch import nn
 
 from workers.probes.eigen import lanczos_top
-from workers.probes.fisher import FisherPass, module_traces
+from workers.probes.fisher import FisherPass, Layout, module_traces
 from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
+from workers.probes.start import best_start, output_layer_start
 
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
-COLD_MAX = 4  # products at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
+COLD_MAX = 4  # Krylov vectors at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
 ALONG_ROWS = (
     "uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
@@ -33,6 +38,18 @@ EMPIRICAL_NOTE = (
     "empirical Fisher: gradients at the observed labels. Not a curvature estimate "
     "(Kunstner, Hennig & Balles 2019); shown only for comparison with the true Fisher."
 )
+
+
+def _nonzero(vector) -> bool:
+    return vector is not None and any(bool(t.abs().sum() > 0) for t in vector)
+
+
+def _quadratic(fp: FisherPass | None):
+    """q ↦ qᵀFq for a unit q from one Jacobian-vector product (exact, or central differences on the fused
+    LSTM path)."""
+    if fp is None:
+        return None
+    return lambda q: fp.curvature_along(q, unit=True)
 
 
 def _sync(device: torch.device) -> None:
@@ -59,6 +76,7 @@ class CurvatureProbe:
         self.clock = clock  # the seconds per estimator are on the prober's clock (CPU time on a CPU)
         self.power_iterations, self.hessian, self.empirical = power_iterations, hessian, empirical
         self.groups: list[Group] = find_groups(model)
+        self.layout = Layout.of(model)  # the model's structure, shared by every estimate's pass
         device = next(model.parameters()).device
         self.device = device
         self.generator = torch.Generator(device=device).manual_seed(seed + 0x5EED)
@@ -78,7 +96,7 @@ class CurvatureProbe:
         """(payload, seconds per estimator) for this batch at the current parameters."""
         seconds: dict[str, float] = {}
         t0 = self.clock()
-        fp = FisherPass(self.model, self.lik, x, y, self.loss_fn)
+        fp = FisherPass(self.model, self.lik, x, y, self.loss_fn, layout=self.layout)
         stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
         scale = 1.0 / fp.n
         raw, kinds = module_traces(stats, est, scale)
@@ -111,7 +129,7 @@ class CurvatureProbe:
             "lr": lr,
         }
         payload["lambda_max"], seconds["lambda_max"], self.eig = self._top(
-            "lambda_max", fp.fvp, fp.params, self.eig, grad_s
+            "lambda_max", fp.fvp, fp.params, self.eig, grad_s, fp=fp
         )
         if payload["lambda_max"] is not None:
             payload["eta_lambda_max"] = lr * payload["lambda_max"]
@@ -145,19 +163,35 @@ class CurvatureProbe:
             [u if n == name else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
         )
 
-    def _top(self, name: str, product, params, previous, start=None):
-        """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed."""
+    def _top(self, name: str, product, params, previous, start=None, fp: FisherPass | None = None):
+        """(λ, seconds, Ritz vector) by Lanczos, warm-started; (None, …) if the product failed.
+
+        With `fp` (the Fisher): the last Krylov vector takes a Jacobian-vector product only. The start:
+        the output layer's block (`workers.probes.start`) where the model has one, else `start` (∇S);
+        warm, the best combination of it and the previous Ritz vector."""
         if name in self.failed:
             return None, 0.0, previous
         t0 = self.clock()
         cold = previous is None
-        init = previous
-        if cold:
-            nonzero = start is not None and any(bool(t.abs().sum() > 0) for t in start)
-            init = [t.detach() for t in start] if nonzero else self._random(params)
+        init, first = previous, None
         try:
+            found = output_layer_start(fp) if fp is not None else None
+            if found is None and fp is not None and not cold and _nonzero(start):  # ∇S as the new vector
+                found = (dict(zip(fp.names, start, strict=True)), fp.jv(start))
+            if found is not None:  # with the previous vector (warm): the better combination of the two
+                init, first = best_start(fp, found, previous)
+            elif cold and _nonzero(start):
+                init = [t.detach() for t in start]
+            elif cold:
+                init = self._random(params)
             lam, vec, info = lanczos_top(
-                product, init, self.power_iterations, tol=COLD_TOL if cold else None, max_products=COLD_MAX
+                product,
+                init,
+                self.power_iterations,
+                tol=COLD_TOL if cold else None,
+                max_products=COLD_MAX,
+                start_product=first,
+                quadratic=_quadratic(fp),
             )
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]

@@ -6,59 +6,100 @@ it converges much faster when the spectrum has a few outliers (as Fisher spectra
 the previous estimate's Ritz vector needs ~2 products. A cold start iterates until the Ritz residual
 ‖F y − θ y‖ ≤ tol · θ (an eigenvalue lies within that distance of θ) or the relative change of θ
 between two products is below tol / 10, or `max_products` is reached; the residual is reported.
+A Fisher-vector product is a Jacobian-vector product J q and a vjp Jᵀ(Λ J q); the last Krylov vector
+needs only qᵀFq = (Jq)ᵀΛ(Jq)/N, so given `quadratic` the last vjp is skipped (θ is still the top Ritz
+value of the whole Krylov space, residual then known only up to the vector before it).
 The basis is fully re-orthogonalized (it has at most a dozen vectors): classical Gram–Schmidt, repeated
 when it cancelled most of the vector.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch import Tensor
 
 
-def _flat(ts: list[Tensor]) -> Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in ts])
+def _flat(ts: list[Tensor], out: Tensor | None = None) -> Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in ts], out=out)
 
 
 def _split(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
     """Views of a flat vector shaped like `like` (the product sees the parameters' shapes)."""
-    return [c.view_as(t) for c, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
+    return [c.view(t.shape) for c, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
+
+
+def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, np.ndarray]:
+    """(largest eigenvalue, its unit eigenvector) of the symmetric tridiagonal matrix (α on the diagonal)."""
+    if len(alphas) == 1:
+        return alphas[0], np.ones(1)
+    if len(alphas) == 2:  # closed form: the common warm case (a library call costs more than its work)
+        a, b, c = alphas[0], betas[0], alphas[1]
+        top = 0.5 * (a + c) + math.hypot(0.5 * (a - c), b)
+        vec = np.array([b, top - a]) if abs(top - a) >= abs(top - c) else np.array([top - c, b])
+        norm = math.hypot(vec[0], vec[1])
+        return top, vec / norm if norm > 0 else np.array([1.0, 0.0])
+    tri = np.diag(np.asarray(alphas, dtype=np.float64))
+    if betas:
+        off = np.asarray(betas, dtype=np.float64)
+        tri += np.diag(off, 1) + np.diag(off, -1)
+    values, vectors = np.linalg.eigh(tri)
+    return float(values[-1]), vectors[:, -1]
 
 
 def lanczos_top(
-    product, init: list[Tensor], products: int, tol: float | None = None, max_products: int | None = None
+    product,
+    init: list[Tensor],
+    products: int,
+    tol: float | None = None,
+    max_products: int | None = None,
+    *,
+    start_product: list[Tensor] | None = None,
+    quadratic=None,
 ) -> tuple[float, list[Tensor], dict]:
     """(θ ≈ λ_max, its Ritz vector, {"products", "residual"}) — `products` at least, then to `tol`.
 
-    The Krylov basis is kept as the rows of one matrix over the flattened parameters, so a small model's
-    few products are not outweighed by per-tensor bookkeeping (one dot or re-orthogonalization is a single
-    matrix product, not one per parameter tensor)."""
+    `products` counts Krylov vectors. `start_product` = F·init when the caller has it already (the first
+    product is then free); `quadratic(q)` = qᵀFq for a unit q, which the last Krylov vector needs alone
+    (a Fisher-vector product's Jacobian-vector half, without the vjp that only the next vector would
+    use). With `quadratic` the reported residual is the one after the last full product.
+
+    The Krylov basis is kept as the rows of one matrix over the flattened parameters, and each product is
+    written straight into the next row, so a small model's few products are not outweighed by
+    bookkeeping: one matrix-vector product gives the new vector's coefficients on the basis and its own
+    squared norm, one more removes its projection."""
     start = _flat(init)
     norm = float(start.norm())
     if norm == 0.0:
         raise ValueError("lanczos_top needs a nonzero start vector")
     limit = max(products, max_products or products) if tol is not None else products
-    basis = torch.empty((limit, start.numel()), dtype=start.dtype, device=start.device)
-    basis[0] = start / norm
+    basis = torch.empty((limit + 1, start.numel()), dtype=start.dtype, device=start.device)
+    torch.div(start, norm, out=basis[0])
     alphas: list[float] = []
     betas: list[float] = []
-    theta, s, residual, previous = 0.0, torch.ones(1, dtype=torch.float64), float("inf"), None
+    theta, s, residual, previous = 0.0, np.ones(1), math.inf, None
     for k in range(limit):
-        w = _flat(product(_split(basis[k], init)))
-        alphas.append(float(basis[k] @ w))
+        if quadratic is not None and k + 1 == limit:  # the last vector: its Rayleigh quotient is enough
+            alphas.append(float(quadratic(_split(basis[k], init))))
+            theta, s = _top_ritz(alphas, betas)
+            break
+        w = basis[k + 1]  # F q_k lands in the next row and is orthogonalized there
+        if k == 0 and start_product is not None:
+            torch.div(_flat(start_product), norm, out=w)
+        else:
+            _flat(product(_split(basis[k], init)), out=w)
         seen = basis[: k + 1]
-        before = float(w.norm())
-        w -= seen.t() @ (seen @ w)  # full re-orthogonalization (covers the α q_k and β q_{k-1} terms)
+        dots = (basis[: k + 2] @ w).tolist()  # q_j · w for j ≤ k, then ‖w‖²
+        alphas.append(dots[k])
+        coeffs = torch.tensor(dots[:-1], dtype=w.dtype, device=w.device)
+        w.addmv_(seen.t(), coeffs, alpha=-1.0)  # full re-orthogonalization (covers α q_k and β q_{k-1})
         beta = float(w.norm())
-        if beta < 0.5 * before:  # much cancelled: once more keeps the basis orthogonal ("twice is enough")
-            w -= seen.t() @ (seen @ w)
+        if beta < 0.5 * math.sqrt(max(dots[-1], 0.0)):  # much cancelled: once more ("twice is enough")
+            w.addmv_(seen.t(), seen @ w, alpha=-1.0)
             beta = float(w.norm())
-        tri = torch.diag(torch.tensor(alphas, dtype=torch.float64))
-        if betas:
-            off = torch.tensor(betas, dtype=torch.float64)
-            tri += torch.diag(off, 1) + torch.diag(off, -1)
-        values, vectors = torch.linalg.eigh(tri)
-        theta, s = float(values[-1]), vectors[:, -1]
+        theta, s = _top_ritz(alphas, betas)
         residual = beta * abs(float(s[-1]))
         done = k + 1 >= products and (
             tol is None
@@ -69,10 +110,10 @@ def lanczos_top(
         if done or beta <= 1e-12 * max(abs(theta), 1e-30) or k + 1 == limit:
             break
         betas.append(beta)
-        basis[k + 1] = w / beta
-    vec = s.to(basis.dtype) @ basis[: len(alphas)]
+        w.div_(beta)
+    ritz = torch.from_numpy(s).to(basis.dtype).to(basis.device) @ basis[: len(alphas)]
     return (
         theta,
-        [t.clone() for t in _split(vec, init)],
+        _split(ritz, init),
         {"products": len(alphas), "residual": residual / max(abs(theta), 1e-30)},
     )

@@ -23,8 +23,10 @@ IGNORE = -100  # the tasks' per-step "not scored" target (cross_entropy's ignore
 class Likelihood:
     """Selects the scored predictions of a batch and knows their distribution (softmax or Gaussian)."""
 
+    TARGETS = ("class", "per_step_class", "regression")  # a mixture density ("density") is not modelled
+
     def __init__(self, target: str):
-        if target not in ("class", "per_step_class", "regression"):
+        if target not in self.TARGETS:
             raise ValueError(f"unknown target kind {target!r}")
         self.target = target
         self.gaussian = target == "regression"

@@ -12,20 +12,32 @@ a BatchNorm in training mode mix the batch, so `Recorder.valid` leaves them to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
 
 
-@dataclass
 class RowStats:
-    """Sums over cases n, per row i: ‖G_n[i]‖², ⟨G_n[i], w_i⟩², (Σ_i ⟨G_n[i], w_i⟩)², ⟨G_n[i], w_i⟩."""
+    """Sums over cases n, per row i: ‖G_n[i]‖² (`row_sq`), ⟨G_n[i], w_i⟩² (`row_dot_sq`),
+    (Σ_i ⟨G_n[i], w_i⟩)² (`whole_dot_sq`) and ⟨G_n[i], w_i⟩ (`dot_sum`), from the per-case row inner
+    products (cases, R). The last three are computed when first read: most parameters (biases, gains)
+    only need their trace."""
 
-    row_sq: Tensor
-    row_dot_sq: Tensor
-    whole_dot_sq: Tensor
-    dot_sum: Tensor
+    def __init__(self, row_sq: Tensor, per_case_dot: Tensor):
+        self.row_sq, self.per_case_dot = row_sq, per_case_dot
+
+    @cached_property
+    def row_dot_sq(self) -> Tensor:
+        return self.per_case_dot.pow(2).sum(0)
+
+    @cached_property
+    def whole_dot_sq(self) -> Tensor:
+        return self.per_case_dot.sum(1).pow(2).sum()
+
+    @cached_property
+    def dot_sum(self) -> Tensor:
+        return self.per_case_dot.sum(0)
 
 
 def rows(t: Tensor) -> Tensor:
@@ -37,7 +49,7 @@ def rows(t: Tensor) -> Tensor:
 
 def row_stats(per_case_dot: Tensor, row_sq: Tensor) -> RowStats:
     """RowStats from per-case row inner products (cases, R) and the summed squared row norms (R,)."""
-    return RowStats(row_sq, per_case_dot.pow(2).sum(0), per_case_dot.sum(1).pow(2).sum(), per_case_dot.sum(0))
+    return RowStats(row_sq, per_case_dot)
 
 
 def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
@@ -47,7 +59,8 @@ def summed_stats(grad: Tensor, param: Tensor) -> RowStats:
 
 
 def is_batch_norm(m: nn.Module) -> bool:
-    return m.training and ("BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm))
+    """A BatchNorm module (it mixes the batch while in training mode)."""
+    return "BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm)
 
 
 def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
@@ -64,6 +77,29 @@ def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
     return gain, bias if isinstance(bias, Tensor) else None
 
 
+def hook_kinds(model: nn.Module) -> dict[str, str]:
+    """How `Recorder` hooks each module: "summed" / "wn" (its `summed` wrapped), "linear", "affine"
+    (per-case normalizer gain), "bn" (watched only: it mixes the batch)."""
+    kinds: dict[str, str] = {}
+    for name, m in model.named_modules():
+        kind = type(m).__name__
+        if kind in ("NormLinear", "PlainLinear") and m.weight.requires_grad and m.weight.dim() == 2:
+            kinds[name] = "summed"
+        elif kind == "WeightNormLinear" and m.v.requires_grad:
+            kinds[name] = "wn"
+        elif isinstance(m, nn.Linear) and m.weight.requires_grad:
+            kinds[name] = "linear"
+        elif (
+            affine_params(m) is not None
+            and affine_params(m)[0].requires_grad
+            and not getattr(m, "channels", False)
+        ):
+            kinds[name] = "affine"
+        elif is_batch_norm(m):
+            kinds[name] = "bn"
+    return kinds
+
+
 class Recorder:
     """Hooks hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
 
@@ -75,7 +111,7 @@ class Recorder:
     of recurrent layers are recognised from the batch size.
     """
 
-    def __init__(self, model: nn.Module, batch: int):
+    def __init__(self, model: nn.Module, batch: int, kinds: dict[str, str] | None = None):
         self.model, self.batch = model, batch
         self.calls: dict[str, list[list]] = {}  # module name -> [[input x, output, δ], …]
         self.first_call: dict[str, int] = {}
@@ -84,23 +120,7 @@ class Recorder:
         self.recording = False
         self.handles: list = []
         self.wrapped: list[nn.Module] = []
-        self.kinds: dict[str, str] = {}
-        for name, m in model.named_modules():
-            kind = type(m).__name__
-            if kind in ("NormLinear", "PlainLinear") and m.weight.requires_grad and m.weight.dim() == 2:
-                self.kinds[name] = "summed"
-            elif kind == "WeightNormLinear" and m.v.requires_grad:
-                self.kinds[name] = "wn"
-            elif isinstance(m, nn.Linear) and m.weight.requires_grad:
-                self.kinds[name] = "linear"
-            elif (
-                affine_params(m) is not None
-                and affine_params(m)[0].requires_grad
-                and not getattr(m, "channels", False)
-            ):
-                self.kinds[name] = "affine"
-            elif is_batch_norm(m):
-                self.kinds[name] = "bn"
+        self.kinds: dict[str, str] = hook_kinds(model) if kinds is None else kinds
 
     def __enter__(self) -> Recorder:
         mods = dict(self.model.named_modules())
@@ -145,8 +165,9 @@ class Recorder:
     def _hook(self, name: str, kind: str):
         def hook(module, inputs, output):
             if kind == "bn":
-                self.counter += 1
-                self.last_bn_call = self.counter
+                if module.training:  # in eval mode it uses running statistics: no mixing
+                    self.counter += 1
+                    self.last_bn_call = self.counter
             elif isinstance(output, Tensor) and output.requires_grad:
                 self._entry(name, inputs[0] if kind != "affine" else None, output)
 
@@ -182,17 +203,21 @@ class Recorder:
             if o is None or g is None or (c[0] is not None and x is None):
                 return None
             parts.append((x, o, g))
-        out = torch.cat([p[1] for p in parts], 1)
-        d = torch.cat([p[2] for p in parts], 1)
+        out, d = _joined([p[1] for p in parts]), _joined([p[2] for p in parts])
         kind = self.kinds[name]
         if kind == "affine":
             return _affine(module, out, d)
-        a = torch.cat([p[0] for p in parts], 1)
+        a = _joined([p[0] for p in parts])
         if kind == "wn":
             return _weight_norm(module, a, out, d)
         if kind == "summed":  # a = W x exactly; PlainLinear adds its bias after, with the same gradient
             return _linear(module.weight, None, a, out, d, bias_after=getattr(module, "bias", None))
         return _linear(module.weight, module.bias, a, out, d)
+
+
+def _joined(ts: list[Tensor]) -> Tensor:
+    """The calls' (B, T, F) tensors along time (one call: as it is, no copy)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, 1)
 
 
 def _row_sq(a: Tensor, d: Tensor) -> Tensor:

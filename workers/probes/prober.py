@@ -314,4 +314,6 @@ def make_prober(spec, model: nn.Module, task_data, optimizer) -> Prober | None:
         return None
     if not any(p.requires_grad for p in model.parameters()):
         return None
+    if task_data.info.target not in Likelihood.TARGETS:  # the run trains without probes (it says so)
+        return None
     return Prober(spec, model, task_data, optimizer)

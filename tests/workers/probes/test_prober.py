@@ -112,6 +112,16 @@ def test_probes_off_gives_no_prober():
     assert make_prober(spec, torch.nn.Linear(2, 2), None, None) is None
 
 
+def test_a_density_task_trains_without_probes_instead_of_failing(settings):
+    """The Fisher needs the model's predictive distribution: a mixture density is not modelled, so the
+    probes decline the model (the run says so) rather than fail it at step 0."""
+    result, events = _run(
+        settings, task="handwriting", steps=2, eval_every=2, batch_size=2, seq_len=8, hidden_size=8
+    )
+    assert result.probes is None or result.probes.get("fisher") is None
+    assert not [e for e in events if e.kind in ("fisher", "hidden")]
+
+
 def test_default_budget_holds_on_a_short_run(settings):
     # the first estimate is priced at 18 plain steps; 600 steps earn room for ≈ 40
     result, events = _run(settings, task="digits", norm="layer", hidden_size=32, steps=600, eval_every=1000)

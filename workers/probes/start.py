@@ -1,0 +1,111 @@
+"""A cold λ_max(F) start from the output layer's own Fisher block, found without a Fisher-vector product.
+
+When the scored predictions are a Linear layer's outputs, o_n = W h_n + b, that layer's block of
+F = (1/N) Jᵀ Λ J is (1/N) Σ_n Λ_n ⊗ h̃_n h̃_nᵀ with h̃ = [h; 1]. In the predictions' space it acts as
+x ↦ K Λ x with the N×N kernel K = H̃H̃ᵀ: a few power iterations there (N×C numbers, no autograd) give
+its top direction x, hence the start q0 = J_outᵀ Λ x (zero outside the output layer) and J q0 = K Λ x,
+so that F q0 = Jᵀ Λ J q0 / N costs a single vjp. A warm start combines it with the previous estimate's
+Ritz vector p (Rayleigh–Ritz on span{p, q0}: one Jacobian-vector product J p, the rest is free), so a
+top direction that rotated since the previous estimate is still found. The top eigenvector of F leans
+on the output layer's block (its class directions): from q0, Lanczos gets closer in as many products
+as from the sampled-label gradient ∇S, and warm estimates ~50 steps apart stay within a few % of the
+converged λ_max instead of 20-70 % below it (BENCHMARKS.md, issue 17).
+
+Recurrent models (their predictions a slice of a sequence's outputs) and per-step targets do not
+qualify: their top direction lies in the recurrent weights, and `CurvatureProbe` starts them from the
+sampled-label gradient ∇S instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+ITERATIONS = (
+    12  # power iterations on the output-layer block (N×C numbers each; 6: warm λ_max ≈ 2× further off)
+)
+
+
+def output_layer_start(fp) -> tuple[dict[str, Tensor], Tensor] | None:
+    """({parameter name: q0's part} (q0 is zero elsewhere), J q0), or None when the predictions are not a
+    Linear layer's outputs."""
+    found = fp.output_layer()
+    if found is None:
+        return None
+    name, h = found
+    module = fp.layout.modules[name]
+    w_name, b_name = f"{name}.weight" if name else "weight", f"{name}.bias" if name else "bias"
+    if w_name not in fp.names:
+        return None
+    with torch.no_grad():
+        has_bias = b_name in fp.names and module.bias is not None
+        pred = fp.pred.detach()
+        probs = None if fp.lik.gaussian else torch.softmax(pred, -1)
+
+        def lam(v: Tensor) -> Tensor:  # Λ v per prediction (Likelihood.lam, the softmax computed once)
+            if probs is None:
+                return v
+            pv = probs * v
+            return pv.sub_(probs * pv.sum(-1, keepdim=True))
+
+        kernel = h @ h.t()  # K = H̃H̃ᵀ, the bias a constant feature
+        if has_bias:
+            kernel += 1.0
+        x = fp.lik.observed_residual(pred, fp.tgt)
+        for _ in range(ITERATIONS):  # x ← K Λ x (its scale is irrelevant: one rescale at the end)
+            x = kernel @ lam(x)
+        scale = float(x.abs().max())
+        if not math.isfinite(scale) or scale == 0.0:
+            return None
+        lx = lam(x / scale)
+        q0 = {w_name: lx.t() @ h}
+        if has_bias:
+            q0[b_name] = lx.sum(0)
+        return q0, kernel @ lx  # J q0: the predictions move along K Λ x
+
+
+def best_start(
+    fp, start: tuple[dict[str, Tensor], Tensor], previous: list[Tensor] | None = None
+) -> tuple[list[Tensor], list[Tensor]]:
+    """(u, F u): u = q0 (cold) or the combination of `previous` and q0 with the largest Rayleigh quotient
+    (Rayleigh–Ritz on their span), and F u = Jᵀ Λ J u / N by one vjp (J u is a combination of J p, J q0).
+    q0 is zero outside a few tensors, so the span's Gram matrix costs dot products over those alone."""
+    q0, jq = start
+    where = [fp.names.index(n) for n in q0]
+    if previous is None:
+        u = [q0[n] if n in q0 else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
+        ju = jq
+    else:
+        jp = fp.jv(previous)
+        lam_p, lam_q = fp.lik.lam(fp.pred, jp), fp.lik.lam(fp.pred, jq)
+        pp = float(torch.stack(torch._foreach_norm(previous)).pow(2).sum())
+        pq = sum(float((previous[i] * q0[fp.names[i]]).sum()) for i in where)
+        qq = sum(float(t.pow(2).sum()) for t in q0.values())
+        app = float((jp * lam_p).sum()) / fp.n
+        apq = float((jp * lam_q).sum()) / fp.n
+        aqq = float((jq * lam_q).sum()) / fp.n
+        a, b = _ritz_2x2([[pp, pq], [pq, qq]], [[app, apq], [apq, aqq]])
+        if abs(a) * math.sqrt(pp) <= 1e-6 * abs(b) * math.sqrt(qq):  # the previous vector adds nothing
+            u = [q0[n] if n in q0 else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
+            ju = jq
+        else:
+            c = b / a
+            u = list(previous)
+            for i in where:
+                u[i] = previous[i] + c * q0[fp.names[i]]
+            ju = jp + c * jq
+    return u, fp.vjp(fp.lik.lam(fp.pred, ju) / fp.n)
+
+
+def _ritz_2x2(gram: list[list[float]], proj: list[list[float]]) -> tuple[float, float]:
+    """Coefficients (a, b) of the top Ritz vector of the pencil (proj, gram) on a 2-vector span."""
+    g = np.asarray(gram, dtype=np.float64)
+    values, vectors = np.linalg.eigh(g)
+    keep = values > 1e-10 * values.max()
+    whiten = vectors[:, keep] / np.sqrt(values[keep])
+    _, ritz = np.linalg.eigh(whiten.T @ np.asarray(proj, dtype=np.float64) @ whiten)
+    coef = whiten @ ritz[:, -1]
+    return float(coef[0]), float(coef[1])

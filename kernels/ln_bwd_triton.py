@@ -1,0 +1,322 @@
+"""Triton LayerNorm backward kernels: a fused, deterministic dx + per-program dγ/dβ partials, and their sum.
+
+Maths (ln_triton.py has the forward), per row with x̂ = (x − μ)·rstd from the saved fp32 μ, rstd, g = γ ⊙ dy:
+    dx = rstd · (g − x̂ · c1 − c2),   c1 = mean(g ⊙ x̂),   c2 = mean(g)
+    dγ = Σ_rows dy ⊙ x̂,   dβ = Σ_rows dy
+Tiers by N (launch heuristics in ln_launch.py):
+  * resident (next_pow2(N) ≤ MAX_RESIDENT_BWD): a persistent grid of P programs, each owning rows pid,
+    pid + P, … with the whole row in registers and its own dγ/dβ partial in registers, written once to row
+    pid of a [P, N] slab; for small N each program takes ROWS rows at once.
+  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): the same, rows read as an unaligned
+    head, a 16-byte-aligned body and a tail (see ln_triton._ln_fwd_shifted), so odd N keeps 16-byte
+    loads; the grid is a multiple of 8 so a program's rows share one alignment.
+  * split (longer rows): each row is split into K = cdiv(N, BLOCK_S) column segments. `_ln_bwd_split_stats`
+    runs a persistent grid (P, K): program (p, k) walks rows p, p + P, … over segment k only, writes the
+    segment's (Σ g⊙x̂, Σ g) pair of each row to a small fp32 (M, K, 2) buffer, and keeps the segment's
+    dγ/dβ partial in registers (written once, to row p of the slab: no read-modify-write).
+    `_ln_bwd_split_dx` then combines each row's K pairs in a fixed order (one tl.sum over K lanes) and
+    writes dx, one (row, segment) per program, rows in reverse order so the first it reads are the last
+    the stats kernel read (the likeliest still in L2). x and dy are read twice (≈ 5·M·N·s bytes in all,
+    the looped kernel this replaces moved up to ≈ 13: two reads plus an fp32 read-modify-write of its
+    partial row per row), no segment's state outgrows registers, and nothing waits on another program.
+dγ and dβ partials share one fp32 (2, P, N) buffer, and one launch of `_column_sum` (a 2-D grid of narrow
+column strips × the two slabs) sums the P partials column by column in a fixed order. No atomics, no
+locks, no zero fill (every partial row and every pair is written before it is read): the result is bitwise
+identical on repeats for a given device and shape, whatever the buffers held before.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.ln_triton import _load3, _split, _store3
+
+MAX_RESIDENT_BWD = 8192  # ptxas -v: the resident backward (x, dy, γ and two partial rows) spills above
+SPLIT_BLOCK = 4096  # column segment of the split tier (as wide as the resident tier's comfortable rows)
+# Software pipelining of the loops in the persistent kernels (the backward tiers, the column sum): the next
+# row's (or tile's) loads go to shared memory by cp.async while this one is worked on. The H200 profile
+# showed the resident backward at ≈ 50 % of peak with one 32-warp program per SM: nothing was in flight
+# during each row's reductions and stores. ptxas -v (sm_90) with 16-byte loads (N a multiple of 16): no
+# spills, 33-82 KB of shared memory; with scalar loads (other N) 80-100 bytes of spills, so the backward
+# launches those with STAGES=1 (ln_launch._bwd_launch).
+STAGES = tl.constexpr(2)  # the backward's depth where N % 16 == 0
+SUM_STAGES = tl.constexpr(2)  # the column sum's (no spills either way)
+
+
+@triton.jit
+def _add_pair(a1, a2, b1, b2):
+    """Combine function of a two-operand sum (tl.reduce over a (Σ g⊙x̂, Σ g) pair)."""
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
+def _ln_bwd_resident(
+    DY,  # upstream gradient (M, N), row stride stride_dy
+    X,  # forward input (M, N), row stride stride_x
+    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    DX,  # output dx (M, N), row stride stride_dx, dtype of X
+    DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
+    DB_part,  # fp32 (P, N): this program's Σ dy over its rows; unused if not HAS_B
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the row loop (1: none)
+):
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(col_ok, 1.0, 0.0)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # Persistent loop: this program's rows in a fixed order ⇒ deterministic partials.
+    for start in tl.range(pid * ROWS, M, n_prog * ROWS, num_stages=STAGES):
+        rows = start + tl.arange(0, ROWS)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows64 = rows.to(tl.int64)
+        x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        g = dy * w[None, :]
+        # the (c1, c2) pair in one two-operand reduction: one pass over the row's lanes and one exchange
+        # through shared memory for both, where two tl.sum calls reduce (and synchronize) twice
+        c1, c2 = tl.reduce((xhat * g, g), 1, _add_pair)
+        c1 = c1 / N
+        c2 = c2 / N
+        dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(DX + rows64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_W:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if HAS_B:
+            db_acc += tl.sum(dy, axis=0)
+    if HAS_W:
+        tl.store(DW_part + pid * N + cols, dw_acc, mask=col_ok)
+    if HAS_B:
+        tl.store(DB_part + pid * N + cols, db_acc, mask=col_ok)
+
+
+@triton.jit
+def _ln_bwd_shifted(
+    DY,  # upstream gradient (M, N), row stride N, 16-byte aligned
+    X,  # forward input (M, N), row stride N, 16-byte aligned
+    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    DX,  # output dx (M, N), row stride N, 16-byte aligned
+    DW_part,  # fp32 (P, N): this program's Σ dy ⊙ x̂ over its rows (row pid); unused if not HAS_W
+    DB_part,  # fp32 (P, N): this program's Σ dy; unused if not HAS_B
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,  # the strides all equal N (the launcher checks)
+    BLOCK_N: tl.constexpr,  # ≥ N
+    VEC: tl.constexpr,  # elements in 16 bytes
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the row loop
+):
+    # The resident backward for N not a multiple of 16, with 16-byte loads and stores: rows are read as
+    # head + aligned body + tail as in _ln_fwd_shifted. The grid P is a multiple of VEC (or ≥ M), so the
+    # rows pid, pid + P, … of one program all start at the same offset from a 16-byte boundary: one split
+    # serves them all, and the dγ/dβ accumulators keep one column layout (body lane k ↔ column head + k).
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    head, body, tail = _split(tl.cast(pid, tl.int64) * stride_x, N, VEC)
+    cols = tl.arange(0, BLOCK_N)
+    ends = tl.arange(0, VEC)
+    b_ok = cols < body
+    h_ok = ends < head
+    t_ok = ends < tail
+    if HAS_W:  # column of body element k: head + k (element-wise loads, once per program)
+        wh, wb, wt = _load3(W, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
+    else:
+        wh, wb, wt = tl.where(h_ok, 1.0, 0.0), tl.where(b_ok, 1.0, 0.0), tl.where(t_ok, 1.0, 0.0)
+    dwh = tl.zeros([VEC], dtype=tl.float32)
+    dwb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dwt = tl.zeros([VEC], dtype=tl.float32)
+    dbh = tl.zeros([VEC], dtype=tl.float32)
+    dbb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dbt = tl.zeros([VEC], dtype=tl.float32)
+    for row in tl.range(pid, M, n_prog, num_stages=STAGES):
+        start = tl.cast(row, tl.int64) * stride_x  # the same offset from a boundary as row pid's
+        at = tl.multiple_of(start + head, VEC)
+        mean = tl.load(Mean + row)
+        rstd = tl.load(Rstd + row)
+        xh, xb, xt = _load3(X, start, at, body, cols, ends, b_ok, h_ok, t_ok)
+        yh, yb, yt = _load3(DY, start, at, body, cols, ends, b_ok, h_ok, t_ok)
+        nh = tl.where(h_ok, (xh - mean) * rstd, 0.0)
+        nb = tl.where(b_ok, (xb - mean) * rstd, 0.0)
+        nt = tl.where(t_ok, (xt - mean) * rstd, 0.0)
+        gh, gb, gt = yh * wh, yb * wb, yt * wt
+        c1 = (tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)) / N
+        c2 = (tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)) / N
+        _store3(
+            DX,
+            start,
+            at,
+            body,
+            cols,
+            ends,
+            b_ok,
+            h_ok,
+            t_ok,
+            (gh - (nh * c1 + c2)) * rstd,
+            (gb - (nb * c1 + c2)) * rstd,
+            (gt - (nt * c1 + c2)) * rstd,
+        )
+        if HAS_W:
+            dwh += yh * nh
+            dwb += yb * nb
+            dwt += yt * nt
+        if HAS_B:
+            dbh += yh
+            dbb += yb
+            dbt += yt
+    if HAS_W:  # columns as γ's above
+        _store3(DW_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dwh, dwb, dwt)
+    if HAS_B:
+        _store3(DB_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dbh, dbb, dbt)
+
+
+@triton.jit
+def _ln_bwd_split_stats(
+    DY,  # upstream gradient (M, N), row stride stride_dy
+    X,  # forward input (M, N), row stride stride_x
+    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    C,  # fp32 (M, K, 2) output: (Σ g⊙x̂, Σ g) of row r over segment k at C[r, k]
+    DW_part,  # fp32 (P, N): program (p, k) writes columns of segment k of row p; unused if not HAS_W
+    DB_part,  # fp32 (P, N), same layout; unused if not HAS_B
+    stride_dy,
+    stride_x,
+    M,
+    N,
+    BLOCK_S: tl.constexpr,  # segment width: segment k is columns [k·BLOCK_S, (k+1)·BLOCK_S) ∩ [0, N)
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    STAGES: tl.constexpr,  # pipelining depth of the row loop (1: none)
+):
+    pid = tl.program_id(0)
+    seg = tl.program_id(1)
+    n_prog = tl.num_programs(0)
+    n_seg = tl.num_programs(1)
+    cols = seg * BLOCK_S + tl.arange(0, BLOCK_S)
+    ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(ok, 1.0, 0.0)
+    dw_acc = tl.zeros([BLOCK_S], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_S], dtype=tl.float32)
+    # this program's rows of its segment, in a fixed order ⇒ deterministic partials
+    for row in tl.range(pid, M, n_prog, num_stages=STAGES):
+        r64 = tl.cast(row, tl.int64)
+        x = tl.load(X + r64 * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r64 * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
+        mean = tl.load(Mean + row)
+        rstd = tl.load(Rstd + row)
+        xhat = tl.where(ok, (x - mean) * rstd, 0.0)
+        g = dy * w
+        c1, c2 = tl.reduce((xhat * g, g), 0, _add_pair)
+        at = C + (r64 * n_seg + seg) * 2
+        tl.store(at, c1)
+        tl.store(at + 1, c2)
+        if HAS_W:
+            dw_acc += dy * xhat
+        if HAS_B:
+            db_acc += dy
+    if HAS_W:
+        tl.store(DW_part + pid * N + cols, dw_acc, mask=ok)
+    if HAS_B:
+        tl.store(DB_part + pid * N + cols, db_acc, mask=ok)
+
+
+@triton.jit
+def _ln_bwd_split_dx(
+    DY,  # upstream gradient (M, N), row stride stride_dy
+    X,  # forward input (M, N), row stride stride_x
+    W,  # gain γ (N,) or unused
+    Mean,  # fp32 (M,) saved μ
+    Rstd,  # fp32 (M,) saved rstd
+    C,  # fp32 (M, K, 2) from _ln_bwd_split_stats
+    DX,  # output dx (M, N), row stride stride_dx, dtype of X
+    stride_dy,
+    stride_x,
+    stride_dx,
+    M,
+    N,
+    K,  # segments per row
+    BLOCK_S: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # ≥ K
+    HAS_W: tl.constexpr,
+):
+    # One (row, segment) per program, flattened (a grid's second axis is limited to 65535): rows from the
+    # last, so the first rows read are the ones _ln_bwd_split_stats read last.
+    pid = tl.program_id(0)
+    row = M - 1 - pid // K
+    seg = pid % K
+    r64 = tl.cast(row, tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    pairs = C + (r64 * K + ks) * 2
+    k_ok = ks < K
+    # the row's K partial pairs in one fixed-order sum: the same c1, c2 for every segment of the row
+    c1 = tl.sum(tl.load(pairs, mask=k_ok, other=0.0), axis=0) / N
+    c2 = tl.sum(tl.load(pairs + 1, mask=k_ok, other=0.0), axis=0) / N
+    cols = seg * BLOCK_S + tl.arange(0, BLOCK_S)
+    ok = cols < N
+    x = tl.load(X + r64 * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(DY + r64 * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
+    mean = tl.load(Mean + row)
+    rstd = tl.load(Rstd + row)
+    xhat = (x - mean) * rstd
+    g = dy
+    if HAS_W:
+        g = dy * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    dx = (g - (xhat * c1 + c2)) * rstd
+    tl.store(DX + r64 * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _column_sum(
+    Part,  # fp32 (S, P, N) partials, row-major: S = grid axis 1 (1 or 2) slabs of P rows each
+    Out,  # (N,) Σ_p Part[0, p, :] in its own dtype
+    Out2,  # (N,) Σ_p Part[1, p, :] in its own dtype (axis-1 program 1); unused when S = 1
+    P,
+    N,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    # A narrow strip of BLOCK_C columns per program (many programs: N / BLOCK_C × S), walked down the P
+    # partial rows BLOCK_P at a time into a (BLOCK_P, BLOCK_C) accumulator, then one tree sum over its
+    # rows. The order is fixed by the shape alone: same inputs ⇒ same bits. No atomics.
+    slab = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < N
+    base = Part + slab.to(tl.int64) * P * N
+    acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+    for p0 in tl.range(0, P, BLOCK_P, num_stages=SUM_STAGES):
+        ps = p0 + tl.arange(0, BLOCK_P)
+        mask = (ps < P)[:, None] & col_ok[None, :]
+        acc += tl.load(base + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=mask, other=0.0)
+    total = tl.sum(acc, axis=0)
+    if slab == 0:
+        tl.store(Out + cols, total.to(Out.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(Out2 + cols, total.to(Out2.dtype.element_ty), mask=col_ok)

@@ -28,7 +28,7 @@ TARGETS = ((80, "sm_80"), (90, "sm_90"))
 DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"))
 # One N per launch configuration (see fwd_config); N a multiple of 16 compiles the 16-byte-load case
 # (Triton specializes on it at run time), the others the scalar-load case of the same tier.
-LN_SIZES = (7, 1000, 4096, 4099, 8192, 16384, 20001, 65536)
+LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 65536)
 LSTM_HIDDEN = (256, 1024)
 CPU = torch.device("cpu")
 MODULES = (
@@ -104,7 +104,10 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
     aligned = ("N", "stride_x", "stride_y", "stride_dy", "stride_dx") if N % 16 == 0 else ()
     for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
         flags = {"HAS_W": has_w, "HAS_B": has_b}
-        flags["BLOCK_S" if cfg["kernel"] == "split" else "BLOCK_N"] = cfg["BLOCK_N"]
+        if kind == "fwd" and cfg["kernel"] == "shifted":
+            flags.update(zip(("BLOCK_A", "BLOCK_B", "BLOCK_C"), cfg["TILES"], strict=True))
+        else:
+            flags["BLOCK_S" if cfg["kernel"] == "split" else "BLOCK_N"] = cfg["BLOCK_N"]
         if cfg["kernel"] == "resident":
             flags["ROWS"] = cfg["ROWS"]
         if cfg["kernel"] == "shifted":

@@ -98,6 +98,20 @@ class SumLaunch(NamedTuple):
     grid: tuple
 
 
+def tiles(N: int) -> tuple:
+    """(BLOCK_A, BLOCK_B, BLOCK_C): power-of-two tiles (0: absent) whose sum covers the longest aligned body
+    a row of N elements can have (N − N % 4 elements: fp32 rows; fp16/bf16 ones have at most
+    N − N % 8), wasting less than the next power of two would: two exact tiles, then one padded one
+    (5120 → 4096 + 1024; 2041 → 1024 + 512 + 512; 517 → 512 + 16)."""
+    n = N - N % 4
+    a = 1 << (n.bit_length() - 1)
+    rest = n - a
+    b = 1 << (rest.bit_length() - 1) if rest >= 16 else 0
+    rest -= b
+    c = max(16, triton.next_power_of_2(rest)) if rest else 0
+    return a, b, c
+
+
 @functools.lru_cache(maxsize=512)
 def _fwd_launch(
     M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT, shifted: bool = True
@@ -106,11 +120,15 @@ def _fwd_launch(
     if tier == TIERS["looped"] or (tier == 0 and block > max_resident):
         chunk = min(K.LOOP_BLOCK, max(16, block // 4))
         return Launch("looped", chunk, 1, warps_for(chunk), M)
-    if shifted and tier == 0 and N % 16 and N >= K.MIN_SHIFTED:
-        # N not a multiple of 16: one row per program, read as head + 16-byte-aligned body + tail
-        # (_ln_fwd_shifted; the launcher falls back to the resident kernel, one row per program, when the
-        # rows do not share X's and Y's 16-byte alignment)
-        return Launch("shifted", block, 1, warps_for(block), M)
+    if shifted and tier == 0 and (N % 16 or block != N) and N >= K.MIN_SHIFTED:
+        # N not a multiple of 16, or not a power of two: one row per program, read as head + 16-byte-aligned
+        # body in power-of-two tiles + tail (_ln_fwd_shifted; the launcher falls back to the resident
+        # kernel, one row per program, when the rows do not share X's and Y's 16-byte alignment)
+        # Each tile is laid out over all the program's threads: to keep 16-byte vectors, a thread holds ≥ 8
+        # elements of every tile that matters (≥ 1/8 of the row; a smaller remainder may go narrower).
+        t = tiles(N)
+        smallest = min(n for n in t if 8 * n >= sum(t))
+        return Launch("shifted", block, 1, max(1, min(warps_for(sum(t)), smallest // 256)), M, TILES=t)
     rows = max(1, min(K.SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
     return Launch("resident", block, rows, warps_for(block * rows), triton.cdiv(M, rows))
 

@@ -6,9 +6,10 @@ All statistics accumulate in fp32 whatever the activation dtype; fp32 weights ma
 activations. Tiers by N (launch heuristics in ln_launch.py):
   * resident (BLOCK_N = next_pow2(N) ≤ MAX_RESIDENT): the whole row stays in registers, the variance is the
     centred two-pass on the resident row; for small N each program takes ROWS rows at once.
-  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): rows read as an unaligned head, a
-    16-byte-aligned body and a tail, so odd N keeps 16-byte loads and stores (the resident kernel,
-    compiled for such N, loads element by element: the PTX shows it). One row per program.
+  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16 or not a power of two): rows read as an
+    unaligned head, a 16-byte-aligned body and a tail, so odd N keeps 16-byte loads and stores (the
+    resident kernel, compiled for such N, loads element by element: the PTX shows it), the body held as
+    up to three power-of-two tiles so the row is not padded to the next power of two. One row per program.
   * looped (larger N): persistent, one row at a time walked in chunks; the statistics merge chunk by
     chunk with Chan's parallel formula (stable), then a second walk normalizes (the row is then in L2).
 Masked tails (cols < N) keep every N correct.
@@ -24,7 +25,9 @@ import triton.language as tl
 MAX_RESIDENT = 16384
 LOOP_BLOCK = 4096  # chunk of the looped tier
 SMALL_ROW_ELEMS = 4096  # a resident program handles about this many elements (ROWS rows × BLOCK_N)
-MIN_SHIFTED = 512  # rows at least this long whose N is not a multiple of 16 take the shifted kernels
+MIN_SHIFTED = (
+    512  # rows at least this long, N not a multiple of 16 (forward: or of 2), take the shifted kernels
+)
 
 
 @triton.jit
@@ -100,6 +103,23 @@ def _store3(ptr, start, at, body, cols, ends, b_ok, h_ok, t_ok, vh, vb, vt):
 
 
 @triton.jit
+def _load_tile(ptr, at, cols, ok):
+    """One tile of a row's aligned body (from `at`, on a 16-byte boundary) as fp32."""
+    return tl.load(ptr + at + cols, mask=ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_tile(Y, W, B, at, head, cols, ok, centred, rstd, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """y of one body tile from its centred values; γ/β columns are head + the body position."""
+    y = centred * rstd
+    if HAS_W:
+        y = y * tl.load(W + head + cols, mask=ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        y = y + tl.load(B + head + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Y + at + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def _ln_fwd_shifted(
     X,  # input rows (M, N), row stride stride_x, 16-byte aligned
     Y,  # output rows, the same row stride (stride_y == stride_x) and 16-byte aligned
@@ -112,43 +132,69 @@ def _ln_fwd_shifted(
     M,
     N,
     eps,
-    BLOCK_N: tl.constexpr,  # ≥ N
+    BLOCK_A: tl.constexpr,  # the body's tiles: A, then B and C (0: absent), A + B + C ≥ N − N % 4
+    BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr,
     VEC: tl.constexpr,  # elements in 16 bytes (8 for fp16/bf16, 4 for fp32)
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
 ):
-    # One row per program, for N not a multiple of 16, where Triton can prove neither the rows' 16-byte
-    # alignment nor that the `cols < N` mask is constant over a vector, and so loads element by element.
-    # Each row is read in three parts: an unaligned head (< VEC elements), a 16-byte-aligned body whose
-    # length is a multiple of VEC (both facts given to the compiler by tl.multiple_of, so the body moves in
-    # 16-byte vectors), and a tail (< VEC). X and Y share the row stride and alignment (the launcher
-    # checks), so one split serves both. Same maths as _ln_fwd_resident (centred two-pass).
+    # One row per program, for N not a multiple of 16 (where Triton can prove neither the rows' 16-byte
+    # alignment nor that the `cols < N` mask is constant over a vector, and so loads element by element)
+    # or not a power of two (where one power-of-two block would pad the row: 5120 would run 8192 lanes).
+    # Each row is read as an unaligned head (< VEC elements), a 16-byte-aligned body whose length is a
+    # multiple of VEC (both facts given to the compiler by tl.multiple_of, so the body moves in 16-byte
+    # vectors), and a tail (< VEC). The body is held as up to three power-of-two tiles (ln_launch.tiles:
+    # 5120 = 4096 + 1024, 4099 → 4096, 12289 → 8192 + 4096), so lanes ≈ N, not next_pow2(N). X and Y share
+    # the row stride and alignment (the launcher checks), so one split serves both. Same maths as
+    # _ln_fwd_resident (centred two-pass on the resident row).
     row = tl.program_id(0)
     start = tl.cast(row, tl.int64) * stride_x  # the row's first element, in X and in Y
     head, body, tail = _split(start, N, VEC)
-    cols = tl.arange(0, BLOCK_N)
     ends = tl.arange(0, VEC)
-    b_ok = cols < body
     h_ok = ends < head
     t_ok = ends < tail
     at = tl.multiple_of(start + head, VEC)  # the body's first element: on a 16-byte boundary
-    xh, xb, xt = _load3(X, start, at, body, cols, ends, b_ok, h_ok, t_ok)
-    mean = (tl.sum(xb, axis=0) + tl.sum(xh, axis=0) + tl.sum(xt, axis=0)) / N
-    cb = tl.where(b_ok, xb - mean, 0.0)
+    cols_a = tl.arange(0, BLOCK_A)
+    a_ok = cols_a < body
+    xh, xa, xt = _load3(X, start, at, body, cols_a, ends, a_ok, h_ok, t_ok)
+    total = tl.sum(xa, axis=0) + tl.sum(xh, axis=0) + tl.sum(xt, axis=0)
+    if BLOCK_B > 0:
+        cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
+        b_ok = cols_b < body
+        xb = _load_tile(X, at, cols_b, b_ok)
+        total += tl.sum(xb, axis=0)
+    if BLOCK_C > 0:
+        cols_c = BLOCK_A + BLOCK_B + tl.arange(0, BLOCK_C)
+        c_ok = cols_c < body
+        xc = _load_tile(X, at, cols_c, c_ok)
+        total += tl.sum(xc, axis=0)
+    mean = total / N
+    ca = tl.where(a_ok, xa - mean, 0.0)
     ch = tl.where(h_ok, xh - mean, 0.0)
     ct = tl.where(t_ok, xt - mean, 0.0)
-    var = (tl.sum(cb * cb, axis=0) + tl.sum(ch * ch, axis=0) + tl.sum(ct * ct, axis=0)) / N
-    rstd = 1.0 / tl.sqrt(var + eps)
+    sq = tl.sum(ca * ca, axis=0) + tl.sum(ch * ch, axis=0) + tl.sum(ct * ct, axis=0)
+    if BLOCK_B > 0:
+        cb = tl.where(b_ok, xb - mean, 0.0)
+        sq += tl.sum(cb * cb, axis=0)
+    if BLOCK_C > 0:
+        cc = tl.where(c_ok, xc - mean, 0.0)
+        sq += tl.sum(cc * cc, axis=0)
+    rstd = 1.0 / tl.sqrt(sq / N + eps)
     yh = ch * rstd
-    yb = cb * rstd
+    ya = ca * rstd
     yt = ct * rstd
     if HAS_W:  # γ's column of body element k is head + k: these loads stay element-wise (from cache)
-        wh, wb, wt = _load3(W, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
-        yh, yb, yt = yh * wh, yb * wb, yt * wt
+        wh, wa, wt = _load3(W, 0, head, body, cols_a, ends, a_ok, h_ok, t_ok)
+        yh, ya, yt = yh * wh, ya * wa, yt * wt
     if HAS_B:
-        bh, bb, bt = _load3(B, 0, head, body, cols, ends, b_ok, h_ok, t_ok)
-        yh, yb, yt = yh + bh, yb + bb, yt + bt
-    _store3(Y, start, at, body, cols, ends, b_ok, h_ok, t_ok, yh, yb, yt)
+        bh, ba, bt = _load3(B, 0, head, body, cols_a, ends, a_ok, h_ok, t_ok)
+        yh, ya, yt = yh + bh, ya + ba, yt + bt
+    _store3(Y, start, at, body, cols_a, ends, a_ok, h_ok, t_ok, yh, ya, yt)
+    if BLOCK_B > 0:
+        _store_tile(Y, W, B, at, head, cols_b, b_ok, cb, rstd, HAS_W, HAS_B)
+    if BLOCK_C > 0:
+        _store_tile(Y, W, B, at, head, cols_c, c_ok, cc, rstd, HAS_W, HAS_B)
     tl.store(Mean + row, mean)
     tl.store(Rstd + row, rstd)
 

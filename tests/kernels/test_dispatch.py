@@ -154,3 +154,24 @@ def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
     assert op._bwd_launch.__wrapped__(4096, 4099, cpu).grid == 128
     assert op._bwd_launch.__wrapped__(5, 4099, cpu).grid == 5
     assert op._bwd_launch(64, 4099, cpu, op.TIERS["resident"]).kernel == "resident"  # the fallback
+
+
+def test_forward_tiles_cover_every_aligned_body_with_less_padding_than_a_power_of_two():
+    # Plain Python: ln_launch.tiles for every row length of the shifted forward's range.
+    pytest.importorskip("triton")
+    from kernels import ln_launch, ln_triton
+
+    padded = unpadded = 0
+    for n in range(ln_triton.MIN_SHIFTED, ln_triton.MAX_RESIDENT + 1):
+        a, b, c = ln_launch.tiles(n)
+        assert all(t == 0 or (t >= 16 and t & (t - 1) == 0) for t in (a, b, c)), n
+        assert a >= b and (b or not c or c >= 16), n
+        # an fp32 row's aligned body is at most n − n % 4 elements (bf16/fp16: n − n % 8)
+        pow2 = 1 << (n - 1).bit_length()
+        assert n - n % 4 <= a + b + c <= pow2, n
+        padded += pow2
+        unpadded += a + b + c
+    assert unpadded < 0.85 * padded  # lanes run over the range: at least 15 % fewer than padding
+    cfg = ln_launch._fwd_launch(64, 2041, 0)
+    assert cfg.kernel == "shifted" and cfg.TILES == (1024, 512, 512) and cfg.num_warps == 2
+    assert ln_launch._fwd_launch(64, 4096, 0).kernel == "resident"  # a power of two needs no tiles

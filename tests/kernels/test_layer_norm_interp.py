@@ -338,6 +338,30 @@ def test_shifted_kernels_fall_back_when_rows_do_not_share_alignment(gen, tol, mo
     assert (fwd.launches, bwd.launches) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    "N,dtype",
+    [
+        (517, torch.bfloat16),
+        (768, torch.float32),
+        (4099, torch.bfloat16),
+        (5120, torch.float16),
+        (12289, torch.float32),
+    ],
+)
+def test_forward_rows_in_unpadded_tiles_match_float64(gen, tol, monkeypatch, N, dtype):
+    # 7 rows: with odd N every row starts at another offset from a 16-byte boundary. The body's tiles:
+    # 517 → 512 + 16, 768 → 512 + 256, 4099 → 4096, 5120 → 4096 + 1024, 12289 → 8192 + 4096.
+    from kernels.layer_norm_op import fwd_config
+
+    fwd, _ = _count_shifted(monkeypatch)
+    x, w, b, _ = _data(gen, 7, N, dtype)
+    with torch.no_grad():
+        y = kernels.triton_layer_norm(x, w, b, 1e-5)
+    assert fwd.launches == 1
+    assert N - N % 4 <= sum(fwd_config(7, N)["TILES"]) < fwd_config(7, N)["BLOCK_N"]
+    torch.testing.assert_close(y.double(), _f64(x, w, b), atol=tol[dtype][0], rtol=tol[dtype][1])
+
+
 @pytest.mark.parametrize("N", [4099, 2041, 1000, 5120])
 def test_odd_and_unpadded_rows_match_float64_and_torch(gen, tol, N):
     # M = 2 keeps CI time short; the strided-alignment fallbacks are tested above.

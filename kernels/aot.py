@@ -184,11 +184,26 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
         "H": "i32",
     }
     label = f"H={H} x={x} w={w}"
-    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
+    # the single cell: HOISTED=False, ACC=False; a sequence: HOISTED=True, ACC=False at its last step
+    # (the first launched) and ACC=True at the others
     return [
-        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block, "HOISTED": False}, fwd_warps, label),
+        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block, "HOISTED": True}, fwd_warps, label + " HOISTED"),
+        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False, "HOISTED": False}, bwd_warps, label),
+        Spec(
+            "_ln_lstm_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": False, "HOISTED": True},
+            bwd_warps,
+            label + " HOISTED",
+        ),
+        Spec(
+            "_ln_lstm_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": True, "HOISTED": True},
+            bwd_warps,
+            label + " HOISTED ACC",
+        ),
     ]
 
 

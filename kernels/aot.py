@@ -208,9 +208,10 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
 
 
 def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
-    from kernels.gru_op import launch
+    from kernels.gru_op import hoisted_bwd_warps, launch
 
     block, fwd_warps, _, bwd_warps = launch(1, H, CPU)
+    seq_warps = hoisted_bwd_warps(launch(1, H, CPU))
     acts = {"ZRH": f"*{x}", "ZRX": f"*{x}", "WX": f"*{x}", "UH": f"*{x}", "H_prev": f"*{x}"}
     params = {n: f"*{w}" for n in ("G1", "B1", "G2", "B2", "G3", "B3", "G4", "B4")}
     strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
@@ -233,11 +234,25 @@ def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
         "H": "i32",
     }
     label = f"H={H} x={x} w={w}"
-    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
+    # as the LN-LSTM's: the single cell unhoisted; a sequence hoisted, ACC at all but its last step
     return [
-        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block, "HOISTED": False}, fwd_warps, label),
+        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block, "HOISTED": True}, fwd_warps, label + " HOISTED"),
+        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False, "HOISTED": False}, bwd_warps, label),
+        Spec(
+            "_ln_gru_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": False, "HOISTED": True},
+            seq_warps,
+            label + " HOISTED",
+        ),
+        Spec(
+            "_ln_gru_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": True, "HOISTED": True},
+            seq_warps,
+            label + " HOISTED ACC",
+        ),
     ]
 
 

@@ -104,7 +104,7 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
     aligned = ("N", "stride_x", "stride_y", "stride_dy", "stride_dx") if N % 16 == 0 else ()
     for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
         flags = {"HAS_W": has_w, "HAS_B": has_b}
-        if kind == "fwd" and cfg["kernel"] == "shifted":
+        if cfg["kernel"] == "shifted":
             flags.update(zip(("BLOCK_A", "BLOCK_B", "BLOCK_C"), cfg["TILES"], strict=True))
         else:
             flags["BLOCK_S" if cfg["kernel"] == "split" else "BLOCK_N"] = cfg["BLOCK_N"]

@@ -7,9 +7,10 @@ Tiers by N (launch heuristics in ln_launch.py):
   * resident (next_pow2(N) ≤ MAX_RESIDENT_BWD): a persistent grid of P programs, each owning rows pid,
     pid + P, … with the whole row in registers and its own dγ/dβ partial in registers, written once to row
     pid of a [P, N] slab; for small N each program takes ROWS rows at once.
-  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16): the same, rows read as an unaligned
-    head, a 16-byte-aligned body and a tail (see ln_triton._ln_fwd_shifted), so odd N keeps 16-byte
-    loads; the grid is a multiple of 8 so a program's rows share one alignment.
+  * shifted (resident sizes, N ≥ MIN_SHIFTED not a multiple of 16 or not a power of two): the same, rows
+    read as an unaligned head, a 16-byte-aligned body in up to three power-of-two tiles and a tail (see
+    ln_triton._ln_fwd_shifted), so odd N keeps 16-byte loads and no row is padded to a power of two; the
+    grid is a multiple of 8 so a program's rows share one alignment.
   * split (longer rows): each row is split into K = cdiv(N, BLOCK_S) column segments. `_ln_bwd_split_stats`
     runs a persistent grid (P, K): program (p, k) walks rows p, p + P, … over segment k only, writes the
     segment's (Σ g⊙x̂, Σ g) pair of each row to a small fp32 (M, K, 2) buffer, and keeps the segment's
@@ -30,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.ln_triton import _load3, _split, _store3
+from kernels.ln_triton import _load3, _load_tile, _split, _store3
 
 MAX_RESIDENT_BWD = 8192  # ptxas -v: the resident backward (x, dy, γ and two partial rows) spills above
 SPLIT_BLOCK = 4096  # column segment of the split tier (as wide as the resident tier's comfortable rows)
@@ -111,6 +112,18 @@ def _ln_bwd_resident(
 
 
 @triton.jit
+def _bwd_tile(X, DY, W, at, head, cols, ok, mean, rstd, HAS_W: tl.constexpr):
+    """(x̂, dy, g = γ ⊙ dy) of one body tile of a row (positions as in ln_triton._load_tile)."""
+    x = _load_tile(X, at, cols, ok)
+    dy = _load_tile(DY, at, cols, ok)
+    n = tl.where(ok, (x - mean) * rstd, 0.0)
+    g = dy
+    if HAS_W:
+        g = dy * tl.load(W + head + cols, mask=ok, other=0.0).to(tl.float32)
+    return n, dy, g
+
+
+@triton.jit
 def _ln_bwd_shifted(
     DY,  # upstream gradient (M, N), row stride N, 16-byte aligned
     X,  # forward input (M, N), row stride N, 16-byte aligned
@@ -125,20 +138,24 @@ def _ln_bwd_shifted(
     stride_dx,
     M,
     N,  # the strides all equal N (the launcher checks)
-    BLOCK_N: tl.constexpr,  # ≥ N
+    BLOCK_A: tl.constexpr,  # the body's tiles as in ln_triton._ln_fwd_shifted (B, C: 0 = absent)
+    BLOCK_B: tl.constexpr,
+    BLOCK_C: tl.constexpr,
     VEC: tl.constexpr,  # elements in 16 bytes
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
     STAGES: tl.constexpr,  # pipelining depth of the row loop
 ):
-    # The resident backward for N not a multiple of 16, with 16-byte loads and stores: rows are read as
-    # head + aligned body + tail as in _ln_fwd_shifted. The grid P is a multiple of VEC (or ≥ M), so the
-    # rows pid, pid + P, … of one program all start at the same offset from a 16-byte boundary: one split
-    # serves them all, and the dγ/dβ accumulators keep one column layout (body lane k ↔ column head + k).
+    # The resident backward for N not a multiple of 16 or not a power of two, with 16-byte loads and stores
+    # and no padding to a power of two: rows are read as head + aligned body (in up to three power-of-two
+    # tiles) + tail as in _ln_fwd_shifted. The grid P is a multiple of VEC (or ≥ M), so the rows pid,
+    # pid + P, … of one program all start at the same offset from a 16-byte boundary: one split serves
+    # them all, and the dγ/dβ accumulators keep one column layout (body lane k ↔ column head + k). γ's
+    # tiles B and C are reloaded per row (from cache) to keep registers for the rows.
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     head, body, tail = _split(tl.cast(pid, tl.int64) * stride_x, N, VEC)
-    cols = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_A)
     ends = tl.arange(0, VEC)
     b_ok = cols < body
     h_ok = ends < head
@@ -148,11 +165,21 @@ def _ln_bwd_shifted(
     else:
         wh, wb, wt = tl.where(h_ok, 1.0, 0.0), tl.where(b_ok, 1.0, 0.0), tl.where(t_ok, 1.0, 0.0)
     dwh = tl.zeros([VEC], dtype=tl.float32)
-    dwb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dwb = tl.zeros([BLOCK_A], dtype=tl.float32)
     dwt = tl.zeros([VEC], dtype=tl.float32)
     dbh = tl.zeros([VEC], dtype=tl.float32)
-    dbb = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dbb = tl.zeros([BLOCK_A], dtype=tl.float32)
     dbt = tl.zeros([VEC], dtype=tl.float32)
+    if BLOCK_B > 0:
+        cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
+        ok_b = cols_b < body
+        dw_b = tl.zeros([BLOCK_B], dtype=tl.float32)
+        db_b = tl.zeros([BLOCK_B], dtype=tl.float32)
+    if BLOCK_C > 0:
+        cols_c = BLOCK_A + BLOCK_B + tl.arange(0, BLOCK_C)
+        ok_c = cols_c < body
+        dw_c = tl.zeros([BLOCK_C], dtype=tl.float32)
+        db_c = tl.zeros([BLOCK_C], dtype=tl.float32)
     for row in tl.range(pid, M, n_prog, num_stages=STAGES):
         start = tl.cast(row, tl.int64) * stride_x  # the same offset from a boundary as row pid's
         at = tl.multiple_of(start + head, VEC)
@@ -164,8 +191,18 @@ def _ln_bwd_shifted(
         nb = tl.where(b_ok, (xb - mean) * rstd, 0.0)
         nt = tl.where(t_ok, (xt - mean) * rstd, 0.0)
         gh, gb, gt = yh * wh, yb * wb, yt * wt
-        c1 = (tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)) / N
-        c2 = (tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)) / N
+        s1 = tl.sum(nb * gb, axis=0) + tl.sum(nh * gh, axis=0) + tl.sum(nt * gt, axis=0)
+        s2 = tl.sum(gb, axis=0) + tl.sum(gh, axis=0) + tl.sum(gt, axis=0)
+        if BLOCK_B > 0:
+            n_b, y_b, g_b = _bwd_tile(X, DY, W, at, head, cols_b, ok_b, mean, rstd, HAS_W)
+            s1 += tl.sum(n_b * g_b, axis=0)
+            s2 += tl.sum(g_b, axis=0)
+        if BLOCK_C > 0:
+            n_c, y_c, g_c = _bwd_tile(X, DY, W, at, head, cols_c, ok_c, mean, rstd, HAS_W)
+            s1 += tl.sum(n_c * g_c, axis=0)
+            s2 += tl.sum(g_c, axis=0)
+        c1 = s1 / N
+        c2 = s2 / N
         _store3(
             DX,
             start,
@@ -180,18 +217,39 @@ def _ln_bwd_shifted(
             (gb - (nb * c1 + c2)) * rstd,
             (gt - (nt * c1 + c2)) * rstd,
         )
+        ty = DX.dtype.element_ty
+        if BLOCK_B > 0:
+            tl.store(DX + at + cols_b, ((g_b - (n_b * c1 + c2)) * rstd).to(ty), mask=ok_b)
+        if BLOCK_C > 0:
+            tl.store(DX + at + cols_c, ((g_c - (n_c * c1 + c2)) * rstd).to(ty), mask=ok_c)
         if HAS_W:
             dwh += yh * nh
             dwb += yb * nb
             dwt += yt * nt
+            if BLOCK_B > 0:
+                dw_b += y_b * n_b
+            if BLOCK_C > 0:
+                dw_c += y_c * n_c
         if HAS_B:
             dbh += yh
             dbb += yb
             dbt += yt
+            if BLOCK_B > 0:
+                db_b += y_b
+            if BLOCK_C > 0:
+                db_c += y_c
     if HAS_W:  # columns as γ's above
         _store3(DW_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dwh, dwb, dwt)
+        if BLOCK_B > 0:
+            tl.store(DW_part + pid * N + head + cols_b, dw_b, mask=ok_b)
+        if BLOCK_C > 0:
+            tl.store(DW_part + pid * N + head + cols_c, dw_c, mask=ok_c)
     if HAS_B:
         _store3(DB_part + pid * N, 0, head, body, cols, ends, b_ok, h_ok, t_ok, dbh, dbb, dbt)
+        if BLOCK_B > 0:
+            tl.store(DB_part + pid * N + head + cols_b, db_b, mask=ok_b)
+        if BLOCK_C > 0:
+            tl.store(DB_part + pid * N + head + cols_c, db_c, mask=ok_c)
 
 
 @triton.jit

@@ -112,6 +112,15 @@ def tiles(N: int) -> tuple:
     return a, b, c
 
 
+def body_tiles(N: int) -> tuple:
+    """`tiles(N)` where they save at least a quarter of the lanes of one power-of-two block (4099, 5120,
+    12289, 517), else that block alone (1000, 2041: the padding is small, and one tile lets more threads
+    share the row)."""
+    t = tiles(N)
+    block = triton.next_power_of_2(N)
+    return t if 4 * sum(t) <= 3 * block else (block, 0, 0)
+
+
 @functools.lru_cache(maxsize=512)
 def _fwd_launch(
     M: int, N: int, tier: int = 0, max_resident: int = K.MAX_RESIDENT, shifted: bool = True
@@ -125,9 +134,9 @@ def _fwd_launch(
         # body in power-of-two tiles + tail (_ln_fwd_shifted; the launcher falls back to the resident
         # kernel, one row per program, when the rows do not share X's and Y's 16-byte alignment)
         # Each tile is laid out over all the program's threads: to keep 16-byte vectors, a thread holds ≥ 8
-        # elements of every tile that matters (≥ 1/8 of the row; a smaller remainder may go narrower).
-        t = tiles(N)
-        smallest = min(n for n in t if 8 * n >= sum(t))
+        # elements of every tile that matters (≥ 1/4 of the row; a smaller remainder may go narrower).
+        t = body_tiles(N)
+        smallest = min(n for n in t if 4 * n >= sum(t))
         return Launch("shifted", block, 1, max(1, min(warps_for(sum(t)), smallest // 256)), M, TILES=t)
     rows = max(1, min(K.SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
     return Launch("resident", block, rows, warps_for(block * rows), triton.cdiv(M, rows))
@@ -154,18 +163,23 @@ def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
     cfg = _fwd_launch(M, N, tier, KB.MAX_RESIDENT_BWD, shifted=False)
     # x, dy, γ and two partial rows stay resident: about four times the forward's register need.
     warps = warps_for(4 * cfg.BLOCK_N * cfg.ROWS)
-    if tier == 0 and N % 16 and N >= K.MIN_SHIFTED:
-        # N not a multiple of 16: _ln_bwd_shifted (16-byte loads of the rows' aligned bodies). Its grid is
-        # a multiple of 8 (or M itself), so all rows of a program share their offset from a 16-byte
-        # boundary; at most 16 warps (ptxas -v: 32 warps spilled up to 108 bytes at 4099, 16 do not).
-        programs = persistent_programs(device)
+    if tier == 0 and (N % 16 or block != N) and N >= K.MIN_SHIFTED:
+        # N not a multiple of 16, or not a power of two: _ln_bwd_shifted (16-byte loads of the rows' aligned
+        # bodies, held in the forward's tiles: no padding to a power of two). Its grid is a multiple of 8
+        # (or M itself), so all rows of a program share their offset from a 16-byte boundary; at most 16
+        # warps (ptxas -v: 32 warps spilled up to 108 bytes at 4099, 16 do not), and few enough that each
+        # thread holds ≥ 4 elements of every tile that matters (it keeps ≈ 5 fp32 values an element: more
+        # per thread would cost occupancy).
+        t = body_tiles(N)
+        smallest = min(n for n in t if 4 * n >= sum(t))
         return Launch(
             "shifted",
             cfg.BLOCK_N,
             1,
-            min(16, warps_for(4 * cfg.BLOCK_N)),
-            min(M, max(8, programs // 8 * 8)),
+            max(1, min(16, warps_for(4 * sum(t)), smallest // 128)),
+            min(M, max(8, persistent_programs(device) // 8 * 8)),
             KB.STAGES.value,
+            TILES=t,
         )
     # Pipelined loops where N (so the row stride, usually) is a multiple of 16: 16-byte loads, no spills
     # (ptxas -v, sm_90); otherwise (scalar loads) pipelining spilled 80-100 bytes, so those stay plain.

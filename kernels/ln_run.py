@@ -127,10 +127,11 @@ def _bwd_meta(cfg: Launch, x2: torch.Tensor, has_w: bool, has_b: bool) -> dict:
     if cfg.kernel == "split":
         meta["BLOCK_S"] = cfg.BLOCK_N
         return meta
-    meta["BLOCK_N"] = cfg.BLOCK_N
     if cfg.kernel == "shifted":
+        meta.update(zip(("BLOCK_A", "BLOCK_B", "BLOCK_C"), cfg.TILES, strict=True))
         meta["VEC"] = 16 // x2.element_size()
-    elif cfg.kernel == "resident":
+    else:
+        meta["BLOCK_N"] = cfg.BLOCK_N
         meta["ROWS"] = cfg.ROWS
     return meta
 

@@ -172,6 +172,9 @@ def test_forward_tiles_cover_every_aligned_body_with_less_padding_than_a_power_o
         padded += pow2
         unpadded += a + b + c
     assert unpadded < 0.85 * padded  # lanes run over the range: at least 15 % fewer than padding
+    # launches use them where they save ≥ a quarter of the lanes; else one power-of-two tile, as before
+    assert ln_launch._fwd_launch(64, 5120, 0).TILES == (4096, 1024, 0)
     cfg = ln_launch._fwd_launch(64, 2041, 0)
-    assert cfg.kernel == "shifted" and cfg.TILES == (1024, 512, 512) and cfg.num_warps == 2
+    assert cfg.kernel == "shifted" and cfg.TILES == (2048, 0, 0) and cfg.num_warps == 8
+    assert ln_launch._bwd_launch(64, 5120, torch.device("cpu")).TILES == (4096, 1024, 0)
     assert ln_launch._fwd_launch(64, 4096, 0).kernel == "resident"  # a power of two needs no tiles

@@ -362,6 +362,19 @@ def test_forward_rows_in_unpadded_tiles_match_float64(gen, tol, monkeypatch, N, 
     torch.testing.assert_close(y.double(), _f64(x, w, b), atol=tol[dtype][0], rtol=tol[dtype][1])
 
 
+def test_backward_in_three_tiles_accumulates_every_column(gen, tol, monkeypatch):
+    # N = 3000: body tiles 2048 + 512 + 512 (the last 440 wide), 19 rows over 8 programs of the shifted
+    # backward; dγ/dβ summed over the rows column by column against float64.
+    from kernels.layer_norm_op import bwd_config
+
+    assert bwd_config(19, 3000, torch.device("cpu"))["TILES"] == (2048, 512, 512)
+    fwd, bwd = _count_shifted(monkeypatch)
+    x, w, b, dy = _data(gen, 19, 3000, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (fwd.launches, bwd.launches) == (1, 1)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), 1e-4, 1e-4)
+
+
 @pytest.mark.parametrize("N", [4099, 2041, 1000, 5120])
 def test_odd_and_unpadded_rows_match_float64_and_torch(gen, tol, N):
     # M = 2 keeps CI time short; the strided-alignment fallbacks are tested above.

@@ -30,13 +30,8 @@ DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32")
 # (Triton specializes on it at run time), the others the scalar-load case of the same tier.
 LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 65536)
 LSTM_HIDDEN = (256, 1024)
-CPU = torch.device("cpu")
-MODULES = (
-    "ln_triton",
-    "ln_bwd_triton",
-    "lstm_triton",
-    "gru_triton",
-)  # only the persistent grid size depends on the device; it is not compiled in
+CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
+MODULES = ("ln_triton", "ln_bwd_triton", "ln_split_triton", "lstm_triton", "gru_triton")
 
 
 @dataclass(frozen=True)

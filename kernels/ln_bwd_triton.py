@@ -11,15 +11,7 @@ Tiers by N (launch heuristics in ln_launch.py):
     read as an unaligned head, a 16-byte-aligned body in up to three power-of-two tiles and a tail (see
     ln_triton._ln_fwd_shifted), so odd N keeps 16-byte loads and no row is padded to a power of two; the
     grid is a multiple of 8 so a program's rows share one alignment.
-  * split (longer rows): each row is split into K = cdiv(N, BLOCK_S) column segments. `_ln_bwd_split_stats`
-    runs a persistent grid (P, K): program (p, k) walks rows p, p + P, … over segment k only, writes the
-    segment's (Σ g⊙x̂, Σ g) pair of each row to a small fp32 (M, K, 2) buffer, and keeps the segment's
-    dγ/dβ partial in registers (written once, to row p of the slab: no read-modify-write).
-    `_ln_bwd_split_dx` then combines each row's K pairs in a fixed order (one tl.sum over K lanes) and
-    writes dx, one (row, segment) per program, rows in reverse order so the first it reads are the last
-    the stats kernel read (the likeliest still in L2). x and dy are read twice (≈ 5·M·N·s bytes in all,
-    the looped kernel this replaces moved up to ≈ 13: two reads plus an fp32 read-modify-write of its
-    partial row per row), no segment's state outgrows registers, and nothing waits on another program.
+  * split (longer rows): each row split over K column segments, in two kernels (ln_split_triton.py).
 dγ and dβ partials share one fp32 (2, P, N) buffer, and one launch of `_column_sum` (a 2-D grid of narrow
 column strips × the two slabs) sums the P partials column by column in a fixed order. No atomics, no
 locks, no zero fill (every partial row and every pair is written before it is read): the result is bitwise
@@ -34,7 +26,6 @@ import triton.language as tl
 from kernels.ln_triton import _load3, _load_tile, _split, _store3
 
 MAX_RESIDENT_BWD = 8192  # ptxas -v: the resident backward (x, dy, γ and two partial rows) spills above
-SPLIT_BLOCK = 4096  # column segment of the split tier (as wide as the resident tier's comfortable rows)
 # Software pipelining of the loops in the persistent kernels (the backward tiers, the column sum): the next
 # row's (or tile's) loads go to shared memory by cp.async while this one is worked on. The H200 profile
 # showed the resident backward at ≈ 50 % of peak with one 32-warp program per SM: nothing was in flight
@@ -250,105 +241,6 @@ def _ln_bwd_shifted(
             tl.store(DB_part + pid * N + head + cols_b, db_b, mask=ok_b)
         if BLOCK_C > 0:
             tl.store(DB_part + pid * N + head + cols_c, db_c, mask=ok_c)
-
-
-@triton.jit
-def _ln_bwd_split_stats(
-    DY,  # upstream gradient (M, N), row stride stride_dy
-    X,  # forward input (M, N), row stride stride_x
-    W,  # gain γ (N,) or unused (HAS_W False ⇒ γ ≡ 1 and no dγ)
-    Mean,  # fp32 (M,) saved μ
-    Rstd,  # fp32 (M,) saved rstd
-    C,  # fp32 (M, K, 2) output: (Σ g⊙x̂, Σ g) of row r over segment k at C[r, k]
-    DW_part,  # fp32 (P, N): program (p, k) writes columns of segment k of row p; unused if not HAS_W
-    DB_part,  # fp32 (P, N), same layout; unused if not HAS_B
-    stride_dy,
-    stride_x,
-    M,
-    N,
-    BLOCK_S: tl.constexpr,  # segment width: segment k is columns [k·BLOCK_S, (k+1)·BLOCK_S) ∩ [0, N)
-    HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr,
-    STAGES: tl.constexpr,  # pipelining depth of the row loop (1: none)
-):
-    pid = tl.program_id(0)
-    seg = tl.program_id(1)
-    n_prog = tl.num_programs(0)
-    n_seg = tl.num_programs(1)
-    cols = seg * BLOCK_S + tl.arange(0, BLOCK_S)
-    ok = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
-    else:
-        w = tl.where(ok, 1.0, 0.0)
-    dw_acc = tl.zeros([BLOCK_S], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_S], dtype=tl.float32)
-    # this program's rows of its segment, in a fixed order ⇒ deterministic partials
-    for row in tl.range(pid, M, n_prog, num_stages=STAGES):
-        r64 = tl.cast(row, tl.int64)
-        x = tl.load(X + r64 * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r64 * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
-        mean = tl.load(Mean + row)
-        rstd = tl.load(Rstd + row)
-        xhat = tl.where(ok, (x - mean) * rstd, 0.0)
-        g = dy * w
-        c1, c2 = tl.reduce((xhat * g, g), 0, _add_pair)
-        at = C + (r64 * n_seg + seg) * 2
-        tl.store(at, c1)
-        tl.store(at + 1, c2)
-        if HAS_W:
-            dw_acc += dy * xhat
-        if HAS_B:
-            db_acc += dy
-    if HAS_W:
-        tl.store(DW_part + pid * N + cols, dw_acc, mask=ok)
-    if HAS_B:
-        tl.store(DB_part + pid * N + cols, db_acc, mask=ok)
-
-
-@triton.jit
-def _ln_bwd_split_dx(
-    DY,  # upstream gradient (M, N), row stride stride_dy
-    X,  # forward input (M, N), row stride stride_x
-    W,  # gain γ (N,) or unused
-    Mean,  # fp32 (M,) saved μ
-    Rstd,  # fp32 (M,) saved rstd
-    C,  # fp32 (M, K, 2) from _ln_bwd_split_stats
-    DX,  # output dx (M, N), row stride stride_dx, dtype of X
-    stride_dy,
-    stride_x,
-    stride_dx,
-    M,
-    N,
-    K,  # segments per row
-    BLOCK_S: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # ≥ K
-    HAS_W: tl.constexpr,
-):
-    # One (row, segment) per program, flattened (a grid's second axis is limited to 65535): rows from the
-    # last, so the first rows read are the ones _ln_bwd_split_stats read last.
-    pid = tl.program_id(0)
-    row = M - 1 - pid // K
-    seg = pid % K
-    r64 = tl.cast(row, tl.int64)
-    ks = tl.arange(0, BLOCK_K)
-    pairs = C + (r64 * K + ks) * 2
-    k_ok = ks < K
-    # the row's K partial pairs in one fixed-order sum: the same c1, c2 for every segment of the row
-    c1 = tl.sum(tl.load(pairs, mask=k_ok, other=0.0), axis=0) / N
-    c2 = tl.sum(tl.load(pairs + 1, mask=k_ok, other=0.0), axis=0) / N
-    cols = seg * BLOCK_S + tl.arange(0, BLOCK_S)
-    ok = cols < N
-    x = tl.load(X + r64 * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    dy = tl.load(DY + r64 * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
-    mean = tl.load(Mean + row)
-    rstd = tl.load(Rstd + row)
-    xhat = (x - mean) * rstd
-    g = dy
-    if HAS_W:
-        g = dy * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
-    dx = (g - (xhat * c1 + c2)) * rstd
-    tl.store(DX + r64 * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=ok)
 
 
 @triton.jit

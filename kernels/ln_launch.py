@@ -11,6 +11,7 @@ import torch
 import triton
 
 from kernels import ln_bwd_triton as KB
+from kernels import ln_split_triton as KS
 from kernels import ln_triton as K
 
 TIERS = {
@@ -149,7 +150,7 @@ def _bwd_launch(M: int, N: int, device: torch.device, tier: int = 0) -> Launch:
         # Split rows: K segments of BLOCK_S columns, P programs per segment; P·K about one wave (the real P
         # comes from the compiled kernel's registers, ln_run._persistent_grid). Forced on short rows (tests),
         # the segments narrow so that a row still has several.
-        seg = min(KB.SPLIT_BLOCK, max(16, block // 4))
+        seg = min(KS.SPLIT_BLOCK, max(16, block // 4))
         k = triton.cdiv(N, seg)
         return Launch(
             "split",

@@ -12,6 +12,7 @@ import torch
 import triton
 
 from kernels import ln_bwd_triton as KB
+from kernels import ln_split_triton as KS
 from kernels import ln_triton as K
 from kernels.launcher import Launcher
 from kernels.ln_launch import (
@@ -36,8 +37,8 @@ LAUNCHERS = {
         (K, "_ln_fwd_looped", 6),
         (KB, "_ln_bwd_resident", 8),
         (KB, "_ln_bwd_shifted", 8),
-        (KB, "_ln_bwd_split_stats", 8),
-        (KB, "_ln_bwd_split_dx", 7),
+        (KS, "_ln_bwd_split_stats", 8),
+        (KS, "_ln_bwd_split_dx", 7),
         (KB, "_column_sum", 3),
     )
 }

@@ -143,7 +143,8 @@ def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
     assert [c.kernel for c in launches] == ["resident", "shifted", "shifted", "split", "split", "resident"]
     assert [c.STAGES for c in launches] == [2, 2, 2, 2, 1, 1]
     # rows longer than the resident limit: segments of SPLIT_BLOCK columns covering the row exactly once
-    from kernels.ln_bwd_triton import MAX_RESIDENT_BWD, SPLIT_BLOCK
+    from kernels.ln_bwd_triton import MAX_RESIDENT_BWD
+    from kernels.ln_split_triton import SPLIT_BLOCK
 
     for n in (MAX_RESIDENT_BWD + 1, 12288, 20001, 65536):
         c = op._bwd_launch(64, n, cpu)

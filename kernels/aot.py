@@ -28,14 +28,15 @@ TARGETS = ((80, "sm_80"), (90, "sm_90"))
 DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"))
 # One N per launch configuration (see fwd_config); N a multiple of 16 compiles the 16-byte-load case
 # (Triton specializes on it at run time), the others the scalar-load case of the same tier.
-LN_SIZES = (7, 1000, 4096, 4099, 8192, 16384, 20001, 65536)
+LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 65536)
 LSTM_HIDDEN = (256, 1024)
 CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
+MODULES = ("ln_triton", "ln_bwd_triton", "ln_split_triton", "lstm_triton", "gru_triton")
 
 
 @dataclass(frozen=True)
 class Spec:
-    kernel: str  # attribute name in ln_triton / lstm_triton
+    kernel: str  # attribute name in one of MODULES
     signature: dict
     constexprs: dict
     num_warps: int
@@ -49,7 +50,7 @@ def load_jit_modules() -> dict[str, ModuleType]:
     old = os.environ.pop("TRITON_INTERPRET", None)
     try:
         mods = {}
-        for name in ("ln_triton", "lstm_triton", "gru_triton"):
+        for name in MODULES:
             spec = importlib.util.spec_from_file_location(f"_normlab_aot_{name}", here / f"{name}.py")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod  # triton resolves globals of helper functions through the module
@@ -62,7 +63,7 @@ def load_jit_modules() -> dict[str, ModuleType]:
 
 
 def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
-    from kernels.layer_norm_op import bwd_config, fwd_config
+    from kernels.layer_norm_op import bwd_config, fwd_config, warps_for
 
     label = f"N={N} x={x} w={w} W={int(has_w)} B={int(has_b)}"
     fwd_sig = {
@@ -94,25 +95,49 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
         "N": "i32",
     }
     specs = []
+    # N and the row strides compiled as multiples of 16 where N is one (Triton specializes them so)
+    aligned = ("N", "stride_x", "stride_y", "stride_dy", "stride_dx") if N % 16 == 0 else ()
     for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
-        flags = {"BLOCK_N": cfg["BLOCK_N"], "HAS_W": has_w, "HAS_B": has_b}
+        flags = {"HAS_W": has_w, "HAS_B": has_b}
+        if cfg["kernel"] == "shifted":
+            flags.update(zip(("BLOCK_A", "BLOCK_B", "BLOCK_C"), cfg["TILES"], strict=True))
+        else:
+            flags["BLOCK_S" if cfg["kernel"] == "split" else "BLOCK_N"] = cfg["BLOCK_N"]
         if cfg["kernel"] == "resident":
             flags["ROWS"] = cfg["ROWS"]
         if cfg["kernel"] == "shifted":
             flags["VEC"] = 4 if x == "fp32" else 8  # elements in 16 bytes
         if kind == "bwd":
             flags["STAGES"] = cfg["STAGES"]
-        aligned = tuple(n for n in sig if n == "N" or n.startswith("stride")) if N % 16 == 0 else ()
+        name = f"_ln_{kind}_{cfg['kernel']}" + ("_stats" if cfg["kernel"] == "split" else "")
+        if cfg["kernel"] == "split":  # (M, K, 2) pairs where the others take dx; no dx stride
+            sig = {("C" if n == "DX" else n): t for n, t in sig.items() if n != "stride_dx"}
         specs.append(
             Spec(
-                f"_ln_{kind}_{cfg['kernel']}",
+                name,
                 sig,
                 flags,
                 cfg["num_warps"],
                 label + (f" S={cfg['STAGES']}" if kind == "bwd" else ""),
-                aligned,
+                tuple(n for n in aligned if n in sig),
             )
         )
+        if cfg["kernel"] == "split":
+            dx_sig = {n: t for n, t in bwd_sig.items() if not n.endswith("_part")} | {
+                "C": "*fp32",
+                "K": "i32",
+            }
+            k = -(-N // cfg["BLOCK_N"])
+            specs.append(
+                Spec(
+                    "_ln_bwd_split_dx",
+                    dx_sig,
+                    {"BLOCK_S": cfg["BLOCK_N"], "BLOCK_K": 1 << (k - 1).bit_length(), "HAS_W": has_w},
+                    warps_for(cfg["BLOCK_N"]),
+                    label + f" K={k}",
+                    tuple(n for n in aligned if n in dx_sig),
+                )
+            )
     return specs
 
 
@@ -154,18 +179,34 @@ def _lstm_specs(x: str, w: str, H: int) -> list[Spec]:
         "H": "i32",
     }
     label = f"H={H} x={x} w={w}"
-    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
+    # the single cell: HOISTED=False, ACC=False; a sequence: HOISTED=True, ACC=False at its last step
+    # (the first launched) and ACC=True at the others
     return [
-        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block, "HOISTED": False}, fwd_warps, label),
+        Spec("_ln_lstm_fwd", fwd, {"BLOCK_H": block, "HOISTED": True}, fwd_warps, label + " HOISTED"),
+        Spec("_ln_lstm_bwd", bwd, {"BLOCK_H": block, "ACC": False, "HOISTED": False}, bwd_warps, label),
+        Spec(
+            "_ln_lstm_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": False, "HOISTED": True},
+            bwd_warps,
+            label + " HOISTED",
+        ),
+        Spec(
+            "_ln_lstm_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": True, "HOISTED": True},
+            bwd_warps,
+            label + " HOISTED ACC",
+        ),
     ]
 
 
 def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
-    from kernels.gru_op import launch
+    from kernels.gru_op import hoisted_bwd_warps, launch
 
     block, fwd_warps, _, bwd_warps = launch(1, H, CPU)
+    seq_warps = hoisted_bwd_warps(launch(1, H, CPU))
     acts = {"ZRH": f"*{x}", "ZRX": f"*{x}", "WX": f"*{x}", "UH": f"*{x}", "H_prev": f"*{x}"}
     params = {n: f"*{w}" for n in ("G1", "B1", "G2", "B2", "G3", "B3", "G4", "B4")}
     strides = {n: "i32" for n in ("stride_zrh", "stride_zrx", "stride_wx", "stride_uh", "stride_hp")}
@@ -188,11 +229,25 @@ def _gru_specs(x: str, w: str, H: int) -> list[Spec]:
         "H": "i32",
     }
     label = f"H={H} x={x} w={w}"
-    # ACC=False: the single cell (and a sequence's last step); ACC=True: a sequence's other steps
+    # as the LN-LSTM's: the single cell unhoisted; a sequence hoisted, ACC at all but its last step
     return [
-        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block}, fwd_warps, label),
-        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False}, bwd_warps, label),
-        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": True}, bwd_warps, label + " ACC"),
+        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block, "HOISTED": False}, fwd_warps, label),
+        Spec("_ln_gru_fwd", fwd, {"BLOCK_H": block, "HOISTED": True}, fwd_warps, label + " HOISTED"),
+        Spec("_ln_gru_bwd", bwd, {"BLOCK_H": block, "ACC": False, "HOISTED": False}, bwd_warps, label),
+        Spec(
+            "_ln_gru_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": False, "HOISTED": True},
+            seq_warps,
+            label + " HOISTED",
+        ),
+        Spec(
+            "_ln_gru_bwd",
+            bwd,
+            {"BLOCK_H": block, "ACC": True, "HOISTED": True},
+            seq_warps,
+            label + " HOISTED ACC",
+        ),
     ]
 
 
@@ -236,9 +291,7 @@ def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    name = "gru_triton" if "gru" in spec.kernel else "lstm_triton" if "lstm" in spec.kernel else "ln_triton"
-    mod = mods[name]
-    fn = getattr(mod, spec.kernel)
+    fn = next(vars(m)[spec.kernel] for m in mods.values() if spec.kernel in vars(m))
     signature = {name: spec.signature.get(name, "constexpr") for name in fn.arg_names}
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in spec.constexprs]
     if missing:

@@ -24,34 +24,28 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-import kernels
-from kernels import bench_probe, bench_rnn, graphs
+from kernels import bench_ln, bench_probe, bench_rnn, graphs
+from kernels.bench_ln import (  # noqa: F401
+    DTYPES,
+    FULL,
+    HOST_BOUND,
+    MAX_ELEMS,
+    MODES,
+    PEAK_TBS,
+    QUICK,
+    SMOKE,
+    _case_inputs,
+    _compiled_impl,
+    _leaves,
+    _ln_impls,
+    _ms,
+    _ms_graph,
+    compile_cache,
+)
 from kernels.bench_rnn import GRU_SEQUENCE, GRU_SEQUENCE_EAGER, SEQUENCE, SEQUENCE_EAGER  # noqa: F401
+from kernels.bench_summary import read_stream, summarize  # noqa: F401 - scripts/gpu_status.py imports them here
 
-PEAK_TBS = 4.8  # H200 HBM3e, vendor datasheet
-FULL = {
-    "M": (512, 4096, 16384, 32768, 65536),
-    "N": (768, 1000, 1024, 2041, 2048, 4096, 4099, 5120, 8192, 16384, 32768, 65536),
-}
-QUICK = {"M": (4096, 32768), "N": (1024, 2041, 4096, 8192, 16384, 65536)}
-MAX_ELEMS = 1 << 30  # M·N cap: x, y, dy, dx of 4 GB each in fp32 stay well inside 139 GiB
-DTYPES = {
-    "bf16": (torch.bfloat16, torch.bfloat16),
-    "fp16": (torch.float16, torch.float16),
-    "fp32": (torch.float32, torch.float32),
-    "bf16+fp32w": (torch.bfloat16, torch.float32),
-}
-MODES = ("fwd", "bwd", "fwd+bwd")
-BYTES_PER_ELEM = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}
-# --smoke: a CPU dry run of every code path under TRITON_INTERPRET=1 (the test suite runs it); no figures
-# (and no torch.compile baseline, unless --compiled).
-SMOKE = {"M": (8,), "N": (37,)}
-# Host-bound shapes (bf16 only): where GPU time is below a launch's host time, so where the size-aware
-# dispatch must send `kernels.layer_norm` to torch; with the matrix they locate the dispatch boundary.
-HOST_BOUND = ((64, 768), (256, 1024), (1024, 1024), (2048, 2048))
-DEVICE = "cuda"
 # The parts of a run, in the default order: the copy ceiling, bf16 (the targets' dtype, with the host-bound
 # shapes), the LN-LSTM, the backward profile, then bf16 activations with fp32 γ/β, fp32, the LN-GRU and
 # fp16 (which behaves like bf16), so a run cut short by a time limit still leaves the most important
@@ -81,100 +75,10 @@ def _parts(text: str) -> list[str]:
     return parts
 
 
-def _ms(fn, rep_ms: float, grad_to_none=None) -> float:
-    """Median ms of fn with host time (`do_bench`: L2 flushed between runs; .grad reset outside the timed
-    region)."""
-    if DEVICE == "cpu":  # --smoke: one run proves the path; its time means nothing
-        for t in grad_to_none or ():
-            t.grad = None
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    from triton.testing import do_bench
-
-    return float(
-        do_bench(fn, warmup=max(1, rep_ms // 5), rep=rep_ms, grad_to_none=grad_to_none, return_mode="median")
-    )
-
-
-def _ms_graph(fn, rep_ms: float, grad_to_none=None) -> float | None:
-    """Median ms of fn replayed as a CUDA graph (`do_bench_cudagraph`: GPU time, no host time); None on CPU
-    or when fn cannot be captured (the reason is not a figure)."""
-    if DEVICE == "cpu":
-        return None
-    from triton.testing import do_bench_cudagraph
-
-    try:
-        return float(do_bench_cudagraph(fn, rep=rep_ms, grad_to_none=grad_to_none, return_mode="median"))
-    except Exception:  # noqa: BLE001 - e.g. a backward whose autograd stream is not the capture stream
-        torch.cuda.synchronize()
-        return None
-
-
-def _ln_impls():
-    def eager(x, w, b):
-        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
-
-    def tri(x, w, b):
-        return kernels.triton_layer_norm(x, w, b, 1e-5)
-
-    def dispatched(x, w, b):  # what the engine calls: torch below kernels.LN_TRITON_MIN_ELEMS
-        return kernels.layer_norm(x, w, b, 1e-5)
-
-    def compiled_mixed(x, w, b):  # F.layer_norm refuses mixed dtypes: compile the upcast torch users write
-        return F.layer_norm(x.float(), (x.shape[-1],), w, b, 1e-5).to(x.dtype)
-
-    # The backward alone is timed by replaying one graph (retain_graph): compiled graphs must not donate
-    # their saved buffers for that.
-    torch._functorch.config.donated_buffer = False
-    # Row count M marked dynamic, N static (see _mark): one inductor compile per (N, dtype, grad mode).
-    impls = {
-        "triton": tri,
-        "normlab": dispatched,
-        "torch": eager,
-        "torch.compile": torch.compile(eager),
-        "torch.compile/mixed": torch.compile(compiled_mixed),
-    }
-    liger = bench_probe.liger_layer_norm()
-    if liger is not None:
-        impls["liger"] = liger
-    return impls
-
-
-def _mark(x, w, b):
-    """M dynamic (it only changes the grid), N static (inductor specializes its reduction on it)."""
-    torch._dynamo.mark_dynamic(x, 0)
-    for t, d in ((x, 1), (w, 0), (b, 0)):
-        torch._dynamo.mark_static(t, d)
-
-
-def _case_inputs(M: int, N: int, dname: str) -> tuple:
-    """x, γ, β and dy of one LayerNorm case."""
-    xdt, wdt = DTYPES[dname]
-    x = torch.randn(M, N, device=DEVICE, dtype=xdt)
-    w = torch.randn(N, device=DEVICE, dtype=wdt) * 0.2 + 1
-    b = torch.randn(N, device=DEVICE, dtype=wdt) * 0.2
-    return x, w, b, torch.randn(M, N, device=DEVICE, dtype=xdt)
-
-
-def _compiled_impl(dname: str) -> str:
-    xdt, wdt = DTYPES[dname]
-    return "torch.compile" if wdt == xdt else "torch.compile/mixed"
-
-
 def _with_compiled(args, dname: str) -> bool:
     """Whether this dtype's cases time the torch.compile baseline (--quick: bf16 only; --smoke: no, unless
     --compiled)."""
     return (args.compiled or not args.smoke) and (not args.quick or dname == "bf16")
-
-
-def _leaves(fn_name: str, x, w, b) -> tuple:
-    """Fresh leaf copies of x, γ, β that need gradients; for a compiled fn, M marked dynamic on both sets."""
-    xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
-    if fn_name.startswith("torch.compile"):
-        _mark(x, w, b)
-        _mark(xg, wg, bg)
-    return xg, wg, bg
 
 
 def precompile(impls, args, grid: dict, parts: list[str]) -> dict:
@@ -205,78 +109,6 @@ def precompile(impls, args, grid: dict, parts: list[str]) -> dict:
     return {"precompiled": [f"{d} N={N}" for d, N in jobs], "compile_cache": compile_cache()}
 
 
-def compile_cache() -> dict:
-    """Hits and misses of inductor's FX-graph and AOTAutograd caches in this process so far."""
-    from torch._dynamo.utils import counters
-
-    return {
-        k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items() if "cache" in k
-    }
-
-
-def _bench_ln_case(impls, M, N, dname, rep_ms, with_compiled) -> list[dict]:
-    x, w, b, dy = _case_inputs(M, N, dname)
-    rows = min(M, 256)
-    ref = kernels.layer_norm_reference(x[:rows].double(), w.double(), b.double(), 1e-5)
-    # torch's CUDA layer norm takes fp32 γ/β with bf16/fp16 x too; `normlab` only where it dispatches
-    # differently from `triton` (below the size line it is torch itself)
-    names = (
-        ["triton", "normlab", "torch"]
-        if DEVICE == "cpu" or M * N < kernels.LN_TRITON_MIN_ELEMS
-        else ["triton", "torch"]
-    )
-    if with_compiled:
-        names.append(_compiled_impl(dname))
-    if "liger" in impls:
-        names.append("liger")
-    out = []
-    for name in names:
-        fn = impls[name]
-        xg, wg, bg = _leaves(name, x, w, b)
-        try:
-            y = fn(xg, wg, bg)
-        except Exception as exc:  # noqa: BLE001 - e.g. a torch build or baseline without mixed dtypes
-            out.append({"M": M, "N": N, "dtype": dname, "impl": name, "error": str(exc)[:200]})
-            continue
-        leaves = [xg, wg, bg]
-        err = float((y[:rows].detach().double() - ref).abs().max())
-        for mode in MODES:
-            if DEVICE == "cuda":
-                torch.cuda.synchronize()
-            if mode == "fwd":
-
-                def run(fn=fn):
-                    with torch.no_grad():
-                        fn(x, w, b)
-
-                grads = None
-            elif mode == "bwd":
-                run, grads = (lambda y=y: y.backward(dy, retain_graph=True)), leaves
-            else:
-                run, grads = (lambda fn=fn, xg=xg, wg=wg, bg=bg: fn(xg, wg, bg).backward(dy)), leaves
-            ms = _ms(run, rep_ms, grads)
-            ms_graph = _ms_graph(run, rep_ms, grads)
-            gpu = ms_graph if ms_graph is not None else ms
-            gbs = BYTES_PER_ELEM[mode] * M * N * x.element_size() / gpu / 1e6
-            out.append(
-                {
-                    "M": M,
-                    "N": N,
-                    "dtype": dname,
-                    "mode": mode,
-                    "impl": name,
-                    "ms": round(ms, 5),
-                    "ms_graph": None if ms_graph is None else round(ms_graph, 5),
-                    "host_us": None if ms_graph is None else round(1e3 * max(0.0, ms - ms_graph), 2),
-                    "GBps": round(gbs, 1),
-                    "pct_peak": round(100 * gbs / (PEAK_TBS * 1000), 1),
-                    "max_err_y": err,
-                }
-            )
-        del y, xg, wg, bg, leaves
-    return out
-
-
 def _emit(stream, kind: str, row: dict) -> None:
     if stream:
         stream.write(json.dumps({kind: row}) + "\n")
@@ -294,7 +126,7 @@ def _run_recurrent(args, stream, over_budget, cell: str) -> list[dict]:
         for B, T, H in cases:
             if over_budget(f"{cell} B={B} T={T} H={H} {prec}"):
                 continue
-            rows = bench_rnn.bench_case(cell, B, T, H, prec, lambda fn: _ms(fn, rep), DEVICE)
+            rows = bench_rnn.bench_case(cell, B, T, H, prec, lambda fn: _ms(fn, rep), bench_ln.DEVICE)
             out += rows
             for r in rows:
                 _emit(stream, f"ln_{cell}", r)
@@ -305,72 +137,6 @@ def _run_recurrent(args, stream, over_budget, cell: str) -> list[dict]:
                         flush=True,
                     )
     return out
-
-
-def summarize(ln_rows: list[dict], lstm_rows: list[dict], gru_rows: list[dict] = ()) -> dict:
-    """The issue's targets, checked on the rows measured."""
-    key = {(r["M"], r["N"], r["dtype"], r["mode"], r["impl"]): r for r in ln_rows if "ms" in r}
-    slower, fwd_big, bwd_big, bwd_speedup = [], [], [], []
-    for (M, N, d, mode, impl), r in key.items():
-        if impl != "triton":
-            continue
-        # What the engine calls: `normlab` where it was timed (below the size line), else the kernel itself.
-        ours = key.get((M, N, d, mode, "normlab"), r)
-        for other in ("torch", "torch.compile", "torch.compile/mixed"):
-            o = key.get((M, N, d, mode, other))
-            # 2 % slack: two timings of the very same torch call differ by about that much
-            if o and o["ms"] < ours["ms"] / 1.02:
-                slower.append(
-                    {
-                        "M": M,
-                        "N": N,
-                        "dtype": d,
-                        "mode": mode,
-                        "vs": other,
-                        "ratio": round(ours["ms"] / o["ms"], 3),
-                    }
-                )
-        if M * N >= 32 * 2**20 and d == "bf16":
-            (fwd_big if mode == "fwd" else bwd_big if mode == "bwd" else []).append(r["pct_peak"])
-            t = key.get((M, N, d, "bwd", "torch"))
-            if mode == "bwd" and t:
-                bwd_speedup.append(t["ms"] / r["ms"])
-    fused = [r for r in lstm_rows if r["impl"] == SEQUENCE]
-    target = [r for r in fused if (r["B"], r["T"], r["H"]) == bench_rnn.CASES[0]]
-    return {
-        "dispatch_boundary": bench_probe.dispatch_boundary(ln_rows),
-        "lstm_target_shape_x_cudnn_by_precision (target <= 1.3)": {
-            r.get("precision"): r["x_cudnn"] for r in target
-        },
-        "fwd_bf16_big_min_pct_peak (target >= 85)": min(fwd_big, default=None),
-        "bwd_bf16_big_min_pct_peak (target >= 80)": min(bwd_big, default=None),
-        "bwd_bf16_big_min_speedup_vs_torch (target >= 1.5)": (
-            round(min(bwd_speedup), 3) if bwd_speedup else None
-        ),
-        "triton_slower_than_a_baseline (target: none)": slower,
-        "lstm_fused_sequence_max_x_cudnn (target <= 1.3)": max((r["x_cudnn"] for r in fused), default=None),
-        "lstm_sequence_without_cuda_graph_max_x_cudnn": max(
-            (r["x_cudnn"] for r in lstm_rows if r["impl"] == SEQUENCE_EAGER), default=None
-        ),
-        "gru_fused_sequence_max_x_cudnn (no target)": max(
-            (r["x_cudnn"] for r in gru_rows if r["impl"] == GRU_SEQUENCE), default=None
-        ),
-    }
-
-
-def read_stream(path: Path) -> tuple[list[dict], list[dict], list[dict]]:
-    """The LayerNorm, LN-LSTM and LN-GRU rows of a kernel_bench.jsonl (a run cut short leaves only that
-    file)."""
-    ln_rows, lstm_rows, gru_rows = [], [], []
-    for line in path.read_text().splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:  # the last line of a killed run may be cut in half
-            continue
-        ln_rows += [item["layer_norm"]] if "layer_norm" in item else []
-        lstm_rows += [item["ln_lstm"]] if "ln_lstm" in item else []
-        gru_rows += [item["ln_gru"]] if "ln_gru" in item else []
-    return ln_rows, lstm_rows, gru_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    global DEVICE
-    DEVICE = "cpu" if args.smoke else "cuda"
+    bench_ln.DEVICE = "cpu" if args.smoke else "cuda"
     if not args.smoke and not torch.cuda.is_available():
         reason = "no CUDA GPU here: the kernel benchmark measures the compiled Triton kernels on a GPU"
         print(json.dumps({"skipped": reason}) if args.json else f"skipped: {reason}")
@@ -479,16 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict = {"copy": None, "profile": []}
     for part in parts:
         if part in ("copy", "profile"):
-            if DEVICE == "cpu" or over_budget(part):  # --smoke: no device copy or CUDA profile to take
+            if bench_ln.DEVICE == "cpu" or over_budget(
+                part
+            ):  # --smoke: no device copy or CUDA profile to take
                 continue
             if part == "copy":
                 extra["copy"] = bench_probe.copy_ceiling(
-                    lambda fn: _ms_graph(fn, args.rep_ms) or _ms(fn, args.rep_ms), DEVICE
+                    lambda fn: _ms_graph(fn, args.rep_ms) or _ms(fn, args.rep_ms), bench_ln.DEVICE
                 )
                 _emit(stream, "copy", extra["copy"])
             else:
                 names = ["triton", "torch"] + (["liger"] if "liger" in impls else [])
-                extra["profile"] = bench_probe.profile_backward({n: impls[n] for n in names}, DEVICE)
+                extra["profile"] = bench_probe.profile_backward({n: impls[n] for n in names}, bench_ln.DEVICE)
                 for r in extra["profile"]:
                     _emit(stream, "profile", r)
             if not args.json:
@@ -506,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         for M, N in shapes:
             if M * N > MAX_ELEMS or over_budget(f"ln {dname} M={M} N={N}"):
                 continue
-            rows = _bench_ln_case(impls, M, N, dname, args.rep_ms, _with_compiled(args, dname))
+            rows = bench_ln.bench_ln_case(impls, M, N, dname, args.rep_ms, _with_compiled(args, dname))
             ln_rows += rows
             for r in rows:
                 _emit(stream, "layer_norm", r)
@@ -517,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r['pct_peak']:5.1f}% err={r['max_err_y']:.2e}",
                         flush=True,
                     )
-            if DEVICE == "cuda":
+            if bench_ln.DEVICE == "cuda":
                 torch.cuda.empty_cache()
     result = {
         "device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(),

@@ -18,6 +18,12 @@ def launch(B: int, H: int, device: torch.device) -> CellLaunch:
     return cell_launch(B, H, device, 6, 12)
 
 
+def hoisted_bwd_warps(cfg: CellLaunch) -> int:
+    """Warps of the sequence's (HOISTED) backward: at most 8. ptxas -v (sm_90, H = 1024) held the 16-warp
+    build to 64 registers a thread and spilled 8-16 bytes; the unhoisted one took 97-108 and did not."""
+    return min(8, cfg.bwd_warps)
+
+
 def _check(acts, params) -> int:
     """H, after checking shapes, dtypes and devices (errors say what to change)."""
     zr_h, zr_x, wx, uh, h_prev = acts
@@ -84,6 +90,7 @@ def ln_gru_fwd(
             H,
             eps,
             BLOCK_H=cfg.BLOCK_H,
+            HOISTED=False,
             num_warps=cfg.fwd_warps,
         )
     return h, stats
@@ -146,6 +153,7 @@ def ln_gru_bwd(
         H,
         BLOCK_H=cfg.BLOCK_H,
         ACC=False,
+        HOISTED=False,
         num_warps=cfg.bwd_warps,
     )
     return dzrh, dzrx, dwx, duh, dhp, column_sum(part, torch.float32)

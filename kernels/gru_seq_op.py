@@ -4,13 +4,16 @@ The GRU counterpart of `lstm_seq_op` (see there for why: per-step custom ops are
 The caller passes ax = x [W_x; W]ᵀ for every step, (T, B, 3H) = [zr_x | wx], and the recurrent weights
 stacked as w_rec = [W_h; U] (3H, H), so that
 
+- before the loop: the input side, which does not depend on h, for all T·B rows at once (one LayerNorm
+  launch each): xg = LN(zr_x) γ₂ + β₂ + β₁ and xc = LN(wx) γ₃ + β₃;
 - forward, per step: one product rec_t = h_{t-1} w_recᵀ = [zr_h | uh] into a (T, B, 3H) buffer and one
-  launch of the fused cell (`gru_triton._ln_gru_fwd`: the four LNs, z, r, ĥ, h_t) reading the four
-  blocks through row strides;
-- backward, per step: one launch of `_ln_gru_bwd` (ACC: each batch row's parameter contributions added to
-  its row of one fp32 (B, 10H) buffer, in stream order) writing ∂L/∂[zr_h | uh] and ∂L/∂[zr_x | wx] into
-  (T, B, 3H) buffers, then ∂L/∂h_{t-1} = ∂L/∂out_{t-1} + dh ⊙ (1 − z) + ∂L/∂rec_t · w_rec (one addmm, one
-  add); once for the sequence: ∂L/∂w_rec as one (3H × T·B) · (T·B × H) product and one column sum.
+  launch of the fused cell (`gru_triton._ln_gru_fwd`, HOISTED: LN(zr_h), LN(uh), z, r, ĥ, h_t, reading
+  xg_t and xc_t);
+- backward, per step: one launch of `_ln_gru_bwd` (ACC: each batch row's dγ₁/dγ₄/dβ₄ contributions added
+  to its row of one fp32 (B, 4H) buffer, in stream order) writing ∂L/∂[zr_h | uh] into a (T, B, 3H)
+  buffer and ∂L/∂xg, ∂L/∂xc into their own, then ∂L/∂h_{t-1} = ∂L/∂out_{t-1} + dh ⊙ (1 − z) +
+  ∂L/∂rec_t · w_rec (one addmm, one add); once for the sequence: ∂L/∂w_rec as one (3H × T·B) · (T·B × H)
+  product, one column sum, and the two LayerNorm backwards of the input side (∂L/∂ax, dγ₂, dβ₁₂, dγ₃, dβ₃).
 
 Deterministic (no atomics); the fused cell's launch configurations (`gru_op.launch`, cached per
 shape); not twice differentiable.
@@ -25,8 +28,8 @@ from torch.autograd.function import once_differentiable
 
 from kernels import graphs
 from kernels import gru_triton as K
-from kernels.gru_op import _check, launch
-from kernels.layer_norm_op import column_sum
+from kernels.gru_op import _check, hoisted_bwd_warps, launch
+from kernels.ln_run import _backward_into, _forward_into, column_sum
 
 
 def _blocks(t: torch.Tensor, H: int) -> tuple:
@@ -34,16 +37,33 @@ def _blocks(t: torch.Tensor, H: int) -> tuple:
     return t[..., : 2 * H].unbind(0), t[..., 2 * H :].unbind(0)
 
 
+def _input_side(ax, g1, b1, g2, b2, g3, b3, eps):
+    """(xg, xc, stats): xg = LN(zr_x) γ₂ + β₂ + β₁ (T, B, 2H) and xc = LN(wx) γ₃ + β₃ (T, B, H) for all T·B
+    rows, one LayerNorm launch each, in ax's dtype; stats fp32 (4, T·B): their μ and rstd."""
+    T, B, G = ax.shape
+    H = G // 3
+    M = T * B
+    xg = ax.new_empty(T, B, 2 * H)
+    xc = ax.new_empty(T, B, H)
+    stats = ax.new_empty(4, M, dtype=torch.float32)
+    rows = ax.view(M, G)
+    _forward_into(rows[:, : 2 * H], g2.float(), b2.float() + b1.float(), eps, 0, xg, stats[0], stats[1])
+    _forward_into(rows[:, 2 * H :], g3.float(), b3.float(), eps, 0, xc, stats[2], stats[3])
+    return xg, xc, stats
+
+
 def _forward(ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, *, eps):
-    """The recurrence's launches: (rec, hs, stats) per step, from contiguous ax, params and h0."""
+    """The recurrence's launches: (rec, hs, stats, xg, xc, x_stats), from contiguous ax, params and h0."""
     T, B, G = ax.shape
     H = G // 3
     block, fwd_warps, _, _ = launch(B, H, ax.device)
     params = (g1, b1, g2, b2, g3, b3, g4, b4)
+    xg, xc, x_stats = _input_side(ax, g1, b1, g2, b2, g3, b3, eps)  # no recurrence: once, before the loop
     rec = ax.new_empty(T, B, G)  # [zr_h | uh] = h_{t-1} w_recᵀ per step, kept for the backward
     hs = ax.new_empty(T, B, H)
     stats = ax.new_empty(T, B, 8, dtype=torch.float32)
-    (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
+    ZRH, UH = _blocks(rec, H)
+    XG, XC = xg.unbind(0), xc.unbind(0)
     REC, HS, ST = rec.unbind(0), hs.unbind(0), stats.unbind(0)
     w_recT = w_rec.t()
     h = h0
@@ -52,40 +72,46 @@ def _forward(ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, *, eps):
         torch.mm(h, w_recT, out=REC[t])
         kernel(
             ZRH[t],
-            ZRX[t],
-            WX[t],
+            XG[t],
+            XC[t],
             UH[t],
             h,
             *params,
             HS[t],
             ST[t],
             G,
-            G,
-            G,
+            2 * H,
+            H,
             G,
             h.stride(0),
             H,
             eps,
             BLOCK_H=block,
+            HOISTED=True,
             num_warps=fwd_warps,
         )
         h = HS[t]
-    return rec, hs, stats
+    return rec, hs, stats, xg, xc, x_stats
 
 
-def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stats):
-    """The backward's launches: (d_ax, d_w_rec, dparams fp32 (10H,), dh0)."""
+def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stats, xg, xc, x_stats):
+    """The backward's launches: (d_ax, d_w_rec, dparams fp32 (4H,) = [dγ₁ | dγ₄ | dβ₄], dγ₂, dβ₁₂, dγ₃,
+    dβ₃, dh0)."""
     params = (g1, b1, g2, b2, g3, b3, g4, b4)
     T, B, G = ax.shape
     H = G // 3
-    block, _, P, bwd_warps = launch(B, H, ax.device)
+    M = T * B
+    cfg = launch(B, H, ax.device)
+    block, P, bwd_warps = cfg.BLOCK_H, cfg.programs, hoisted_bwd_warps(cfg)
     d_rec = torch.empty_like(rec)  # ∂L/∂[zr_h | uh] per step
-    d_ax = torch.empty_like(ax)  # ∂L/∂[zr_x | wx] per step
-    part = ax.new_empty(B, 10 * H, dtype=torch.float32)
+    d_xg = torch.empty_like(xg)  # ∂L/∂xg = the gates' da per step
+    d_xc = torch.empty_like(xc)  # ∂L/∂xc per step
+    part = ax.new_empty(B, 4 * H, dtype=torch.float32)
     dh = torch.empty_like(h0)  # ∂L/∂h_t read by the step's launch
     dhp = torch.empty_like(h0)  # its direct part dh ⊙ (1 − z), written by the launch
-    (ZRH, UH), (ZRX, WX) = _blocks(rec, H), _blocks(ax, H)
-    (DZRH, DUH), (DZRX, DWX) = _blocks(d_rec, H), _blocks(d_ax, H)
+    DZRH, DUH = _blocks(d_rec, H)
+    ZRH, UH = _blocks(rec, H)
+    XG, XC, DXG, DXC = xg.unbind(0), xc.unbind(0), d_xg.unbind(0), d_xc.unbind(0)
     DREC, HS, ST, DHS = d_rec.unbind(0), hs.unbind(0), stats.unbind(0), d_hs.unbind(0)
     grid = (P,)
     dh_t = DHS[T - 1]
@@ -94,31 +120,32 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
         K._ln_gru_bwd[grid](
             dh_t,
             ZRH[t],
-            ZRX[t],
-            WX[t],
+            XG[t],
+            XC[t],
             UH[t],
             h_prev,
             *params,
             ST[t],
             DZRH[t],
-            DZRX[t],
-            DWX[t],
+            DXG[t],
+            DXC[t],
             DUH[t],
             dhp,
             part,
             G,
-            G,
-            G,
+            2 * H,
+            H,
             G,
             h_prev.stride(0),
             G,
-            G,
-            G,
+            2 * H,
+            H,
             G,
             B,
             H,
             BLOCK_H=block,
             ACC=t != T - 1,
+            HOISTED=True,
             num_warps=bwd_warps,
         )
         if t > 0:
@@ -126,7 +153,26 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
     dh0 = torch.addmm(dhp, DREC[0], w_rec)
     h_prev_all = torch.cat([h0.unsqueeze(0), hs[:-1]])
     d_w_rec = d_rec.view(-1, G).t().mm(h_prev_all.view(-1, H))
-    return d_ax, d_w_rec, column_sum(part, torch.float32), dh0
+    # the input side's backward, once for all T·B rows: ∂L/∂ax's two blocks and their LN parameters
+    rows = ax.view(M, G)
+    d_zr_x = torch.empty_like(xg)
+    d_wx = torch.empty_like(xc)
+    dg2, db12 = _backward_into(
+        d_xg.view(M, 2 * H),
+        rows[:, : 2 * H],
+        g2.float(),
+        x_stats[0],
+        x_stats[1],
+        d_zr_x,
+        True,
+        torch.float32,
+        0,
+    )
+    dg3, db3 = _backward_into(
+        d_xc.view(M, H), rows[:, 2 * H :], g3.float(), x_stats[2], x_stats[3], d_wx, True, torch.float32, 0
+    )
+    d_ax = torch.cat([d_zr_x, d_wx], dim=2)
+    return d_ax, d_w_rec, column_sum(part, torch.float32), dg2, db12, dg3, db3, dh0
 
 
 class _LNGRUSequence(torch.autograd.Function):
@@ -134,19 +180,18 @@ class _LNGRUSequence(torch.autograd.Function):
     def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving):
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        _, hs, _ = graphs.sequence_forward(
+        hs = graphs.sequence_forward(
             ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving, out=1
-        )
+        )[1]
         ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_hs):
-        d_ax, d_w_rec, dp, dh0 = graphs.sequence_backward(ctx, "ln_gru_bwd", _backward, d_hs)
+        d_ax, d_w_rec, dp, g2, b12, g3, b3, dh0 = graphs.sequence_backward(ctx, "ln_gru_bwd", _backward, d_hs)
         H = d_ax.shape[2] // 3
-        g1, g2, b12 = dp[: 2 * H], dp[2 * H : 4 * H], dp[4 * H : 6 * H]
-        g3, b3, g4, b4 = dp[6 * H : 7 * H], dp[7 * H : 8 * H], dp[8 * H : 9 * H], dp[9 * H :]
+        g1, g4, b4 = dp[: 2 * H], dp[2 * H : 3 * H], dp[3 * H :]
         grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient
         return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None, None)
 

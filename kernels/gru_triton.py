@@ -14,6 +14,11 @@ Parameter gradients: per-row fp32 partials [B, 10H] = [dγ₁ | dγ₂ | dβ₁�
 fixed-order column sum of ln_triton.py (deterministic, no atomics). With ACC the backward adds to them, and
 its outputs take row strides: a whole sequence (gru_seq_op) writes ∂L/∂[zr_h | uh] and ∂L/∂[zr_x | wx] into
 (B, 3H) rows, one product each way, and sums the partials once.
+HOISTED (the sequence): the input side does not depend on h, so the caller computes xg = LN(zr_x) γ₂ + β₂ + β₁
+(2H) and xc = LN(wx) γ₃ + β₃ (H) for all T·B rows before the loop (two LayerNorm launches); the cell reads
+them in place of zr_x and wx, keeps partials [B, 4H] = [dγ₁ | dγ₄ | dβ₄], and writes da_zr = ∂L/∂xg and
+dp = ∂L/∂xc where ∂L/∂zr_x and ∂L/∂wx went; two LayerNorm backwards after the loop give ∂L/∂ax, dγ₂, dβ₁₂,
+dγ₃, dβ₃.
 """
 
 import triton
@@ -69,6 +74,14 @@ def _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H):
 
 
 @triton.jit
+def _gates_hoisted(n1z, n1r, G1, XG, cols, ok, H):
+    """(z, r) from LN₀(zr_h) and the hoisted xg = LN(zr_x) γ₂ + β₂ + β₁."""
+    az = n1z * _vec(G1, cols, ok) + _vec(XG, cols, ok)
+    ar = n1r * _vec(G1 + H, cols, ok) + _vec(XG + H, cols, ok)
+    return _sigmoid(az), _sigmoid(ar)
+
+
+@triton.jit
 def _ln_gru_fwd(
     ZRH,
     ZRX,  # (B, 2H) W_h h_{t-1} and W_x x_t; row strides stride_zrh / stride_zrx; activation dtype
@@ -93,17 +106,26 @@ def _ln_gru_fwd(
     H,
     eps,
     BLOCK_H: tl.constexpr,
+    HOISTED: tl.constexpr,  # ZRX, WX hold the hoisted input side xg, xc (module docstring); G2..B3 unread
 ):
     row = tl.program_id(0)
     r64 = tl.cast(row, tl.int64)
     cols = tl.arange(0, BLOCK_H)
     ok = cols < H
     n1z, n1r, m1, s1 = _normalize2(ZRH + r64 * stride_zrh, cols, ok, H, eps)
-    n2z, n2r, m2, s2 = _normalize2(ZRX + r64 * stride_zrx, cols, ok, H, eps)
-    n3, m3, s3 = _normalize1(WX + r64 * stride_wx, cols, ok, H, eps)
     n4, m4, s4 = _normalize1(UH + r64 * stride_uh, cols, ok, H, eps)
-    z, r = _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H)
-    l3 = n3 * _vec(G3, cols, ok) + _vec(B3, cols, ok)
+    if HOISTED:
+        z, r = _gates_hoisted(n1z, n1r, G1, ZRX + r64 * stride_zrx, cols, ok, H)
+        l3 = _vec(WX + r64 * stride_wx, cols, ok)
+    else:
+        n2z, n2r, m2, s2 = _normalize2(ZRX + r64 * stride_zrx, cols, ok, H, eps)
+        n3, m3, s3 = _normalize1(WX + r64 * stride_wx, cols, ok, H, eps)
+        z, r = _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H)
+        l3 = n3 * _vec(G3, cols, ok) + _vec(B3, cols, ok)
+        tl.store(Stats + row * 8 + 2, m2)
+        tl.store(Stats + row * 8 + 3, s2)
+        tl.store(Stats + row * 8 + 4, m3)
+        tl.store(Stats + row * 8 + 5, s3)
     l4 = n4 * _vec(G4, cols, ok) + _vec(B4, cols, ok)
     h_hat = _tanh(l3 + r * l4)
     h_prev = _vec(H_prev + r64 * stride_hp, cols, ok)
@@ -112,10 +134,6 @@ def _ln_gru_fwd(
     st = Stats + row * 8
     tl.store(st + 0, m1)
     tl.store(st + 1, s1)
-    tl.store(st + 2, m2)
-    tl.store(st + 3, s2)
-    tl.store(st + 4, m3)
-    tl.store(st + 5, s3)
     tl.store(st + 6, m4)
     tl.store(st + 7, s4)
 
@@ -168,6 +186,7 @@ def _ln_gru_bwd(
     H,
     BLOCK_H: tl.constexpr,
     ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
+    HOISTED: tl.constexpr,  # ZRX, WX are xg, xc; DZRX, DWX get ∂L/∂xg, ∂L/∂xc; Part is (B, 4H)
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -177,20 +196,24 @@ def _ln_gru_bwd(
         r64 = tl.cast(row, tl.int64)
         st = Stats + row * 8
         m1, s1 = tl.load(st + 0), tl.load(st + 1)
-        m2, s2 = tl.load(st + 2), tl.load(st + 3)
-        m3, s3 = tl.load(st + 4), tl.load(st + 5)
         m4, s4 = tl.load(st + 6), tl.load(st + 7)
         zrh = ZRH + r64 * stride_zrh
         zrx = ZRX + r64 * stride_zrx
         n1z, n1r = _renorm(zrh, cols, ok, m1, s1), _renorm(zrh + H, cols, ok, m1, s1)
-        n2z, n2r = _renorm(zrx, cols, ok, m2, s2), _renorm(zrx + H, cols, ok, m2, s2)
-        n3 = _renorm(WX + r64 * stride_wx, cols, ok, m3, s3)
         n4 = _renorm(UH + r64 * stride_uh, cols, ok, m4, s4)
-        z, r = _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H)
-        g3 = _vec(G3, cols, ok)
         g4 = _vec(G4, cols, ok)
         l4 = n4 * g4 + _vec(B4, cols, ok)
-        h_hat = _tanh(n3 * g3 + _vec(B3, cols, ok) + r * l4)
+        if HOISTED:
+            z, r = _gates_hoisted(n1z, n1r, G1, zrx, cols, ok, H)
+            h_hat = _tanh(_vec(WX + r64 * stride_wx, cols, ok) + r * l4)
+        else:
+            m2, s2 = tl.load(st + 2), tl.load(st + 3)
+            m3, s3 = tl.load(st + 4), tl.load(st + 5)
+            n2z, n2r = _renorm(zrx, cols, ok, m2, s2), _renorm(zrx + H, cols, ok, m2, s2)
+            n3 = _renorm(WX + r64 * stride_wx, cols, ok, m3, s3)
+            z, r = _gates(n1z, n1r, n2z, n2r, G1, B1, G2, B2, cols, ok, H)
+            g3 = _vec(G3, cols, ok)
+            h_hat = _tanh(n3 * g3 + _vec(B3, cols, ok) + r * l4)
         h_prev = _vec(H_prev + r64 * stride_hp, cols, ok)
         dh = _vec(DH + r64 * H, cols, ok)
         dp = dh * z * (1.0 - h_hat * h_hat)
@@ -198,23 +221,33 @@ def _ln_gru_bwd(
         da_z = dh * (h_hat - h_prev) * z * (1.0 - z)
         da_r = dp * l4 * r * (1.0 - r)
         tl.store(DH_prev + r64 * H + cols, (dh * (1.0 - z)).to(DH_prev.dtype.element_ty), mask=ok)
-        part = Part + r64 * (10 * H)
-        _put(part, cols, ok, da_z * n1z, ACC)  # dγ₁ (z half)
-        _put(part + H, cols, ok, da_r * n1r, ACC)  # dγ₁ (r half)
-        _put(part + 2 * H, cols, ok, da_z * n2z, ACC)  # dγ₂
-        _put(part + 3 * H, cols, ok, da_r * n2r, ACC)
-        _put(part + 4 * H, cols, ok, da_z, ACC)  # dβ₁ = dβ₂
-        _put(part + 5 * H, cols, ok, da_r, ACC)
-        _put(part + 6 * H, cols, ok, dp * n3, ACC)  # dγ₃
-        _put(part + 7 * H, cols, ok, dp, ACC)  # dβ₃
-        _put(part + 8 * H, cols, ok, dl4 * n4, ACC)  # dγ₄
-        _put(part + 9 * H, cols, ok, dl4, ACC)  # dβ₄
         ty = DWX.dtype.element_ty
-        tl.store(DWX + r64 * stride_dwx + cols, _ln_dx1(dp * g3, n3, s3, H).to(ty), mask=ok)
+        if HOISTED:  # [dγ₁ | dγ₄ | dβ₄]; dγ₂, dβ₁₂, dγ₃, dβ₃ and ∂L/∂ax from LN backwards after the loop
+            tl.store(DWX + r64 * stride_dwx + cols, dp.to(ty), mask=ok)  # ∂L/∂xc
+            tl.store(DZRX + r64 * stride_dzrx + cols, da_z.to(ty), mask=ok)  # ∂L/∂xg
+            tl.store(DZRX + r64 * stride_dzrx + H + cols, da_r.to(ty), mask=ok)
+            part = Part + r64 * (4 * H)
+            _put(part + 2 * H, cols, ok, dl4 * n4, ACC)  # dγ₄
+            _put(part + 3 * H, cols, ok, dl4, ACC)  # dβ₄
+            _put(part, cols, ok, da_z * n1z, ACC)  # dγ₁ (z half)
+            _put(part + H, cols, ok, da_r * n1r, ACC)  # dγ₁ (r half)
+        else:
+            part = Part + r64 * (10 * H)
+            _put(part, cols, ok, da_z * n1z, ACC)  # dγ₁ (z half)
+            _put(part + H, cols, ok, da_r * n1r, ACC)  # dγ₁ (r half)
+            _put(part + 2 * H, cols, ok, da_z * n2z, ACC)  # dγ₂
+            _put(part + 3 * H, cols, ok, da_r * n2r, ACC)
+            _put(part + 4 * H, cols, ok, da_z, ACC)  # dβ₁ = dβ₂
+            _put(part + 5 * H, cols, ok, da_r, ACC)
+            _put(part + 6 * H, cols, ok, dp * n3, ACC)  # dγ₃
+            _put(part + 7 * H, cols, ok, dp, ACC)  # dβ₃
+            _put(part + 8 * H, cols, ok, dl4 * n4, ACC)  # dγ₄
+            _put(part + 9 * H, cols, ok, dl4, ACC)  # dβ₄
+            tl.store(DWX + r64 * stride_dwx + cols, _ln_dx1(dp * g3, n3, s3, H).to(ty), mask=ok)
+            e0, e1 = _ln_dx2(da_z * _vec(G2, cols, ok), da_r * _vec(G2 + H, cols, ok), n2z, n2r, s2, H)
+            tl.store(DZRX + r64 * stride_dzrx + cols, e0.to(ty), mask=ok)
+            tl.store(DZRX + r64 * stride_dzrx + H + cols, e1.to(ty), mask=ok)
         tl.store(DUH + r64 * stride_duh + cols, _ln_dx1(dl4 * g4, n4, s4, H).to(ty), mask=ok)
         e0, e1 = _ln_dx2(da_z * _vec(G1, cols, ok), da_r * _vec(G1 + H, cols, ok), n1z, n1r, s1, H)
         tl.store(DZRH + r64 * stride_dzrh + cols, e0.to(ty), mask=ok)
         tl.store(DZRH + r64 * stride_dzrh + H + cols, e1.to(ty), mask=ok)
-        e0, e1 = _ln_dx2(da_z * _vec(G2, cols, ok), da_r * _vec(G2 + H, cols, ok), n2z, n2r, s2, H)
-        tl.store(DZRX + r64 * stride_dzrx + cols, e0.to(ty), mask=ok)
-        tl.store(DZRX + r64 * stride_dzrx + H + cols, e1.to(ty), mask=ok)

@@ -88,6 +88,7 @@ def ln_lstm_fwd(
             H,
             eps,
             BLOCK_H=cfg.BLOCK_H,
+            HOISTED=False,
             num_warps=cfg.fwd_warps,
         )
     return h, c, stats
@@ -150,6 +151,7 @@ def ln_lstm_bwd(
         H,
         BLOCK_H=cfg.BLOCK_H,
         ACC=False,
+        HOISTED=False,
         num_warps=cfg.bwd_warps,
     )
     return dhh, dxx, dcp, column_sum(part, torch.float32)

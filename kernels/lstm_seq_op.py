@@ -5,17 +5,19 @@ fixed-order column sum of the parameter partials and fresh allocations: measured
 host time per forward call, so a 64-step LN-LSTM ran 16–32× slower than cuDNN's `nn.LSTM` although each
 kernel takes microseconds. Here the time loop runs inside one `torch.autograd.Function`:
 
+- before the loop: the input side, which does not depend on h, for all T·B rows at once:
+  xn = LN(ax) γ_x + β_x + β_h + b by one LayerNorm launch (the caller passes ax = x W_xᵀ, one product);
 - forward, per step: one product hh_t = h_{t-1} W_hᵀ written into a (T, B, 4H) buffer, and one launch
-  of the fused cell kernel (`lstm_triton._ln_lstm_fwd`: LN(hh_t) + LN(ax_t) + b, gates, c_t, LN(c_t),
+  of the fused cell kernel (`lstm_triton._ln_lstm_fwd`, HOISTED: LN(hh_t) γ_h + xn_t, gates, c_t, LN(c_t),
   h_t) writing h_t, c_t and the row statistics into preallocated (T, B, ·) buffers;
 - backward, per step: ∂L/∂h_t = ∂L/∂out_t + ∂L/∂hh_{t+1} W_h (one addmm) and one launch of the fused
-  backward (`_ln_lstm_bwd` with ACC: each batch row's dγ/dβ contributions are added to its own row of
-  one fp32 (B, 14H) buffer, step after step in stream order, so no per-step reduction); then, once for
-  the whole sequence, dW_h as one (4H × T·B) · (T·B × H) product and one fixed-order column sum of the
-  partials. Deterministic for a given device and shape: no atomics anywhere.
+  backward (`_ln_lstm_bwd` with ACC: each batch row's dγ_h/dγ_c/dβ_c contributions are added to its own
+  row of one fp32 (B, 6H) buffer, step after step in stream order, so no per-step reduction; the gates'
+  da = ∂L/∂xn_t into a (T, B, 4H) buffer); then, once for the whole sequence, dW_h as one
+  (4H × T·B) · (T·B × H) product, one fixed-order column sum of the partials, and one LayerNorm backward
+  over the T·B rows of ax (∂L/∂ax, dγ_x and db = dβ_h = dβ_x = Σ da). Deterministic for a given device
+  and shape: no atomics anywhere.
 
-The input side has no recurrence: the caller passes ax = x W_xᵀ for all steps (one product), and the
-kernel normalizes ax_t itself (LN over 4H with γ_x, β_x), so ∂L/∂ax comes back through the same launch.
 Launch configurations: the fused cell's own (`lstm_op.launch`, cached per shape). Not twice
 differentiable (the probes' curvature products switch the kernels to torch).
 
@@ -34,29 +36,41 @@ from torch.autograd.function import once_differentiable
 
 from kernels import graphs
 from kernels import lstm_triton as K
-from kernels.layer_norm_op import column_sum
+from kernels.ln_run import _backward_into, _forward_into, column_sum
 from kernels.lstm_op import PARAM_NAMES, _check, launch
 
 
+def _input_side(ax, gain_x, bias_x, bias_h, bias, eps):
+    """(xn, stats): xn = LN(ax) γ_x + β_x + β_h + b for all T·B rows, (T, B, 4H) in ax's dtype, by one
+    LayerNorm launch; stats fp32 (2, T·B): its μ and rstd. γ and the summed β are read in fp32."""
+    T, B, G = ax.shape
+    xn = torch.empty_like(ax)
+    stats = ax.new_empty(2, T * B, dtype=torch.float32)
+    beta = bias_x.float() + bias_h.float() + bias.float()
+    _forward_into(ax.view(T * B, G), gain_x.float(), beta, eps, 0, xn, stats[0], stats[1])
+    return xn, stats
+
+
 def _forward(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, *, eps):
-    """The recurrence's launches: (hh, hs, cs, stats) per step, from contiguous ax, params, h0, c0."""
+    """The recurrence's launches: (hh, hs, cs, stats, xn, x_stats), from contiguous ax, params, h0, c0."""
     T, B, G = ax.shape
     H = G // 4
     block, fwd_warps, _, _ = launch(B, H, ax.device)
     params = (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)
+    xn, x_stats = _input_side(ax, gain_x, bias_x, bias_h, bias, eps)  # no recurrence: once, before the loop
     hh = ax.new_empty(T, B, G)  # raw h_{t-1} W_hᵀ per step, kept for the backward
     hs = ax.new_empty(T, B, H)
     cs = ax.new_empty(T, B, H)
     stats = ax.new_empty(T, B, 6, dtype=torch.float32)
     w_hT = w_h.t()
-    HH, AX, HS, CS, ST = (t.unbind(0) for t in (hh, ax, hs, cs, stats))  # views made once
+    HH, XN, HS, CS, ST = (t.unbind(0) for t in (hh, xn, hs, cs, stats))  # views made once
     h, c = h0, c0
     kernel = K._ln_lstm_fwd[(B,)]
     for t in range(T):
         torch.mm(h, w_hT, out=HH[t])
         kernel(
             HH[t],
-            AX[t],
+            XN[t],
             c,
             *params,
             HS[t],
@@ -68,24 +82,45 @@ def _forward(ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, 
             H,
             eps,
             BLOCK_H=block,
+            HOISTED=True,
             num_warps=fwd_warps,
         )
         h, c = HS[t], CS[t]
-    return hh, hs, cs, stats
+    return hh, hs, cs, stats, xn, x_stats
 
 
-def _backward(d_hs, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, hh, hs, cs, stats):
-    """The backward's launches: (d_ax, d_w_h, dparams fp32 (14H,), dh0, dc0)."""
+def _backward(
+    d_hs,
+    ax,
+    w_h,
+    gain_h,
+    bias_h,
+    gain_x,
+    bias_x,
+    bias,
+    gain_c,
+    bias_c,
+    h0,
+    c0,
+    hh,
+    hs,
+    cs,
+    stats,
+    xn,
+    x_stats,
+):
+    """The backward's launches: (d_ax, d_w_h, dparams fp32 (6H,) = [dγ_h | dγ_c | dβ_c], dγ_x, db, dh0,
+    dc0)."""
     params = (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)
     T, B, G = ax.shape
     H = G // 4
     block, _, P, bwd_warps = launch(B, H, ax.device)
     d_hh = torch.empty_like(hh)  # ∂L/∂(h_{t-1} W_hᵀ) per step
-    d_ax = torch.empty_like(ax)
-    part = ax.new_empty(B, 14 * H, dtype=torch.float32)  # [dγ_h | dγ_x | db | dγ_c | dβ_c] per row
+    d_xn = torch.empty_like(ax)  # ∂L/∂xn per step: the gates' da
+    part = ax.new_empty(B, 6 * H, dtype=torch.float32)  # [dγ_h | dγ_c | dβ_c] per row
     dh = torch.empty_like(h0)
     dc, dc_prev = torch.zeros_like(c0), torch.empty_like(c0)  # ping-pong: a launch reads one, writes one
-    DHH, DAX, AX, HH, CS, ST, DHS = (t.unbind(0) for t in (d_hh, d_ax, ax, hh, cs, stats, d_hs))
+    DHH, DXN, XN, HH, CS, ST, DHS = (t.unbind(0) for t in (d_hh, d_xn, xn, hh, cs, stats, d_hs))
     grid = (P,)
     for t in range(T - 1, -1, -1):
         if t == T - 1:
@@ -97,12 +132,12 @@ def _backward(d_hs, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_
             dh_t,
             dc,
             HH[t],
-            AX[t],
+            XN[t],
             c_prev,
             *params,
             ST[t],
             DHH[t],
-            DAX[t],
+            DXN[t],
             dc_prev,
             part,
             G,
@@ -112,13 +147,20 @@ def _backward(d_hs, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_
             H,
             BLOCK_H=block,
             ACC=t != T - 1,
+            HOISTED=True,
             num_warps=bwd_warps,
         )
         dc, dc_prev = dc_prev, dc
     dh0 = DHH[0].mm(w_h)
     h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
     d_w_h = d_hh.view(-1, G).t().mm(h_prev.view(-1, H))
-    return d_ax, d_w_h, column_sum(part, torch.float32), dh0, dc
+    # the input side's backward, once for all T·B rows: ∂L/∂ax, dγ_x and db = Σ da (= dβ_h = dβ_x)
+    d_ax = torch.empty_like(ax)
+    ax2 = ax.view(T * B, G)
+    d_gain_x, d_b = _backward_into(
+        d_xn.view(T * B, G), ax2, gain_x.float(), x_stats[0], x_stats[1], d_ax, True, torch.float32, 0
+    )
+    return d_ax, d_w_h, column_sum(part, torch.float32), d_gain_x, d_b, dh0, dc
 
 
 class _LNLSTMSequence(torch.autograd.Function):
@@ -126,19 +168,20 @@ class _LNLSTMSequence(torch.autograd.Function):
     def forward(ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, saving):
         params = [p.contiguous() for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
-        _, hs, _, _ = graphs.sequence_forward(
+        hs = graphs.sequence_forward(
             ctx, "ln_lstm_fwd", _forward, (ax, w_h, *params, h0, c0), eps, saving, out=1
-        )
+        )[1]
         ctx.dtypes = [p.dtype for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_hs):
-        d_ax, d_w_h, dp, dh0, dc = graphs.sequence_backward(ctx, "ln_lstm_bwd", _backward, d_hs)
+        d_ax, d_w_h, dp, d_gain_x, d_b, dh0, dc = graphs.sequence_backward(
+            ctx, "ln_lstm_bwd", _backward, d_hs
+        )
         H = d_ax.shape[2] // 4
-        d_gain_h, d_gain_x, d_b = dp[: 4 * H], dp[4 * H : 8 * H], dp[8 * H : 12 * H]
-        d_gain_c, d_bias_c = dp[12 * H : 13 * H], dp[13 * H :]
+        d_gain_h, d_gain_c, d_bias_c = dp[: 4 * H], dp[4 * H : 5 * H], dp[5 * H :]
         dt = ctx.dtypes
         # The three 4H biases add up before the gates, so they share one gradient (distinct tensors).
         return (

@@ -18,6 +18,10 @@ small and these stay in L2; carrying 14 accumulators across rows spilled registe
 fixed-order column sum of ln_triton.py: deterministic, no atomics. With ACC the backward adds to the
 partials instead of overwriting them: a whole sequence (lstm_seq_op) launches its steps in order on one
 stream into one [B, 14H] buffer and sums its columns once.
+HOISTED (the sequence): the input side does not depend on h, so the caller computes
+xn = LN(ax) γ_x + β_x + β_h + b for all T·B rows in one batched LayerNorm before the loop; the cell reads
+xn_t in place of xx, keeps partials [B, 6H] = [dγ_h | dγ_c | dβ_c] only, and writes da (= ∂L/∂xn_t) where
+dxx went; one LayerNorm backward over all T·B rows after the loop gives ∂L/∂ax, dγ_x and db.
 """
 
 from __future__ import annotations
@@ -131,9 +135,22 @@ def _cell_forward(nh0, nh1, nh2, nh3, nx0, nx1, nx2, nx3, GH, BH, GX, BX, Bias, 
 
 
 @triton.jit
+def _cell_forward_hoisted(nh0, nh1, nh2, nh3, GH, XN, cols, ok, H):
+    """Gate activations (f, i, o, g) from LN₀(hh) and the hoisted input side xn = LN(xx)γ_x + β_x + β_h + b"""
+    gh0, gh1, gh2, gh3 = _load4(GH, cols, ok, H)
+    x0, x1, x2, x3 = _load4(XN, cols, ok, H)
+    return (
+        _sigmoid(nh0 * gh0 + x0),
+        _sigmoid(nh1 * gh1 + x1),
+        _sigmoid(nh2 * gh2 + x2),
+        _tanh(nh3 * gh3 + x3),
+    )
+
+
+@triton.jit
 def _ln_lstm_fwd(
     HH,  # (B, 4H) h_{t-1} W_hᵀ, row stride stride_hh, activation dtype
-    XX,  # (B, 4H) x_t W_xᵀ, row stride stride_xx
+    XX,  # (B, 4H) x_t W_xᵀ, row stride stride_xx (HOISTED: xn_t = LN(x_t W_xᵀ) γ_x + β_x + β_h + b)
     C_prev,  # (B, H) previous cell state, row stride stride_cp
     GH,
     BH,  # (4H,) gain / bias of LN(hh), any float dtype
@@ -144,21 +161,27 @@ def _ln_lstm_fwd(
     BC,  # (H,) gain / bias of LN(c)
     H_out,  # (B, H) output h_t, contiguous, activation dtype
     C_out,  # (B, H) output c_t, contiguous
-    Stats,  # fp32 (B, 6): μ_h, rstd_h, μ_x, rstd_x, μ_c, rstd_c per row (for backward)
+    Stats,  # fp32 (B, 6): μ_h, rstd_h, μ_x, rstd_x, μ_c, rstd_c per row (HOISTED: μ_x, rstd_x not written)
     stride_hh,
     stride_xx,
     stride_cp,
     H,
     eps,
     BLOCK_H: tl.constexpr,
+    HOISTED: tl.constexpr,  # XX holds the hoisted input side (only GH, GC, BC of the parameters are read)
 ):
     row = tl.program_id(0)
     r64 = tl.cast(row, tl.int64)
     cols = tl.arange(0, BLOCK_H)
     ok = cols < H
     nh0, nh1, nh2, nh3, mean_h, rstd_h = _normalize4(HH + r64 * stride_hh, cols, ok, H, eps)
-    nx0, nx1, nx2, nx3, mean_x, rstd_x = _normalize4(XX + r64 * stride_xx, cols, ok, H, eps)
-    f, i, o, g = _cell_forward(nh0, nh1, nh2, nh3, nx0, nx1, nx2, nx3, GH, BH, GX, BX, Bias, cols, ok, H)
+    if HOISTED:
+        f, i, o, g = _cell_forward_hoisted(nh0, nh1, nh2, nh3, GH, XX + r64 * stride_xx, cols, ok, H)
+    else:
+        nx0, nx1, nx2, nx3, mean_x, rstd_x = _normalize4(XX + r64 * stride_xx, cols, ok, H, eps)
+        f, i, o, g = _cell_forward(nh0, nh1, nh2, nh3, nx0, nx1, nx2, nx3, GH, BH, GX, BX, Bias, cols, ok, H)
+        tl.store(Stats + row * 6 + 2, mean_x)
+        tl.store(Stats + row * 6 + 3, rstd_x)
     c_prev = tl.load(C_prev + r64 * stride_cp + cols, mask=ok, other=0.0).to(tl.float32)
     c = tl.where(ok, f * c_prev + i * g, 0.0)
     mean_c = tl.sum(c, axis=0) / H
@@ -171,8 +194,6 @@ def _ln_lstm_fwd(
     tl.store(C_out + r64 * H + cols, c.to(C_out.dtype.element_ty), mask=ok)
     tl.store(Stats + row * 6 + 0, mean_h)
     tl.store(Stats + row * 6 + 1, rstd_h)
-    tl.store(Stats + row * 6 + 2, mean_x)
-    tl.store(Stats + row * 6 + 3, rstd_x)
     tl.store(Stats + row * 6 + 4, mean_c)
     tl.store(Stats + row * 6 + 5, rstd_c)
 
@@ -193,9 +214,11 @@ def _ln_lstm_bwd(
     BC,  # parameters as in the forward
     Stats,  # fp32 (B, 6) saved by the forward
     DHH,
-    DXX,  # (B, 4H) outputs, contiguous, activation dtype
+    DXX,  # (B, 4H) outputs, contiguous, activation dtype (HOISTED: ∂L/∂xn = the gates' da)
     DC_prev,  # (B, H) output ∂L/∂c_{t-1}, contiguous
-    Part,  # fp32 (B, 14H): row r = batch row r's [dγ_h | dγ_x | db | dγ_c | dβ_c] contributions
+    # fp32 (B, 14H): row r = batch row r's [dγ_h | dγ_x | db | dγ_c | dβ_c]; HOISTED: (B, 6H) of
+    # [dγ_h | dγ_c | dβ_c]
+    Part,
     stride_hh,
     stride_xx,
     stride_cp,
@@ -203,6 +226,7 @@ def _ln_lstm_bwd(
     H,
     BLOCK_H: tl.constexpr,
     ACC: tl.constexpr,  # add to Part instead of overwriting it (a sequence's steps, launched in order)
+    HOISTED: tl.constexpr,  # XX is the hoisted input side xn; its LN backward runs after the loop
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -214,22 +238,30 @@ def _ln_lstm_bwd(
         r64 = tl.cast(row, tl.int64)
         mean_h = tl.load(Stats + row * 6 + 0)
         rstd_h = tl.load(Stats + row * 6 + 1)
-        mean_x = tl.load(Stats + row * 6 + 2)
-        rstd_x = tl.load(Stats + row * 6 + 3)
         mean_c = tl.load(Stats + row * 6 + 4)
         rstd_c = tl.load(Stats + row * 6 + 5)
         nh0, nh1, nh2, nh3 = _renormalize4(HH + r64 * stride_hh, cols, ok, H, mean_h, rstd_h)
-        nx0, nx1, nx2, nx3 = _renormalize4(XX + r64 * stride_xx, cols, ok, H, mean_x, rstd_x)
-        f, i, o, g = _cell_forward(nh0, nh1, nh2, nh3, nx0, nx1, nx2, nx3, GH, BH, GX, BX, Bias, cols, ok, H)
+        if HOISTED:
+            f, i, o, g = _cell_forward_hoisted(nh0, nh1, nh2, nh3, GH, XX + r64 * stride_xx, cols, ok, H)
+            part = Part + r64 * (6 * H)
+            part_c = part + 4 * H  # dγ_c, dβ_c
+        else:
+            mean_x = tl.load(Stats + row * 6 + 2)
+            rstd_x = tl.load(Stats + row * 6 + 3)
+            nx0, nx1, nx2, nx3 = _renormalize4(XX + r64 * stride_xx, cols, ok, H, mean_x, rstd_x)
+            f, i, o, g = _cell_forward(
+                nh0, nh1, nh2, nh3, nx0, nx1, nx2, nx3, GH, BH, GX, BX, Bias, cols, ok, H
+            )
+            part = Part + r64 * (14 * H)
+            part_c = part + 12 * H
         c_prev = tl.load(C_prev + r64 * stride_cp + cols, mask=ok, other=0.0).to(tl.float32)
         nc = tl.where(ok, (f * c_prev + i * g - mean_c) * rstd_c, 0.0)
         th = _tanh(nc * gc + bc)
         dh = tl.load(DH + r64 * H + cols, mask=ok, other=0.0).to(tl.float32)
         dc_next = tl.load(DC + r64 * H + cols, mask=ok, other=0.0).to(tl.float32)
         dl = dh * o * (1.0 - th * th)
-        part = Part + r64 * (14 * H)
-        _put(part + 12 * H, cols, ok, dl * nc, ACC)  # dγ_c
-        _put(part + 13 * H, cols, ok, dl, ACC)  # dβ_c
+        _put(part_c, cols, ok, dl * nc, ACC)  # dγ_c
+        _put(part_c + H, cols, ok, dl, ACC)  # dβ_c
         dn = dl * gc
         m1 = tl.sum(dn, axis=0) / H
         m2 = tl.sum(dn * nc, axis=0) / H
@@ -240,11 +272,17 @@ def _ln_lstm_bwd(
         da2 = dh * th * o * (1.0 - o)
         da3 = dct * i * (1.0 - g * g)
         _put4(part, cols, ok, H, da0 * nh0, da1 * nh1, da2 * nh2, da3 * nh3, ACC)  # dγ_h
-        _put4(part + 4 * H, cols, ok, H, da0 * nx0, da1 * nx1, da2 * nx2, da3 * nx3, ACC)  # dγ_x
-        _put4(part + 8 * H, cols, ok, H, da0, da1, da2, da3, ACC)  # db = dβ_h = dβ_x
+        if not HOISTED:
+            _put4(part + 4 * H, cols, ok, H, da0 * nx0, da1 * nx1, da2 * nx2, da3 * nx3, ACC)  # dγ_x
+            _put4(part + 8 * H, cols, ok, H, da0, da1, da2, da3, ACC)  # db = dβ_h = dβ_x
         gh0, gh1, gh2, gh3 = _load4(GH, cols, ok, H)
         e0, e1, e2, e3 = _ln_dx4(da0 * gh0, da1 * gh1, da2 * gh2, da3 * gh3, nh0, nh1, nh2, nh3, rstd_h, H)
         _store4(DHH + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)
-        gx0, gx1, gx2, gx3 = _load4(GX, cols, ok, H)
-        e0, e1, e2, e3 = _ln_dx4(da0 * gx0, da1 * gx1, da2 * gx2, da3 * gx3, nx0, nx1, nx2, nx3, rstd_x, H)
-        _store4(DXX + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)
+        if HOISTED:  # ∂L/∂xn: dγ_x, db (= dβ_h = dβ_x) and ∂L/∂ax come from one LN backward after the loop
+            _store4(DXX + r64 * (4 * H), cols, ok, H, da0, da1, da2, da3)
+        else:
+            gx0, gx1, gx2, gx3 = _load4(GX, cols, ok, H)
+            e0, e1, e2, e3 = _ln_dx4(
+                da0 * gx0, da1 * gx1, da2 * gx2, da3 * gx3, nx0, nx1, nx2, nx3, rstd_x, H
+            )
+            _store4(DXX + r64 * (4 * H), cols, ok, H, e0, e1, e2, e3)

@@ -11,6 +11,12 @@
 #   device tool: bash scripts/gpu_wheels.sh   (here, first)
 #                run(command="bash scripts/gpu_check.sh $OUT/gpu", carry=[".whl"], timeout_s=420)
 #
+# What round 2 of issue 20 changed is measured by the bf16 part and the LSTM part, which run first after the
+# copy ceiling; status.json's summary gives each target on its own line: odd-N forward % of peak (N = 1000,
+# 2041, 4099, 5120: the unpadded shifted forward), backward % of peak for N ≤ 8192 and for N > 8192 (16384,
+# 32768, 65536: the split-row backward), and the LN-LSTM sequence (input side hoisted) ÷ cuDNN at fp32 with
+# TF32 off and with TF32 both sides.
+#
 # Sized for a lease of 15 minutes of device time that must leave room for a second call: at most
 # GPU_CHECK_TESTS_S (150; the benchmark's torch.compile baselines are compiled meanwhile) +
 # GPU_CHECK_BENCH_S (170; no new benchmark case after 40 s less) + GPU_CHECK_OVERHEAD_S (40) seconds,

@@ -6,14 +6,16 @@
 # the folder travels with the call when `carry` names it, and scripts/gpu_check.sh installs it there:
 #   bash scripts/gpu_wheels.sh            # -> .whl/*.whl (ignored by git)
 #   run(command="bash scripts/gpu_check.sh $OUT/gpu", carry=[".whl"], timeout_s=420)
-# The versions are the ones this checkout's tests run with (.venv), for the GPU machine's Python
-# (GPU_PYTHON, default 3.12) on x86-64 Linux.
+# The versions are the ones this checkout's tests run with (.venv-test, which scripts/test installs; else
+# the README's .venv), for the GPU machine's Python (GPU_PYTHON, default 3.12) on x86-64 Linux.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl}"
 pyver="${GPU_PYTHON:-3.12}"
 py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
+for venv in .venv-test .venv; do
+  if [ -x "$venv/bin/python" ]; then py="$venv/bin/python"; break; fi
+done
 # dist=fallback version (used when the local Python does not have the distribution)
 wanted="pydantic=2.14.4 pydantic-core=2.50.5 pydantic-settings=2.16.3 python-dotenv=1.2.4
 annotated-types=0.8.0 typing-inspection=0.4.5 typing-extensions=4.16.0 liger-kernel=0.8.5"

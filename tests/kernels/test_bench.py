@@ -143,3 +143,24 @@ def test_precompiled_baselines_are_loaded_from_the_caches_by_the_benchmark(tmp_p
 def test_summarize_without_the_file_is_a_message(tmp_path, capsys):
     assert bench.main(["--summarize", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_summary_checks_odd_rows_and_long_rows_against_their_own_targets():
+    # Rows made up for the check (no GPU): bf16, M·N ≥ 32M; pct_peak per (N, mode).
+    def row(N, mode, pct, impl="triton", ms=1.0):
+        return {"M": 65536, "N": N, "dtype": "bf16", "mode": mode, "impl": impl, "ms": ms, "pct_peak": pct}
+
+    rows = [
+        row(4096, "fwd", 88.0),
+        row(4099, "fwd", 71.0),
+        row(5120, "fwd", 83.0),
+        row(8192, "bwd", 81.0),
+        row(16384, "bwd", 60.0),
+        row(16384, "bwd", 40.0, impl="torch", ms=2.0),
+    ]
+    s = bench.summarize(rows, [])
+    assert s["fwd_bf16_big_min_pct_peak (target >= 85)"] == 88.0
+    assert s["fwd_bf16_big_odd_n_min_pct_peak (target >= 85)"] == 71.0
+    assert s["bwd_bf16_big_min_pct_peak (target >= 80)"] == 81.0
+    assert s["bwd_bf16_big_n_over_8192_min_pct_peak (target >= 65)"] == 60.0
+    assert s["bwd_bf16_big_min_speedup_vs_torch (target >= 1.5)"] == 2.0

@@ -119,9 +119,9 @@ def test_package_imports_and_falls_back_without_triton():
 
 
 def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
-    # Plain Python (no kernel runs): the launch heuristics of kernels.layer_norm_op.
+    # Plain Python (no kernel runs): the launch heuristics of kernels.ln_launch.
     pytest.importorskip("triton")
-    from kernels import layer_norm_op as op
+    from kernels import ln_launch as op
 
     assert op._fwd_launch(4096, 8192, 0) is op._fwd_launch(4096, 8192, 0)  # computed once per shape
     cfg = op.fwd_config(4096, 8192)
@@ -136,14 +136,46 @@ def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
     tiny = op._sum_launch.__wrapped__(3, 7, 1, torch.device("cuda"))
     assert tiny.BLOCK_P == 4 and tiny.BLOCK_C == 16 and tiny.grid == (1, 1)
     # The backward pipelines its loops where 16-byte loads apply: N a multiple of 16, or odd N up to the
-    # resident limit through the shifted kernel; the looped tier at odd N loads element by element, where
+    # resident limit through the shifted kernel; the split tier at odd N loads element by element, where
     # pipelining spilled (ptxas -v), so it stays unpipelined. The forward takes no such flag.
     cpu = torch.device("cpu")
     launches = [op._bwd_launch(64, n, cpu) for n in (4096, 1000, 4099, 65536, 20001, 7)]
-    assert [c.kernel for c in launches] == ["resident", "shifted", "shifted", "looped", "looped", "resident"]
+    assert [c.kernel for c in launches] == ["resident", "shifted", "shifted", "split", "split", "resident"]
     assert [c.STAGES for c in launches] == [2, 2, 2, 2, 1, 1]
+    # rows longer than the resident limit: segments of SPLIT_BLOCK columns covering the row exactly once
+    from kernels.ln_bwd_triton import MAX_RESIDENT_BWD
+    from kernels.ln_split_triton import SPLIT_BLOCK
+
+    for n in (MAX_RESIDENT_BWD + 1, 12288, 20001, 65536):
+        c = op._bwd_launch(64, n, cpu)
+        assert c.BLOCK_N == SPLIT_BLOCK and (c.SEGMENTS - 1) * SPLIT_BLOCK < n <= c.SEGMENTS * SPLIT_BLOCK
+    assert op._bwd_launch(64, MAX_RESIDENT_BWD, cpu).kernel == "resident"
     # the shifted backward's grid: a multiple of 8 (rows of a program share their alignment) or M itself
     monkeypatch.setattr(op, "persistent_programs", lambda device: 132)
     assert op._bwd_launch.__wrapped__(4096, 4099, cpu).grid == 128
     assert op._bwd_launch.__wrapped__(5, 4099, cpu).grid == 5
     assert op._bwd_launch(64, 4099, cpu, op.TIERS["resident"]).kernel == "resident"  # the fallback
+
+
+def test_forward_tiles_cover_every_aligned_body_with_less_padding_than_a_power_of_two():
+    # Plain Python: ln_launch.tiles for every row length of the shifted forward's range.
+    pytest.importorskip("triton")
+    from kernels import ln_launch, ln_triton
+
+    padded = unpadded = 0
+    for n in range(ln_triton.MIN_SHIFTED, ln_triton.MAX_RESIDENT + 1):
+        a, b, c = ln_launch.tiles(n)
+        assert all(t == 0 or (t >= 16 and t & (t - 1) == 0) for t in (a, b, c)), n
+        assert a >= b and (b or not c or c >= 16), n
+        # an fp32 row's aligned body is at most n − n % 4 elements (bf16/fp16: n − n % 8)
+        pow2 = 1 << (n - 1).bit_length()
+        assert n - n % 4 <= a + b + c <= pow2, n
+        padded += pow2
+        unpadded += a + b + c
+    assert unpadded < 0.85 * padded  # lanes run over the range: at least 15 % fewer than padding
+    # launches use them where they save ≥ a quarter of the lanes; else one power-of-two tile, as before
+    assert ln_launch._fwd_launch(64, 5120, 0).TILES == (4096, 1024, 0)
+    cfg = ln_launch._fwd_launch(64, 2041, 0)
+    assert cfg.kernel == "shifted" and cfg.TILES == (2048, 0, 0) and cfg.num_warps == 8
+    assert ln_launch._bwd_launch(64, 5120, torch.device("cpu")).TILES == (4096, 1024, 0)
+    assert ln_launch._fwd_launch(64, 4096, 0).kernel == "resident"  # a power of two needs no tiles

@@ -171,8 +171,9 @@ def test_backward_grid_is_one_wave_of_co_resident_programs():
     resident = Launch("resident", 1024, 4, 8, 0)
     assert resident_grid(resident, 65536, 3, 132) == 396
     assert resident_grid(resident, 40, 3, 132) == 10  # one program per 4-row group, no idle ones
-    looped = Launch("looped", 4096, 1, 16, 0)
-    assert resident_grid(looped, 100, 2, 132) == 100  # every program owns a row (first-write rule)
+    split = Launch("split", 4096, 1, 16, 0, SEGMENTS=4)
+    assert resident_grid(split, 65536, 2, 132) == 66  # one wave over all segments: 264 / 4 per segment
+    assert resident_grid(split, 50, 2, 132) == 50  # no program without a row
     shifted = Launch("shifted", 8192, 1, 16, 0)
     assert resident_grid(shifted, 4096, 1, 132) == 128  # a multiple of 8
     assert resident_grid(shifted, 5, 1, 132) == 5

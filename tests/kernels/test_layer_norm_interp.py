@@ -53,7 +53,8 @@ def test_fp32_forward_backward_matches_float64_and_torch(gen, tol, N):
 
 @pytest.mark.parametrize("tier", ["looped", "resident"])
 def test_split_row_tier_matches_float64(gen, tol, tier):
-    # N = 300 looped walks 128-wide chunks with a 44-wide masked tail; the resident run is the control.
+    # N = 300 forced to the long-row tiers: the forward walks 128-wide chunks with a 44-wide masked tail, the
+    # backward splits rows into three 128-wide segments (the last 44 wide); the resident run is the control.
     x, w, b, dy = _data(gen, 3, 300, torch.float32)
     got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5, tier=tier), x, w, b, dy)
     _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
@@ -67,7 +68,9 @@ def test_tiers_are_chosen_by_row_length():
     big = fwd_config(4096, 2 * ln_triton.MAX_RESIDENT)
     assert (small["kernel"], mid["kernel"], big["kernel"]) == ("resident", "resident", "looped")
     assert small["ROWS"] > 1 and mid["ROWS"] == 1
-    assert bwd_config(4096, 2 * ln_triton.MAX_RESIDENT_BWD, torch.device("cpu"))["kernel"] == "looped"
+    from kernels.ln_bwd_triton import MAX_RESIDENT_BWD
+
+    assert bwd_config(4096, 2 * MAX_RESIDENT_BWD, torch.device("cpu"))["kernel"] == "split"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -335,20 +338,92 @@ def test_shifted_kernels_fall_back_when_rows_do_not_share_alignment(gen, tol, mo
     assert (fwd.launches, bwd.launches) == (0, 0)
 
 
-@pytest.mark.parametrize("N", [8193, 12289, 4099, 2041, 1000, 5120])
-def test_long_and_odd_rows_match_float64_and_torch(gen, tol, N):
-    # The sizes the round-2 split-row backward (N > 8192) and unpadded odd-N work target, pinned on the
-    # current tiers first so that either change is checked against F.layer_norm; M = 2 keeps CI time short.
+@pytest.mark.parametrize(
+    "N,dtype",
+    [
+        (517, torch.bfloat16),
+        (768, torch.float32),
+        (4099, torch.bfloat16),
+        (5120, torch.float16),
+        (12289, torch.float32),
+    ],
+)
+def test_forward_rows_in_unpadded_tiles_match_float64(gen, tol, monkeypatch, N, dtype):
+    # 7 rows: with odd N every row starts at another offset from a 16-byte boundary. The body's tiles:
+    # 517 → 512 + 16, 768 → 512 + 256, 4099 → 4096, 5120 → 4096 + 1024, 12289 → 8192 + 4096.
+    from kernels.layer_norm_op import fwd_config
+
+    fwd, _ = _count_shifted(monkeypatch)
+    x, w, b, _ = _data(gen, 7, N, dtype)
+    with torch.no_grad():
+        y = kernels.triton_layer_norm(x, w, b, 1e-5)
+    assert fwd.launches == 1
+    assert N - N % 4 <= sum(fwd_config(7, N)["TILES"]) < fwd_config(7, N)["BLOCK_N"]
+    torch.testing.assert_close(y.double(), _f64(x, w, b), atol=tol[dtype][0], rtol=tol[dtype][1])
+
+
+def test_backward_in_three_tiles_accumulates_every_column(gen, tol, monkeypatch):
+    # N = 3000: body tiles 2048 + 512 + 512 (the last 440 wide), 19 rows over 8 programs of the shifted
+    # backward; dγ/dβ summed over the rows column by column against float64.
+    from kernels.layer_norm_op import bwd_config
+
+    assert bwd_config(19, 3000, torch.device("cpu"))["TILES"] == (2048, 512, 512)
+    fwd, bwd = _count_shifted(monkeypatch)
+    x, w, b, dy = _data(gen, 19, 3000, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (fwd.launches, bwd.launches) == (1, 1)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), 1e-4, 1e-4)
+
+
+@pytest.mark.parametrize("N", [4099, 2041, 1000, 5120])
+def test_odd_and_unpadded_rows_match_float64_and_torch(gen, tol, N):
+    # M = 2 keeps CI time short; the strided-alignment fallbacks are tested above.
     x, w, b, dy = _data(gen, 2, N, torch.float32)
     got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
     _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
-    # Row sums over up to 12289 terms: fp32 rounding in torch's and our reduction orders differ by ~1e-5·√N.
+    # fp32 rounding in torch's and our reduction orders differ by ~1e-5·√N.
     _assert_all_close(got, _grads(lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5), x, w, b, dy), 1e-4, 1e-4)
 
 
-@pytest.mark.parametrize("N", [8193, 12289])
-def test_long_row_parameter_gradients_are_bitwise_deterministic(gen, N):
-    x, w, b, dy = _data(gen, 3, N, torch.float32)
+# ---- rows longer than the resident backward holds: the split-row backward ----
+
+
+def _count_split(monkeypatch):
+    from kernels.layer_norm_op import LAUNCHERS
+
+    counters = []
+    for name in ("_ln_bwd_split_stats", "_ln_bwd_split_dx"):
+        counters.append(_Counting(LAUNCHERS[name].kernel))
+        monkeypatch.setattr(LAUNCHERS[name], "kernel", counters[-1])
+    return counters
+
+
+@pytest.mark.parametrize(
+    "N,dtype",
+    [(8193, torch.float32), (12288, torch.float32), (12288, torch.bfloat16), (16411, torch.float32)],
+)
+def test_long_rows_take_the_split_backward_and_match_float64_and_torch(gen, tol, monkeypatch, N, dtype):
+    # 8193: three 4096-wide segments, the last one column; 12288: three full ones; 16411 (odd, past the
+    # forward's resident limit too): five, the last 27 columns with unaligned loads.
+    stats, dx = _count_split(monkeypatch)
+    x, w, b, dy = _data(gen, 2, N, dtype)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    assert (stats.launches, dx.launches) == (1, 1)
+    want = _grads(_f64, x, w, b, dy.double())
+    atol, rtol = tol[dtype]
+    _assert_all_close(got, want, atol, rtol)
+    if dtype == torch.float32:  # and torch's own fp32 LayerNorm (its sums in another order)
+        torch_grads = _grads(lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5), x, w, b, dy)
+        _assert_all_close(got, torch_grads, 1e-4, 1e-4)
+
+
+def test_split_backward_is_bitwise_deterministic_and_independent_of_its_buffers(gen, monkeypatch):
+    # 3 rows over 2 programs per segment: one program's partial sums 2 rows before the column sum, and
+    # each row's 3 segment pairs combine in the dx kernel. Buffers full of NaN must not change a bit.
+    x, w, b, dy = _data(gen, 3, 8200, torch.float32)
     first = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))  # all float
     second = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
-    assert torch.equal(first[2], second[2]) and torch.equal(first[3], second[3])
+    monkeypatch.undo()
+    assert all(torch.equal(f, s) for f, s in zip(first, second, strict=True))

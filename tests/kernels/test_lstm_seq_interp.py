@@ -53,15 +53,60 @@ def test_sequence_matches_float64_reference(gen, sequence_inputs, T, B, H):
 
 
 def test_sequence_equals_the_per_step_cell(gen, sequence_inputs):
-    # Same kernels, same order of every sum except the parameter partials (added over steps here, summed
-    # per step and then added by autograd there): values equal, gradients to float32 rounding.
+    # The same maths, summed in another order: the sequence normalizes the input side for all steps
+    # before the loop (and sums its gradients after it), the cell inside each step. Float32 rounding apart.
     inputs = [t.float() for t in sequence_inputs("lstm", 4, 5, 8)]
     d_out = torch.randn(4, 5, 8, generator=gen, dtype=torch.float64)
     seq = _run(kernels.triton_ln_lstm_sequence, inputs, d_out)
     cell = _run(_cell_sequence, inputs, d_out)
-    assert torch.equal(seq[0], cell[0])
-    for name, a, b in zip(NAMES[1:], seq[1:], cell[1:], strict=True):
+    for name, a, b in zip(NAMES, seq, cell, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+class _Recording:
+    """Wraps a Triton kernel object: records each launch's grid and keyword arguments, then launches."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+def test_input_side_is_one_layer_norm_each_way_outside_the_loop(gen, sequence_inputs, monkeypatch):
+    # T = 6 steps: the per-step cells read the hoisted input side (HOISTED), and LN(x W_xᵀ) runs as one
+    # LayerNorm launch over all T·B rows forward and one backward (its dγ/dβ sum is a third), not per step.
+    from kernels import lstm_triton
+    from kernels.layer_norm_op import LAUNCHERS
+
+    recorded = {}
+    for name in ("_ln_fwd_resident", "_ln_bwd_resident", "_column_sum"):
+        recorded[name] = _Recording(LAUNCHERS[name].kernel)
+        monkeypatch.setattr(LAUNCHERS[name], "kernel", recorded[name])
+    for name in ("_ln_lstm_fwd", "_ln_lstm_bwd"):
+        recorded[name] = _Recording(getattr(lstm_triton, name))
+        monkeypatch.setattr(lstm_triton, name, recorded[name])
+    T, B, H = 6, 3, 8
+    inputs = [t.float() for t in sequence_inputs("lstm", T, B, H)]
+    _run(kernels.triton_ln_lstm_sequence, inputs, torch.randn(T, B, H, generator=gen, dtype=torch.float64))
+    counts = {name: len(r.launches) for name, r in recorded.items()}
+    # column sums: the cell partials' and the input LayerNorm's dγ_x/db (one launch, two slabs)
+    assert counts == {
+        "_ln_fwd_resident": 1,
+        "_ln_bwd_resident": 1,
+        "_column_sum": 2,
+        "_ln_lstm_fwd": T,
+        "_ln_lstm_bwd": T,
+    }
+    fwd_grid = recorded["_ln_fwd_resident"].launches[0][0]
+    assert fwd_grid[0] * recorded["_ln_fwd_resident"].launches[0][1]["ROWS"] >= T * B  # all rows in one
+    assert all(
+        kw["HOISTED"] for name in ("_ln_lstm_fwd", "_ln_lstm_bwd") for _, kw in recorded[name].launches
+    )
 
 
 def test_sequence_gradients_are_bitwise_deterministic(gen, sequence_inputs):

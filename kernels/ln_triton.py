@@ -256,14 +256,3 @@ def _ln_fwd_looped(
             if HAS_B:
                 y = y + tl.load(B + off + cols, mask=ok, other=0.0).to(tl.float32)
             tl.store(y_row + off + cols, y.to(Y.dtype.element_ty), mask=ok, eviction_policy="evict_first")
-
-
-def __getattr__(name: str):
-    """The backward kernels and their constants, which lived here before ln_bwd_triton.py (for code that
-    still reads them here: an older layer_norm_op loaded by scripts/ln_host_overhead.py)."""
-    from kernels import ln_bwd_triton
-
-    try:
-        return getattr(ln_bwd_triton, name)
-    except AttributeError:
-        raise AttributeError(f"module 'kernels.ln_triton' has no attribute {name!r}") from None

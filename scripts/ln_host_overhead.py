@@ -104,11 +104,16 @@ def _before_module(commit: str):
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    # that commit's kernels module held the forward and backward kernels both (now ln_triton.py and
+    # ln_bwd_triton.py): it reads them from one namespace that has both
+    from kernels import ln_bwd_triton, ln_triton
+
+    kernels_then = types.ModuleType("_ln_triton_before")
+    kernels_then.__dict__.update({**vars(ln_bwd_triton), **vars(ln_triton)})
+    sys.modules["_ln_triton_before"] = kernels_then
+    src = src.replace("kernels.ln_triton", "_ln_triton_before").replace('"normlab::', '"normlab_before::')
     mod = types.ModuleType("_ln_op_before")
-    exec(
-        compile(src.replace('"normlab::', '"normlab_before::'), f"{commit}:layer_norm_op.py", "exec"),
-        mod.__dict__,
-    )
+    exec(compile(src, f"{commit}:layer_norm_op.py", "exec"), mod.__dict__)
     return mod
 
 

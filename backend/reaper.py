@@ -46,18 +46,23 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
 
 
 async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:
+    """Every `period`, mark stale running runs lost. While the database is away the workers' heartbeats
+    cannot reach it either: from the moment it answers again, they get a whole staleness window before
+    any run is called lost (counted from the first answer, not the last failure: a slow reconnect under
+    load made a live run 'lost' right after an outage)."""
     period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
-    quiet_until = 0.0
+    quiet_until, away = 0.0, False
     while True:
         try:
-            if time.monotonic() >= quiet_until:
-                await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
-            else:  # just after an outage: only look whether the database answers
+            if away or time.monotonic() < quiet_until:  # only look whether the database answers
                 await anyio.to_thread.run_sync(store.ping)
+                if away:
+                    away, quiet_until = False, time.monotonic() + period + stale_s
+            else:
+                await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the database is away, and the workers' heartbeats could not reach it
-            # either: once it is back, give them a whole heartbeat window before calling a run lost.
+        except Exception as exc:  # the database is away
             log.warning("reaper: %s", str(getattr(exc, "orig", None) or exc)[:200])
-            quiet_until = time.monotonic() + period + stale_s
+            away = True
         await asyncio.sleep(period)

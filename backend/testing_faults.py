@@ -77,13 +77,13 @@ class TCPProxy:
         threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
 
     def stop(self) -> None:
-        ls, self._listener = self._listener, None
+        with self._lock:
+            ls, self._listener = self._listener, None
+            socks, self._socks = self._socks, set()
         if ls is not None:
             with contextlib.suppress(OSError):
                 ls.shutdown(socket.SHUT_RDWR)
             ls.close()
-        with self._lock:
-            socks, self._socks = self._socks, set()
         for s in socks:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
@@ -101,7 +101,13 @@ class TCPProxy:
                 client.close()
                 continue
             with self._lock:
-                self._socks |= {client, upstream}
+                alive = self._listener is ls
+                if alive:
+                    self._socks |= {client, upstream}
+            if not alive:  # accepted just before a stop: cut like the rest, or it would outlive the outage
+                client.close()
+                upstream.close()
+                return
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 

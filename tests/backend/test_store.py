@@ -3,6 +3,8 @@ brute-force definition, status transitions, the reaper."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import random
@@ -145,3 +147,51 @@ def test_list_filters_and_order(store):
     rows, total = store.list_runs(task="digits", offset=0, limit=2)
     assert total >= 3 and [r["id"] for r in rows] == ids[::-1][:2]  # newest first
     assert store.queue_position(store.get_run(ids[2])["created_at"]) >= 3
+
+
+class _AwayStore:
+    """A store whose database is away until `back_at` (monotonic); one running run, whose worker's
+    heartbeat resumes `resume_after` s after the database is back (None: it never does, the worker died)."""
+
+    def __init__(self, back_at: float, resume_after: float | None):
+        self.back_at, self.resume_after, self.lost_at = back_at, resume_after, None
+        self.heartbeat_at = time.time()  # its last heartbeat before the outage
+
+    def ping(self) -> None:
+        if time.monotonic() < self.back_at:
+            raise OSError("connection refused")
+
+    def stale_runs(self, older_than: float) -> list[str]:
+        self.ping()
+        if self.resume_after is not None and time.monotonic() >= self.back_at + self.resume_after:
+            self.heartbeat_at = time.time()  # the worker reconnected and beats again
+        return ["r"] if self.heartbeat_at < older_than and self.lost_at is None else []
+
+    def finish_with_status(self, run_id, status, message, only_from):
+        self.lost_at = time.monotonic()
+        return {"status": status}
+
+
+@pytest.mark.parametrize("resume_after", [0.3, None])
+def test_after_an_outage_workers_get_a_whole_window_from_when_the_database_answers(resume_after):
+    """lost_after 0.5 s, heartbeat 0.1 s: staleness 0.5 s, period 0.2 s. A worker that beats again 0.3 s
+    after the database is back is not called lost (its heartbeat is 6 windows old by then); a dead one is,
+    but only a full window after the database answered again."""
+    from backend.reaper import reaper_loop, reaper_timing
+
+    period, stale = reaper_timing(0.5, 0.1)
+    back_at = time.monotonic() + 1.0
+    store = _AwayStore(back_at, resume_after)
+
+    async def run_for(seconds: float):
+        task = asyncio.ensure_future(reaper_loop(store, 0.5, heartbeat_s=0.1))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run_for(2.6))
+    if resume_after is not None:
+        assert store.lost_at is None
+    else:
+        assert store.lost_at is not None and store.lost_at >= back_at + period + stale - 0.05

@@ -8,17 +8,8 @@ from __future__ import annotations
 import os
 import statistics
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
+from normlab.headless import CHROMIUM, CHROMIUM_ARGS
+
 PAGES = {
     "lab": (
         "/",

@@ -22,18 +22,8 @@ import time
 import httpx
 
 from normlab.events import RunStatus
+from normlab.headless import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
 READY = {  # page -> JS condition meaning "its main content is drawn"
     "lab": "document.querySelector('.builder .field-grid input') !== null",
     "runs": "document.querySelectorAll('#runs-table tbody tr td').length > 0",
@@ -160,7 +150,7 @@ def measure(
         }
         out: dict = {"pages": {}, "live": {}, "rate_per_run": rate, "runs": 8}
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 950})
             for name, path in pages.items() if pages_too else ():
                 _paint(page, url + path, name)  # warm-up: assets cached as a returning visitor has them

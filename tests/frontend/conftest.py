@@ -11,20 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from normlab import headless
 from normlab.events import ACTIVE_STATUSES
+from normlab.headless import CHROMIUM_ARGS
 from normlab.table1 import PAPER_TABLE1, TRANSFORMS, Table1
 
-CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", "/usr/bin/chromium")  # a missing path: browser tests skip
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
+CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", headless.CHROMIUM)  # a missing path: browser tests skip
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 
 

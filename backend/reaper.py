@@ -48,8 +48,8 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
 async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:
     """Every `period`, mark stale running runs lost. While the database is away the workers' heartbeats
     cannot reach it either: from the moment it answers again, they get a whole staleness window before
-    any run is called lost (counted from the first answer, not the last failure: a slow reconnect under
-    load made a live run 'lost' right after an outage)."""
+    any run is called lost (counted from the first answer, not the last failure, so a worker whose
+    reconnect comes a little after the API's is not called lost)."""
     period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
     quiet_until, away = 0.0, False
     while True:

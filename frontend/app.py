@@ -28,20 +28,16 @@ DCC_CHUNK = "_dash-component-suites/dash/dcc/async-{}.js"  # dcc's lazy chunks, 
 # What the pages that open with a graph load lazily, once their layout has arrived (≈ 0.5 s into the
 # page, then ≈ 0.5 s more to fetch and compile): named in the page's head, they load in parallel with
 # Dash's own scripts instead. The URLs are the ones the loaders request, so the preloaded copies serve.
-PRELOAD = {
-    "/": (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("dropdown"), DCC_CHUNK.format("slider")),
-    "/compare": (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("dropdown"), DCC_CHUNK.format("slider")),
-    "/run/": (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("slider")),
+GRAPH_PAGE = (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("dropdown"), DCC_CHUNK.format("slider"))
+PRELOAD = {  # by page module (the page Dash Pages' own matching finds for a path)
+    "frontend.pages.lab": GRAPH_PAGE,
+    "frontend.pages.compare": GRAPH_PAGE,
+    "frontend.pages.run": (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("slider")),
 }
 
 
-def preload_links(path: str, prefix: str = "/") -> str:
-    """`<link rel=preload>` tags for what the page at `path` (below the app's `prefix`) loads lazily."""
-    local = "/" + path[len(prefix) :] if path.startswith(prefix) else path
-    wanted = PRELOAD.get(local) or next(
-        (urls for key, urls in PRELOAD.items() if key.endswith("/") and key != "/" and local.startswith(key)),
-        (),
-    )
+def preload_links(module: str, prefix: str = "/") -> str:
+    """The head tags for what the page `module` (served below the app's `prefix`) loads lazily."""
     # plotly.js itself is run (deferred: after Dash's scripts have started the renderer), not just
     # fetched: its ≈ 0.3 s of compiling then falls in the wait for the page's layout callback, and
     # dcc.Graph, finding window.Plotly, loads nothing more.
@@ -49,8 +45,19 @@ def preload_links(path: str, prefix: str = "/") -> str:
         f'<script defer src="{prefix}{url}"></script>'
         if url == PLOTLY
         else f'<link rel="preload" as="script" href="{prefix}{url}">'
-        for url in wanted
+        for url in PRELOAD.get(module, ())
     )
+
+
+def page_at(path: str) -> tuple[dict, dict, str | None]:
+    """(the registered page at `path`, below the app's prefix, or {}; its path variables; its title),
+    matched as Dash Pages' router matches."""
+    from dash._pages import _path_to_page
+
+    page, variables = _path_to_page(dash.strip_relative_path(path) or "")
+    variables = variables or {}
+    title = page.get("title") if page else None
+    return page, variables, title(**variables) if callable(title) else title
 
 
 def nav_links() -> list[dcc.Link]:
@@ -92,19 +99,17 @@ def routed_container() -> html.Div:
 
 def _first_page(url: str) -> tuple[Component | None, dict]:
     """(the page at `url` rendered, {"location": its parts, "store": the router's store}) or (None, {})."""
-    from dash._pages import _parse_query_string, _path_to_page  # the router's own matching
+    from dash._pages import _parse_query_string  # the router's own reading of the query
 
     parts = urlsplit(url)
     if parts.netloc != flask.request.host:
         return None, {}
     search = f"?{parts.query}" if parts.query else ""
-    page, variables = _path_to_page(dash.strip_relative_path(parts.path) or "")
+    page, variables, title = page_at(parts.path)
     layout = page.get("layout") if page else None
     if layout is None:
         return None, {}
-    content = layout(**(variables or {}), **_parse_query_string(search)) if callable(layout) else layout
-    title = page.get("title")
-    title = title(**(variables or {})) if callable(title) else title
+    content = layout(**variables, **_parse_query_string(search)) if callable(layout) else layout
     # exactly what window.location will hold (the fragment never reaches the server; "" is its value
     # without one): a part that differs would be reported on mounting and render the page again
     where = {"pathname": parts.path, "search": search, "hash": "", "href": url}
@@ -179,15 +184,11 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
 
     def interpolate_index(**parts) -> str:
         if flask.has_request_context():
-            from dash._pages import _path_to_page
-
+            page, _, title = page_at(flask.request.path)
             prefix = app.config.requests_pathname_prefix or "/"
-            parts["metas"] = parts.get("metas", "") + preload_links(flask.request.path, prefix)
+            parts["metas"] = parts.get("metas", "") + preload_links(page.get("module", ""), prefix)
             # the page's own title at once (the router's callback, which used to set it, has no cause to run)
-            page, variables = _path_to_page(app.strip_relative_path(flask.request.path) or "")
-            title = page.get("title") if page else None
-            if title:
-                parts["title"] = title(**(variables or {})) if callable(title) else title
+            parts["title"] = title or parts.get("title", "")
         return render(**parts)
 
     setattr(app, "interpolate_index", interpolate_index)  # noqa: B010  (an instance override of the method)

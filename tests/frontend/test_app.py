@@ -45,8 +45,8 @@ def test_pages_with_a_graph_name_their_lazy_scripts_in_the_head_and_the_others_d
         html = client.get(path).get_data(as_text=True)
         assert PLOTLY not in html and "async-graph" not in html, path
     # behind a path prefix (a lab server under /normlab/) the URLs carry the prefix
-    assert f'src="/normlab/{PLOTLY}"' in preload_links("/normlab/compare", "/normlab/")
-    assert preload_links("/normlab/runs", "/normlab/") == ""
+    assert f'src="/normlab/{PLOTLY}"' in preload_links("frontend.pages.compare", "/normlab/")
+    assert preload_links("frontend.pages.runs", "/normlab/") == ""
 
 
 def _find(node, id_):

@@ -38,10 +38,11 @@ class Settings(BaseSettings):
     # CUDA: replay each fused LN-LSTM / LN-GRU recurrence (2T launches a step) as one captured CUDA graph
     # per shape (kernels.graphs); off = the same launches from Python (same results, more host time).
     cuda_graphs: bool = True
-    # CPU engine (float32): products over all time steps through oneDNN; the LSTM's per-step work in a C
-    # function built on first use with `cc` (compiler: empty = cc/gcc on PATH) into cache_dir; malloc told
-    # to keep freed blocks in worker processes. Each off = torch's own path (A/B runs, odd platforms).
-    onednn: bool = True
+    # CPU engine (float32): products through oneDNN ('auto': where MKL, torch's own, is the slower one, i.e.
+    # off Intel CPUs; true/false force it); the LSTM's per-step work in a C function built on first use
+    # with `cc` (compiler: empty = cc/gcc on PATH) into cache_dir; malloc told to keep freed blocks in
+    # worker processes. Each off = torch's own path (A/B runs, odd platforms).
+    onednn: bool | Literal["auto"] = "auto"
     native_step: bool = True
     cc: str = ""
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "normlab")

@@ -53,6 +53,11 @@ def test_the_event_counter_checks_before_numbering():
     with pytest.raises(ValidationError):
         events("status", 1, {"status": "nope"})
     assert [e.seq for e in sent] == [1] and sent[0].payload["traceback"] == "kept as sent"
+    # a payload its caller vouches for (check=False) is numbered as it is; the default checks
+    events("status", 2, {"status": "nope"}, check=False)
+    assert [e.seq for e in sent] == [1, 2] and sent[1].payload == {"status": "nope"}
+    with pytest.raises(ValidationError):
+        events("status", 3, {"status": "nope"}, check=True)
 
 
 def test_summary_serializes_only_what_was_set():

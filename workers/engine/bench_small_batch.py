@@ -3,9 +3,10 @@ and the engine's loop overhead against a plain loop (issue 19, item 8: online an
 
 Table: fwd+bwd of one layer (input size H, T steps, `out.sum().backward()`) at B ∈ {1, 8, 32} ×
 H ∈ {128, 256}: the engine's LN-LSTM (`LSTMLayer(norm="layer")`, its recurrence pinned to the same thread
-count as torch's), the same with every per-step product through oneDNN (the code before
-`onednn.per_step`, for the side-by-side "before"), and `torch.nn.LSTM` without normalization; torch
-set to the same `--threads` for all. The three run interleaved repeat by repeat; medians of this
+count as torch's), the same with oneDNN's products wherever oneDNN is supported (the default before
+`onednn.preferred()` kept MKL's products on Intel CPUs, for the side-by-side "before"; on other CPUs the
+two columns run the same code), and `torch.nn.LSTM` without normalization; torch set to the same
+`--threads` for all. The three run interleaved repeat by repeat; medians of this
 process's CPU time (one thread: time spent descheduled on a shared machine does not count) or of wall
 time (more threads). Targets: ≤ 2× at B = 1 and 8, ≤ 1.3× at B = 32. Loop overhead: see
 `workers.engine.bench_loop` (target ≤ 1.10×).
@@ -50,7 +51,7 @@ def measure_ratio_table(
     if min(seq_len, repeats, threads) < 1 or warmup < 0:
         raise ValueError("seq_len, repeats and threads must be ≥ 1, warmup ≥ 0")
     clock = time.process_time if threads == 1 else time.perf_counter
-    saved = torch.get_num_threads(), (onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH)
+    saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     lstm_seq.set_recurrence_threads(threads)
     rows = []
@@ -63,12 +64,13 @@ def measure_ratio_table(
                 times: dict[str, list[float]] = {"engine": [], "engine_before": [], "torch_lstm": []}
                 for r in range(warmup + repeats):
                     for name in times:
-                        before = name == "engine_before"  # every per-step product through oneDNN
-                        onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = (0, 0) if before else saved[1]
-                        t = _fwd_bwd(ref if name == "torch_lstm" else engine, x, clock)
+                        if name == "engine_before":  # oneDNN wherever it is supported
+                            with onednn.forced(True):
+                                t = _fwd_bwd(engine, x, clock)
+                        else:
+                            t = _fwd_bwd(ref if name == "torch_lstm" else engine, x, clock)
                         if r >= warmup:
                             times[name].append(t)
-                    onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
                 med = {k: statistics.median(v) for k, v in times.items()}
                 ratio = med["engine"] / med["torch_lstm"]
                 rows.append(
@@ -77,6 +79,8 @@ def measure_ratio_table(
                         "H": H,
                         "T": seq_len,
                         "threads": threads,
+                        "cpu": onednn.cpu_vendor(),
+                        "onednn": onednn.available(),
                         **{f"{k}_ms": round(1e3 * v, 3) for k, v in med.items()},
                         "ratio": round(ratio, 3),
                         "ratio_before": round(med["engine_before"] / med["torch_lstm"], 3),
@@ -85,8 +89,7 @@ def measure_ratio_table(
                     }
                 )
     finally:
-        torch.set_num_threads(saved[0])
-        onednn.MIN_STEP_ROWS, onednn.MIN_STEP_DEPTH = saved[1]
+        torch.set_num_threads(saved)
         lstm_seq.set_recurrence_threads(None)
     return rows
 
@@ -116,7 +119,9 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     clock = "CPU" if args.threads == 1 else "wall"
     print(
         f"LN-LSTM ÷ torch.nn.LSTM, fwd+bwd, T={args.seq_len}, {args.threads} thread(s) both sides, median "
-        f"{clock} time of {args.repeats} interleaved repeats:"
+        f"{clock} time of {args.repeats} interleaved repeats; CPU {onednn.cpu_vendor() or 'unknown'}, the "
+        f"engine's products through {'oneDNN' if onednn.available() else 'MKL (torch.mm)'}; before: oneDNN "
+        "wherever supported:"
     )
     print(f"  {'B':>3} {'H':>4} {'engine':>9} {'nn.LSTM':>9} {'ratio':>7} {'target':>7} {'before':>7}")
     for r in table:

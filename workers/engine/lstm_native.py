@@ -60,7 +60,8 @@ def forward(
     )
     step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
     packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
-    w_hT = w_h.detach().t()
+    # W_hᵀ laid out once per call: MKL's product with a transposed view cost 30 vs 23 µs a step (B=32, H=128)
+    w_hT = w_h.detach().t().contiguous() if packed is None else None
     HS = hs.unbind(0)
     h, before = h0, torch.get_num_threads()
     try:

@@ -97,9 +97,10 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
     ln_h, ln_c = gain_h is not None, gain_c is not None
-    w_hT = w_h.t()
-    # float32 on the CPU: oneDNN's product, W_h packed once for all steps (see workers.engine.onednn)
+    # float32 on the CPU: oneDNN's product, W_h packed once for all steps (see workers.engine.onednn);
+    # else W_hᵀ laid out once (a product with the transposed view is slower, every step)
     packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
+    w_hT = w_h.t().contiguous() if packed is None else None
     spare = spare or {}
 
     def buffer(name, *shape):

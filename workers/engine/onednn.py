@@ -1,20 +1,26 @@
-"""float32 matrix products on the CPU through oneDNN, for the LSTM's hot path.
+"""float32 matrix products on the CPU through oneDNN, for the LSTM's hot path, on CPUs where MKL is slow.
 
 torch's CPU `mm` for float32 calls MKL, and MKL takes its generic code path on non-Intel CPUs: on this
-project's AMD EPYC machines (AVX-512) oneDNN's inner product, which torch ships and uses for its own
-`nn.LSTM`, ran the LSTM's products 2.1–2.5× faster (32×256 · 256×1024: 51 vs 108 µs; 2048×256 ·
-256×1024: 2.3 vs 5.7 ms, 2 threads). The recurrence packs W_h once per call of the sequence (0.1–0.4 ms)
-for its per-step products; a product used once takes the weight as it is.
+project's AMD EPYC machines oneDNN's inner product, which torch ships and uses for its own `nn.LSTM`, ran
+the LSTM's products 2.1–2.5× faster (32×256 · 256×1024: 51 vs 108 µs; 2048×256 · 256×1024: 2.3 vs 5.7 ms,
+2 threads). On an Intel Xeon (AVX-512) it is the other way round: MKL won every product of the LSTM
+benchmark's shapes, 1 thread (2048×128 · 128×512: 1.38 vs 1.52 ms; its weight gradient 1.56 vs 1.98 ms; a
+per-step 32×512 · 512×128: 24 vs 41 µs), so by default ('auto') the path is on only off Intel CPUs
+(`preferred()`, read from the CPU's vendor, so a machine always takes the same path and its runs stay
+bit-reproducible). The recurrence packs W_h once per call of the sequence (0.1–0.4 ms) for its per-step
+products; a product used once takes the weight as it is.
 
 Only float32 CPU tensors take this path; float64 (the engine's exactness tests) and every other dtype or
 device use torch's own products. Results differ from MKL's in the last bits (another summation order)
 but are bitwise the same run to run and for 1 or 2 threads (tested), so the engine stays deterministic.
-NORMLAB_ONEDNN=false (Settings.onednn) turns the path off (A/B runs): `train()` calls
-`configure(settings.onednn)`; until something configures it the path follows Settings' default (on where
-supported). Nothing is probed at import; `available()` says whether the path is on.
+NORMLAB_ONEDNN (Settings.onednn) = auto (default), true (on wherever supported) or false (off), e.g. for
+A/B runs: `train()` calls `configure(settings.onednn)`; until something configures it the path follows
+Settings' default. Nothing is probed at import; `available()` says whether the path is on.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -34,11 +40,43 @@ def supported() -> bool:
     return _supported
 
 
-def configure(enabled: bool) -> bool:
-    """Switch the path on (where supported) or off for this process; returns whether it is on."""
+def configure(enabled: bool | str) -> bool:
+    """Switch the path on (True: where supported; "auto": where also `preferred()`) or off for this
+    process; returns whether it is on."""
     global _enabled
-    _enabled = enabled and supported()
+    if enabled not in (True, False, "auto"):
+        raise ValueError(f"onednn must be true, false or 'auto' (got {enabled!r})")
+    _enabled = bool(enabled) and supported() and (enabled is True or preferred())
     return _enabled
+
+
+@contextlib.contextmanager
+def forced(on: bool):
+    """The path on (where supported) or off inside the block, then as it was (A/B measurements, tests)."""
+    global _enabled
+    before = _enabled
+    _enabled = on and supported()
+    try:
+        yield _enabled
+    finally:
+        _enabled = before
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (GenuineIntel, AuthenticAMD, …), or "" where /proc/cpuinfo does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def preferred() -> bool:
+    """Whether oneDNN is the faster of the two here: off Intel CPUs (on them MKL is; see above)."""
+    return cpu_vendor() != "GenuineIntel"
 
 
 def _probe() -> bool:
@@ -56,7 +94,7 @@ def _probe() -> bool:
 def available() -> bool:
     """Whether the path is on (configured, else Settings' default)."""
     if _enabled is None:
-        return configure(bool(Settings.model_fields["onednn"].default))
+        return configure(Settings.model_fields["onednn"].default)
     return _enabled
 
 

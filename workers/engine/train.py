@@ -25,7 +25,7 @@ import torch
 
 import kernels
 from kernels import graphs
-from normlab.events import Event, EventCounter, RunResult, RunStatus, Scalars, StatusPayload
+from normlab.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from workers.engine import switches
@@ -116,6 +116,7 @@ class _Run:
         start = time.perf_counter()
         window_loss, window_steps, window_time = 0.0, 0, 0.0
         params = list(model.parameters())  # walking the module tree every step cost ≈ 8 % of a digits step
+        on_gpu, checked = device.type != "cpu", False
         model.train()
         for step in range(1, spec.steps + 1):
             if self.should_stop is not None and self.should_stop():
@@ -123,12 +124,13 @@ class _Run:
             t0 = time.perf_counter()
             self.step = step
             x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if on_gpu:  # (on the CPU the batches are where they belong: no two dispatches a step)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             if prober is not None:
                 model.capture = prober.capture_this_step(step)
             outputs = model(x)
             loss = data.loss(outputs, y)
-            loss_value = float(loss.detach())
+            loss_value = loss.item()
             if not math.isfinite(loss_value):
                 self.metrics["train_loss"] = None
                 return RunStatus.DIVERGED, (
@@ -140,7 +142,7 @@ class _Run:
             loss.backward()
             on_eval = step % spec.eval_every == 0 or step == spec.steps
             on_log = on_eval or step % every == 0
-            grad_norm = _grad_norm(params) if on_log else 0.0
+            grad_norm = _grad_norm(params, on_gpu) if on_log else 0.0
             if prober is not None:
                 for kind, payload in prober.after_backward(step, x, y, outputs, loss):
                     self.events(kind, step, payload)
@@ -156,31 +158,39 @@ class _Run:
                 continue
             train_loss = window_loss / window_steps
             self.metrics["train_loss"] = train_loss
-            scalars = Scalars(
-                train_loss=train_loss,
-                grad_norm=grad_norm,
-                lr=optimizer.param_groups[0]["lr"],
-                steps_per_s=window_steps / max(window_time, 1e-9),
-                elapsed=time.perf_counter() - start,
-            )
+            # Scalars' fields in their order, as a dict: `self.events` validates it against Scalars once
+            # (building a Scalars and dumping it validated it twice more, ≈ 20 µs of a 1 ms digits step)
+            scalars = {
+                "train_loss": train_loss,
+                "val_loss": None,
+                "accuracy": None,
+                "bpc": None,
+                "recall": None,
+                "grad_norm": grad_norm,
+                "lr": optimizer.param_groups[0]["lr"],
+                "steps_per_s": window_steps / max(window_time, 1e-9),
+                "elapsed": time.perf_counter() - start,
+            }
             if on_eval:
                 self._evaluate(model, data, device, "val", scalars)
-            self.events("scalars", step, scalars.model_dump())
+            # the contract is checked on the first event and on evaluation steps (where the validation
+            # metrics join); the other steps' payloads come out of this same code with new floats
+            self.events("scalars", step, scalars, check=on_eval or not checked)
+            checked = True
             window_loss, window_steps, window_time = 0.0, 0, 0.0
         self._evaluate(model, data, device, "test", None)
         return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
 
-    def _evaluate(self, model, data, device, split: str, scalars: Scalars | None) -> None:
+    def _evaluate(self, model, data, device, split: str, scalars: dict | None) -> None:
         m = evaluate(model, data, split, device, (self.spec.hidden_size or 0) * (self.spec.layers or 1))
         self.metrics[f"{split}_loss"] = m["loss"]
         for name in ("accuracy", "bpc", "mse", "recall"):
             if name in m:
                 self.metrics[f"{split}_{name}"] = m[name]
         if scalars is not None:
-            scalars.val_loss = m["loss"]
-            scalars.accuracy = m.get("accuracy")
-            scalars.bpc = m.get("bpc")
-            scalars.recall = m.get("recall")
+            scalars["val_loss"] = m["loss"]
+            for name in ("accuracy", "bpc", "recall"):
+                scalars[name] = m.get(name)
         reports = beyond_trained_length(model)
         if reports and not self.beyond_reported:
             self.beyond_reported = True
@@ -194,12 +204,20 @@ class _Run:
             )
 
 
-def _grad_norm(params: list[torch.Tensor]) -> float:
-    """‖∇‖₂ over all parameters' gradients: one fused norm per tensor group (torch's foreach kernels)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+def _grad_norm(params: list[torch.Tensor], on_gpu: bool = False) -> float:
+    """‖∇‖₂ over all parameters' gradients. On a GPU one fused norm per tensor group (torch's foreach
+    kernels) and one sync; on the CPU a dot product per gradient, summed in double: 39 µs against 60 µs for
+    the foreach norms, stacked and normed, in a digits training step."""
+    if on_gpu:
+        grads = [p.grad for p in params if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
+    total = 0.0
+    for p in params:
+        g = p.grad
+        if g is not None:
+            g = g.reshape(-1)
+            total += float(torch.dot(g, g))
+    return math.sqrt(total)
 
 
 def train(

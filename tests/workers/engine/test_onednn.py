@@ -13,7 +13,14 @@ import torch.nn.functional as F
 
 from workers.engine import onednn
 
-needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this torch has no oneDNN")
+needs_onednn = pytest.mark.skipif(not onednn.supported(), reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def _onednn_on():
+    """The path on for these tests, whatever this CPU's default ('auto' keeps it off on Intel CPUs)."""
+    with onednn.forced(True):
+        yield
 
 
 def _data(seed=0, dtype=torch.float32):
@@ -107,10 +114,21 @@ def test_the_settings_passed_to_train_switch_the_path():
     from workers.engine import train
 
     spec = RunSpec(task="digits", steps=2, hidden_size=8, eval_every=2)
-    try:
-        train(spec, settings=Settings(onednn=False))
-        assert not onednn.available()
-        train(spec, settings=Settings(onednn=True))
-        assert onednn.available() == onednn.supported()
-    finally:
-        onednn.configure(True)
+    train(spec, settings=Settings(onednn=False))
+    assert not onednn.available()
+    train(spec, settings=Settings(onednn=True))
+    assert onednn.available() == onednn.supported()
+    train(spec, settings=Settings())  # 'auto': oneDNN only where MKL is the slower of the two
+    assert onednn.available() == (onednn.supported() and onednn.preferred())
+
+
+def test_auto_takes_onednn_off_intel_cpus_only(monkeypatch):
+    vendor = onednn.cpu_vendor()
+    assert vendor == "" or vendor.isprintable() and len(vendor) < 64
+    for name, preferred in (("GenuineIntel", False), ("AuthenticAMD", True), ("", True)):
+        monkeypatch.setattr(onednn, "cpu_vendor", lambda name=name: name)
+        assert onednn.preferred() is preferred
+        assert onednn.configure("auto") is (preferred and onednn.supported())
+        assert onednn.configure(True) is onednn.supported() and onednn.configure(False) is False
+    with pytest.raises(ValueError, match="true, false or 'auto'"):
+        onednn.configure("yes")

@@ -26,7 +26,7 @@ def test_the_settings_passed_to_train_set_every_switch(settings):
         on = settings.model_copy(update={"kernel_backend": "auto"})
         assert train(spec, settings=on).status == "completed"
         assert "switched off" not in native.status()  # looked up again: built, or why not (no compiler)
-        assert onednn.available() == onednn.supported()
+        assert onednn.available() == (onednn.supported() and onednn.preferred())  # 'auto'
         assert kernels.get_backend() == "auto" and graphs._ENABLED
     finally:
         switches.configure(settings)

@@ -51,6 +51,11 @@ def test_events_are_numbered_without_gaps_and_end_with_one_terminal_status(tiny_
     scalars = [e for e in events if e.kind == "scalars"]
     assert [e.step for e in scalars] == list(range(1, 13))  # log_every is 1 for a 12-step run
     assert all(Scalars(**e.payload) for e in scalars)
+    # the loop builds the payload as a dict (checked on its first and evaluation steps only): every one
+    # has Scalars' fields in their order, with plain floats (or None) as values
+    assert all(list(e.payload) == list(Scalars.model_fields) for e in scalars)
+    assert all(type(v) in (float, type(None)) for e in scalars for v in e.payload.values())
+    assert all(e.payload == Scalars(**e.payload).model_dump() for e in scalars)
     evaluated = [e.step for e in scalars if e.payload["val_loss"] is not None]
     assert evaluated == [5, 10, 12]  # every eval_every steps, and always the last step
     assert all(0.0 <= e.payload["accuracy"] <= 1.0 for e in scalars if e.step in evaluated)
@@ -332,3 +337,18 @@ def test_threads_follow_the_work_and_respect_an_explicit_choice(monkeypatch):
         assert setup.choose_threads(10**7, 10**4) == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["cpu-dots", "foreach-norms"])
+def test_the_gradient_norm_is_the_float64_norm_of_all_gradients(on_gpu):
+    # the CPU path (a dot per gradient) and the GPU path (foreach norms) both run on the CPU here
+    g = torch.Generator().manual_seed(3)
+    params = [nn.Parameter(torch.empty(s)) for s in ((64, 32), (32,), (10, 64, 3), (7,))]
+    for p in params[:3]:
+        p.grad = torch.randn(p.shape, generator=g) * 10.0 ** torch.randint(-3, 3, (), generator=g).item()
+    params[2].grad = torch.randn(3, 64, 10, generator=g).transpose(0, 2)  # a non-contiguous gradient
+    assert not params[2].grad.is_contiguous()
+    want = math.sqrt(sum(float(p.grad.double().square().sum()) for p in params[:3]))
+    got = train_module._grad_norm(params, on_gpu)
+    assert type(got) is float and got == pytest.approx(want, rel=1e-6)
+    assert train_module._grad_norm(params[3:], on_gpu) == 0.0  # no gradient at all

@@ -75,9 +75,9 @@ def forward(
     return hs, (gates, cells, tanh_c, hh, stats, "native")
 
 
-def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs, eps, threads: int):
+def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs, eps, threads: int, dhs=None):
     """((dxx, dW_h, dγ_h, dβ_h, dγ_c, dβ_c, dh0, dc0), the work buffers, free for the next forward).
-    d_hs must be contiguous."""
+    d_hs must be contiguous. `dhs` (a list): gets each step's dL/dh_t, last step first (the probes)."""
     gates, cells, tanh_c, hh, stats, _ = buffers
     T, B, G = gates.shape
     H = G // 4
@@ -128,6 +128,8 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
     try:
         torch.set_num_threads(threads)
         for t in range(T - 1, -1, -1):
+            if dhs is not None:
+                dhs.append(dh)  # a tensor of its own each step (read, never written, by the C step)
             step(ref, t, dh.data_ptr())
             # dL/dh_{t-1} = the output's gradient + the recurrent part, in one fused product
             if fast:

@@ -194,15 +194,32 @@ def _local_derivatives(gates, cells, tanh_c, c0, spare: dict):
     return k, k_o, o_dtanh
 
 
+def _record_cells(record: dict | None, buffers) -> None:
+    """The probes' record (see `lstm_sequence`): each step's ‖c_t‖, batch mean, before a backward reuses
+    the cells buffer (buffers[1] on both paths)."""
+    if record is not None:
+        record["c_norms"] = torch.linalg.vector_norm(buffers[1].detach(), dim=2).mean(dim=1)
+
+
+def _record_grads(record: dict | None, dhs: list) -> None:
+    """‖∂ℓ/∂h_t‖ per case, batch mean, in time order, from the backward's dL/dh_t (last step first); ℓ is
+    one case's loss (the training loss is the batch mean, so the gradient is scaled back by B)."""
+    if record is not None and dhs:
+        norms = torch.linalg.vector_norm(torch.stack(dhs[::-1]), dim=2).mean(dim=1)
+        record["grad_norms"] = norms * dhs[0].shape[0]
+
+
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps):
+    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record=None):
         ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None, native.applies(xx, w_h))
         try:
             ctx.spare = _SPARE.get(ctx.key, []).pop()
         except IndexError:
             ctx.spare = {}
         hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare)
+        _record_cells(record, ctx.buffers)
+        ctx.record = record
         ctx.save_for_backward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
         ctx.eps = eps
         return hs
@@ -212,6 +229,7 @@ class _LSTMSequence(torch.autograd.Function):
         xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
         if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
             _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
+        dhs: list | None = [] if ctx.record is not None else None  # dL/dh_t per step, for the probes
         if ctx.buffers[-1] == "native":
             buffers, ctx.buffers = ctx.buffers, None
             grads, spent = lstm_native.backward(
@@ -228,9 +246,11 @@ class _LSTMSequence(torch.autograd.Function):
                 hs,
                 ctx.eps,
                 recurrence_threads(),
+                dhs,
             )
             _give_back(ctx.key, spent)
-            return (*grads, None)
+            _record_grads(ctx.record, dhs)
+            return (*grads, None, None)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
@@ -258,6 +278,8 @@ class _LSTMSequence(torch.autograd.Function):
         try:
             threads(1)
             for t in range(T - 1, -1, -1):
+                if dhs is not None:
+                    dhs.append(dh_t)
                 dy = torch.mul(dh_t, ODT[t])
                 if ln_c:
                     mean, rstd = stats_c[t]
@@ -301,7 +323,8 @@ class _LSTMSequence(torch.autograd.Function):
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
         ctx.spare = {}
         _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
-        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None
+        _record_grads(ctx.record, dhs)
+        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None, None
 
 
 def lstm_sequence(
@@ -314,15 +337,21 @@ def lstm_sequence(
     h0: torch.Tensor,
     c0: torch.Tensor,
     eps: float = 1e-5,
+    record: dict | None = None,
 ) -> torch.Tensor:
     """Hidden states (T, B, H) of an LSTM over gate inputs xx (T, B, 4H), gate order (f, i, o, g).
 
     gain_h/bias_h None: no LN on W_h h (eq. 17 / eq. 29); gain_c/bias_c None: no LN on c_t.
+    `record` (the probes' hidden-state trace, on this same fast path): gets "c_norms" ((T,) batch means of
+    ‖c_t‖) now and, once a backward has run through this call, "grad_norms" ((T,) batch means of
+    ‖∂ℓ/∂h_t‖ for one case's loss ℓ, i.e. B × those of dL/dh_t).
     """
     if (gain_h is None) != (bias_h is None) or (gain_c is None) != (bias_c is None):
         raise ValueError("pass both the gain and the bias of an LN, or neither")
     args = (xx.contiguous(), w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        return _LSTMSequence.apply(*args)
-    with torch.no_grad():  # evaluation: no buffers kept for a backward
-        return _forward(*args, keep=False)[0]
+        return _LSTMSequence.apply(*args, record)
+    with torch.no_grad():  # evaluation: no buffers kept for a backward (unless recording: every c_t)
+        hs, buffers = _forward(*args, keep=record is not None)
+        _record_cells(record, buffers)
+        return hs

@@ -4,11 +4,14 @@ Shapes: flat (B, D) -> logits (B, C); image (B, 1, H, W) -> logits (B, C); seque
 per-step outputs (B, T, C), T free (evaluation may be longer than training). Normalization acts on the
 hidden layers' summed inputs before the bias, never on the logits.
 
-Every model has ``capture`` (bool, default False); when True the forward pass fills ``captured``:
-recurrent models {"h", "c" (LSTM), "summed_mean", "summed_std"} of the top recurrent layer (see
-`workers.engine.recurrent`); feed-forward and conv models {"layers": [{"name", "summed_mean",
-"summed_std", "act_norm"}]} with floats: the batch mean of each case's mean / std (population) of the
-layer's summed inputs W x before normalization, and the batch mean of each case's ‖activation‖₂.
+Every model has ``capture`` (default False); when True the forward pass fills ``captured``:
+recurrent models {"h", "c" (LSTM), "summed_mean", "summed_std"} of the top recurrent layer, on the
+step-by-step path (twice differentiable: the probes' exact products); with "fast" (the training loop's
+traced steps) an LSTM that runs as one node on the CPU records its (T,) series there instead (see
+`workers.engine.recurrent`), every other layer as with True; feed-forward and conv models {"layers":
+[{"name", "summed_mean", "summed_std", "act_norm"}]} with floats: the batch mean of each case's mean /
+std (population) of the layer's summed inputs W x before normalization, and the batch mean of each
+case's ‖activation‖₂.
 """
 
 from __future__ import annotations
@@ -174,7 +177,8 @@ class RecurrentNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.transpose(0, 1)  # time-major inside: each step's slice is contiguous
-        record = {} if self.capture else None
+        # "fast": record without leaving a layer's one-node path (see the module docstring)
+        record = ({"fast": True} if self.capture == "fast" else {}) if self.capture else None
         for k, layer in enumerate(self.rnn):
             h = layer(h, record if k == len(self.rnn) - 1 else None)
         if record is not None:

@@ -19,7 +19,10 @@ The LSTM's forget-gate bias starts at 1 (common practice; the paper does not say
 A layer given a ``record`` dict fills it for the probes: "h" / "c" (lists of (B, H), h with
 ``retain_grad``), "summed_mean" / "summed_std" ((T,) batch means of each case's mean / std of the summed
 inputs W_h h_{t-1} + W_x x_t before normalization; the GRU's are those of its z, r gates, and with
-WeightNorm they are v·x, before the division by ‖v‖).
+WeightNorm they are v·x, before the division by ‖v‖). Given {"fast": True}, an LSTM on its one-node
+CPU path records there instead of stepping: (T,) series "h_norms", "c_norms", "summed_mean" /
+"summed_std" and, after backward, "grad_norms" (`lstm_sequence`), so a traced step costs little more
+than a plain one.
 """
 
 from __future__ import annotations
@@ -76,6 +79,21 @@ def _keep_h(record: dict | None, h: torch.Tensor, c: torch.Tensor | None = None)
             record["c"].append(c)
 
 
+@torch.no_grad()
+def _record_sequence(
+    record: dict | None, hh: nn.Module, ax: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor
+):
+    """The probes' record of a recurrence run as one node (`lstm_sequence`), as (T,) series: "h_norms"
+    (batch means of ‖h_t‖), "summed_mean" / "summed_std" of W_h h_{t-1} + W_x x_t (one product over all
+    steps, from the outputs), beside the node's own "c_norms" and, after backward, "grad_norms"."""
+    if record is None:
+        return
+    summed = hh.summed(torch.cat([h0.unsqueeze(0), hs[:-1]])).add_(ax)
+    record["summed_mean"] = summed.mean(dim=2).mean(dim=1)
+    record["summed_std"] = summed.std(dim=2, unbiased=False).mean(dim=1)
+    record["h_norms"] = torch.linalg.vector_norm(hs, dim=2).mean(dim=1)
+
+
 class _RecurrentBase(nn.Module):
     def __init__(self, norm: str):
         super().__init__()
@@ -127,19 +145,23 @@ class LSTMLayer(_RecurrentBase):
             and hasattr(kernels, "ln_lstm_cell")
             and kernels.backend_for(x) == "triton"
         )
-        if record is None and not use_kernel and self._fused_ok():
+        fast = record is None or record.get("fast", False)  # a record asked for on the one-node path
+        if fast and not use_kernel and self._fused_ok():
             # every step's W_x x_t in one product (no recurrence on the input side); the gate bias b is
             # folded into LN's β2 (or the product's bias) to save a pass over (T, B, 4H)
             ln_h = isinstance(self.hh, NormLinear)
+            ax = self.ih.summed(x) if ln_h or record is not None else None
             if ln_h:
-                xx = kernels.layer_norm(
-                    self.ih.summed(x), self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS
-                )
+                xx = kernels.layer_norm(ax, self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS)
             else:
                 xx = fast_linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
             gain_c, bias_c = (self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None else (None, None)
-            return lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS)
+            if record is not None:
+                record.clear()
+            hs = lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record)
+            _record_sequence(record, self.hh, ax, h, hs)
+            return hs
         ax = self.ih.summed(x)  # (T, B, 4H)
         if use_kernel and record is None:
             # the whole recurrence as one autograd node over the fused CUDA kernels: one product and one

@@ -18,6 +18,30 @@ def _per_case_norm(t: Tensor) -> float:
     return float(t.detach().float().flatten(1).norm(dim=1).mean())
 
 
+def _series(captured: dict, key: str, idx: list[int]) -> list[float]:
+    return captured[key].detach().float()[idx].tolist()
+
+
+def sequence_payload(captured: dict) -> dict:
+    """`recurrent_payload` from a one-node recurrence's (T,) series (see workers.engine.recurrent)."""
+    steps = int(captured["h_norms"].shape[0])
+    stride = max(1, math.ceil(steps / MAX_POINTS))
+    idx = list(range(0, steps, stride))
+    if idx[-1] != steps - 1:
+        idx.append(steps - 1)
+    out = {
+        "time_steps": steps,
+        "hidden_norms": _series(captured, "h_norms", idx),
+        "summed_mean": _series(captured, "summed_mean", idx),
+        "summed_std": _series(captured, "summed_std", idx),
+        "grad_norms": _series(captured, "grad_norms", idx) if "grad_norms" in captured else [0.0] * len(idx),
+        "cell_norms": _series(captured, "c_norms", idx),
+    }
+    if stride > 1:
+        out["time_index"] = idx
+    return out
+
+
 def recurrent_payload(captured: dict) -> dict:
     """{"hidden_norms", "cell_norms" (LSTM), "summed_mean", "summed_std", "grad_norms", "time_steps"}.
 
@@ -92,6 +116,8 @@ def hidden_payload(model: nn.Module) -> dict | None:
     captured = getattr(model, "captured", None) or {}
     if captured.get("h"):
         return recurrent_payload(captured)
+    if "h_norms" in captured:
+        return sequence_payload(captured)
     if captured.get("layers"):
         return feedforward_payload(captured, model)
     return None

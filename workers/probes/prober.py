@@ -199,15 +199,16 @@ class Prober:
         self._log.append(("log", dict(self.no_fit)))
 
     # -- the hook ---------------------------------------------------------------------------------
-    def capture_this_step(self, step: int) -> bool:
-        """Whether the model should record hidden states in this step's forward pass."""
+    def capture_this_step(self, step: int) -> bool | str:
+        """Whether the model should record hidden states in this step's forward pass: "fast" (record on
+        the model's own training path, see workers.engine.models) or False."""
         now = self.clock()
         self._close_step(now)
         self._step_start, self._step_probe = now, 0.0
         hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
         fisher = step >= self.next_fisher and self._affordable(step)
         self._step_flags = (hidden, fisher)
-        return hidden
+        return "fast" if hidden else False
 
     def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
         t0 = self.clock()

@@ -105,6 +105,59 @@ def test_capture_off_means_nothing_recorded_and_fast_path_agrees():
     assert torch.allclose(fast, slow, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("norm", "placement", "dtype", "tol"),
+    [
+        ("layer", "full", torch.float64, 1e-6),  # lstm_sequence's torch path (payloads are float32)
+        ("layer", "full", torch.float32, 2e-5),  # its C path (where a C compiler is found)
+        ("layer", "cell", torch.float32, 2e-5),
+        ("none", "full", torch.float32, 2e-5),
+    ],
+)
+def test_fast_capture_on_the_one_node_lstm_gives_the_step_by_step_payload(norm, placement, dtype, tol):
+    # the training loop's traced steps record on the LSTM's one-node path ("fast"); the probes' payload
+    # must be the one the step-by-step path (capture=True, ∂L/∂h_t by retain_grad) gives
+    from workers.probes.hidden import hidden_payload
+
+    torch.manual_seed(0)
+    model = build_model(_spec("adding", norm, "lstm", placement, hidden_size=16), TASKS["adding"], 3, 2)
+    model = model.to(dtype)
+    x = _input("sequence", batch=5, steps=7).to(dtype)
+    y = torch.randn(5, 7, 2, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    payloads, outs = [], []
+    for capture in (True, "fast"):
+        model.zero_grad(set_to_none=True)
+        model.capture = capture
+        out = model(x)
+        ((out - y) ** 2).mean().backward()  # every step's output in the loss: ∂L/∂h_t from both sides
+        payloads.append(hidden_payload(model))
+        outs.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
+    steps, fast = payloads
+    assert "h_norms" in model.captured and "h" not in model.captured  # the one-node path recorded
+    assert fast.keys() == steps.keys() and fast["time_steps"] == steps["time_steps"] == 7
+    for key in ("hidden_norms", "cell_norms", "summed_mean", "summed_std", "grad_norms"):
+        assert len(fast[key]) == 7 and all(isinstance(v, float) for v in fast[key])
+        torch.testing.assert_close(torch.tensor(fast[key]), torch.tensor(steps[key]), rtol=tol, atol=tol)
+    assert min(fast["grad_norms"]) > 0
+    for a, b in zip(*outs, strict=True):  # and the training step itself is the same
+        torch.testing.assert_close(a, b, rtol=10 * tol, atol=10 * tol)
+
+
+def test_fast_capture_without_a_backward_and_on_long_sequences():
+    from workers.probes.hidden import MAX_POINTS, hidden_payload
+
+    torch.manual_seed(0)
+    model = build_model(_spec("adding", "layer", "lstm", hidden_size=8), TASKS["adding"], 3, 1)
+    model.capture = "fast"
+    with torch.no_grad():  # evaluation: every c_t is still kept for the record; no ∂L/∂h_t
+        model(_input("sequence", steps=MAX_POINTS + 40))
+    payload = hidden_payload(model)
+    assert payload["time_steps"] == MAX_POINTS + 40 and payload["time_index"][-1] == MAX_POINTS + 39
+    n = len(payload["time_index"])
+    assert len(payload["cell_norms"]) == n and payload["grad_norms"] == [0.0] * n
+    assert min(payload["cell_norms"]) > 0
+
+
 @pytest.mark.parametrize("task,cls,prefix", [("digits", MLP, "hidden"), ("conv-digits", ConvNet, "conv")])
 def test_feedforward_capture_layers(task, cls, prefix):
     info = TASKS[task]

@@ -6,9 +6,10 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
   `--repeat` pairs): the overhead (median on ÷ median off − 1 of the runs' process CPU time, which a
   busy shared host disturbs far less than wall time; the wall-time ratio too), the number of Fisher
   estimates (median and fewest over the repeats) and the step of the first one;
-- the cost of one Fisher estimate (per-layer trace + λ_max(F), what a default run computes) in plain
-  training steps: the task's default model trains a few steps, then estimates alternate with timed plain
-  steps; each estimate's process CPU time over the median of the plain steps right after it (so a
+- the cost of one Fisher estimate (per-layer trace + λ_max(F), and the weight groups' measured update
+  over the next optimizer step: what a default run computes per estimate) in plain training steps: the
+  task's default model trains a few steps, then estimates alternate with timed plain steps; each
+  estimate's process CPU time over the median of the plain steps right after it (so a
   change in the host's load between them cancels). Warm: the median over one probe's estimates after its
   first; cold: the median over first estimates of fresh probes on the same model, interleaved with the
   warm ones (one cold estimate alone swung by ±20 % between runs). Run it with OMP_NUM_THREADS=1: then
@@ -54,11 +55,13 @@ def _train(spec: RunSpec, settings: Settings):
 
 
 def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float], list[float]]:
-    """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F)) ÷ the median plain step's."""
+    """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F) + the groups' update) ÷ the median plain
+    step's."""
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
     from workers.probes.curvature import CurvatureProbe
+    from workers.probes.groups import add_update, snapshot
     from workers.probes.likelihood import Likelihood
 
     spec = RunSpec(task=task, norm=norm).resolved()
@@ -85,9 +88,16 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
 
     def timed(p: CurvatureProbe) -> float:
         t0 = time.process_time()
-        p.estimate(x, y, spec.lr)
+        payload, _ = p.estimate(x, y, spec.lr)
+        params = dict(model.named_parameters())
+        before = snapshot(p.groups, params)
         seconds = time.process_time() - t0
-        for _ in range(PLAIN_BETWEEN):
+        step()  # the optimizer's update, whose angle and size per group the payload reports (as in a run)
+        t1 = time.process_time()
+        for entry, group in zip(payload["groups"], p.groups, strict=True):
+            add_update(entry, group, before[group.param], params[group.param], spec.optimizer)
+        seconds += time.process_time() - t1
+        for _ in range(PLAIN_BETWEEN - 1):
             step()
         return seconds / statistics.median(plain[-PLAIN_BETWEEN:])
 

@@ -46,6 +46,7 @@ TARGET = 0.85  # of spec.probes.budget: the headroom covers costs no timer sees 
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
 PRIOR_COST_STEPS = 5.5  # a warm estimate in plain steps: 4-6 measured (`normlab bench probes`)
 COSTS_KEPT = 5  # the predicted cost is the median of this many latest estimates
+MEDIAN_EVERY = 8  # new step times before the median plain step is sorted again
 COLD = 1.5  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
 
 
@@ -86,6 +87,10 @@ class Prober:
         self._log: list[tuple[str, dict]] = []  # log events to hand out with the next step's events
         self._unpriced: float | None = None  # a traced step seen before any plain step (step 1)
         self.traces_done = 0  # hidden traces whose cost is fully charged
+        self._timed = 0  # step times appended so far (any_times; step_times only with it)
+        self._median_key: tuple | None = None  # what step_seconds() last sorted, and its answer
+        self._median = 0.0
+        self._cost_median: float | None = None  # median of `costs`, once per estimate
 
     # -- timing ---------------------------------------------------------------------------------
     def _close_step(self, now: float) -> None:
@@ -103,6 +108,7 @@ class Prober:
             self.traces_done += 1
             plain -= extra
         self.train_seconds += plain
+        self._timed += 1
         self.any_times.append(plain)
         if not (hidden or fisher):
             self.step_times.append(plain)
@@ -117,6 +123,7 @@ class Prober:
         self.spent["hidden"] += extra
         self.traces_done += 1
         self.train_seconds += self._unpriced - extra
+        self._timed += 1
         self.any_times.append(self._unpriced - extra)
         self._unpriced = None
 
@@ -125,11 +132,17 @@ class Prober:
         return self.spent["hidden"] + self.spent["fisher"]
 
     def step_seconds(self) -> float | None:
-        """Median seconds of a plain training step (None before the first one is timed)."""
+        """Median seconds of a plain training step (None before the first one is timed). Sorted again only
+        once MEDIAN_EVERY new step times have come in (at first, every time): the plan asks for it on most
+        steps, and the median of the last 25 steps hardly moves in a few."""
         times = self.step_times or self.any_times
         if not times:
             return None
-        return float(sorted(times)[len(times) // 2])
+        key = (times is self.step_times, self._timed)
+        last = self._median_key
+        if last is None or key[0] != last[0] or key[1] - last[1] >= (1 if len(times) < 25 else MEDIAN_EVERY):
+            self._median_key, self._median = key, float(sorted(times)[len(times) // 2])
+        return self._median
 
     def _within_budget(self) -> bool:
         earned = TARGET * self.budget * max(self.train_seconds, 1e-9)
@@ -138,7 +151,9 @@ class Prober:
     def _predicted_cost(self, step_s: float) -> float:
         """Seconds the next Fisher estimate should take: the last one's (as if warm), or the prior."""
         if self.costs:
-            return float(statistics.median(self.costs))
+            if self._cost_median is None:  # once per estimate, not at every step the plan is asked
+                self._cost_median = float(statistics.median(self.costs))
+            return self._cost_median
         return COLD * PRIOR_COST_STEPS * step_s
 
     def _allowance(self, step_s: float) -> tuple[float, float]:
@@ -211,10 +226,12 @@ class Prober:
         return "fast" if hidden else False
 
     def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
+        hidden, fisher = self._step_flags
+        if not (hidden or fisher or self._log):  # most steps: nothing to do, no clock read
+            return []
         t0 = self.clock()
         events: list[tuple[str, dict]] = self._log
         self._log = []
-        hidden, fisher = self._step_flags
         if hidden:
             payload = finite(hidden_payload(self.model))
             if payload is not None:
@@ -253,6 +270,7 @@ class Prober:
         payload["optimizer"] = self.spec.optimizer  # effective_lr = η/‖w‖² is SGD's step; see effective_step
         payload = finite(payload)
         self.costs.append(total / COLD if payload["cold"] else total)
+        self._cost_median = None
         self.last_fisher_step = step
         self.next_fisher = step + self.fisher_every
         self.last["fisher"] = payload

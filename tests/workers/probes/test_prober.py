@@ -196,6 +196,49 @@ def test_angular_update_keeps_tiny_angles_in_float32():
     assert entry["optimizer"] == "adam"
 
 
+@pytest.mark.parametrize("kind", ["adam-like", "mostly-growth", "pure-scaling", "large"])
+def test_angular_update_and_effective_step_match_their_float64_definitions_row_by_row(kind):
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(48, 96, generator=gen)
+    d = 1e-3 * torch.sign(torch.randn(48, 96, generator=gen)) * torch.rand(48, 96, generator=gen)
+    if kind == "mostly-growth":  # an update almost along w: its orthogonal part is small
+        d = 1e-3 * w + 1e-6 * d
+    elif kind == "pure-scaling":
+        d = 1e-3 * w
+    elif kind == "large":  # turns of order one
+        d = torch.randn(48, 96, generator=gen)
+    after = w + d
+    group = find_groups(torch.nn.Linear(96, 48))[0]
+    entry: dict = {}
+    add_update(entry, group, w, after)
+    assert group.by_row is False  # a plain Linear: one whole-matrix group (row groups: test below)
+    w64, a64 = w.double().reshape(1, -1), after.double().reshape(1, -1)  # the definitions, in float64
+    ua, ub = w64 / w64.norm(dim=1, keepdim=True), a64 / a64.norm(dim=1, keepdim=True)
+    angle = 2 * torch.atan2((ua - ub).norm(dim=1), (ua + ub).norm(dim=1))
+    step = (a64 - w64).norm(dim=1) / w64.norm(dim=1)
+    if kind in ("pure-scaling", "mostly-growth"):  # a turn of 2e-8 rad (float32 rounding of w + d)
+        assert entry["angular_update"] == pytest.approx(float(angle.median()), abs=1e-10)
+        assert entry["angular_update"] <= 1e-4 * float(step.median())
+    else:
+        assert entry["angular_update"] == pytest.approx(float(angle.median()), rel=1e-4)
+    assert entry["effective_step"] == pytest.approx(float(step.median()), rel=1e-5)
+    assert entry["weight_norm_next"] == pytest.approx(float(a64.norm(dim=1).median()), rel=1e-6)
+
+
+def test_row_groups_report_the_median_row_angle():
+    gen = torch.Generator().manual_seed(2)
+    model, _, _ = tiny("weight", seed=2, batch=4)
+    group = next(g for g in find_groups(model) if g.by_row)
+    w = dict(model.named_parameters())[group.param].detach()
+    after = w + 1e-3 * torch.randn(w.shape, generator=gen)
+    entry: dict = {}
+    add_update(entry, group, w, after)
+    w64, a64 = w.double().reshape(w.shape[0], -1), after.double().reshape(w.shape[0], -1)
+    ua, ub = w64 / w64.norm(dim=1, keepdim=True), a64 / a64.norm(dim=1, keepdim=True)
+    angle = 2 * torch.atan2((ua - ub).norm(dim=1), (ua + ub).norm(dim=1))
+    assert entry["angular_update"] == pytest.approx(float(angle.median()), rel=1e-4)
+
+
 @pytest.mark.parametrize("norm", ["layer", "batch", "weight"])
 def test_plain_sgd_grows_scale_invariant_weights_by_eta_squared_grad_squared(norm):
     model, x, y = tiny(norm, seed=4, batch=8)

@@ -24,15 +24,15 @@ from torch import nn
 
 from normlab.catalog import TaskInfo
 from workers.engine.norms import BatchNorm, make_linear, make_normalizer
-from workers.engine.recurrent import make_layer
+from workers.engine.recurrent import case_mean_std, make_layer
 
 
 def _layer_stats(name: str, summed: torch.Tensor, act: torch.Tensor) -> dict:
-    s = summed.detach().flatten(1)
+    mean, std = case_mean_std(summed.detach().flatten(1))
     return {
         "name": name,
-        "summed_mean": float(s.mean(dim=1).mean()),
-        "summed_std": float(s.std(dim=1, unbiased=False).mean()),
+        "summed_mean": float(mean),
+        "summed_std": float(std),
         "act_norm": float(act.detach().flatten(1).norm(dim=1).mean()),
     }
 

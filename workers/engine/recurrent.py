@@ -49,11 +49,20 @@ def _normalize_all(layer: nn.Module, a: torch.Tensor, per_step: bool) -> torch.T
     return layer.normalize(a)
 
 
+def case_mean_std(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each case's mean and population std over the last dim, averaged over the cases (dim -2). Written
+    out: torch's `std(dim=…)` on the CPU took 725 µs for an (8, 32, 512) tensor, a quarter of a seq-digits
+    training step; this takes ≈ 30."""
+    mean = s.mean(dim=-1, keepdim=True)
+    std = (s - mean).square_().mean(dim=-1).sqrt_()
+    return mean.squeeze(-1).mean(dim=-1), std.mean(dim=-1)
+
+
 def _record_summed(record: dict | None, summed: torch.Tensor) -> None:
     if record is not None:
-        s = summed.detach()
-        record["_mean"].append(s.mean(dim=1).mean())
-        record["_std"].append(s.std(dim=1, unbiased=False).mean())
+        mean, std = case_mean_std(summed.detach())
+        record["_mean"].append(mean)
+        record["_std"].append(std)
 
 
 def _start_record(record: dict | None, lstm: bool) -> None:
@@ -89,8 +98,7 @@ def _record_sequence(
     if record is None:
         return
     summed = hh.summed(torch.cat([h0.unsqueeze(0), hs[:-1]])).add_(ax)
-    record["summed_mean"] = summed.mean(dim=2).mean(dim=1)
-    record["summed_std"] = summed.std(dim=2, unbiased=False).mean(dim=1)
+    record["summed_mean"], record["summed_std"] = case_mean_std(summed)
     record["h_norms"] = torch.linalg.vector_norm(hs, dim=2).mean(dim=1)
 
 

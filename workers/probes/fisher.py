@@ -120,6 +120,7 @@ class FisherPass:
         self.n = int(self.pred.shape[0])
         self._u: Tensor | None = None
         self._gu: tuple | None = None
+        self._theta: list[Tensor] | None = None  # θ, for `_shifted_in_place` to put back
         self._hg: tuple | None = None
 
     def _grad(self, outputs, grad_outputs, **kw) -> list[Tensor]:
@@ -210,6 +211,8 @@ class FisherPass:
 
     def _shifted(self, v: list[Tensor], h: float, grad: bool = False):
         """The scored predictions (and with grad=True the loss gradient) at θ + h v; buffers kept."""
+        if not grad:
+            return self._shifted_in_place(v, h)
         params = {
             n: (p.detach() + h * t).requires_grad_(grad)
             for n, p, t in zip(self.names, self.params, v, strict=True)
@@ -228,6 +231,30 @@ class FisherPass:
             if self.buffers:
                 _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
+                self.model.capture, self.model.captured = capture, captured
+
+    def _shifted_in_place(self, v: list[Tensor], h: float) -> Tensor:
+        """The scored predictions at θ + h v, the model's own forward with its parameters moved in place
+        and put back bit for bit (a copy of θ made once per pass): no graph, and no functional_call or
+        shifted copies, which cost 0.11 of a seq-digits training step on top of its 0.27-step forward.
+        Moved through `.data`, so autograd's version counters — which the kept graph checks — see nothing;
+        every kept tensor reads θ again before anything else runs."""
+        data = [p.data for p in self.params]
+        if self._theta is None:
+            self._theta = [t.clone() for t in data]
+        capture, captured = getattr(self.model, "capture", None), getattr(self.model, "captured", None)
+        if capture:
+            self.model.capture = False  # the fused path, and a traced step's record left alone
+        try:
+            torch._foreach_add_(data, v, alpha=h)
+            with _twice_differentiable(self.x.device), torch.no_grad():
+                out = self.model(self.x)
+            return self.lik.select(out, self.y)[0]
+        finally:
+            torch._foreach_copy_(data, self._theta)
+            if self.buffers:
+                _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
+            if capture:
                 self.model.capture, self.model.captured = capture, captured
 
     def jvp_fd(self, v: list[Tensor]) -> Tensor:

@@ -15,6 +15,7 @@ Nothing raises out of `train`: a NaN/Inf loss ends the run as `diverged` at that
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -129,7 +130,9 @@ class _Run:
             capture = prober.capture_this_step(step) if prober is not None else False
             if capture:  # (set only when recording: a module attribute costs µs each time it is set)
                 model.capture = capture
-            outputs = model(x)
+            # a step that estimates the Fisher records its own forward for the estimate (no second one)
+            with (prober.recording(x) if prober is not None else None) or contextlib.nullcontext():
+                outputs = model(x)
             loss = data.loss(outputs, y)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
@@ -140,7 +143,7 @@ class _Run:
                     "normalizer."
                 )
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward(retain_graph=prober is not None and prober.keeps_graph)
             on_eval = step % spec.eval_every == 0 or step == spec.steps
             on_log = on_eval or step % every == 0
             grad_norm = _grad_norm(params, on_gpu) if on_log else 0.0

@@ -19,6 +19,7 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -87,19 +88,33 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
         plain.append(time.process_time() - t0)
 
     def timed(p: CurvatureProbe) -> float:
+        # as in a run: the step's own forward, recorded for the estimate (its graph kept through the
+        # backward), the estimate after the backward, then the optimizer's update, whose angle and size
+        # per group the payload reports. The training step itself is not the estimate's cost, but what
+        # the recording adds to it is: its time beyond the median plain step is counted
+        bx, by = next(batches)
         t0 = time.process_time()
-        payload, _ = p.estimate(x, y, spec.lr)
+        recorded = p.recording(bx)
+        optimizer.zero_grad(set_to_none=True)
+        with recorded or contextlib.nullcontext():
+            out = model(bx)
+        data.loss(out, by).backward(retain_graph=recorded is not None)
+        t1 = time.process_time()
+        payload, _ = p.estimate(bx, by, spec.lr, recorded, out if recorded is not None else None)
         params = dict(model.named_parameters())
         before = snapshot(p.groups, params)
-        seconds = time.process_time() - t0
-        step()  # the optimizer's update, whose angle and size per group the payload reports (as in a run)
-        t1 = time.process_time()
+        t2 = time.process_time()
+        del recorded, out
+        optimizer.step()
+        t3 = time.process_time()
         for entry, group in zip(payload["groups"], p.groups, strict=True):
             add_update(entry, group, before[group.param], params[group.param], spec.optimizer)
-        seconds += time.process_time() - t1
-        for _ in range(PLAIN_BETWEEN - 1):
+        seconds = (t2 - t1) + (time.process_time() - t3)
+        step_seconds = (t1 - t0) + (t3 - t2)
+        for _ in range(PLAIN_BETWEEN):
             step()
-        return seconds / statistics.median(plain[-PLAIN_BETWEEN:])
+        base = statistics.median(plain[-PLAIN_BETWEEN:])
+        return (seconds + max(step_seconds - base, 0.0)) / base
 
     for _ in range(WARM_STEPS):
         step()

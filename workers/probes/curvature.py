@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from workers.probes.eigen import lanczos_top
-from workers.probes.fisher import FisherPass, Layout, module_traces
+from workers.probes.fisher import FisherPass, Layout, RecordedForward, module_traces
 from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
 from workers.probes.start import best_start, output_layer_start
@@ -92,11 +92,23 @@ class CurvatureProbe:
             torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype) for p in params
         ]
 
-    def estimate(self, x, y, lr: float) -> tuple[dict, dict[str, float]]:
-        """(payload, seconds per estimator) for this batch at the current parameters."""
+    def recording(self, x) -> RecordedForward | None:
+        """A recorder for the training forward over x whose estimate follows (None where it cannot serve,
+        then `estimate` runs a forward pass of its own); see `workers.probes.fisher.RecordedForward`."""
+        if not RecordedForward.applies(self.model):
+            return None
+        return RecordedForward(self.model, self.layout, x.shape[0])
+
+    def estimate(
+        self, x, y, lr: float, recorded: RecordedForward | None = None, outputs=None
+    ) -> tuple[dict, dict[str, float]]:
+        """(payload, seconds per estimator) for this batch at the current parameters; `recorded` and
+        `outputs`: the training step's own forward pass over x, its graph kept (no forward pass here)."""
         seconds: dict[str, float] = {}
         t0 = self.clock()
-        fp = FisherPass(self.model, self.lik, x, y, self.loss_fn, layout=self.layout)
+        fp = FisherPass(
+            self.model, self.lik, x, y, self.loss_fn, layout=self.layout, recorded=recorded, outputs=outputs
+        )
         stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
         scale = 1.0 / fp.n
         raw, kinds = module_traces(stats, est, scale)

@@ -2,7 +2,8 @@
 
 The loop calls, each step (contracts.md, "Probes hook"):
     model.capture = prober.capture_this_step(step)
-    … forward, loss.backward() …
+    with prober.recording(x) or nullcontext(): forward        (the estimate's recorders, on its steps)
+    loss.backward(retain_graph=prober.keeps_graph)
     prober.after_backward(step, x, y, outputs, loss)  -> [("hidden", payload)]   (curvature measured here,
     optimizer.step()                                                             at the pre-update weights)
     prober.after_update(step)                          -> [("fisher", payload)]  (with the update's angle)
@@ -91,6 +92,8 @@ class Prober:
         self._median_key: tuple | None = None  # what step_seconds() last sorted, and its answer
         self._median = 0.0
         self._cost_median: float | None = None  # median of `costs`, once per estimate
+        self._recorded = None  # this step's recorded training forward, for its estimate
+        self._step_recorded = False  # whether this step's forward was recorded (its extra is the estimate's)
 
     # -- timing ---------------------------------------------------------------------------------
     def _close_step(self, now: float) -> None:
@@ -106,6 +109,11 @@ class Prober:
             extra = max(plain - base, 0.0) if base is not None else 0.0
             self.spent["hidden"] += extra
             self.traces_done += 1
+            plain -= extra
+        elif fisher and self._step_recorded:  # the estimate's recorders slowed the step's own passes
+            base = self.step_seconds()
+            extra = max(plain - base, 0.0) if base is not None else 0.0
+            self.spent["fisher"] += extra
             plain -= extra
         self.train_seconds += plain
         self._timed += 1
@@ -219,11 +227,30 @@ class Prober:
         the model's own training path, see workers.engine.models) or False."""
         now = self.clock()
         self._close_step(now)
-        self._step_start, self._step_probe = now, 0.0
+        self._step_start, self._step_probe, self._step_recorded = now, 0.0, False
         hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
         fisher = step >= self.next_fisher and self._affordable(step)
         self._step_flags = (hidden, fisher)
         return "fast" if hidden else False
+
+    def recording(self, x):
+        """For the loop to enter around this step's forward pass: a recorder when this step estimates the
+        Fisher and the estimate can use the training forward (then the loss's backward must keep the graph:
+        `keeps_graph`), else None. Its set-up time is the estimate's."""
+        self._recorded = None
+        if not self._step_flags[1]:
+            return None
+        t0 = self.clock()
+        self._recorded = self.curvature.recording(x)
+        self._step_recorded = self._recorded is not None
+        self._step_probe += self.clock() - t0
+        self.spent["fisher"] += self.clock() - t0
+        return self._recorded
+
+    @property
+    def keeps_graph(self) -> bool:
+        """Whether this step's backward must keep the graph for the estimate (see `recording`)."""
+        return self._recorded is not None
 
     def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
         hidden, fisher = self._step_flags
@@ -242,7 +269,8 @@ class Prober:
         if fisher:
             lr = float(self.optimizer.param_groups[0]["lr"])
             capture = getattr(self.model, "capture", False)
-            payload, seconds = self.curvature.estimate(x, y, lr)
+            recorded, self._recorded = self._recorded, None
+            payload, seconds = self.curvature.estimate(x, y, lr, recorded, outputs if recorded else None)
             self.model.capture = capture
             params = dict(self.model.named_parameters())
             self._pending = (payload, seconds, snapshot(self.curvature.groups, params))

@@ -169,3 +169,50 @@ def test_weights_used_outside_a_hook_fall_back_to_the_summed_gradient():
     _, est, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(0)))
     assert est["hidden.1.weight"] == "summed-gradient"
     assert est["hidden.0.weight"] == est["out.weight"] == "per-sample"
+
+
+@pytest.mark.parametrize(
+    ("kind", "norm", "cell"),
+    [("mlp", "layer", None), ("mlp", "batch", None), ("rnn", "layer", "lstm"), ("rnn", "layer", "gru")],
+)
+def test_an_estimate_on_the_training_forward_equals_one_with_its_own_forward(kind, norm, cell):
+    # the training step's forward, recorded and its graph kept through the loss's backward, serves the
+    # estimate of that step (CPU): the same payload as an estimate that runs a forward pass of its own
+    import torch.nn.functional as F
+
+    from workers.probes.curvature import CurvatureProbe
+
+    model, x, y = tiny(norm, seed=3) if kind == "mlp" else tiny_rnn(norm, cell, seed=3)
+
+    def loss_fn(out, target):
+        return F.cross_entropy(out if out.dim() == 2 else out[:, -1], target)
+
+    lik = Likelihood("class")
+    payloads, forwards = [], []
+    for reuse in (False, True):
+        probe = CurvatureProbe(model, lik, loss_fn, seed=5)
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        model.zero_grad(set_to_none=True)
+        recorded = probe.recording(x) if reuse else None
+        if recorded is not None:
+            with recorded:
+                out = model(x)
+        else:
+            out = model(x)
+        loss_fn(out, y).backward(retain_graph=recorded is not None)
+        calls: list[int] = []
+        hook = model.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))
+        payload, _ = probe.estimate(x, y, 0.1, recorded, out if recorded is not None else None)
+        hook.remove()
+        payloads.append(payload)
+        forwards.append(len(calls))
+        for n, b in model.named_buffers():  # (the training forward moved BatchNorm's running statistics)
+            b.copy_(buffers[n])
+    alone, reused = payloads
+    assert forwards[0] - forwards[1] == 1  # the estimate ran no forward pass of its own
+    assert reused["trace_estimator"] == alone["trace_estimator"]
+    for mod, value in alone["trace"].items():
+        assert reused["trace"][mod] == pytest.approx(value, rel=1e-9)
+    assert reused["lambda_max"] == pytest.approx(alone["lambda_max"], rel=1e-9)
+    for a, b in zip(alone["groups"], reused["groups"], strict=True):
+        assert b["trace_ww"] == pytest.approx(a["trace_ww"], rel=1e-9)

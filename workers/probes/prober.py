@@ -48,6 +48,7 @@ FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so i
 PRIOR_COST_STEPS = 5.5  # a warm estimate in plain steps: 4-6 measured (`normlab bench probes`)
 COSTS_KEPT = 5  # the predicted cost is the median of this many latest estimates
 MEDIAN_EVERY = 8  # new step times before the median plain step is sorted again
+RECHECK_STEPS = 10  # at most this many steps between two looks at a plan that said "not yet"
 COLD = 1.5  # the first estimate costs more (a cold λ_max iterates to tolerance; graphs built once)
 
 
@@ -93,6 +94,7 @@ class Prober:
         self._median = 0.0
         self._cost_median: float | None = None  # median of `costs`, once per estimate
         self._recorded = None  # this step's recorded training forward, for its estimate
+        self._recheck_at = 0.0  # training seconds before which the plan need not be asked again
         self._step_recorded = False  # whether this step's forward was recorded (its extra is the estimate's)
 
     # -- timing ---------------------------------------------------------------------------------
@@ -185,12 +187,20 @@ class Prober:
             return False
         predicted = self._predicted_cost(step_s)
         allowance, total = self._allowance(step_s)
+        # Not yet: the plan is not asked again until the training time it needs has passed (at most
+        # RECHECK_STEPS steps ahead, as step times drift), not at every step: a few µs of each idle step
+        soon = self.train_seconds + RECHECK_STEPS * step_s
         if allowance < predicted:
             if self.last["fisher"] is None and self.no_fit is None:
                 self._note_no_fit(step, predicted, allowance, total, step_s)
+            self._recheck_at = soon
             return False
         paced = predicted + (allowance - predicted) * min(self.train_seconds / total, 1.0)
-        return self.spent["fisher"] + predicted <= paced
+        if self.spent["fisher"] + predicted <= paced:
+            return True
+        # spent + predicted ≤ predicted + (allowance − predicted) · train / total from this training time on
+        self._recheck_at = min(self.spent["fisher"] * total / (allowance - predicted), soon)
+        return False
 
     def _note_no_fit(self, step, predicted, allowance, total, step_s) -> None:
         """Log (once) that no estimate fits, with the budget that would fit one."""
@@ -229,7 +239,9 @@ class Prober:
         self._close_step(now)
         self._step_start, self._step_probe, self._step_recorded = now, 0.0, False
         hidden = (step % self.trace_every == 0 or step == 1) and (step == 1 or self._within_budget())
-        fisher = step >= self.next_fisher and self._affordable(step)
+        fisher = (
+            step >= self.next_fisher and self.train_seconds >= self._recheck_at and self._affordable(step)
+        )
         self._step_flags = (hidden, fisher)
         return "fast" if hidden else False
 

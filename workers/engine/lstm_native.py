@@ -77,7 +77,8 @@ def forward(
 
 def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs, eps, threads: int, dhs=None):
     """((dxx, dW_h, dγ_h, dβ_h, dγ_c, dβ_c, dh0, dc0), the work buffers, free for the next forward).
-    d_hs must be contiguous. `dhs` (a list): gets each step's dL/dh_t, last step first (the probes)."""
+    d_hs may have any strides (`out.sum()`'s is a broadcast view: no (T, B, H) copy is made for it).
+    `dhs` (a list): gets each step's dL/dh_t, last step first (the probes)."""
     gates, cells, tanh_c, hh, stats, _ = buffers
     T, B, G = gates.shape
     H = G // 4
@@ -123,8 +124,12 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
     fast = big and onednn.per_step(B, w_h)
     packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for dL/dh_{t-1}
     w = w_h.detach()
+    if fast and not d_hs.is_contiguous():
+        d_hs = d_hs.contiguous()  # oneDNN's fused addition reads it as dense rows
     D_HS, RAW = d_hs.unbind(0), (hh if hh is not None else d_a).unbind(0)
-    dh, before = D_HS[T - 1], torch.get_num_threads()
+    # the C step reads dL/dh_t as dense rows: a copy of the last step's only if it is not (the others
+    # come out of the products)
+    dh, before = D_HS[T - 1].contiguous(), torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
         for t in range(T - 1, -1, -1):

@@ -234,7 +234,7 @@ class _LSTMSequence(torch.autograd.Function):
             buffers, ctx.buffers = ctx.buffers, None
             grads, spent = lstm_native.backward(
                 buffers,
-                d_hs.contiguous(),
+                d_hs,
                 xx,
                 w_h,
                 gain_h,

@@ -46,6 +46,33 @@ def _run(args, d_out):
 
 
 @needs_native
+@pytest.mark.parametrize("onednn_on", [False, True])
+@pytest.mark.parametrize("layout", ["broadcast", "transposed"])
+def test_c_step_takes_an_output_gradient_of_any_strides(onednn_on, layout):
+    # out.sum()'s gradient is a broadcast view, no copy is made of it; it must give the same numbers as the
+    # same gradient laid out densely, on the MKL and on the oneDNN per-step products
+    from workers.engine import onednn
+
+    if onednn_on and not onednn.supported():
+        pytest.skip("this torch has no oneDNN")
+    T, B, H = 6, 8, 256  # B ≥ 8 and H ≥ 256: the per-step products go through oneDNN when it is on
+    args = _args(True, True, T=T, B=B, H=H, seed=4)
+    if layout == "broadcast":
+        odd = torch.full((1, 1, 1), 0.7).expand(T, B, H)
+    else:
+        odd = torch.randn(H, B, T, generator=torch.Generator().manual_seed(5)).permute(2, 1, 0)
+    assert not odd.is_contiguous()
+    with onednn.forced(onednn_on):
+        out = lstm_sequence(*args)
+        leaves = [a for a in args if a is not None]
+        got = torch.autograd.grad(out, leaves, odd)
+        out = lstm_sequence(*args)
+        want = torch.autograd.grad(out, leaves, odd.contiguous())
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+
+
+@needs_native
 @pytest.mark.parametrize("ln_h,ln_c", COMBOS)
 def test_c_step_matches_float64_definition(ln_h, ln_c):
     args32 = _args(ln_h, ln_c)

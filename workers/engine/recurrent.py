@@ -90,14 +90,18 @@ def _keep_h(record: dict | None, h: torch.Tensor, c: torch.Tensor | None = None)
 
 @torch.no_grad()
 def _record_sequence(
-    record: dict | None, hh: nn.Module, ax: torch.Tensor, h0: torch.Tensor, hs: torch.Tensor
+    record: dict | None, layer: nn.Module, x: torch.Tensor, ax: torch.Tensor | None, h0, hs: torch.Tensor
 ):
     """The probes' record of a recurrence run as one node (`lstm_sequence`), as (T,) series: "h_norms"
     (batch means of ‖h_t‖), "summed_mean" / "summed_std" of W_h h_{t-1} + W_x x_t (one product over all
-    steps, from the outputs), beside the node's own "c_norms" and, after backward, "grad_norms"."""
+    steps, from the outputs), beside the node's own "c_norms" and, after backward, "grad_norms". Its own
+    products (W_x x when the layer did not form it) run without a graph: a Fisher estimate recording the
+    same forward pass (workers.probes) sees only the layer's own calls."""
     if record is None:
         return
-    summed = hh.summed(torch.cat([h0.unsqueeze(0), hs[:-1]])).add_(ax)
+    if ax is None:
+        ax = layer.ih.summed(x)
+    summed = layer.hh.summed(torch.cat([h0.unsqueeze(0), hs[:-1]])).add_(ax)
     record["summed_mean"], record["summed_std"] = case_mean_std(summed)
     record["h_norms"] = torch.linalg.vector_norm(hs, dim=2).mean(dim=1)
 
@@ -158,8 +162,9 @@ class LSTMLayer(_RecurrentBase):
             # every step's W_x x_t in one product (no recurrence on the input side); the gate bias b is
             # folded into LN's β2 (or the product's bias) to save a pass over (T, B, 4H)
             ln_h = isinstance(self.hh, NormLinear)
-            ax = self.ih.summed(x) if ln_h or record is not None else None
+            ax = None
             if ln_h:
+                ax = self.ih.summed(x)
                 xx = kernels.layer_norm(ax, self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS)
             else:
                 xx = fast_linear(x, self.ih.weight, self.bias)
@@ -168,7 +173,7 @@ class LSTMLayer(_RecurrentBase):
             if record is not None:
                 record.clear()
             hs = lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record)
-            _record_sequence(record, self.hh, ax, h, hs)
+            _record_sequence(record, self, x, ax, h, hs)
             return hs
         ax = self.ih.summed(x)  # (T, B, 4H)
         if use_kernel and record is None:

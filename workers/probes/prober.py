@@ -255,8 +255,9 @@ class Prober:
         t0 = self.clock()
         self._recorded = self.curvature.recording(x)
         self._step_recorded = self._recorded is not None
-        self._step_probe += self.clock() - t0
-        self.spent["fisher"] += self.clock() - t0
+        spent = self.clock() - t0
+        self._step_probe += spent
+        self.spent["fisher"] += spent
         return self._recorded
 
     @property

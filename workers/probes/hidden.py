@@ -22,13 +22,25 @@ def _series(captured: dict, key: str, idx: list[int]) -> list[float]:
     return captured[key].detach().float()[idx].tolist()
 
 
-def sequence_payload(captured: dict) -> dict:
-    """`recurrent_payload` from a one-node recurrence's (T,) series (see workers.engine.recurrent)."""
-    steps = int(captured["h_norms"].shape[0])
+def _time_index(steps: int) -> list[int]:
+    """The time steps a series sends: all of them, or at most ≈ MAX_POINTS evenly strided, the last kept."""
     stride = max(1, math.ceil(steps / MAX_POINTS))
     idx = list(range(0, steps, stride))
     if idx[-1] != steps - 1:
         idx.append(steps - 1)
+    return idx
+
+
+def _with_index(out: dict, idx: list[int]) -> dict:
+    if len(idx) < out["time_steps"]:  # strided: say which time steps the series hold
+        out["time_index"] = idx
+    return out
+
+
+def sequence_payload(captured: dict) -> dict:
+    """`recurrent_payload` from a one-node recurrence's (T,) series (see workers.engine.recurrent)."""
+    steps = int(captured["h_norms"].shape[0])
+    idx = _time_index(steps)
     out = {
         "time_steps": steps,
         "hidden_norms": _series(captured, "h_norms", idx),
@@ -37,9 +49,7 @@ def sequence_payload(captured: dict) -> dict:
         "grad_norms": _series(captured, "grad_norms", idx) if "grad_norms" in captured else [0.0] * len(idx),
         "cell_norms": _series(captured, "c_norms", idx),
     }
-    if stride > 1:
-        out["time_index"] = idx
-    return out
+    return _with_index(out, idx)
 
 
 def recurrent_payload(captured: dict) -> dict:
@@ -50,23 +60,18 @@ def recurrent_payload(captured: dict) -> dict:
     is a batch mean, so its gradient per case is scaled back by B)."""
     hs: list[Tensor] = captured["h"]
     steps = len(hs)
-    stride = max(1, math.ceil(steps / MAX_POINTS))
-    idx = list(range(0, steps, stride))
-    if idx[-1] != steps - 1:
-        idx.append(steps - 1)
+    idx = _time_index(steps)
     batch = hs[0].shape[0]
     out = {
         "time_steps": steps,
         "hidden_norms": [_per_case_norm(hs[t]) for t in idx],
-        "summed_mean": [float(v) for v in captured["summed_mean"].detach().float()[idx]],
-        "summed_std": [float(v) for v in captured["summed_std"].detach().float()[idx]],
+        "summed_mean": _series(captured, "summed_mean", idx),
+        "summed_std": _series(captured, "summed_std", idx),
         "grad_norms": [batch * _per_case_norm(hs[t].grad) if hs[t].grad is not None else 0.0 for t in idx],
     }
     if "c" in captured:
         out["cell_norms"] = [_per_case_norm(captured["c"][t]) for t in idx]
-    if stride > 1:
-        out["time_index"] = idx
-    return out
+    return _with_index(out, idx)
 
 
 def _summary(values: Tensor) -> dict[str, float]:

@@ -101,7 +101,7 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
         data.loss(out, by).backward(retain_graph=recorded is not None)
         t1 = time.process_time()
         payload, _ = p.estimate(bx, by, spec.lr, recorded, out if recorded is not None else None)
-        params = dict(model.named_parameters())
+        params = p.named
         before = snapshot(p.groups, params)
         t2 = time.process_time()
         del recorded, out

@@ -77,6 +77,7 @@ class CurvatureProbe:
         self.power_iterations, self.hessian, self.empirical = power_iterations, hessian, empirical
         self.groups: list[Group] = find_groups(model)
         self.layout = Layout.of(model)  # the model's structure, shared by every estimate's pass
+        self.named = dict(model.named_parameters())  # the same tensors all run (the optimizer's)
         device = next(model.parameters()).device
         self.device = device
         self.generator = torch.Generator(device=device).manual_seed(seed + 0x5EED)
@@ -86,6 +87,7 @@ class CurvatureProbe:
         self.failed: dict[str, str] = {}
         self.iterations: dict[str, int] = {}  # products since the cold start, per operator
         self.residuals: dict[str, float] = {}  # relative Ritz residual of the latest λ, per operator
+        self.workspace: dict[str, dict] = {}  # Lanczos' basis matrix per operator, kept between estimates
 
     def _random(self, params) -> list:
         return [
@@ -107,7 +109,14 @@ class CurvatureProbe:
         seconds: dict[str, float] = {}
         t0 = self.clock()
         fp = FisherPass(
-            self.model, self.lik, x, y, self.loss_fn, layout=self.layout, recorded=recorded, outputs=outputs
+            self.model,
+            self.lik,
+            x,
+            y,
+            self.loss_fn,
+            layout=self.layout,
+            recorded=recorded,
+            outputs=outputs,
         )
         stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
         scale = 1.0 / fp.n
@@ -118,7 +127,7 @@ class CurvatureProbe:
                 value = EMA * value + (1 - EMA) * self.ema.get(mod, value)
                 self.ema[mod] = value
             trace[mod] = value
-        params = dict(self.model.named_parameters())
+        params = self.named
         groups = [group_payload(g, params, stats, est, scale, lr) for g in self.groups]
         for entry, group in zip(groups, self.groups, strict=True):
             if group.normalizer == "weight":
@@ -204,6 +213,7 @@ class CurvatureProbe:
                 max_products=COLD_MAX,
                 start_product=first,
                 quadratic=_quadratic(fp),
+                workspace=self.workspace.setdefault(name, {}),
             )
         except RuntimeError as exc:  # e.g. no double backward for a fused kernel on this device
             self.failed[name] = f"{type(exc).__name__}: {exc}"[:300]

@@ -58,6 +58,7 @@ def lanczos_top(
     *,
     start_product: list[Tensor] | None = None,
     quadratic=None,
+    workspace: dict | None = None,
 ) -> tuple[float, list[Tensor], dict]:
     """(θ ≈ λ_max, its Ritz vector, {"products", "residual"}) — `products` at least, then to `tol`.
 
@@ -69,14 +70,21 @@ def lanczos_top(
     The Krylov basis is kept as the rows of one matrix over the flattened parameters, and each product is
     written straight into the next row, so a small model's few products are not outweighed by
     bookkeeping: one matrix-vector product gives the new vector's coefficients on the basis and its own
-    squared norm, one more removes its projection."""
-    start = _flat(init)
-    norm = float(start.norm())
+    squared norm, one more removes its projection. `workspace` (a dict the caller keeps between calls)
+    holds that matrix: a fresh megabyte costs its page faults again at every estimate."""
+    limit = max(products, max_products or products) if tol is not None else products
+    first = init[0]
+    size = sum(t.numel() for t in init)
+    basis = workspace.get("basis") if workspace is not None else None
+    if basis is None or basis.shape[0] < limit + 1 or basis.shape[1] != size or basis.dtype != first.dtype:
+        basis = torch.empty((limit + 1, size), dtype=first.dtype, device=first.device)
+        if workspace is not None:
+            workspace["basis"] = basis
+    _flat(init, out=basis[0])
+    norm = float(basis[0].norm())
     if norm == 0.0:
         raise ValueError("lanczos_top needs a nonzero start vector")
-    limit = max(products, max_products or products) if tol is not None else products
-    basis = torch.empty((limit + 1, start.numel()), dtype=start.dtype, device=start.device)
-    torch.div(start, norm, out=basis[0])
+    basis[0].div_(norm)
     alphas: list[float] = []
     betas: list[float] = []
     theta, s, residual, previous = 0.0, np.ones(1), math.inf, None
@@ -87,7 +95,7 @@ def lanczos_top(
             break
         w = basis[k + 1]  # F q_k lands in the next row and is orthogonalized there
         if k == 0 and start_product is not None:
-            torch.div(_flat(start_product), norm, out=w)
+            _flat(start_product, out=w).div_(norm)
         else:
             _flat(product(_split(basis[k], init)), out=w)
         seen = basis[: k + 1]

@@ -31,6 +31,7 @@ import kernels
 from workers.probes.fused import FusedLSTMRecorder, fused_layers
 from workers.probes.likelihood import Likelihood
 from workers.probes.persample import Recorder, RowStats, hook_kinds, row_stats, summed_stats
+from workers.probes.tangent import MLPTangent
 
 FD_SHRINK = 100.0  # the central-difference step is ∛ε‖θ‖ / FD_SHRINK (see FisherPass._step)
 
@@ -87,7 +88,7 @@ class RecordedForward:
     Used as a context manager around `model(x)`; `FisherPass(..., recorded=…, outputs=…)` takes it up."""
 
     def __init__(self, model: nn.Module, layout: Layout, batch: int):
-        self.recorder = Recorder(model, batch, layout.kinds)
+        self.recorder = Recorder(model, batch, layout.kinds, layout.modules)
         self.fused_rec = FusedLSTMRecorder(model) if layout.fused else None
         self._stack: contextlib.ExitStack | None = None
 
@@ -140,7 +141,9 @@ class FisherPass:
         capture, captured = getattr(model, "capture", None), getattr(model, "captured", None)
         if capture is not None:  # recurrent nets off the fused path: step by step, twice differentiable
             model.capture = hasattr(model, "rnn") and not self.fused
-        self.recorder = Recorder(model, x.shape[0], self.layout.kinds) if use_recorder else None
+        self.recorder = (
+            Recorder(model, x.shape[0], self.layout.kinds, self.layout.modules) if use_recorder else None
+        )
         self.fused_rec = FusedLSTMRecorder(model) if use_recorder and self.fused else None
         try:
             with contextlib.ExitStack() as hooks:
@@ -165,27 +168,38 @@ class FisherPass:
         self._gu: tuple | None = None
         self._theta: list[Tensor] | None = None  # θ, for `_shifted_in_place` to put back
         self._hg: tuple | None = None
+        self._probs: Tensor | None = None  # softmax of the predictions, for `lam`
+        # J v by a tangent pass over the recorded forward where the model allows (workers.probes.tangent)
+        self._tangent = (
+            None if self.fused else MLPTangent.of(self.model, self.recorder, self.names, self.pred)
+        )
 
-    def _grad(self, outputs, grad_outputs, **kw) -> list[Tensor]:
-        grads = torch.autograd.grad(outputs, self.params, grad_outputs, allow_unused=True, **kw)
-        return [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads, strict=True)]
+    def _grad(self, outputs, grad_outputs, extra: list[Tensor] | None = None, **kw):
+        """Gradients per parameter (zeros where unused); with `extra` (more tensors of the graph):
+        (those, the gradients of `extra`, None where unused)."""
+        inputs = self.params if not extra else [*self.params, *extra]
+        grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True, **kw)
+        mine = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads, strict=False)]
+        if extra is None:
+            return mine
+        return mine, grads[len(self.params) :]
 
     def sampled(self, residual: Tensor) -> tuple[dict[str, RowStats], dict[str, str], list[Tensor]]:
         """(RowStats per parameter name, estimator per parameter name, the summed gradient ∇S)."""
         recs = [r for r in (self.recorder, self.fused_rec) if r is not None]
-        for rec in recs:
-            rec.clear_grads()
-            rec.recording = True
-        try:
-            if self.fused or self._gu is not None:
-                grads = self._grad(self.pred, residual, retain_graph=True)
-            else:  # one backward serves both: ∇S = Jᵀr, and (kept differentiable in r) the jvp's Jᵀu
-                self._u = residual.detach().clone().requires_grad_(True)
-                self._gu = tuple(self._grad(self.pred, self._u, retain_graph=True, create_graph=True))
-                grads = [g.detach() for g in self._gu]
-        finally:
-            for rec in recs:
-                rec.recording = False
+        bounds = [rec.boundary() for rec in recs]
+        extra = [t for b in bounds for t in b]  # their ∂S/∂a come with ∇S, from the same backward
+        if self.fused or self._gu is not None or self._tangent is not None:
+            grads, taken = self._grad(self.pred, residual, extra, retain_graph=True)
+        else:  # one backward serves both: ∇S = Jᵀr, and (kept differentiable in r) the jvp's Jᵀu
+            self._u = residual.detach().clone().requires_grad_(True)
+            gu, taken = self._grad(self.pred, self._u, extra, retain_graph=True, create_graph=True)
+            self._gu = tuple(gu)
+            grads = [g.detach() for g in gu]
+        start = 0
+        for rec, b in zip(recs, bounds, strict=True):
+            rec.take(taken[start : start + len(b)])
+            start += len(b)
         stats: dict[str, RowStats] = {}
         est: dict[str, str] = {}
         by_name = dict(zip(self.names, zip(self.params, grads, strict=True), strict=True))
@@ -210,10 +224,24 @@ class FisherPass:
 
     def fvp(self, v: list[Tensor]) -> list[Tensor]:
         """F v = (1/N) Jᵀ Λ J v over this batch (J: Jacobian of the scored predictions)."""
-        return self.vjp(self.lik.lam(self.pred, self.jv(v)) / self.n)
+        return self.vjp(self.lam(self.jv(v)) / self.n)
+
+    @property
+    def probs(self) -> Tensor:
+        """The softmax of the scored predictions, computed once per pass."""
+        if self._probs is None:
+            self._probs = self.lik.probabilities(self.pred)
+        return self._probs
+
+    def lam(self, v: Tensor) -> Tensor:
+        """Λ v per scored prediction."""
+        return v if self.lik.gaussian else self.lik.lam(self.pred, v, self.probs)
 
     def jv(self, v: list[Tensor]) -> Tensor:
-        """J v on this pass's path (exact, or by central differences on the fused LSTM path)."""
+        """J v on this pass's path: a tangent pass (the MLP), the double backward, or central differences
+        (the fused LSTM path)."""
+        if self._tangent is not None:
+            return self._tangent(v)
         return self.jvp_fd(v) if self.fused else self.jvp(v)
 
     def vjp(self, u: Tensor) -> list[Tensor]:
@@ -319,7 +347,7 @@ class FisherPass:
         (unit=True: the caller knows ‖v‖ = 1)."""
         jv = self.jv(v)
         sq = 1.0 if unit else max(_norm(v) ** 2, 1e-300)
-        return float((jv * self.lik.lam(self.pred, jv)).sum()) / self.n / sq
+        return float(torch.dot(jv.reshape(-1), self.lam(jv).reshape(-1))) / self.n / sq
 
     def jvp(self, v: list[Tensor]) -> Tensor:
         """J v exactly, as the derivative of a vjp (double backward): Jᵀu is linear in u, so any u will do

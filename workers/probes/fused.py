@@ -38,7 +38,7 @@ class FusedLSTMRecorder:
     def __init__(self, model: nn.Module):
         self.layers = fused_layers(model)
         self.calls: dict[str, dict] = {}
-        self.recording = False
+        self._boundary: list[tuple[dict, Tensor, Tensor]] = []  # (entry, xx, hs) per recorded call
         self._current: str | None = None
         self._handles: list = []
         self._original = None
@@ -72,21 +72,20 @@ class FusedLSTMRecorder:
             xx=xx.detach(), hs=hs.detach(), h0=h0.detach(), c0=c0.detach(), eps=eps, g_xx=None, g_hs=None
         )
         self._current = None
-
-        def keep(key):
-            def hook(grad):
-                if self.recording:
-                    entry[key] = grad.detach()
-
-            return hook
-
-        xx.register_hook(keep("g_xx"))
-        hs.register_hook(keep("g_hs"))
+        self._boundary.append((entry, xx, hs))
         return hs
 
-    def clear_grads(self) -> None:
-        for entry in self.calls.values():
-            entry["g_xx"] = entry["g_hs"] = None
+    def boundary(self) -> list[Tensor]:
+        """The tensors whose gradient ∂S/∂· the statistics need: each call's gate inputs and outputs."""
+        return [t for _, xx, hs in self._boundary for t in (xx, hs)]
+
+    def take(self, grads) -> None:
+        """The gradients of `boundary()`, in its order (None where S does not depend on one)."""
+        grads = list(grads)
+        for i, (entry, _, _) in enumerate(self._boundary):
+            g_xx, g_hs = grads[2 * i], grads[2 * i + 1]
+            entry["g_xx"] = None if g_xx is None else g_xx.detach()
+            entry["g_hs"] = None if g_hs is None else g_hs.detach()
 
     def stats(self) -> dict[str, RowStats]:
         """Per-sample RowStats by full parameter name, for every recorded layer with its gradients."""

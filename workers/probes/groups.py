@@ -59,7 +59,8 @@ def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None
     """Fisher geometry of one row (row=i) or of the whole matrix (row=None), from RowStats (× scale = 1/N)."""
     w = rows(param.detach())
     if row is None:
-        sq = float(w.pow(2).sum())
+        flat = w.reshape(-1)
+        sq = float(torch.dot(flat, flat))
         trace = scale * float(stats.row_sq.sum())
         along = scale * float(stats.whole_dot_sq) / sq if sq > 0 else math.nan
     else:
@@ -117,7 +118,9 @@ def group_payload(
         if p.grad is not None:
             g = p.grad.detach()
             entry["grad_norm"] = float(g.norm())
-            entry["grad_along_w"] = float((g * p.detach()).sum()) / entry["weight_norm"]
+            entry["grad_along_w"] = (
+                float(torch.dot(g.reshape(-1), p.detach().reshape(-1))) / entry["weight_norm"]
+            )
         return entry
     per = _per_row(st, w, p.grad.detach() if p.grad is not None else None, scale)
     for key, values in per.items():
@@ -144,9 +147,29 @@ def add_update(
     """The step the optimizer actually took, measured, into a payload entry: the angle between w_t and
     w_{t+1} ("angular_update", radians), the effective step ‖w_{t+1} − w_t‖ / ‖w_t‖ and ‖w_{t+1}‖ (row
     groups: medians over rows). Under Adam these, not η/‖w‖², say how fast a group's direction moves."""
-    b, a = rows(before), rows(after.detach())
     if not group.by_row:
-        b, a = b.reshape(1, -1), a.reshape(1, -1)
+        _matrix_update(entry, before.reshape(-1), after.detach().reshape(-1))
+    else:
+        _row_update(entry, rows(before), rows(after.detach()))
+    if optimizer is not None:
+        entry["optimizer"] = optimizer
+
+
+def _matrix_update(entry: dict, b: Tensor, a: Tensor) -> None:
+    """`add_update` for one whole-matrix group (flat w_t, w_{t+1}): the same quantities from two dot
+    products and three norms, the scalars in double precision (a third of the row form's operations)."""
+    d = a - b
+    bb = float(torch.dot(b, b))
+    db = float(torch.dot(d, b))
+    nb = math.sqrt(bb)
+    perp = float(torch.add(d, b, alpha=-db / bb).norm()) if bb > 0 else 0.0  # d⊥ = d − (d·ŵ)ŵ
+    entry["angular_update"] = math.atan2(perp, nb + db / max(nb, 1e-30))
+    entry["effective_step"] = float(d.norm()) / max(nb, 1e-30)
+    entry["weight_norm_next"] = float(a.norm())
+
+
+def _row_update(entry: dict, b: Tensor, a: Tensor) -> None:
+    """`add_update` for row groups: per row, then the medians."""
     # In the weights' own precision, from the update d = w_{t+1} − w_t: exact for a small step (Sterbenz),
     # so the angle keeps full relative precision however small it is (arccos of a float32 cosine rounds a
     # 1e-3 rad Adam turn to 0), as the float64 atan2 of the unit rows did before at 4× the cost (226 µs a
@@ -161,5 +184,3 @@ def add_update(
     entry["angular_update"] = float(angle.median())
     entry["effective_step"] = float(step.median())
     entry["weight_norm_next"] = float(a.norm(dim=1).median())
-    if optimizer is not None:
-        entry["optimizer"] = optimizer

@@ -76,12 +76,14 @@ class Likelihood:
         return p - F.one_hot(tgt, p.shape[-1]).to(p.dtype)
 
     @torch.no_grad()
-    def lam(self, pred: Tensor, v: Tensor) -> Tensor:
-        """Λ v for each prediction: (diag p − ppᵀ) v for a softmax, v for the unit-variance Gaussian."""
+    def lam(self, pred: Tensor, v: Tensor, probs: Tensor | None = None) -> Tensor:
+        """Λ v for each prediction: (diag p − ppᵀ) v for a softmax, v for the unit-variance Gaussian
+        (`probs`: the softmax of pred, when the caller keeps it)."""
         if self.gaussian:
             return v
-        p = torch.softmax(pred.detach(), -1)
-        return p * v - p * (p * v).sum(-1, keepdim=True)
+        p = torch.softmax(pred.detach(), -1) if probs is None else probs
+        pv = p * v
+        return pv.sub_(p * pv.sum(-1, keepdim=True))
 
     @torch.no_grad()
     def probabilities(self, pred: Tensor) -> Tensor:

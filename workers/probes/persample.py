@@ -101,44 +101,50 @@ def hook_kinds(model: nn.Module) -> dict[str, str]:
 
 
 class Recorder:
-    """Hooks hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
+    """Wraps hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
 
     The engine's layers compute a = `summed(x)` (W x, or v·x for WeightNorm) and then `normalize(a)`;
-    models call the two directly, so the recorder wraps each layer's `summed` for the pass and hooks
-    the summed inputs' gradient ∂S/∂a. Plain `nn.Linear` heads are hooked through `forward`; per-case
-    normalizers with a gain (LayerNorm, RMSNorm) through theirs. BatchNorm in training mode is only
-    watched, to know which layers ran before the last batch-mixing call. Time-major tensors (T, B, …)
-    of recurrent layers are recognised from the batch size.
+    models call the two directly, so the recorder wraps each layer's `summed` for the pass. Plain
+    `nn.Linear` heads and per-case normalizers with a gain (LayerNorm, RMSNorm) are wrapped through their
+    `forward`; BatchNorm in training mode is only watched, to know which layers ran before the last
+    batch-mixing call. Time-major tensors (T, B, …) of recurrent layers are recognised from the batch size.
+
+    No hooks: the wrappers (instance attributes shadowing the methods, removed on exit) keep the module
+    call on torch's fast path, and the gradient δ = ∂S/∂a of every recorded output comes from the same
+    `autograd.grad` call that forms ∇S, with the outputs among its inputs (`boundary`, then `take`):
+    tensor hooks cost a Python call on every backward through the graph, the training step's included.
     """
 
-    def __init__(self, model: nn.Module, batch: int, kinds: dict[str, str] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        batch: int,
+        kinds: dict[str, str] | None = None,
+        modules: dict[str, nn.Module] | None = None,
+    ):
         self.model, self.batch = model, batch
         self.calls: dict[str, list[list]] = {}  # module name -> [[input x, output, δ], …]
         self.first_call: dict[str, int] = {}
         self.last_bn_call = -1
         self.counter = 0
-        self.recording = False
-        self.handles: list = []
-        self.wrapped: list[nn.Module] = []
+        self.wrapped: list[tuple[nn.Module, str]] = []
         self.kinds: dict[str, str] = hook_kinds(model) if kinds is None else kinds
+        self.modules = modules
+        self._outputs: list[Tensor] = []  # the recorded outputs, in call order (autograd.grad inputs)
+        self._entries: list[list] = []
 
     def __enter__(self) -> Recorder:
-        mods = dict(self.model.named_modules())
+        mods = self.modules if self.modules is not None else dict(self.model.named_modules())
         for name, kind in self.kinds.items():
             m = mods[name]
-            if kind in ("summed", "wn"):
-                m.summed = self._wrap(name, m.summed)  # instance attribute shadows the method
-                self.wrapped.append(m)
-            else:
-                self.handles.append(m.register_forward_hook(self._hook(name, kind)))
+            attr = "summed" if kind in ("summed", "wn") else "forward"
+            setattr(m, attr, self._wrap(name, kind, getattr(m, attr)))  # shadows the method
+            self.wrapped.append((m, attr))
         return self
 
     def __exit__(self, *exc) -> None:
-        for h in self.handles:
-            h.remove()
-        for m in self.wrapped:
-            del m.summed
-        self.handles.clear()
+        for m, attr in self.wrapped:
+            delattr(m, attr)
         self.wrapped.clear()
 
     def _entry(self, name: str, x: Tensor | None, out: Tensor) -> None:
@@ -146,41 +152,41 @@ class Recorder:
         self.first_call.setdefault(name, self.counter)
         entry = [None if x is None else x.detach(), out.detach(), None]
         self.calls.setdefault(name, []).append(entry)
+        self._outputs.append(out)
+        self._entries.append(entry)
 
-        def keep(grad, entry=entry):
-            if self.recording:
-                entry[2] = grad.detach()
+    def _wrap(self, name: str, kind: str, method):
+        if kind == "bn":
 
-        out.register_hook(keep)
+            def watch(*args, **kwargs):
+                if method.__self__.training:  # in eval mode it uses running statistics: no mixing
+                    self.counter += 1
+                    self.last_bn_call = self.counter
+                return method(*args, **kwargs)
 
-    def _wrap(self, name: str, summed):
+            return watch
+        keep_input = kind != "affine"
+
         def wrapper(x, *args, **kwargs):
-            out = summed(x, *args, **kwargs)
+            out = method(x, *args, **kwargs)
             if isinstance(out, Tensor) and out.requires_grad:
-                self._entry(name, x, out)
+                self._entry(name, x if keep_input else None, out)
             return out
 
         return wrapper
 
-    def _hook(self, name: str, kind: str):
-        def hook(module, inputs, output):
-            if kind == "bn":
-                if module.training:  # in eval mode it uses running statistics: no mixing
-                    self.counter += 1
-                    self.last_bn_call = self.counter
-            elif isinstance(output, Tensor) and output.requires_grad:
-                self._entry(name, inputs[0] if kind != "affine" else None, output)
+    def boundary(self) -> list[Tensor]:
+        """The recorded outputs whose gradient ∂S/∂a the statistics need (inputs to `autograd.grad`)."""
+        return self._outputs
 
-        return hook
+    def take(self, grads) -> None:
+        """The gradients of `boundary()`, in its order (None where S does not depend on one)."""
+        for entry, g in zip(self._entries, grads, strict=True):
+            entry[2] = None if g is None else g.detach()
 
     def valid(self, name: str) -> bool:
         """Per-sample decomposition holds: every call of the layer came after the last batch-mixing one."""
         return name in self.first_call and self.first_call[name] > self.last_bn_call
-
-    def clear_grads(self) -> None:
-        for calls in self.calls.values():
-            for entry in calls:
-                entry[2] = None
 
     def _cases(self, t: Tensor) -> Tensor | None:
         """t as (B, T, features): batch-first, or time-major (T, B, features) transposed."""

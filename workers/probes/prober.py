@@ -285,8 +285,7 @@ class Prober:
             recorded, self._recorded = self._recorded, None
             payload, seconds = self.curvature.estimate(x, y, lr, recorded, outputs if recorded else None)
             self.model.capture = capture
-            params = dict(self.model.named_parameters())
-            self._pending = (payload, seconds, snapshot(self.curvature.groups, params))
+            self._pending = (payload, seconds, snapshot(self.curvature.groups, self.curvature.named))
             self.spent["fisher"] += self.clock() - t1
         self._step_probe += self.clock() - t0
         return events
@@ -297,7 +296,7 @@ class Prober:
         t0 = self.clock()
         payload, seconds, before = self._pending
         self._pending = None
-        params = dict(self.model.named_parameters())
+        params = self.curvature.named
         for entry, group in zip(payload["groups"], self.curvature.groups, strict=True):
             add_update(entry, group, before[group.param], params[group.param], self.spec.optimizer)
         seconds["groups_update"] = self.clock() - t0

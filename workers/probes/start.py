@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -43,13 +42,13 @@ def output_layer_start(fp) -> tuple[dict[str, Tensor], Tensor] | None:
     with torch.no_grad():
         has_bias = b_name in fp.names and module.bias is not None
         pred = fp.pred.detach()
-        probs = None if fp.lik.gaussian else torch.softmax(pred, -1)
+        probs = None if fp.lik.gaussian else fp.probs
 
         def lam(v: Tensor) -> Tensor:  # Λ v per prediction (Likelihood.lam, the softmax computed once)
             if probs is None:
                 return v
             pv = probs * v
-            return pv.sub_(probs * pv.sum(-1, keepdim=True))
+            return torch.addcmul(pv, probs, pv.sum(-1, keepdim=True), value=-1.0)
 
         kernel = h @ h.t()  # K = H̃H̃ᵀ, the bias a constant feature
         if has_bias:
@@ -80,7 +79,7 @@ def best_start(
         ju = jq
     else:
         jp = fp.jv(previous)
-        lam_p, lam_q = fp.lik.lam(fp.pred, jp), fp.lik.lam(fp.pred, jq)
+        lam_p, lam_q = fp.lam(jp), fp.lam(jq)
         pp = float(torch.stack(torch._foreach_norm(previous)).pow(2).sum())
         pq = sum(float((previous[i] * q0[fp.names[i]]).sum()) for i in where)
         qq = sum(float(t.pow(2).sum()) for t in q0.values())
@@ -97,15 +96,34 @@ def best_start(
             for i in where:
                 u[i] = previous[i] + c * q0[fp.names[i]]
             ju = jp + c * jq
-    return u, fp.vjp(fp.lik.lam(fp.pred, ju) / fp.n)
+    return u, fp.vjp(fp.lam(ju) / fp.n)
 
 
 def _ritz_2x2(gram: list[list[float]], proj: list[list[float]]) -> tuple[float, float]:
-    """Coefficients (a, b) of the top Ritz vector of the pencil (proj, gram) on a 2-vector span."""
-    g = np.asarray(gram, dtype=np.float64)
-    values, vectors = np.linalg.eigh(g)
-    keep = values > 1e-10 * values.max()
-    whiten = vectors[:, keep] / np.sqrt(values[keep])
-    _, ritz = np.linalg.eigh(whiten.T @ np.asarray(proj, dtype=np.float64) @ whiten)
-    coef = whiten @ ritz[:, -1]
-    return float(coef[0]), float(coef[1])
+    """Coefficients (a, b) of the top Ritz vector of the pencil (proj, gram) on a 2-vector span.
+
+    In closed form: G = L Lᵀ (Cholesky by hand), the top eigenvector y of L⁻¹ P L⁻ᵀ, then (a, b) = L⁻ᵀ y.
+    numpy's two `eigh` calls took 0.27 ms inside an estimate (26 µs alone), a fifth of a digits step.
+    When the two vectors are parallel to 1e-10 (G singular to working precision) the span has one
+    direction: the vector with the larger Rayleigh quotient is returned."""
+    (g11, g12), (_, g22) = gram
+    (p11, p12), (_, p22) = proj
+    det = g11 * g22 - g12 * g12
+    if g11 <= 0.0 and g22 <= 0.0:  # two zero vectors: nothing to combine
+        return 1.0, 0.0
+    if g11 <= 0.0 or g22 <= 0.0 or det <= 1e-10 * g11 * g22:
+        if g22 <= 0.0 or (g11 > 0.0 and p11 / g11 >= p22 / g22):
+            return 1.0 / math.sqrt(g11), 0.0
+        return 0.0, 1.0 / math.sqrt(g22)
+    l11 = math.sqrt(g11)
+    l21 = g12 / l11
+    l22 = math.sqrt(det / g11)  # = sqrt(g22 − l21²), without the cancellation
+    # M = L⁻¹ P L⁻ᵀ with L⁻¹ = [[1/l11, 0], [−l21/(l11 l22), 1/l22]]
+    m11 = p11 / g11
+    m12 = (p12 - l21 * p11 / l11) / (l11 * l22)
+    m22 = (p22 - 2.0 * l21 * p12 / l11 + l21 * l21 * p11 / g11) / (l22 * l22)
+    top = 0.5 * (m11 + m22) + math.hypot(0.5 * (m11 - m22), m12)
+    y0, y1 = (m12, top - m11) if abs(top - m11) >= abs(top - m22) else (top - m22, m12)
+    if y0 == 0.0 and y1 == 0.0:  # M a multiple of the identity: any vector is top
+        y0 = 1.0
+    return y0 / l11 - y1 * l21 / (l11 * l22), y1 / l22

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,22 +30,56 @@ def _split(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
     return [c.view(t.shape) for c, t in zip(flat.split([t.numel() for t in like]), like, strict=True)]
 
 
-def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, np.ndarray]:
-    """(largest eigenvalue, its unit eigenvector) of the symmetric tridiagonal matrix (α on the diagonal)."""
-    if len(alphas) == 1:
-        return alphas[0], np.ones(1)
-    if len(alphas) == 2:  # closed form: the common warm case (a library call costs more than its work)
+def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, list[float]]:
+    """(largest eigenvalue, its unit eigenvector) of the symmetric tridiagonal matrix (α on the diagonal,
+    β beside it), in plain Python: a Lanczos run has at most a handful of vectors, and numpy's `eigh`
+    (and even its array constructor) cost 50-100 µs each inside an estimate, where its code is cold.
+
+    Two vectors: closed form. More: bisection on the Sturm count to the last bit, then two steps of
+    inverse iteration (a tridiagonal solve) for the vector."""
+    k = len(alphas)
+    if k == 1:
+        return alphas[0], [1.0]
+    if k == 2:  # closed form: the common warm case
         a, b, c = alphas[0], betas[0], alphas[1]
         top = 0.5 * (a + c) + math.hypot(0.5 * (a - c), b)
-        vec = np.array([b, top - a]) if abs(top - a) >= abs(top - c) else np.array([top - c, b])
+        vec = [b, top - a] if abs(top - a) >= abs(top - c) else [top - c, b]
         norm = math.hypot(vec[0], vec[1])
-        return top, vec / norm if norm > 0 else np.array([1.0, 0.0])
-    tri = np.diag(np.asarray(alphas, dtype=np.float64))
-    if betas:
-        off = np.asarray(betas, dtype=np.float64)
-        tri += np.diag(off, 1) + np.diag(off, -1)
-    values, vectors = np.linalg.eigh(tri)
-    return float(values[-1]), vectors[:, -1]
+        return top, [vec[0] / norm, vec[1] / norm] if norm > 0 else [1.0, 0.0]
+    off = [0.0, *(abs(b) for b in betas[: k - 1]), 0.0]  # |β| beside each diagonal entry
+    lo = min(alphas[i] - off[i] - off[i + 1] for i in range(k))
+    hi = max(alphas[i] + off[i] + off[i + 1] for i in range(k))  # Gershgorin: every eigenvalue in [lo, hi]
+    tiny = 1e-300 + 1e-30 * max(abs(lo), abs(hi))
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        below, d = 0, 1.0  # eigenvalues below mid: negative pivots of LDLᵀ of T − mid I
+        for i in range(k):
+            d = alphas[i] - mid - (betas[i - 1] ** 2 / d if i else 0.0)
+            if d == 0.0:
+                d = -tiny
+            below += d < 0.0
+        if below == k:
+            hi = mid
+        else:
+            lo = mid
+    theta = hi
+    shift = theta + 1e-10 * max(abs(theta), tiny)  # just above θ: (T − shift I) is invertible, θ dominant
+    vec = [1.0] * k
+    for _ in range(2):  # inverse iteration, the tridiagonal solve by elimination (Thomas)
+        diag = [a - shift for a in alphas]
+        rhs = list(vec)
+        for i in range(1, k):
+            m = betas[i - 1] / (diag[i - 1] if diag[i - 1] != 0.0 else -tiny)
+            diag[i] -= m * betas[i - 1]
+            rhs[i] -= m * rhs[i - 1]
+        vec[k - 1] = rhs[k - 1] / (diag[k - 1] if diag[k - 1] != 0.0 else -tiny)
+        for i in range(k - 2, -1, -1):
+            vec[i] = (rhs[i] - betas[i] * vec[i + 1]) / (diag[i] if diag[i] != 0.0 else -tiny)
+        norm = math.sqrt(sum(v * v for v in vec))
+        vec = [v / norm for v in vec]
+    return theta, vec
 
 
 def lanczos_top(
@@ -87,7 +120,7 @@ def lanczos_top(
     basis[0].div_(norm)
     alphas: list[float] = []
     betas: list[float] = []
-    theta, s, residual, previous = 0.0, np.ones(1), math.inf, None
+    theta, s, residual, previous = 0.0, [1.0], math.inf, None
     for k in range(limit):
         if quadratic is not None and k + 1 == limit:  # the last vector: its Rayleigh quotient is enough
             alphas.append(float(quadratic(_split(basis[k], init))))
@@ -119,7 +152,7 @@ def lanczos_top(
             break
         betas.append(beta)
         w.div_(beta)
-    ritz = torch.from_numpy(s).to(basis.dtype).to(basis.device) @ basis[: len(alphas)]
+    ritz = torch.tensor(s, dtype=basis.dtype, device=basis.device) @ basis[: len(alphas)]
     return (
         theta,
         _split(ritz, init),

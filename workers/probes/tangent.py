@@ -37,8 +37,11 @@ class MLPTangent:
     def of(cls, model: nn.Module, recorder, names: list[str], pred: Tensor) -> MLPTangent | None:
         """The tangent pass for this forward, or None when the model or the record does not qualify:
         an engine MLP (hidden layers, then the Linear head `out` whose one call gave `pred`), every hidden
-        layer a NormLinear with a per-case LayerNorm or a PlainLinear, each called once."""
-        if type(model) is not MLP or recorder is None:
+        layer a NormLinear with a per-case LayerNorm or a PlainLinear (exactly those classes, no method
+        replaced on an instance), each (and each LayerNorm) recorded once. Such a record is also complete
+        for the per-sample statistics: every use of a weight went through its recorded call
+        (FisherPass.sampled skips their numeric check)."""
+        if type(model) is not MLP or recorder is None or _overridden(model, model.out):
             return None
         index = {n: i for i, n in enumerate(names)}
         calls = recorder.calls
@@ -47,11 +50,15 @@ class MLPTangent:
             entries = calls.get(f"hidden.{k}", [])
             if len(entries) != 1 or entries[0][0] is None:
                 return None
-            if not isinstance(layer, (NormLinear, PlainLinear)):
+            if type(layer) not in (NormLinear, PlainLinear) or _overridden(
+                layer, getattr(layer, "norm", None)
+            ):
                 return None
             x, a = entries[0][0], entries[0][1]
             spec: dict = {"x": x, "weight": layer.weight, "w": index.get(f"hidden.{k}.weight")}
-            if isinstance(layer, NormLinear) and type(layer.norm) is LayerNorm and not layer.norm.channels:
+            if type(layer) is NormLinear and type(layer.norm) is LayerNorm and not layer.norm.channels:
+                if len(calls.get(f"hidden.{k}.norm", [])) != 1:  # its gain's record: one call too
+                    return None
                 norm = layer.norm
                 xhat, _, rstd = torch.native_layer_norm(a, (a.shape[-1],), None, None, norm.eps)
                 spec.update(
@@ -120,3 +127,11 @@ def _linear_tangent(dx: Tensor | None, spec: dict, v: list[Tensor]) -> Tensor:
     if out is None:
         out = spec["x"].new_zeros((spec["x"].shape[0], w.shape[0]))
     return out
+
+
+def _overridden(*modules) -> bool:
+    """Whether a method the tangent pass relies on was replaced on an instance (the recorder's own
+    wrappers are gone by the time the pass is built): then the class's forward is not what ran."""
+    return any(
+        m is not None and any(name in vars(m) for name in ("forward", "summed", "normalize")) for m in modules
+    )

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from workers.probes.curvature import COLD_TOL, CurvatureProbe
-from workers.probes.eigen import lanczos_top
+from workers.probes.eigen import _top_ritz, lanczos_top
 from workers.probes.fisher import FisherPass
 from workers.probes.likelihood import Likelihood
-from workers.probes.start import best_start, output_layer_start
+from workers.probes.start import _ritz_2x2, best_start, output_layer_start
 
 from .conftest import brute_fisher, tiny, tiny_rnn
 
@@ -107,3 +107,67 @@ def test_cold_lambda_max_of_feedforward_nets_within_the_stated_tolerance(norm):
             assert top - cold <= top * 0.1, (seed, residual)  # capped short of the tolerance, not far off
         warm, _ = probe.estimate(x, y, lr=0.1)
         assert cold * (1 - 1e-9) <= warm["lambda_max"] <= top * (1 + 1e-9)
+
+
+def _span_top(basis, f):
+    """The largest Rayleigh quotient of f on the span of the basis columns, from an orthonormal basis
+    (QR: no squared condition number, unlike anything formed from the Gram matrix)."""
+    q, _ = torch.linalg.qr(basis)
+    return float(torch.linalg.eigvalsh(q.T @ f @ q)[-1])
+
+
+def test_closed_form_2x2_ritz_is_the_top_of_the_pencil():
+    """Random pairs, nearly parallel pairs and a zero vector: (a, b)'s quotient is the pencil's top."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        basis = torch.randn(20, 2, generator=gen, dtype=torch.float64)
+        if trial % 3 == 0:  # nearly parallel: the Gram matrix is ill conditioned
+            basis[:, 1] = 2.0 * basis[:, 0] + 1e-4 * torch.randn(20, generator=gen, dtype=torch.float64)
+        b = torch.randn(20, 20, generator=gen, dtype=torch.float64)
+        f = b @ b.T
+        gram, proj = (basis.T @ basis).tolist(), (basis.T @ f @ basis).tolist()
+        a, c = _ritz_2x2(gram, proj)
+        coef = torch.tensor([a, c], dtype=torch.float64)
+        quotient = float(coef @ basis.T @ f @ basis @ coef / (coef @ basis.T @ basis @ coef))
+        assert quotient == pytest.approx(_span_top(basis, f), rel=1e-9)
+    only = torch.randn(20, generator=gen, dtype=torch.float64)
+    gram = [[float(only @ only), 0.0], [0.0, 0.0]]  # the second vector is zero: the first alone
+    assert _ritz_2x2(gram, [[3.0, 0.0], [0.0, 0.0]]) == (pytest.approx(1 / float(only.norm())), 0.0)
+
+
+def test_top_ritz_of_small_tridiagonals_matches_eigh():
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(200):
+        k = 3 + trial % 4
+        alphas = (torch.randn(k, generator=gen, dtype=torch.float64) * 10 ** (trial % 3)).tolist()
+        betas = (torch.rand(k - 1, generator=gen, dtype=torch.float64) * 10 ** -(trial % 5)).tolist()
+        diag, off = torch.tensor(alphas, dtype=torch.float64), torch.tensor(betas, dtype=torch.float64)
+        tri = torch.diag(diag) + torch.diag(off, 1) + torch.diag(off, -1)
+        values = torch.linalg.eigvalsh(tri)
+        theta, vec = _top_ritz(alphas, betas)
+        scale = float(values.abs().max())
+        assert abs(theta - float(values[-1])) <= 1e-13 * scale
+        s = torch.tensor(vec, dtype=torch.float64)
+        assert float(s.norm()) == pytest.approx(1.0, abs=1e-12)
+        assert float((tri @ s - theta * s).norm()) <= 1e-10 * scale
+
+
+def test_lanczos_keeps_its_basis_between_calls():
+    """With a workspace the basis matrix is allocated once (same storage on the next call), and the
+    results are those of a call without one."""
+    gen = torch.Generator().manual_seed(2)
+    b = torch.randn(30, 30, generator=gen, dtype=torch.float64)
+    a = b @ b.T
+
+    def product(v):
+        return [(a @ v[0].reshape(-1)).reshape(5, 6)]
+
+    init = [torch.randn(5, 6, generator=gen, dtype=torch.float64)]
+    space: dict = {}
+    first = lanczos_top(product, init, 3, workspace=space)
+    storage = space["basis"].data_ptr()
+    again = lanczos_top(product, init, 3, workspace=space)
+    alone = lanczos_top(product, init, 3)
+    assert space["basis"].data_ptr() == storage
+    assert first[0] == again[0] == alone[0]
+    torch.testing.assert_close(again[1][0], alone[1][0], rtol=0, atol=0)

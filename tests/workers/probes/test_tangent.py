@@ -77,3 +77,30 @@ def test_no_tangent_pass_when_a_layer_ran_twice():
     calls = fp.recorder.calls["hidden.0"]
     calls.append(list(calls[0]))
     assert MLPTangent.of(model, fp.recorder, fp.names, fp.pred) is None
+
+
+def test_no_tangent_pass_when_a_method_was_replaced_on_an_instance():
+    """The pass follows the class's forward: a layer whose `normalize` was replaced keeps the double
+    backward (and its per-sample statistics their numeric check)."""
+    model, x, y = tiny("layer", seed=9)
+    original = model.hidden[1].normalize
+    model.hidden[1].normalize = lambda a, step=None: original(a) + 0.1 * model.hidden[1].weight.sum(1)
+    fp = FisherPass(model, Likelihood("class"), x, y)
+    assert fp._tangent is None
+    v = _random(fp, 5)
+    jac = jacrev(lambda ps: functional_call(model, ps, (x,)))(
+        {n: p.detach() for n, p in model.named_parameters()}
+    )
+    want = sum(torch.einsum("bc...,...->bc", jac[n], t) for n, t in zip(fp.names, v, strict=True))
+    torch.testing.assert_close(fp.jv(v), want, rtol=1e-12, atol=1e-14)
+
+
+def test_the_recorder_leaves_the_model_as_it_was():
+    """No forward hooks and no instance attributes stay behind once a recorded forward is over."""
+    model, x, y = tiny("layer", seed=10)
+    before = {name: dict(vars(m)) for name, m in model.named_modules()}
+    fp = FisherPass(model, Likelihood("class"), x, y)
+    assert fp.recorder.calls  # it did record
+    for name, m in model.named_modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks, name
+        assert vars(m).keys() == before[name].keys(), name

@@ -9,13 +9,17 @@ capture record are restored afterwards, parameter .grad is never touched) and of
 - `fvp(v)` = F v = (1/N) Jᵀ Λ J v: Jv, then Λ, then a vjp;
 - `hvp(v)` = ∇²L v of the task's training loss.
 
-Two paths, chosen per model. A model with LSTM layers that train as one fused autograd node
+Three paths, chosen per model. A model with LSTM layers that train as one fused autograd node
 (`lstm_sequence`, no double backward and no forward mode) is probed through that same fast path: per-case
 gradient norms from its boundary tensors (`workers.probes.fused`), Jv by central differences of two
 forward passes without a graph (float32: ≲ 0.7 % relative, see `_step`), ∇²L v by central
-differences of two gradients. Every other model keeps the exact products by double backward (Jv as the
-derivative of a vjp, since forward mode is missing for some kernels), with recurrent layers on their
-step-by-step path, where the hooks see each step.
+differences of two gradients. The engine's MLP with LayerNorm or no normalizer takes its exact Jv from a
+tangent pass over the recorded forward (`workers.probes.tangent`), no double backward. Every other model
+keeps the exact products by double backward (Jv as the derivative of a vjp, since forward mode is missing
+for some kernels), with recurrent layers on their step-by-step path, where the recorder sees each step.
+
+Per-case gradients reach the recorders through the same `autograd.grad` call that forms ∇S: the recorded
+outputs are among its inputs (`Recorder.boundary`), so no tensor hook runs on any backward pass.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Layout:
     fused: bool
     kinds: dict[str, str]
     modules: dict[str, nn.Module]
+    buffered: bool = True  # whether the model has buffers (BatchNorm's statistics) a pass must restore
     verified: set[str] = field(default_factory=set)
 
     @classmethod
@@ -75,6 +80,7 @@ class Layout:
             fused=bool(fused_layers(model)) if fused is None else fused,
             kinds=hook_kinds(model),
             modules=dict(model.named_modules()),
+            buffered=any(True for _ in model.buffers()),
         )
 
 
@@ -131,7 +137,7 @@ class FisherPass:
         self.model, self.lik, self.x, self.y, self.loss_fn = model, likelihood, x, y, loss_fn
         self.layout = layout if layout is not None else Layout.of(model, fused)
         self.names, self.params = self.layout.names, self.layout.params
-        self.buffers = {n: b.clone() for n, b in model.named_buffers()}
+        self.buffers = {n: b.clone() for n, b in model.named_buffers()} if self.layout.buffered else {}
         # the fused LSTM path (finite-difference products) or the step-by-step one (exact double backward)
         self.fused = self.layout.fused
         if recorded is not None and outputs is not None:

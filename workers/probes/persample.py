@@ -24,8 +24,15 @@ class RowStats:
     products (cases, R). The last three are computed when first read: most parameters (biases, gains)
     only need their trace."""
 
-    def __init__(self, row_sq: Tensor, per_case_dot: Tensor):
-        self.row_sq, self.per_case_dot = row_sq, per_case_dot
+    def __init__(self, row_sq: Tensor, per_case_dot):
+        """`per_case_dot`: the (cases, R) tensor, or a function that forms it when first read (a gain's or
+        a bias's is read only by the first estimate's consistency check)."""
+        self.row_sq, self._per_case_dot = row_sq, per_case_dot
+
+    @cached_property
+    def per_case_dot(self) -> Tensor:
+        dot = self._per_case_dot
+        return dot() if callable(dot) else dot
 
     @cached_property
     def row_dot_sq(self) -> Tensor:
@@ -47,7 +54,7 @@ def rows(t: Tensor) -> Tensor:
     return t.reshape(-1, 1)
 
 
-def row_stats(per_case_dot: Tensor, row_sq: Tensor) -> RowStats:
+def row_stats(per_case_dot, row_sq: Tensor) -> RowStats:
     """RowStats from per-case row inner products (cases, R) and the summed squared row norms (R,)."""
     return RowStats(row_sq, per_case_dot)
 
@@ -202,6 +209,16 @@ class Recorder:
         calls = self.calls.get(name, [])
         if not calls or any(c[2] is None for c in calls) or not self.valid(name):
             return None
+        kind = self.kinds[name]
+        if len(calls) == 1 and kind in ("summed", "linear", "affine"):  # one feed-forward call: (B, F)
+            x, o, g = calls[0]
+            flat = o.dim() == 2 and o.shape[0] == self.batch and g.shape == o.shape
+            if flat and (x is None or (x.dim() == 2 and x.shape[0] == self.batch)):
+                if kind == "affine":
+                    return _affine_cases(module, o, g)
+                if kind == "summed":
+                    return _linear_cases(module.weight, None, x, o, g, getattr(module, "bias", None))
+                return _linear_cases(module.weight, module.bias, x, o, g)
         parts = []
         for c in calls:
             x = None if c[0] is None else self._cases(c[0])
@@ -210,7 +227,6 @@ class Recorder:
                 return None
             parts.append((x, o, g))
         out, d = _joined([p[1] for p in parts]), _joined([p[2] for p in parts])
-        kind = self.kinds[name]
         if kind == "affine":
             return _affine(module, out, d)
         a = _joined([p[0] for p in parts])
@@ -247,6 +263,36 @@ def _linear(
     if bias is not None and bias.requires_grad:
         gb = d.sum(1)
         res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
+    return res
+
+
+def _linear_cases(
+    weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor, bias_after: Tensor | None = None
+) -> dict[str, RowStats]:
+    """`_linear` for one call on (B, F) tensors: G_n = δ_n a_nᵀ, ‖G_n[i]‖² = δ_ni² ‖a_n‖² (no time axis,
+    no copies); the per-case dot products formed when read."""
+    d_sq = d.square()
+    zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
+    res = {"weight": row_stats(lambda: d * zb, d_sq.t() @ a.square().sum(1))}
+    bias = bias if bias is not None else bias_after
+    if bias is not None and bias.requires_grad:
+        b = bias.detach()
+        res["bias"] = row_stats(lambda: d * b, d_sq.sum(0))
+    return res
+
+
+def _affine_cases(m: nn.Module, y: Tensor, d: Tensor) -> dict[str, RowStats] | None:
+    """`_affine` for one call on (B, F) tensors: the gain's per-case gradient δ ⊙ x̂ = δ ⊙ (y − b) / g."""
+    gain, bias = affine_params(m)
+    g = gain.detach()
+    if g.abs().min() < 1e-6:  # x̂ = (y − b) / g would be unreliable
+        return None
+    shifted = y - bias.detach() if bias is not None else y
+    dot = d * shifted  # δ ⊙ x̂ ⊙ g: the gain's per-case ⟨G_n[i], g_i⟩
+    res = {"gain" if hasattr(m, "gain") else "weight": row_stats(dot, dot.square().sum(0) / g.square())}
+    if bias is not None and bias.requires_grad:
+        b = bias.detach()
+        res["bias"] = row_stats(lambda: d * b, d.square().sum(0))
     return res
 
 

@@ -74,29 +74,36 @@ def best_start(
     q0 is zero outside a few tensors, so the span's Gram matrix costs dot products over those alone."""
     q0, jq = start
     where = [fp.names.index(n) for n in q0]
+    lam_q = fp.lam(jq)
     if previous is None:
         u = [q0[n] if n in q0 else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
-        ju = jq
+        lam_u = lam_q
     else:
         jp = fp.jv(previous)
-        lam_p, lam_q = fp.lam(jp), fp.lam(jq)
-        pp = float(torch.stack(torch._foreach_norm(previous)).pow(2).sum())
-        pq = sum(float((previous[i] * q0[fp.names[i]]).sum()) for i in where)
-        qq = sum(float(t.pow(2).sum()) for t in q0.values())
-        app = float((jp * lam_p).sum()) / fp.n
-        apq = float((jp * lam_q).sum()) / fp.n
-        aqq = float((jq * lam_q).sum()) / fp.n
+        lam_p = fp.lam(jp)
+        flat_p, flat_q = jp.reshape(-1), jq.reshape(-1)
+        # the Gram and projected 2×2 matrices; one read-back for the six numbers
+        pp, pq, qq, app, apq, aqq = torch.stack(
+            [
+                torch.stack(torch._foreach_norm(previous)).square().sum(),
+                sum(torch.dot(previous[i].reshape(-1), q0[fp.names[i]].reshape(-1)) for i in where),
+                sum(torch.dot(t.reshape(-1), t.reshape(-1)) for t in q0.values()),
+                torch.dot(flat_p, lam_p.reshape(-1)) / fp.n,
+                torch.dot(flat_p, lam_q.reshape(-1)) / fp.n,
+                torch.dot(flat_q, lam_q.reshape(-1)) / fp.n,
+            ]
+        ).tolist()
         a, b = _ritz_2x2([[pp, pq], [pq, qq]], [[app, apq], [apq, aqq]])
         if abs(a) * math.sqrt(pp) <= 1e-6 * abs(b) * math.sqrt(qq):  # the previous vector adds nothing
             u = [q0[n] if n in q0 else torch.zeros_like(p) for n, p in zip(fp.names, fp.params, strict=True)]
-            ju = jq
+            lam_u = lam_q
         else:
             c = b / a
             u = list(previous)
             for i in where:
                 u[i] = previous[i] + c * q0[fp.names[i]]
-            ju = jp + c * jq
-    return u, fp.vjp(fp.lam(ju) / fp.n)
+            lam_u = lam_p + c * lam_q  # Λ J u, Λ J linear
+    return u, fp.vjp(lam_u / fp.n)
 
 
 def _ritz_2x2(gram: list[list[float]], proj: list[list[float]]) -> tuple[float, float]:

@@ -75,6 +75,33 @@ def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None
     }
 
 
+def _matrix_quantities(stats: RowStats, param: Tensor, gain_stats: RowStats | None, scale: float) -> dict:
+    """`row_quantities` of a whole matrix, its gain's curvature and its gradient's norm and component
+    along w, with one read-back for all of them (seven before, each a synchronisation)."""
+    flat = param.detach().reshape(-1)
+    parts = [torch.dot(flat, flat), stats.row_sq.sum(), stats.whole_dot_sq.reshape(())]
+    if gain_stats is not None:
+        parts.append(gain_stats.row_sq.sum())
+    if param.grad is not None:
+        g = param.grad.detach().reshape(-1)
+        parts += [torch.dot(g, g), torch.dot(g, flat)]
+    values = torch.stack(parts).tolist()
+    sq, row_sq, whole = values[:3]
+    trace = scale * row_sq
+    out = {
+        "weight_norm": math.sqrt(sq),
+        "along_w_curvature": scale * whole / sq if sq > 0 else math.nan,
+        "trace_ww": trace,
+        "scaled_trace_ww": sq * trace,
+        "gain_curvature": scale * values[3] if gain_stats is not None else None,
+    }
+    if param.grad is not None:
+        gg, gw = values[-2:]
+        out["grad_norm"] = math.sqrt(max(gg, 0.0))
+        out["grad_along_w"] = gw / out["weight_norm"]
+    return out
+
+
 def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> dict[str, Tensor]:
     sq = w.pow(2).sum(1)
     out = {
@@ -112,15 +139,8 @@ def group_payload(
         "estimator": estimators.get(group.param, "summed-gradient"),
     }
     if not group.by_row:
-        entry.update(row_quantities(st, p, scale))
-        entry["gain_curvature"] = scale * float(gain_stats.row_sq.sum()) if gain_stats is not None else None
+        entry.update(_matrix_quantities(st, p, gain_stats, scale))
         entry["effective_lr"] = lr / entry["weight_norm"] ** 2
-        if p.grad is not None:
-            g = p.grad.detach()
-            entry["grad_norm"] = float(g.norm())
-            entry["grad_along_w"] = (
-                float(torch.dot(g.reshape(-1), p.detach().reshape(-1))) / entry["weight_norm"]
-            )
         return entry
     per = _per_row(st, w, p.grad.detach() if p.grad is not None else None, scale)
     for key, values in per.items():

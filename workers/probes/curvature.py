@@ -118,7 +118,8 @@ class CurvatureProbe:
             recorded=recorded,
             outputs=outputs,
         )
-        stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator))
+        probs = None if self.lik.gaussian else fp.probs
+        stats, est, grad_s = fp.sampled(self.lik.sampled_residual(fp.pred, self.generator, probs))
         scale = 1.0 / fp.n
         raw, kinds = module_traces(stats, est, scale)
         trace = {}

@@ -59,11 +59,14 @@ class Likelihood:
         return 2.0 if self.gaussian else 1.0
 
     @torch.no_grad()
-    def sampled_residual(self, pred: Tensor, generator: torch.Generator | None) -> Tensor:
-        """∂(−log p(ŷ))/∂o with ŷ drawn from the model: covariance Λ, the true-Fisher's residual."""
+    def sampled_residual(
+        self, pred: Tensor, generator: torch.Generator | None, probs: Tensor | None = None
+    ) -> Tensor:
+        """∂(−log p(ŷ))/∂o with ŷ drawn from the model: covariance Λ, the true-Fisher's residual
+        (`probs`: the softmax of pred, when the caller keeps it)."""
         if self.gaussian:
             return -torch.randn(pred.shape, generator=generator, dtype=pred.dtype, device=pred.device)
-        p = torch.softmax(pred.detach(), -1)
+        p = torch.softmax(pred.detach(), -1) if probs is None else probs
         draw = torch.multinomial(p.float(), 1, generator=generator).squeeze(-1)
         return p - F.one_hot(draw, p.shape[-1]).to(p.dtype)
 

@@ -83,7 +83,7 @@ class MLPTangent:
             return None
         inputs = [spec["x"] for spec in layers[1:]] + [x_out]
         for spec, nxt in zip(layers, inputs, strict=True):
-            spec["mask"] = (nxt > 0).to(nxt.dtype)  # ReLU's derivative where it was taken
+            spec["mask"] = nxt > 0  # ReLU's derivative where it was taken
         head = {
             "x": x_out,
             "weight": model.out.weight,

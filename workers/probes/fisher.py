@@ -4,7 +4,7 @@
 capture record are restored afterwards, parameter .grad is never touched) and offers:
 
 - `sampled(residual)`: back-propagate a residual (sampled labels: true Fisher; observed: empirical)
-  and return RowStats per parameter plus the estimator used ("per-sample" from hooks where the layer
+  and return RowStats per parameter plus the estimator used ("per-sample" from the recorders where the layer
   allows it, else "summed-gradient": ‖∇θ Σ_n log p(ŷ_n|x_n)‖²/N, unbiased but noisier);
 - `fvp(v)` = F v = (1/N) Jᵀ Λ J v: Jv, then Λ, then a vjp;
 - `hvp(v)` = ∇²L v of the task's training loss.
@@ -59,8 +59,8 @@ def _twice_differentiable(device: torch.device):
 class Layout:
     """What every pass over one model shares (its structure does not change during a run): built once.
 
-    `verified` holds the parameters whose hook-based per-case sums have matched the summed gradient once
-    (`_consistent`); the check is structural (every use of the weight passed through a hook), so a
+    `verified` holds the parameters whose recorded per-case sums have matched the summed gradient once
+    (`_consistent`); the check is structural (every use of the weight passed through a recorded call), so a
     verified parameter is not checked again, and one that failed is checked at every pass."""
 
     names: list[str]

@@ -13,7 +13,7 @@ over all steps at once:
     α3, β3 (LN(c_t)): ∂S/∂h_t in total = ∂S/∂h_t (outputs) + δh_{t+1} W_h, times σ(o_t) tanh'(·), with c_t
                       recomputed from the gates (c_t = σ(f) c_{t-1} + σ(i) tanh(g), element-wise)
 
-`FisherPass` checks every result against the summed gradient (`fisher._consistent`), as for the hooks.
+`FisherPass` checks every result against the summed gradient (`fisher._consistent`), as for `Recorder`.
 """
 
 from __future__ import annotations

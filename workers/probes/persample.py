@@ -1,4 +1,4 @@
-"""Per-sample squared gradient norms from autograd hooks, without per-sample gradient tensors.
+"""Per-sample squared gradient norms from recorded layer calls, without per-sample gradient tensors.
 
 For a Linear layer z = W a + b called on one case n at "times" t (a sequence, or repeated calls in a
 recurrent loop), case n's gradient is G_n = Σ_t δ_nt a_ntᵀ with δ = ∂S/∂z. Its squared row norms are

@@ -4,8 +4,10 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
 
 - default-length runs with probes off and with the default probes on, interleaved (off, on, off, on, …
   `--repeat` pairs): the overhead (median on ÷ median off − 1 of the runs' process CPU time, which a
-  busy shared host disturbs far less than wall time; the wall-time ratio too), the number of Fisher
-  estimates (median and fewest over the repeats) and the step of the first one;
+  busy shared host disturbs far less than wall time; the wall-time ratio too; and `overhead_min`, fastest
+  on ÷ fastest off − 1: another tenant only ever adds time, and on a VM whose speed drifts by 1.5× within
+  minutes the medians of a few runs moved by ±10 points where the fastest runs stayed put), the number of
+  Fisher estimates (median and fewest over the repeats) and the step of the first one;
 - the cost of one Fisher estimate (per-layer trace + λ_max(F), and the weight groups' measured update
   over the next optimizer step: what a default run computes per estimate) in plain training steps: the
   task's default model trains a few steps, then estimates alternate with timed plain steps; each
@@ -162,8 +164,11 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: S
         "on_s": on_s,
         "overhead_wall": on_s / off_s - 1,
         "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
+        "overhead_min": min(on_cpu) / min(off_cpu) - 1,
         "off_cpu_s": statistics.median(off_cpu),
         "on_cpu_s": statistics.median(on_cpu),
+        "off_cpu_all": off_cpu,
+        "on_cpu_all": on_cpu,
         "prober_share": result.probes["overhead"],
         "fisher_estimates": int(statistics.median_low(counts)),
         "fisher_estimates_min": min(counts),
@@ -260,7 +265,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(
-        f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'wall':>6} "
+        f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'fastest':>7} {'wall':>6} "
         f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
         "   (cost per estimate in plain training steps)"
     )
@@ -273,8 +278,8 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
         print(
             f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
-            f"{r['overhead']:>8.1%} {r['overhead_wall']:>6.0%} {r['fisher_estimates']:>9} "
-            f"{r['fisher_estimates_min']:>6} {first:>9} "
+            f"{r['overhead']:>8.1%} {r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
+            f"{r['fisher_estimates']:>9} {r['fisher_estimates_min']:>6} {first:>9} "
             f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}"
         )
     return 0

@@ -45,7 +45,7 @@ FISHER_SHARE = 0.7  # of the budget at least for Fisher estimates; hidden traces
 # get the rest, or what they are projected to need when that is less (`Prober._allowance`)
 TARGET = 0.85  # of spec.probes.budget: the headroom covers costs no timer sees (events, bookkeeping)
 FIRST_FISHER = 5  # the first estimate comes after a few timed plain steps (so its cost can be stated)
-PRIOR_COST_STEPS = 5.5  # a warm estimate in plain steps: 4-6 measured (`normlab bench probes`)
+PRIOR_COST_STEPS = 4.5  # a warm estimate in plain steps: 3.2-5.5 measured (`normlab bench probes`)
 COSTS_KEPT = 5  # the predicted cost is the median of this many latest estimates
 MEDIAN_EVERY = 8  # new step times before the median plain step is sorted again
 RECHECK_STEPS = 10  # at most this many steps between two looks at a plan that said "not yet"

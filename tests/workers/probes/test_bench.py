@@ -22,6 +22,8 @@ def test_bench_task_reports_overhead_estimates_and_costs_in_plain_steps(settings
     assert min(out["warm_costs"] + out["cold_costs"]) > 0
     assert out["cold_over_warm"] == pytest.approx(out["cold_cost_steps"] / out["warm_cost_steps"])
     assert out["overhead"] == pytest.approx(out["on_cpu_s"] / out["off_cpu_s"] - 1)
+    assert out["overhead_min"] == pytest.approx(min(out["on_cpu_all"]) / min(out["off_cpu_all"]) - 1)
+    assert len(out["on_cpu_all"]) == len(out["off_cpu_all"]) == 1
 
 
 def test_an_estimate_s_cost_includes_the_groups_measured_update(settings, monkeypatch):

@@ -123,7 +123,7 @@ def test_a_density_task_trains_without_probes_instead_of_failing(settings):
 
 
 def test_default_budget_holds_on_a_short_run(settings):
-    # the first estimate is priced at 18 plain steps; 600 steps earn room for ≈ 40
+    # the first estimate is priced at COLD × PRIOR_COST_STEPS ≈ 7 plain steps; 600 steps earn room for ≈ 76
     result, events = _run(settings, task="digits", norm="layer", hidden_size=32, steps=600, eval_every=1000)
     fisher = [e for e in events if e.kind == "fisher"]
     assert fisher, "at least one estimate within the default budget"
@@ -131,8 +131,8 @@ def test_default_budget_holds_on_a_short_run(settings):
 
 
 def test_a_run_without_room_warns_at_once_with_a_budget_that_fits(settings):
-    # 30 steps at the default 15 % leave room for ≈ 2.4 plain steps of Fisher work; an estimate of this
-    # LN-LSTM is priced at ≈ 8 before one is measured: none fits, and the run says so while it runs
+    # 30 steps at the default 15 % leave room for ≈ 2.7 plain steps of Fisher work; an estimate of this
+    # LN-LSTM is priced at ≈ 7 before one is measured: none fits, and the run says so while it runs
     spec = dict(task="adding", norm="layer", hidden_size=32, seq_len=40, steps=30, eval_every=1000)
     result, events = _run(settings, **spec)
     assert not [e for e in events if e.kind == "fisher"]

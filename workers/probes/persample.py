@@ -210,15 +210,6 @@ class Recorder:
         if not calls or any(c[2] is None for c in calls) or not self.valid(name):
             return None
         kind = self.kinds[name]
-        if len(calls) == 1 and kind in ("summed", "linear", "affine"):  # one feed-forward call: (B, F)
-            x, o, g = calls[0]
-            flat = o.dim() == 2 and o.shape[0] == self.batch and g.shape == o.shape
-            if flat and (x is None or (x.dim() == 2 and x.shape[0] == self.batch)):
-                if kind == "affine":
-                    return _affine_cases(module, o, g)
-                if kind == "summed":
-                    return _linear_cases(module.weight, None, x, o, g, getattr(module, "bias", None))
-                return _linear_cases(module.weight, module.bias, x, o, g)
         parts = []
         for c in calls:
             x = None if c[0] is None else self._cases(c[0])
@@ -227,6 +218,9 @@ class Recorder:
                 return None
             parts.append((x, o, g))
         out, d = _joined([p[1] for p in parts]), _joined([p[2] for p in parts])
+        if len(parts) == 1 and out.shape[1] == 1 and kind != "wn":  # one feed-forward call: as (B, F)
+            parts = [(None if x is None else x[:, 0], o[:, 0], g[:, 0]) for x, o, g in parts]
+            out, d = parts[0][1], parts[0][2]
         if kind == "affine":
             return _affine(module, out, d)
         a = _joined([p[0] for p in parts])
@@ -242,8 +236,15 @@ def _joined(ts: list[Tensor]) -> Tensor:
     return ts[0] if len(ts) == 1 else torch.cat(ts, 1)
 
 
+def _over_time(t: Tensor) -> Tensor:
+    """Σ_t of a (B, T, F) tensor; a one-call (B, F) tensor as it is."""
+    return t if t.dim() == 2 else t.sum(1)
+
+
 def _row_sq(a: Tensor, d: Tensor) -> Tensor:
-    """Σ_n ‖Σ_t d_nti a_nt‖² for each row i, by the cheapest route for the shapes."""
+    """Σ_n ‖Σ_t d_nti a_nt‖² for each row i, by the cheapest route for the shapes ((B, F): one time)."""
+    if a.dim() == 2:  # δ_ni² ‖a_n‖², summed over n
+        return d.square().t() @ a.square().sum(1)
     steps, fan_in, fan_out = a.shape[1], a.shape[2], d.shape[2]
     if steps == 1:
         return (d[:, 0].pow(2) * a[:, 0].pow(2).sum(-1, keepdim=True)).sum(0)
@@ -256,43 +257,14 @@ def _row_sq(a: Tensor, d: Tensor) -> Tensor:
 def _linear(
     weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor, bias_after: Tensor | None = None
 ) -> dict[str, RowStats]:
-    res: dict[str, RowStats] = {}
+    """G_n = Σ_t δ_nt a_ntᵀ (tensors (B, T, F), or (B, F) for one feed-forward call); the per-case dot
+    products are formed when read."""
     zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
-    res["weight"] = row_stats((d * zb).sum(1), _row_sq(a, d))
+    res = {"weight": row_stats(lambda: _over_time(d * zb), _row_sq(a, d))}
     bias = bias if bias is not None else bias_after
     if bias is not None and bias.requires_grad:
-        gb = d.sum(1)
-        res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
-    return res
-
-
-def _linear_cases(
-    weight: Tensor, bias: Tensor | None, a: Tensor, z: Tensor, d: Tensor, bias_after: Tensor | None = None
-) -> dict[str, RowStats]:
-    """`_linear` for one call on (B, F) tensors: G_n = δ_n a_nᵀ, ‖G_n[i]‖² = δ_ni² ‖a_n‖² (no time axis,
-    no copies); the per-case dot products formed when read."""
-    d_sq = d.square()
-    zb = z - bias.detach() if bias is not None else z  # W a: the summed inputs
-    res = {"weight": row_stats(lambda: d * zb, d_sq.t() @ a.square().sum(1))}
-    bias = bias if bias is not None else bias_after
-    if bias is not None and bias.requires_grad:
-        b = bias.detach()
-        res["bias"] = row_stats(lambda: d * b, d_sq.sum(0))
-    return res
-
-
-def _affine_cases(m: nn.Module, y: Tensor, d: Tensor) -> dict[str, RowStats] | None:
-    """`_affine` for one call on (B, F) tensors: the gain's per-case gradient δ ⊙ x̂ = δ ⊙ (y − b) / g."""
-    gain, bias = affine_params(m)
-    g = gain.detach()
-    if g.abs().min() < 1e-6:  # x̂ = (y − b) / g would be unreliable
-        return None
-    shifted = y - bias.detach() if bias is not None else y
-    dot = d * shifted  # δ ⊙ x̂ ⊙ g: the gain's per-case ⟨G_n[i], g_i⟩
-    res = {"gain" if hasattr(m, "gain") else "weight": row_stats(dot, dot.square().sum(0) / g.square())}
-    if bias is not None and bias.requires_grad:
-        b = bias.detach()
-        res["bias"] = row_stats(lambda: d * b, d.square().sum(0))
+        gb, b = _over_time(d), bias.detach()
+        res["bias"] = row_stats(lambda: gb * b, gb.square().sum(0))
     return res
 
 
@@ -317,10 +289,10 @@ def _affine(m: nn.Module, y: Tensor, d: Tensor) -> dict[str, RowStats] | None:
     g = gain.detach()
     if g.abs().min() < 1e-6:  # x̂ = (y − b) / g would be unreliable
         return None
-    xhat = (y - bias.detach()) / g if bias is not None else y / g
-    gg = (d * xhat).sum(1)  # (B, H) per-case gain gradient
-    res = {"gain" if hasattr(m, "gain") else "weight": row_stats(gg * g, gg.pow(2).sum(0))}
+    # the gain's per-case ⟨G_n[i], g_i⟩ = Σ_t δ ⊙ x̂ ⊙ g = Σ_t δ ⊙ (y − b), and ‖G_n[i]‖² = that² / g²
+    dot = _over_time(d * (y - bias.detach()) if bias is not None else d * y)
+    res = {"gain" if hasattr(m, "gain") else "weight": row_stats(dot, dot.square().sum(0) / g.square())}
     if bias is not None and bias.requires_grad:
-        gb = d.sum(1)
-        res["bias"] = row_stats(gb * bias.detach(), gb.pow(2).sum(0))
+        gb, b = _over_time(d), bias.detach()
+        res["bias"] = row_stats(lambda: gb * b, gb.square().sum(0))
     return res

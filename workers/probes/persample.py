@@ -107,6 +107,9 @@ def hook_kinds(model: nn.Module) -> dict[str, str]:
     return kinds
 
 
+_MISSING = object()  # no instance attribute of that name before the recorder set one
+
+
 class Recorder:
     """Wraps hookable layers during one forward pass and turns the recorded δ into per-sample RowStats.
 
@@ -134,7 +137,7 @@ class Recorder:
         self.first_call: dict[str, int] = {}
         self.last_bn_call = -1
         self.counter = 0
-        self.wrapped: list[tuple[nn.Module, str]] = []
+        self.wrapped: list[tuple[nn.Module, str, object]] = []
         self.kinds: dict[str, str] = hook_kinds(model) if kinds is None else kinds
         self.modules = modules
         self._outputs: list[Tensor] = []  # the recorded outputs, in call order (autograd.grad inputs)
@@ -145,13 +148,16 @@ class Recorder:
         for name, kind in self.kinds.items():
             m = mods[name]
             attr = "summed" if kind in ("summed", "wn") else "forward"
+            self.wrapped.append((m, attr, vars(m).get(attr, _MISSING)))  # an instance attribute to put back
             setattr(m, attr, self._wrap(name, kind, getattr(m, attr)))  # shadows the method
-            self.wrapped.append((m, attr))
         return self
 
     def __exit__(self, *exc) -> None:
-        for m, attr in self.wrapped:
-            delattr(m, attr)
+        for m, attr, previous in reversed(self.wrapped):
+            if previous is _MISSING:
+                delattr(m, attr)
+            else:  # a recorder inside another one, or a method replaced on the instance by its owner
+                setattr(m, attr, previous)
         self.wrapped.clear()
 
     def _entry(self, name: str, x: Tensor | None, out: Tensor) -> None:

@@ -104,3 +104,21 @@ def test_the_recorder_leaves_the_model_as_it_was():
     for name, m in model.named_modules():
         assert not m._forward_hooks and not m._forward_pre_hooks, name
         assert vars(m).keys() == before[name].keys(), name
+
+
+def test_recorders_nest_and_keep_a_method_replaced_on_the_instance():
+    """A recorder inside another one records too, and each puts back exactly what it found (here a
+    `summed` the owner had replaced on the instance)."""
+    model, x, y = tiny("layer", seed=11)
+    layer = model.hidden[0]
+    own = layer.summed
+    layer.summed = own  # an instance attribute that was there before any recorder
+    fp = FisherPass(model, Likelihood("class"), x, y)
+    outer = RecordedForward(model, fp.layout, x.shape[0])
+    inner = RecordedForward(model, fp.layout, x.shape[0])
+    with outer:
+        with inner:
+            model(x)
+        assert vars(layer)["summed"] is not own  # the outer recorder's wrapper is back
+    assert vars(layer)["summed"] is own
+    assert len(outer.recorder.calls["hidden.0"]) == len(inner.recorder.calls["hidden.0"]) == 1

@@ -76,7 +76,7 @@ class MLPTangent:
                 return None
             layers.append(spec)
         head_calls = calls.get("out", [])
-        if len(head_calls) != 1 or head_calls[0][0] is None:
+        if not layers or type(model.out) is not nn.Linear or len(head_calls) != 1 or head_calls[0][0] is None:
             return None
         x_out, out = head_calls[0][0], head_calls[0][1]
         if out.shape != pred.shape or out.data_ptr() != pred.data_ptr():

@@ -56,17 +56,15 @@ def find_groups(model: nn.Module) -> list[Group]:
 
 
 def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None = None) -> dict[str, float]:
-    """Fisher geometry of one row (row=i) or of the whole matrix (row=None), from RowStats (× scale = 1/N)."""
-    w = rows(param.detach())
+    """Fisher geometry of one row (row=i) or of the whole matrix (row=None: the payload's own
+    `_matrix_quantities`), from RowStats (× scale = 1/N)."""
     if row is None:
-        flat = w.reshape(-1)
-        sq = float(torch.dot(flat, flat))
-        trace = scale * float(stats.row_sq.sum())
-        along = scale * float(stats.whole_dot_sq) / sq if sq > 0 else math.nan
-    else:
-        sq = float(w[row].pow(2).sum())
-        trace = scale * float(stats.row_sq[row])
-        along = scale * float(stats.row_dot_sq[row]) / sq if sq > 0 else math.nan
+        whole = _matrix_quantities(stats, param, None, scale, with_grad=False)
+        return {k: whole[k] for k in ("weight_norm", "along_w_curvature", "trace_ww", "scaled_trace_ww")}
+    w = rows(param.detach())
+    sq = float(w[row].pow(2).sum())
+    trace = scale * float(stats.row_sq[row])
+    along = scale * float(stats.row_dot_sq[row]) / sq if sq > 0 else math.nan
     return {
         "weight_norm": math.sqrt(sq),
         "along_w_curvature": along,
@@ -75,14 +73,17 @@ def row_quantities(stats: RowStats, param: Tensor, scale: float, row: int | None
     }
 
 
-def _matrix_quantities(stats: RowStats, param: Tensor, gain_stats: RowStats | None, scale: float) -> dict:
-    """`row_quantities` of a whole matrix, its gain's curvature and its gradient's norm and component
-    along w, with one read-back for all of them (seven before, each a synchronisation)."""
+def _matrix_quantities(
+    stats: RowStats, param: Tensor, gain_stats: RowStats | None, scale: float, with_grad: bool = True
+) -> dict:
+    """A whole matrix's Fisher geometry, its gain's curvature and (with_grad) its gradient's norm and
+    component along w, with one read-back for all of them (seven before, each a synchronisation)."""
     flat = param.detach().reshape(-1)
     parts = [torch.dot(flat, flat), stats.row_sq.sum(), stats.whole_dot_sq.reshape(())]
     if gain_stats is not None:
         parts.append(gain_stats.row_sq.sum())
-    if param.grad is not None:
+    with_grad = with_grad and param.grad is not None
+    if with_grad:
         g = param.grad.detach().reshape(-1)
         parts += [torch.dot(g, g), torch.dot(g, flat)]
     values = torch.stack(parts).tolist()
@@ -95,7 +96,7 @@ def _matrix_quantities(stats: RowStats, param: Tensor, gain_stats: RowStats | No
         "scaled_trace_ww": sq * trace,
         "gain_curvature": scale * values[3] if gain_stats is not None else None,
     }
-    if param.grad is not None:
+    if with_grad:
         gg, gw = values[-2:]
         out["grad_norm"] = math.sqrt(max(gg, 0.0))
         out["grad_along_w"] = gw / out["weight_norm"]

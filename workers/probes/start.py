@@ -42,14 +42,7 @@ def output_layer_start(fp) -> tuple[dict[str, Tensor], Tensor] | None:
     with torch.no_grad():
         has_bias = b_name in fp.names and module.bias is not None
         pred = fp.pred.detach()
-        probs = None if fp.lik.gaussian else fp.probs
-
-        def lam(v: Tensor) -> Tensor:  # Λ v per prediction (Likelihood.lam, the softmax computed once)
-            if probs is None:
-                return v
-            pv = probs * v
-            return torch.addcmul(pv, probs, pv.sum(-1, keepdim=True), value=-1.0)
-
+        lam = fp.lam  # Λ v per prediction, the pass's softmax computed once
         kernel = h @ h.t()  # K = H̃H̃ᵀ, the bias a constant feature
         if has_bias:
             kernel += 1.0

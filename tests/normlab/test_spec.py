@@ -95,3 +95,15 @@ def test_catalog_gives_the_probe_settings_and_their_limits():
     assert probes["fisher_every"]["minimum"] == 1 and probes["fisher_every"]["maximum"] == 100_000
     assert probes["budget"]["exclusiveMinimum"] == 0 and probes["budget"]["maximum"] == 5.0
     assert probes["hessian"]["type"] == probes["empirical_fisher"]["type"] == "boolean"
+
+
+def test_warm_krylov_vectors_default_per_task_kind_and_an_explicit_value_is_kept():
+    """power_iterations left out resolves to the task kind's default (3 on conv nets, whose top Fisher
+    direction moves more between estimates; 2 elsewhere); a value the user gave is stored as given."""
+    from normlab.spec import ProbeSpec, RunSpec
+
+    assert RunSpec(task="conv-digits").resolved().probes.power_iterations == 3
+    assert RunSpec(task="digits").resolved().probes.power_iterations == 2
+    assert RunSpec(task="adding").resolved().probes.power_iterations == 2
+    given = RunSpec(task="conv-digits", probes=ProbeSpec(enabled=True, power_iterations=5)).resolved()
+    assert given.probes.power_iterations == 5 and given.probes.enabled

@@ -75,7 +75,9 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
     batches = data.train_batches(spec.batch_size, seeded(0, 4))
 
     def probe() -> CurvatureProbe:
-        return CurvatureProbe(model, Likelihood(data.info.target), data.loss)
+        return CurvatureProbe(
+            model, Likelihood(data.info.target), data.loss, power_iterations=spec.probes.power_iterations
+        )
 
     plain: list[float] = []
     x = y = None

@@ -64,7 +64,9 @@ def lambda_errors(
                 fp.fvp, start, 2, tol=REFERENCE_TOL, max_products=REFERENCE_PRODUCTS
             )
             del fp
-            fresh = CurvatureProbe(model, lik, data.loss, seed=seed)
+            fresh = CurvatureProbe(
+                model, lik, data.loss, power_iterations=spec.probes.power_iterations, seed=seed
+            )
             payload, _ = fresh.estimate(x, y, spec.lr)
             out["cold"].append(1 - payload["lambda_max"] / converged)
             out["cold_vectors"].append(payload["power_iterations_total"]["lambda_max"])

@@ -40,8 +40,8 @@ def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, list[floa
     β beside it), in plain Python: a Lanczos run has at most a handful of vectors, and numpy's `eigh`
     (and even its array constructor) cost 50-100 µs each inside an estimate, where its code is cold.
 
-    Two vectors: closed form. More: bisection on the Sturm count to the last bit, then two steps of
-    inverse iteration (a tridiagonal solve) for the vector."""
+    Two vectors: closed form. More: Newton on the characteristic polynomial, kept in a Sturm-count
+    bracket (`_largest`), then two steps of inverse iteration (a tridiagonal solve) for the vector."""
     k = len(alphas)
     if k == 1:
         return alphas[0], [1.0]
@@ -55,21 +55,7 @@ def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, list[floa
     lo = min(alphas[i] - off[i] - off[i + 1] for i in range(k))
     hi = max(alphas[i] + off[i] + off[i + 1] for i in range(k))  # Gershgorin: every eigenvalue in [lo, hi]
     tiny = 1e-300 + 1e-30 * max(abs(lo), abs(hi))
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if not lo < mid < hi:
-            break
-        below, d = 0, 1.0  # eigenvalues below mid: negative pivots of LDLᵀ of T − mid I
-        for i in range(k):
-            d = alphas[i] - mid - (betas[i - 1] ** 2 / d if i else 0.0)
-            if d == 0.0:
-                d = -tiny
-            below += d < 0.0
-        if below == k:
-            hi = mid
-        else:
-            lo = mid
-    theta = hi
+    theta = _largest(alphas, betas, lo, hi, tiny)
     shift = theta + 1e-10 * max(abs(theta), tiny)  # just above θ: (T − shift I) is invertible, θ dominant
     vec = [1.0] * k
     for _ in range(2):  # inverse iteration, the tridiagonal solve by elimination (Thomas)
@@ -85,6 +71,44 @@ def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, list[floa
         norm = math.sqrt(sum(v * v for v in vec))
         vec = [v / norm for v in vec]
     return theta, vec
+
+
+def _largest(alphas: list[float], betas: list[float], lo: float, hi: float, tiny: float) -> float:
+    """The largest eigenvalue in [lo, hi] of the symmetric tridiagonal matrix, to the last bits.
+
+    Newton on its characteristic polynomial p from hi (above every root, the iterates fall monotonically
+    onto the largest: 5-10 steps where bisection took ~55), the LDLᵀ pivots d_i of T − x I giving both
+    p'/p = Σ d_i'/d_i and, by their signs, how many eigenvalues lie below x (the Sturm count), which keeps
+    [lo, hi] around the largest: a step that would leave it bisects instead."""
+    k = len(alphas)
+    sq = [b * b for b in betas[: k - 1]]
+    x = hi
+    for _ in range(300):
+        below, d, dd, ratio = 0, 1.0, 0.0, 0.0
+        for i in range(k):
+            if i:
+                dd = sq[i - 1] * dd / (d * d) - 1.0
+                d = alphas[i] - x - sq[i - 1] / d
+            else:
+                d, dd = alphas[0] - x, -1.0
+            if d == 0.0:
+                d = -tiny
+            below += d < 0.0
+            ratio += dd / d
+        if below == k:
+            hi = x  # every eigenvalue lies below x
+        else:
+            lo = x
+        finite = ratio != 0.0 and math.isfinite(ratio)  # a pivot at zero: bisect this once
+        nxt = x - 1.0 / ratio if finite else 0.5 * (lo + hi)  # Newton: x − p/p'
+        if nxt == x and finite:
+            return x
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi)
+            if not lo < nxt < hi:  # the bracket is two neighbouring floats
+                return hi
+        x = nxt
+    return hi
 
 
 def lanczos_top(
@@ -113,55 +137,75 @@ def lanczos_top(
     limit = max(products, max_products or products) if tol is not None else products
     first = init[0]
     size = sum(t.numel() for t in init)
-    basis = workspace.get("basis") if workspace is not None else None
+    shapes = [t.shape for t in init]
+    space = workspace if workspace is not None else {}
+    basis = space.get("basis")
     if basis is None or basis.shape[0] < limit + 1 or basis.shape[1] != size or basis.dtype != first.dtype:
-        basis = torch.empty((limit + 1, size), dtype=first.dtype, device=first.device)
-        if workspace is not None:
-            workspace["basis"] = basis
-    _flat(init, out=basis[0])
+        basis = space["basis"] = torch.empty((limit + 1, size), dtype=first.dtype, device=first.device)
+        space["rows"] = None
+    if space.get("rows") is None or space.get("shapes") != shapes:  # each row as the parameters' shapes
+        space["rows"], space["shapes"] = [_split(row, init) for row in basis], shapes
+    rows = space["rows"]
+    torch._foreach_copy_(rows[0], [t.detach() for t in init])
     norm = _norm(basis[0])
     if norm == 0.0:
         raise ValueError("lanczos_top needs a nonzero start vector")
     basis[0].div_(norm)
     alphas: list[float] = []
     betas: list[float] = []
-    theta, s, residual, previous = 0.0, [1.0], math.inf, None
+    theta, s, residual, previous, ritz_at = 0.0, [1.0], math.inf, None, 0
     for k in range(limit):
         if quadratic is not None and k + 1 == limit:  # the last vector: its Rayleigh quotient is enough
-            alphas.append(float(quadratic(_split(basis[k], init))))
-            theta, s = _top_ritz(alphas, betas)
+            alphas.append(float(quadratic(rows[k])))
             break
         w = basis[k + 1]  # F q_k lands in the next row and is orthogonalized there
         if k == 0 and start_product is not None:
-            _flat(start_product, out=w).div_(norm)
+            torch._foreach_copy_(rows[1], start_product)
+            w.div_(norm)
         else:
-            _flat(product(_split(basis[k], init)), out=w)
+            torch._foreach_copy_(rows[k + 1], product(rows[k]))
         seen = basis[: k + 1]
         products_t = basis[: k + 2] @ w  # q_j · w for j ≤ k, then ‖w‖²
         dots = products_t.tolist()
         alphas.append(dots[k])
         w.addmv_(seen.t(), products_t[:-1], alpha=-1.0)  # full re-orthogonalization (α q_k and β q_{k-1})
-        beta = _norm(w)
-        if beta < 0.5 * math.sqrt(max(dots[-1], 0.0)):  # much cancelled: once more ("twice is enough")
+        left = dots[-1] - sum(d * d for d in dots[:-1])  # ‖w‖² after: Pythagoras (q_j orthonormal)
+        if left < 0.25 * max(dots[-1], 0.0):  # much cancelled: once more ("twice is enough"), measured
             w.addmv_(seen.t(), seen @ w, alpha=-1.0)
             beta = _norm(w)
-        theta, s = _top_ritz(alphas, betas)
-        residual = beta * abs(float(s[-1]))
-        done = k + 1 >= products and (
-            tol is None
-            or residual <= tol * abs(theta)
-            or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
-        )
-        previous = theta
-        if done or beta <= 1e-12 * max(abs(theta), 1e-30) or k + 1 == limit:
-            break
+        else:
+            beta = math.sqrt(left)
+        stop = k + 1 == limit or beta <= 1e-12 * max(max(abs(a) for a in alphas), 1e-30)
+        check = tol is not None and k + 1 >= products
+        if check or stop:  # the Ritz pair now (else only at the end: its value is not needed before)
+            if check and previous is None and k > 0:
+                previous = _top_ritz(alphas[:-1], betas[:-1])[0] if k > 1 else alphas[0]
+            theta, s = _top_ritz(alphas, betas)
+            residual, ritz_at = beta * abs(float(s[-1])), len(alphas)
+            done = check and (
+                residual <= tol * abs(theta)
+                or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
+            )
+            previous = theta
+            if done or stop:
+                break
         betas.append(beta)
         w.div_(beta)
-    ritz = basis[0] * s[0]  # Σ_j s_j q_j, a vector the basis does not share
-    for j in range(1, len(alphas)):
-        ritz.add_(basis[j], alpha=s[j])
+    if ritz_at != len(alphas):
+        full = len(betas)  # vectors whose full product was taken (the last one's residual is reported)
+        if ritz_at != full and full:
+            s_full = _top_ritz(alphas[:full], betas[: full - 1])[1]
+            residual = betas[full - 1] * abs(float(s_full[-1]))
+        theta, s = _top_ritz(alphas, betas[: len(alphas) - 1])
+    m = len(alphas)
+    if m > 2:  # Σ_j s_j q_j, a vector the basis does not share: one pass over the rows
+        ritz = torch.mv(basis[:m].t(), torch.tensor(s, dtype=basis.dtype, device=basis.device))
+    else:
+        ritz = basis[0] * s[0]
+        if m == 2:
+            ritz.add_(basis[1], alpha=s[1])
     return (
         theta,
         _split(ritz, init),
-        {"products": len(alphas), "residual": residual / max(abs(theta), 1e-30)},
+        {"products": m, "residual": residual / max(abs(theta), 1e-30)},
     )

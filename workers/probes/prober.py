@@ -66,7 +66,7 @@ class Prober:
             model,
             likelihood,
             task_data.loss,
-            power_iterations=p.power_iterations,
+            power_iterations=p.power_iterations or spec.resolved().probes.power_iterations,
             hessian=p.hessian,
             empirical=p.empirical_fisher,
             seed=spec.seed,

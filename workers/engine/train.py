@@ -176,8 +176,9 @@ class _Run:
                 "steps_per_s": window_steps / max(window_time, 1e-9),
                 "elapsed": time.perf_counter() - start,
             }
-            if on_eval:
-                self._evaluate(model, data, device, "val", scalars)
+            if on_eval:  # not the step's time: a probe on this step is not charged for it
+                with prober.outside() if prober is not None else contextlib.nullcontext():
+                    self._evaluate(model, data, device, "val", scalars)
             # the contract is checked on the first event and on evaluation steps (where the validation
             # metrics join); the other steps' payloads come out of this same code with new floats
             self.events("scalars", step, scalars, check=on_eval or not checked)

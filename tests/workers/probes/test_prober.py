@@ -320,3 +320,57 @@ def test_summary_shape_for_cli_json():
     model, _, _ = tiny("layer")
     prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
     assert set(prober.summary()) >= {"hidden", "fisher"}
+
+
+class _Clock:
+    """A clock the test moves by hand (the prober reads it at every boundary it times)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timed_prober(steps: int = 100):
+    spec = RunSpec(task="digits", steps=steps, probes=ProbeSpec(enabled=True, trace_every=4))
+    data = SimpleNamespace(info=SimpleNamespace(target="class"), loss=F.cross_entropy)
+    model, _, _ = tiny("layer")
+    prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
+    prober.clock = clock = _Clock()
+    return prober, clock
+
+
+def _step(prober, clock, step: int, seconds: float, evaluation: float = 0.0) -> None:
+    """One loop step as train.py runs it (no forward: the tiny model records nothing), `seconds` long
+    besides an evaluation of `evaluation` seconds inside `prober.outside()`."""
+    prober.capture_this_step(step)
+    prober.after_backward(step, None, None, None, None)
+    prober.after_update(step)
+    clock.now += seconds
+    if evaluation:
+        with prober.outside():
+            clock.now += evaluation
+
+
+def test_an_evaluation_on_a_traced_step_is_not_charged_to_the_trace_and_step_one_is_priced_as_a_trace():
+    """Step 1 (traced) took 5 s, four times a plain step: start-up the run pays with or without probes;
+    its trace is charged what the next trace costs. The traced step 4 took 1.5 s besides a 10 s
+    evaluation: 0.5 s over a plain step is the trace's, the evaluation nobody's."""
+    prober, clock = _timed_prober()
+    for step, seconds, evaluation in ((1, 5.0, 0.0), (2, 1.0, 0.0), (3, 1.0, 0.0), (4, 1.5, 10.0)):
+        _step(prober, clock, step, seconds, evaluation)
+    assert prober.spent["hidden"] == 0.0 and prober.traces_done == 0  # step 1 waits for a priced trace
+    prober.capture_this_step(5)  # closes step 4
+    assert prober.traces_done == 2
+    assert prober.spent["hidden"] == pytest.approx(0.5 + 0.5)
+    assert prober.train_seconds == pytest.approx((5.0 - 0.5) + 1.0 + 1.0 + 1.0)
+
+
+def test_step_one_is_charged_its_whole_excess_when_no_other_trace_is_priced():
+    prober, clock = _timed_prober(steps=3)
+    for step, seconds in ((1, 5.0), (2, 1.0), (3, 1.0)):
+        _step(prober, clock, step, seconds)
+    summary = prober.summary()
+    assert prober.spent["hidden"] == pytest.approx(4.0) and prober.traces_done == 1
+    assert summary["overhead_parts"]["hidden"] == pytest.approx(4.0 / 2.0)

@@ -1,7 +1,7 @@
 """`normlab bench faults [--json]`: load and fault figures of the shared lab server, measured on a real
 `normlab api` (NORMLAB_AUTH=tokens, public reading) with real `normlab worker` processes on loopback:
 
-- queue: N tiny runs from two users over W workers: finished, lost, trained twice, FIFO per user;
+- queue: N short runs (≈ 1 s) from two users over W workers: finished, lost, trained twice, FIFO per user;
 - viewers: V concurrent SSE viewers of one live run: p95 latency, lost and duplicated events;
 - lost: a worker SIGKILLed mid-run -> seconds until the run is `lost` (with this server's settings).
 
@@ -30,6 +30,11 @@ TARGETS = {
     "lost_detect_s": 30,
 }
 TINY = {"task": "digits", "steps": 5, "hidden_size": 16, "eval_every": 5}
+# The queue's runs: short, but each longer than a worker's take-to-claim time (message taken -> a fresh
+# pool child forked -> the claim written), ≈ 0.1–0.3 s here and over 1 s on a loaded 2-core host. FIFO is
+# read from the runs' claim times; with 5-step runs (0.15 s) one worker's slow fork let the other claim
+# two later runs of the same user first, a "violation" of an order the broker had kept (CI, once).
+QUEUED = {"task": "digits", "steps": 300, "hidden_size": 16, "eval_every": 300}
 
 
 def queue_load(
@@ -44,7 +49,7 @@ def queue_load(
     every run finished once (one `running` status event, one terminal), none lost, FIFO per user
     (a run may start before an earlier one of the same user only within the `workers` runs that are
     handed out at the same time)."""
-    spec = spec or TINY
+    spec = spec or QUEUED
     names = list(users)
     submitted: dict[str, list[str]] = {n: [] for n in names}
     with httpx.Client(timeout=30) as c:

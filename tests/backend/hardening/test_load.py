@@ -1,4 +1,4 @@
-"""Load: tiny runs from two users queued over 2 real workers — all finish, none twice, none lost,
+"""Load: short runs from two users queued over 2 real workers — all finish, none twice, none lost,
 FIFO per user; and `normlab bench faults` end to end at a small size. The full figures (100 runs,
 500 viewers) come from `normlab bench faults --json`, recorded in BENCHMARKS.md ("Reliability")."""
 

@@ -2,8 +2,11 @@
 
 Per task, its default spec (one evaluation, at the end), side by side in this process after a warm-up:
 
-- default-length runs with probes off and with the default probes on, interleaved (off, on, off, on, …
-  `--repeat` pairs): the overhead (median on ÷ median off − 1 of the runs' process CPU time, which a
+- default-length runs with probes off and with the default probes on, in pairs (off-on, on-off, off-on, …:
+  `--repeat` pairs at least, more for a short task until its probes-off runs took `--min-seconds` of CPU):
+  `overhead_paired`, the median over pairs of on ÷ off − 1 (both runs of a pair see the same host, and the
+  alternating order cancels a drift within pairs; the figure to read), and the overhead (median on ÷
+  median off − 1 of the runs' process CPU time, which a
   busy shared host disturbs far less than wall time; the wall-time ratio too; and `overhead_min`, fastest
   on ÷ fastest off − 1: another tenant only ever adds time, and on a VM whose speed drifts by 1.5× within
   minutes the medians of a few runs moved by ±10 points where the fastest runs stayed put), the number of
@@ -38,6 +41,7 @@ WARM_STEPS = 10  # plain steps before the first estimate
 ESTIMATES = 8  # warm estimates timed, each followed by PLAIN_BETWEEN timed plain steps
 # cold estimates: the warm probe's first, then a fresh probe's first before every other warm one (5 in all)
 PLAIN_BETWEEN = 5
+MAX_PAIRS = 25  # off/on pairs at most for a short task (see --min-seconds)
 
 
 def _loop_seconds(events) -> float:
@@ -136,23 +140,38 @@ def _fisher(events) -> list:
     return [e for e in events if e.kind == "fisher"]
 
 
-def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: Settings) -> dict:
-    """One task's overhead with the default probes and its cost per Fisher estimate, cold and warm."""
+def bench_task(
+    task: str, norm: str, steps: int | None, repeat: int, settings: Settings, min_seconds: float = 0.0
+) -> dict:
+    """One task's overhead with the default probes and its cost per Fisher estimate, cold and warm:
+    `repeat` off/on pairs at least, more (up to MAX_PAIRS) until the probes-off runs took `min_seconds`
+    of CPU in all."""
     info = TASKS[task]
     steps = steps or info.steps
     base = dict(task=task, norm=norm, steps=steps, eval_every=steps, seed=0)
     warm_up = RunSpec(**{**base, "steps": 3, "eval_every": 3}, probes=ProbeSpec(enabled=True))
     _train(warm_up, settings)
     off, on, off_cpu, on_cpu, runs, counts = [], [], [], [], [], []
-    for _ in range(repeat):
+
+    def run_off() -> None:
         _, ev, cpu = _train(RunSpec(**base), settings)
         off.append(_loop_seconds(ev))
         off_cpu.append(cpu)
+
+    def run_on() -> None:
         result, ev, cpu = _train(RunSpec(**base, probes=ProbeSpec(enabled=True)), settings)
         on.append(_loop_seconds(ev))
         on_cpu.append(cpu)
         runs.append((result, ev))
         counts.append(len(_fisher(ev)))
+
+    pairs = 0
+    while pairs < repeat or (sum(off_cpu) < min_seconds and pairs < MAX_PAIRS):
+        # ABBA: off-on, then on-off, so a drift of the host's speed within a pair cancels over two pairs
+        for run in (run_off, run_on) if pairs % 2 == 0 else (run_on, run_off):
+            run()
+        pairs += 1
+    paired = [a / b - 1 for a, b in zip(on_cpu, off_cpu, strict=True)]
     result, ev = runs[-1]
     fisher = _fisher(ev)
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
@@ -167,6 +186,9 @@ def bench_task(task: str, norm: str, steps: int | None, repeat: int, settings: S
         "overhead_wall": on_s / off_s - 1,
         "overhead": statistics.median(on_cpu) / statistics.median(off_cpu) - 1,
         "overhead_min": min(on_cpu) / min(off_cpu) - 1,
+        "overhead_paired": statistics.median(paired),
+        "overhead_paired_all": paired,
+        "pairs": pairs,
         "off_cpu_s": statistics.median(off_cpu),
         "on_cpu_s": statistics.median(on_cpu),
         "off_cpu_all": off_cpu,
@@ -231,6 +253,13 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override every task's default steps")
     parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per task (median taken)")
     parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=10.0,
+        help="more pairs for a short task until its probes-off runs took this much CPU in all "
+        f"(at most {MAX_PAIRS} pairs): a 1 s run's overhead is lost in a drifting host's noise otherwise",
+    )
+    parser.add_argument(
         "--accuracy",
         action="store_true",
         help="instead: λ_max(F) cold and warm against a converged one (workers/probes/bench_accuracy.py)",
@@ -250,7 +279,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     started = time.perf_counter()
     rows = []
     for t in tasks:  # one line per task on stderr as it finishes, so a long run can be followed
-        rows.append(bench_task(t, args.norm, args.steps, args.repeat, settings))
+        rows.append(bench_task(t, args.norm, args.steps, args.repeat, settings, args.min_seconds))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     out = {
         "benchmark": "probes",
@@ -267,7 +296,8 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(
-        f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'overhead':>8} {'fastest':>7} {'wall':>6} "
+        f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'paired':>7} {'pairs':>5} {'overhead':>8} "
+        f"{'fastest':>7} {'wall':>6} "
         f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
         "   (cost per estimate in plain training steps)"
     )
@@ -280,7 +310,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
         print(
             f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
-            f"{r['overhead']:>8.1%} {r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
+            f"{r['overhead_paired']:>7.1%} {r['pairs']:>5} {r['overhead']:>8.1%} {r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
             f"{r['fisher_estimates']:>9} {r['fisher_estimates_min']:>6} {first:>9} "
             f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}"
         )

@@ -37,3 +37,47 @@ def test_an_estimate_s_cost_includes_the_groups_measured_update(settings, monkey
     cold, warm = bench.estimate_costs("digits", "layer", settings)
     assert len(cold) == 2 and len(warm) == 2
     assert len(calls) == 4 * 3  # 4 estimates × the digits MLP's 3 weight groups
+
+
+class _Result:
+    status = "completed"
+    probes = {"overhead": 0.05}
+
+
+def _fake_runs(monkeypatch, cpu_of):
+    """bench._train replaced: each call's (probes on?, CPU seconds from cpu_of(call number, on))."""
+    from types import SimpleNamespace
+
+    calls: list[bool] = []
+
+    def fake(spec, settings):
+        on = spec.probes.enabled
+        calls.append(on)
+        ev = [SimpleNamespace(kind="scalars", payload={"elapsed": 1.0}, step=spec.steps)]
+        if on:
+            ev.append(SimpleNamespace(kind="fisher", payload={"cost_steps": 3.0}, step=5))
+        return _Result(), ev, cpu_of(len(calls), on)
+
+    monkeypatch.setattr(bench, "_train", fake)
+    monkeypatch.setattr(bench, "estimate_costs", lambda *a: ([4.0], [3.0]))
+    return calls
+
+
+def test_overhead_pairs_alternate_their_order_and_cancel_a_drift(settings, monkeypatch):
+    # the host slows down 1 % a run; the probes cost 10 %: the paired figure reads 10 %, the medians less
+    calls = _fake_runs(monkeypatch, lambda n, on: (1 + 0.01 * n) * (1.1 if on else 1.0))
+    out = bench.bench_task("digits", "layer", steps=50, repeat=4, settings=settings)
+    assert calls[0] is True  # the warm-up run, with probes
+    assert calls[1:] == [False, True, True, False, False, True, True, False]  # ABBA
+    assert out["pairs"] == 4 and len(out["overhead_paired_all"]) == 4
+    assert out["overhead_paired"] == pytest.approx(0.10, abs=0.005)
+    ratios = [a / b - 1 for a, b in zip(out["on_cpu_all"], out["off_cpu_all"], strict=True)]
+    assert out["overhead_paired_all"] == pytest.approx(ratios)
+
+
+def test_a_short_task_gets_more_pairs_until_min_seconds_of_cpu(settings, monkeypatch):
+    _fake_runs(monkeypatch, lambda n, on: 0.5)
+    monkeypatch.setattr(bench, "MAX_PAIRS", 6)
+    assert bench.bench_task("digits", "layer", 50, 2, settings, min_seconds=1.4)["pairs"] == 3  # 3 × 0.5 s
+    assert bench.bench_task("digits", "layer", 50, 2, settings, min_seconds=100.0)["pairs"] == 6  # capped
+    assert bench.bench_task("digits", "layer", 50, 2, settings, min_seconds=0.0)["pairs"] == 2

@@ -310,7 +310,8 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         cold, warm = _fmt(r["cold_cost_steps"], ".1f"), _fmt(r["warm_cost_steps"], ".1f")
         print(
             f"{r['task']:12} {r['steps']:>5} {r['off_cpu_s']:>7.1f} {r['on_cpu_s']:>7.1f} "
-            f"{r['overhead_paired']:>7.1%} {r['pairs']:>5} {r['overhead']:>8.1%} {r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
+            f"{r['overhead_paired']:>7.1%} {r['pairs']:>5} {r['overhead']:>8.1%} "
+            f"{r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
             f"{r['fisher_estimates']:>9} {r['fisher_estimates_min']:>6} {first:>9} "
             f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}"
         )

@@ -81,9 +81,14 @@ def test_layernorm_prefers_gain_1_to_gain_0_1_pixel_by_pixel_on_every_seed(setti
     preset = dataclasses.replace(
         full, runs=tuple(full.runs[i] for i in keep), labels=tuple(full.run_labels()[i] for i in keep)
     )
-    out = reproduce(preset, seeds=[0, 1, 2], steps=120, settings=settings)
+    # At the preset's own 240 steps, as REPRODUCTIONS.md records it (every seed of 5). At 120 steps the
+    # final loss is one point of a curve still in its noisy phase: on a 2-core EPYC without AVX-512 (other
+    # rounding in the products) seed 2's g=1.0 run spiked from 1.79 to 2.14 between steps 100 and 120 and
+    # the claim failed there (per seed −0.30, −0.45, +0.29); at 240 the same runs give −0.38, −0.35, −0.03
+    out = reproduce(preset, seeds=[0, 1, 2], steps=full.runs[0].steps, settings=settings)
     claim = next(c for c in out["direction"]["claims"] if c["kind"] == "better")
     assert claim["claim"] == "layer g=1.0 better than layer g=0.1" and claim["all_seeds"], claim
+    assert claim["holds"], claim
 
 
 @pytest.mark.slow

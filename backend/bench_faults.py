@@ -30,10 +30,11 @@ TARGETS = {
     "lost_detect_s": 30,
 }
 TINY = {"task": "digits", "steps": 5, "hidden_size": 16, "eval_every": 5}
-# The queue's runs: short, but each longer than a worker's take-to-claim time (message taken -> a fresh
-# pool child forked -> the claim written), ≈ 0.1–0.3 s here and over 1 s on a loaded 2-core host. FIFO is
-# read from the runs' claim times; with 5-step runs (0.15 s) one worker's slow fork let the other claim
-# two later runs of the same user first, a "violation" of an order the broker had kept (CI, once).
+# The queue's runs: short, but longer than a worker's take-to-claim time (message taken -> a fresh pool
+# child -> the claim written): one run's end to the same worker's next claim took 0.0–1.0 s on the 2-core
+# VM under 3 busy loops, where these runs took 0.6–1.5 s. FIFO is read from the runs' claim times; with
+# 5-step runs (0.15 s) one slow worker could let the other claim two later runs of the same user first,
+# a "violation" of an order the broker had kept (CI, once).
 QUEUED = {"task": "digits", "steps": 300, "hidden_size": 16, "eval_every": 300}
 
 

@@ -64,7 +64,7 @@ def _fake_runs(monkeypatch, cpu_of):
 
 
 def test_overhead_pairs_alternate_their_order_and_cancel_a_drift(settings, monkeypatch):
-    # the host slows down 1 % a run; the probes cost 10 %: the paired figure reads 10 %, the medians less
+    # the host slows down 1 % a run; the probes cost 10 %: every pair's ratio reads 10 % within the drift
     calls = _fake_runs(monkeypatch, lambda n, on: (1 + 0.01 * n) * (1.1 if on else 1.0))
     out = bench.bench_task("digits", "layer", steps=50, repeat=4, settings=settings)
     assert calls[0] is True  # the warm-up run, with probes

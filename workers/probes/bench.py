@@ -1,4 +1,4 @@
-"""`normlab bench probes [--json] [--tasks a,b] [--norm layer] [--steps N] [--repeat R]`.
+"""`normlab bench probes [--json] [--tasks a,b] [--norm layer] [--steps N] [--repeat R] [--min-seconds S]`.
 
 Per task, its default spec (one evaluation, at the end), side by side in this process after a warm-up:
 
@@ -6,8 +6,8 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
   `--repeat` pairs at least, more for a short task until its probes-off runs took `--min-seconds` of CPU):
   `overhead_paired`, the median over pairs of on ÷ off − 1 (both runs of a pair see the same host, and the
   alternating order cancels a drift within pairs; the figure to read), and the overhead (median on ÷
-  median off − 1 of the runs' process CPU time, which a
-  busy shared host disturbs far less than wall time; the wall-time ratio too; and `overhead_min`, fastest
+  median off − 1 of the runs' process CPU time, which a busy shared host disturbs far less than wall
+  time; the wall-time ratio too; and `overhead_min`, fastest
   on ÷ fastest off − 1: another tenant only ever adds time, and on a VM whose speed drifts by 1.5× within
   minutes the medians of a few runs moved by ±10 points where the fastest runs stayed put), the number of
   Fisher estimates (median and fewest over the repeats) and the step of the first one;

@@ -194,6 +194,7 @@ def bench_task(
         "off_cpu_all": off_cpu,
         "on_cpu_all": on_cpu,
         "prober_share": result.probes["overhead"],
+        "after_effect_share": result.probes.get("after_effect"),  # part of prober_share (prober.py)
         "fisher_estimates": int(statistics.median_low(counts)),
         "fisher_estimates_min": min(counts),
         "fisher_estimates_all": counts,

@@ -374,3 +374,35 @@ def test_step_one_is_charged_its_whole_excess_when_no_other_trace_is_priced():
     summary = prober.summary()
     assert prober.spent["hidden"] == pytest.approx(4.0) and prober.traces_done == 1
     assert summary["overhead_parts"]["hidden"] == pytest.approx(4.0 / 2.0)
+
+
+def test_the_plain_steps_after_an_estimate_are_charged_their_signed_excess_to_it():
+    """An estimate at step 5 takes 3 s; the four plain steps after it take 1.3, 1.2, 0.9 and 5.0 s against
+    a 1 s median: +0.3 +0.2 −0.1 and, clamped to one step, +1.0 s are the estimate's; step 10's 1.4 s
+    (past the window) and the traced step 8 are not. What those steps were not charged counts as training
+    time, as a plain step's does; they stay out of the median."""
+    spec = RunSpec(task="digits", steps=100, probes=ProbeSpec(enabled=True, trace_every=8))
+    data = SimpleNamespace(info=SimpleNamespace(target="class"), loss=F.cross_entropy)
+    model, _, _ = tiny("layer")
+    prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
+    prober.clock = clock = _Clock()
+    prober.curvature.groups = []
+
+    def estimate(*args):
+        clock.now += 3.0
+        return {"groups": []}, {"estimate": 3.0}
+
+    prober.curvature.estimate = estimate
+    steps = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.3, 7: 1.2, 8: 1.5, 9: 0.9, 10: 5.0, 11: 1.4}
+    for step, seconds in steps.items():
+        _step(prober, clock, step, seconds)
+        if step == 5:
+            assert prober.last_fisher_step == 5, "the estimate came at step 5"
+    prober.capture_this_step(12)  # closes step 11
+    assert prober.after_seconds == pytest.approx(0.3 + 0.2 - 0.1 + 1.0)
+    assert prober.spent["fisher"] == pytest.approx(3.0 + 1.4)
+    assert prober.spent["hidden"] == pytest.approx(0.5)  # step 8's trace (step 1 took a plain step's time)
+    # steps 1-5, 6, 7 and 9 a median step each, step 10 what is left past its clamped charge, 8 and 11
+    assert prober.train_seconds == pytest.approx(5 * 1.0 + 3 * 1.0 + 4.0 + 1.0 + 1.4)
+    assert sorted(prober.step_times) == pytest.approx([1.0, 1.0, 1.0, 1.4])  # steps 2-4 and 11
+    assert prober.summary()["after_effect"] == pytest.approx(1.4 / prober.train_seconds)

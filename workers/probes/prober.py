@@ -16,7 +16,10 @@ Fisher estimates are planned over the whole run, whose length is known: the run'
 TARGET × budget × (steps × the median plain step) less the hidden traces' projected part (at most
 1 − FISHER_SHARE of it; their measured cost × the traces due when less), paced along a line that starts with
 credit for one estimate, so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
-the rest spread over the run (`fisher_every` apart at the least). The predicted cost is the median of the
+the rest spread over the run (`fisher_every` apart at the least). Once the first is done, the line starts
+from what it cost plus credit for one more: the cold first estimate's premium (1.4× a warm one) no longer
+holds back every later one (seq-digits' second came at step 71 instead of 55, and its last fell off the
+run's end: 4-5 estimates where 6 fit). The line never passes the allowance. The predicted cost is the median of the
 last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
 estimate slowed by a busy host does not push the next ones out of the run. When even one estimate does
 not fit the allowance, the run logs a warning at once with the budget that would fit.
@@ -111,6 +114,7 @@ class Prober:
         self._step_recorded = False  # whether this step's forward was recorded (its extra is the estimate's)
         self._estimated = False  # this step estimated the Fisher: the plain steps after it are charged
         self._after = 0  # plain steps left whose excess over the median is the last estimate's
+        self.first_spent: float | None = None  # what the first estimate cost in all (the plan's start)
         self.after_seconds = 0.0  # what those steps were charged in all (signed; part of spent["fisher"])
 
     # -- timing ---------------------------------------------------------------------------------
@@ -142,6 +146,8 @@ class Prober:
         after = False
         if self._estimated:  # the estimate's step itself: its after-effects land on the next plain steps
             self._estimated, self._after = False, AFTER_STEPS
+            if self.first_spent is None:
+                self.first_spent = self.spent["fisher"]
         elif self._after and not (hidden or fisher):
             self._after -= 1
             base = self.step_seconds()
@@ -252,11 +258,18 @@ class Prober:
                 self._note_no_fit(step, predicted, allowance, total, step_s)
             self._recheck_at = soon
             return False
-        paced = predicted + (allowance - predicted) * min(self.train_seconds / total, 1.0)
-        if self.spent["fisher"] + predicted <= paced:
+        spent = self.spent["fisher"]
+        if spent + predicted > allowance:  # the plan's end: only a longer projected run makes room
+            self._recheck_at = soon
+            return False
+        # the line's start: credit for one estimate, and once the first is done, what it cost besides
+        credit = predicted + (self.first_spent or 0.0)
+        paced = credit + (allowance - credit) * min(self.train_seconds / total, 1.0)
+        if spent + predicted <= paced:
             return True
-        # spent + predicted ≤ predicted + (allowance − predicted) · train / total from this training time on
-        self._recheck_at = min(self.spent["fisher"] * total / (allowance - predicted), soon)
+        # spent + predicted ≤ credit + (allowance − credit) · train / total from this training time on
+        # (allowance > credit here: else paced ≥ allowance ≥ spent + predicted above)
+        self._recheck_at = min((spent + predicted - credit) * total / (allowance - credit), soon)
         return False
 
     def _note_no_fit(self, step, predicted, allowance, total, step_s) -> None:

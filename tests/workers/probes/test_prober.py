@@ -332,8 +332,9 @@ class _Clock:
         return self.now
 
 
-def _timed_prober(steps: int = 100):
-    spec = RunSpec(task="digits", steps=steps, probes=ProbeSpec(enabled=True, trace_every=4))
+def _timed_prober(steps: int = 100, probes: ProbeSpec | None = None):
+    probes = probes or ProbeSpec(enabled=True, trace_every=4)
+    spec = RunSpec(task="digits", steps=steps, probes=probes)
     data = SimpleNamespace(info=SimpleNamespace(target="class"), loss=F.cross_entropy)
     model, _, _ = tiny("layer")
     prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -376,23 +377,44 @@ def test_step_one_is_charged_its_whole_excess_when_no_other_trace_is_priced():
     assert summary["overhead_parts"]["hidden"] == pytest.approx(4.0 / 2.0)
 
 
+def _estimating_prober(steps: int, trace_every: int, costs: list[float], fisher_every: int = 50):
+    """A timed prober whose estimates take `costs` seconds in turn (the last one from then on) and
+    compute nothing (no groups)."""
+    probes = ProbeSpec(enabled=True, trace_every=trace_every, fisher_every=fisher_every)
+    prober, clock = _timed_prober(steps, probes)
+    prober.curvature.groups = []
+    taken = iter(costs)
+
+    def estimate(*args):
+        seconds = next(taken, costs[-1])
+        clock.now += seconds
+        return {"groups": []}, {"estimate": seconds}
+
+    prober.curvature.estimate = estimate
+    return prober, clock
+
+
+def test_the_plan_credits_the_cold_first_estimate_so_later_ones_keep_their_cadence():
+    """1 s steps, 200 of them, an estimate every 10 steps at the most: the allowance is 0.85 × 15 % × 200 s
+    less the traces' 30 % = 17.85 s. The cold first estimate (step 5) takes 6 s, the warm ones 4 s. Its
+    premium is credited: the second comes when due (step 15), not once the line has caught up with 6 s
+    (step 88); the third when the line reaches 14 s (step 103); a fourth would pass the allowance."""
+    prober, clock = _estimating_prober(steps=200, trace_every=1000, costs=[6.0, 4.0], fisher_every=10)
+    estimated = []
+    for step in range(1, 201):
+        _step(prober, clock, step, 1.0)
+        if prober.last_fisher_step == step:
+            estimated.append(step)
+    assert estimated == [5, 15, 103]
+    assert prober.spent["fisher"] == pytest.approx(14.0) and prober.first_spent == pytest.approx(6.0)
+
+
 def test_the_plain_steps_after_an_estimate_are_charged_their_signed_excess_to_it():
     """An estimate at step 5 takes 3 s; the four plain steps after it take 1.3, 1.2, 0.9 and 5.0 s against
     a 1 s median: +0.3 +0.2 −0.1 and, clamped to one step, +1.0 s are the estimate's; step 10's 1.4 s
     (past the window) and the traced step 8 are not. What those steps were not charged counts as training
     time, as a plain step's does; they stay out of the median."""
-    spec = RunSpec(task="digits", steps=100, probes=ProbeSpec(enabled=True, trace_every=8))
-    data = SimpleNamespace(info=SimpleNamespace(target="class"), loss=F.cross_entropy)
-    model, _, _ = tiny("layer")
-    prober = make_prober(spec, model, data, torch.optim.SGD(model.parameters(), lr=0.1))
-    prober.clock = clock = _Clock()
-    prober.curvature.groups = []
-
-    def estimate(*args):
-        clock.now += 3.0
-        return {"groups": []}, {"estimate": 3.0}
-
-    prober.curvature.estimate = estimate
+    prober, clock = _estimating_prober(steps=100, trace_every=8, costs=[3.0])
     steps = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.3, 7: 1.2, 8: 1.5, 9: 0.9, 10: 5.0, 11: 1.4}
     for step, seconds in steps.items():
         _step(prober, clock, step, seconds)

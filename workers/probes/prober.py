@@ -19,8 +19,8 @@ credit for one estimate, so the first one comes as soon as a few plain steps are
 the rest spread over the run (`fisher_every` apart at the least). Once the first is done, the line starts
 from what it cost plus credit for one more: the cold first estimate's premium (1.4× a warm one) no longer
 holds back every later one (seq-digits' second came at step 71 instead of 55, and its last fell off the
-run's end: 4-5 estimates where 6 fit). The line never passes the allowance. The predicted cost is the median of the
-last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
+run's end: 4-5 estimates where 6 fit). The line never passes the allowance.
+The predicted cost is the median of the last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
 estimate slowed by a busy host does not push the next ones out of the run. When even one estimate does
 not fit the allowance, the run logs a warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.

@@ -12,17 +12,17 @@ The loop calls, each step (contracts.md, "Probes hook"):
 Cost control. Hidden traces: a token bucket — training time earns trace time at the rate
 (1 − FISHER_SHARE) × TARGET × budget (`spec.probes.budget`); a due trace waits while traces are over their
 share. A trace step's cost is the time its capture adds to the step over the median plain step.
-Fisher estimates are planned over the whole run, whose length is known: the run's allowance is
-TARGET × budget × (steps × the median plain step) less the hidden traces' projected part (at most
-1 − FISHER_SHARE of it; their measured cost × the traces due when less), paced along a line that starts with
-credit for one estimate, so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
-the rest spread over the run (`fisher_every` apart at the least). Once the first is done, the line starts
-from what it cost plus credit for one more: the cold first estimate's premium (1.4× a warm one) no longer
-holds back every later one (seq-digits' second came at step 71 instead of 55, and its last fell off the
-run's end: 4-5 estimates where 6 fit). The line never passes the allowance.
-The predicted cost is the median of the last few warm ones measured (a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one
-estimate slowed by a busy host does not push the next ones out of the run. When even one estimate does
-not fit the allowance, the run logs a warning at once with the budget that would fit.
+Fisher estimates are planned over the whole run, whose length is known: the run's allowance is TARGET × budget
+× (steps × the median plain step) less the hidden traces' projected part (at most 1 − FISHER_SHARE of it;
+their measured cost × the traces due when less), paced along a line that starts with credit for one estimate,
+so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and the rest spread over the run
+(`fisher_every` apart at the least). Once the first is done, the line starts from what it cost plus credit for
+one more: the cold first estimate's premium (1.4× a warm one) no longer holds back every later one
+(seq-digits' second came at step 71 instead of 55, and its last fell off the run's end: 4-5 estimates where 6
+fit). The line never passes the allowance. The predicted cost is the median of the last few warm ones measured
+(a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one estimate slowed by a busy host does
+not push the next ones out of the run. When even one estimate does not fit the allowance, the run logs a
+warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.
 
 After-effects. An estimate sweeps the whole parameter vector several times and the batch's activations

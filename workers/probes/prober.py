@@ -19,10 +19,11 @@ so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
 (`fisher_every` apart at the least). Once the first is done, the line starts from what it cost plus credit for
 one more: the cold first estimate's premium (1.4× a warm one) no longer holds back every later one
 (seq-digits' second came at step 71 instead of 55, and its last fell off the run's end: 4-5 estimates where 6
-fit). The line never passes the allowance. The predicted cost is the median of the last few warm ones measured
-(a cold one ÷ COLD), before any PRIOR_COST_STEPS × COLD plain steps: one estimate slowed by a busy host does
-not push the next ones out of the run. When even one estimate does not fit the allowance, the run logs a
-warning at once with the budget that would fit.
+fit). The line never passes the allowance. The predicted cost is the median of the last few measured (a cold
+one ÷ COLD), each with all it was charged: its recorded step's extra, its passes, the groups' update and its
+after-effect (below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS ×
+COLD plain steps: one estimate slowed by a busy host does not push the next ones out of the run. When even one
+estimate does not fit the allowance, the run logs a warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.
 
 After-effects. An estimate sweeps the whole parameter vector several times and the batch's activations
@@ -99,7 +100,9 @@ class Prober:
         self._first_trace: float | None = None  # step 1's excess over a plain step, until its trace is priced
         self._step_flags = (False, False)
         self._pending: tuple | None = None
-        self.costs: deque[float] = deque(maxlen=COSTS_KEPT)  # seconds of recent estimates, as if warm
+        # seconds of recent estimates, as if warm: all each was charged (its recorded step's extra, its
+        # passes, the groups' update and the after-effect on the plain steps after it: `_finish_cost`)
+        self.costs: deque[float] = deque(maxlen=COSTS_KEPT)
         self.last_fisher_step = 0
         self.no_fit: dict | None = None  # why no estimate fits, once known (logged once)
         self._log: list[tuple[str, dict]] = []  # log events to hand out with the next step's events
@@ -115,6 +118,7 @@ class Prober:
         self._estimated = False  # this step estimated the Fisher: the plain steps after it are charged
         self._after = 0  # plain steps left whose excess over the median is the last estimate's
         self.first_spent: float | None = None  # what the first estimate cost in all (the plan's start)
+        self._open: tuple[float, bool] | None = None  # (spent["fisher"] as the estimate began, cold)
         self.after_seconds = 0.0  # what those steps were charged in all (signed; part of spent["fisher"])
 
     # -- timing ---------------------------------------------------------------------------------
@@ -146,8 +150,6 @@ class Prober:
         after = False
         if self._estimated:  # the estimate's step itself: its after-effects land on the next plain steps
             self._estimated, self._after = False, AFTER_STEPS
-            if self.first_spent is None:
-                self.first_spent = self.spent["fisher"]
         elif self._after and not (hidden or fisher):
             self._after -= 1
             base = self.step_seconds()
@@ -157,12 +159,28 @@ class Prober:
                 self.after_seconds += excess
                 plain -= excess
                 after = True
+            if not self._after:
+                self._finish_cost()
         self.train_seconds += plain
         self._timed += 1
         self.any_times.append(plain)
         if not (hidden or fisher or after):
             self.step_times.append(plain)
         self._settle()
+
+    def _finish_cost(self) -> None:
+        """The open estimate is charged in full (its after-effect window ended, or the next estimate
+        begins): what it cost, as if warm, joins the costs the plan predicts from; the first one's is the
+        start of the plan's line."""
+        if self._open is None:
+            return
+        mark, cold = self._open
+        self._open = None
+        cost = self.spent["fisher"] - mark
+        self.costs.append(cost / COLD if cold else cost)
+        self._cost_median = None
+        if cold and self.first_spent is None:
+            self.first_spent = cost
 
     def _settle(self, final: bool = False) -> None:
         """Time the held traced step 1 once a plain step is timed. What it took beyond a plain step is
@@ -222,7 +240,8 @@ class Prober:
         return self.spent["hidden"] <= (1 - FISHER_SHARE) * earned
 
     def _predicted_cost(self, step_s: float) -> float:
-        """Seconds the next Fisher estimate should take: the last one's (as if warm), or the prior."""
+        """Seconds the next Fisher estimate should cost in all: the median of the latest ones (as if warm),
+        or the prior."""
         if self.costs:
             if self._cost_median is None:  # once per estimate, not at every step the plan is asked
                 self._cost_median = float(statistics.median(self.costs))
@@ -314,6 +333,9 @@ class Prober:
             step >= self.next_fisher and self.train_seconds >= self._recheck_at and self._affordable(step)
         )
         self._step_flags = (hidden, fisher)
+        if fisher:
+            self._finish_cost()
+            self._open = (self.spent["fisher"], self.last_fisher_step == 0)
         return "fast" if hidden else False
 
     def recording(self, x):
@@ -380,8 +402,6 @@ class Prober:
         payload["cold"] = self.last_fisher_step == 0
         payload["optimizer"] = self.spec.optimizer  # effective_lr = η/‖w‖² is SGD's step; see effective_step
         payload = finite(payload)
-        self.costs.append(total / COLD if payload["cold"] else total)
-        self._cost_median = None
         self.last_fisher_step = step
         self.next_fisher = step + self.fisher_every
         self._estimated = True

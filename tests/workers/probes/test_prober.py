@@ -18,7 +18,7 @@ from workers.probes.curvature import CurvatureProbe
 from workers.probes.fisher import FisherPass, power_iteration
 from workers.probes.groups import add_update, find_groups, snapshot
 from workers.probes.likelihood import Likelihood
-from workers.probes.prober import finite
+from workers.probes.prober import COLD, finite
 
 from .conftest import brute_fisher, tiny
 
@@ -377,10 +377,12 @@ def test_step_one_is_charged_its_whole_excess_when_no_other_trace_is_priced():
     assert summary["overhead_parts"]["hidden"] == pytest.approx(4.0 / 2.0)
 
 
-def _estimating_prober(steps: int, trace_every: int, costs: list[float], fisher_every: int = 50):
+def _estimating_prober(
+    steps: int, trace_every: int, costs: list[float], fisher_every: int = 50, budget: float = 0.15
+):
     """A timed prober whose estimates take `costs` seconds in turn (the last one from then on) and
     compute nothing (no groups)."""
-    probes = ProbeSpec(enabled=True, trace_every=trace_every, fisher_every=fisher_every)
+    probes = ProbeSpec(enabled=True, trace_every=trace_every, fisher_every=fisher_every, budget=budget)
     prober, clock = _timed_prober(steps, probes)
     prober.curvature.groups = []
     taken = iter(costs)
@@ -428,3 +430,20 @@ def test_the_plain_steps_after_an_estimate_are_charged_their_signed_excess_to_it
     assert prober.train_seconds == pytest.approx(5 * 1.0 + 3 * 1.0 + 4.0 + 1.0 + 1.4)
     assert sorted(prober.step_times) == pytest.approx([1.0, 1.0, 1.0, 1.4])  # steps 2-4 and 11
     assert prober.summary()["after_effect"] == pytest.approx(1.4 / prober.train_seconds)
+    # the plan predicts from all the estimate was charged (a cold one, as if warm), and starts from it
+    assert list(prober.costs) == pytest.approx([(3.0 + 1.4) / COLD])
+    assert prober.first_spent == pytest.approx(3.0 + 1.4)
+
+
+def test_an_estimate_due_inside_the_last_ones_window_closes_its_cost_there():
+    """Estimates every 2 steps (a large budget): the plain step between two is the only one charged to the
+    first (+0.5 s); its cost closes as the next one begins, and the next one's window starts afresh."""
+    prober, clock = _estimating_prober(
+        steps=40, trace_every=1000, costs=[3.0, 2.0], fisher_every=2, budget=5.0
+    )
+    for step, seconds in ((1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 1.0), (6, 1.5), (7, 1.0), (8, 1.2)):
+        _step(prober, clock, step, seconds)
+    assert prober.last_fisher_step == 7  # estimates at steps 5 and 7
+    assert list(prober.costs) == pytest.approx([(3.0 + 0.5) / COLD])  # the second's window is still open
+    prober.capture_this_step(9)  # closes step 8: +0.2 s, the second's
+    assert prober.after_seconds == pytest.approx(0.5 + 0.2) and prober.first_spent == pytest.approx(3.5)

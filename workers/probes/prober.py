@@ -18,12 +18,12 @@ their measured cost × the traces due when less), paced along a line that starts
 so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and the rest spread over the run
 (`fisher_every` apart at the least). Once the first is done, the line starts from what it cost plus credit for
 one more: the cold first estimate's premium (1.4× a warm one) no longer holds back every later one
-(seq-digits' second came at step 71 instead of 55, and its last fell off the run's end: 4-5 estimates where 6
-fit). The line never passes the allowance. The predicted cost is the median of the last few measured (a cold
-one ÷ COLD), each with all it was charged: its recorded step's extra, its passes, the groups' update and its
-after-effect (below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS ×
-COLD plain steps: one estimate slowed by a busy host does not push the next ones out of the run. When even one
-estimate does not fit the allowance, the run logs a warning at once with the budget that would fit.
+(seq-digits' second came at step 71 instead of 55, and its fifth at step 285 of 300, or not at all). The line
+never passes the allowance. The predicted cost is the median of the last few measured (a cold one ÷ COLD),
+each with all it was charged: its recorded step's extra, its passes, the groups' update and its after-effect
+(below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS × COLD plain
+steps: one estimate slowed by a busy host does not push the next ones out of the run. When even one estimate
+does not fit the allowance, the run logs a warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.
 
 After-effects. An estimate sweeps the whole parameter vector several times and the batch's activations

@@ -19,11 +19,11 @@ so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and
 (`fisher_every` apart at the least). Once the first is done, the line starts from what it cost plus credit for
 one more: the cold first estimate's premium (1.4× a warm one) no longer holds back every later one
 (seq-digits' second came at step 71 instead of 55, and its fifth at step 285 of 300, or not at all). The line
-never passes the allowance. The predicted cost is the median of the last few measured (a cold one ÷ COLD),
-each with all it was charged: its recorded step's extra, its passes, the groups' update and its after-effect
-(below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS × COLD plain
-steps: one estimate slowed by a busy host does not push the next ones out of the run. When even one estimate
-does not fit the allowance, the run logs a warning at once with the budget that would fit.
+never passes the allowance. The predicted cost is the lower median of the last few measured (a cold one ÷
+COLD), each with all it was charged: its recorded step's extra, its passes, the groups' update and its
+after-effect (below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS ×
+COLD plain steps: one estimate slowed by a busy host does not push the next ones out of the run. When even one
+estimate does not fit the allowance, the run logs a warning at once with the budget that would fit.
 Every estimate states its cost in plain training steps.
 
 After-effects. An estimate sweeps the whole parameter vector several times and the batch's activations
@@ -240,11 +240,14 @@ class Prober:
         return self.spent["hidden"] <= (1 - FISHER_SHARE) * earned
 
     def _predicted_cost(self, step_s: float) -> float:
-        """Seconds the next Fisher estimate should cost in all: the median of the latest ones (as if warm),
-        or the prior."""
+        """Seconds the next Fisher estimate should cost in all: the lower median of the latest ones (as if
+        warm), or the prior. The lower one: of two costs the median is their mean, and one estimate that a
+        busy host slowed 2.5× (seq-digits' second, under a CI run's load) priced every later one at 1.8×
+        a warm one and left the run 3 estimates where 5 fit. What an estimate costs beyond its prediction
+        is still charged, and the plan's line holds the run to its allowance."""
         if self.costs:
             if self._cost_median is None:  # once per estimate, not at every step the plan is asked
-                self._cost_median = float(statistics.median(self.costs))
+                self._cost_median = float(statistics.median_low(self.costs))
             return self._cost_median
         return COLD * PRIOR_COST_STEPS * step_s
 

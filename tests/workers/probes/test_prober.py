@@ -447,3 +447,13 @@ def test_an_estimate_due_inside_the_last_ones_window_closes_its_cost_there():
     assert list(prober.costs) == pytest.approx([(3.0 + 0.5) / COLD])  # the second's window is still open
     prober.capture_this_step(9)  # closes step 8: +0.2 s, the second's
     assert prober.after_seconds == pytest.approx(0.5 + 0.2) and prober.first_spent == pytest.approx(3.5)
+
+
+def test_one_slow_estimate_does_not_price_the_next_ones():
+    """The second estimate took 12 s where the first, cold, took 6 s (4 as if warm): the next one is
+    predicted at 4 s, not at the 8 s mean of the two, which would have cost the run its later estimates."""
+    prober, clock = _estimating_prober(steps=200, trace_every=1000, costs=[6.0, 12.0, 4.0], fisher_every=10)
+    for step in range(1, 26):
+        _step(prober, clock, step, 1.0)
+    assert prober.last_fisher_step == 15 and list(prober.costs) == pytest.approx([4.0, 12.0])
+    assert prober._predicted_cost(1.0) == pytest.approx(4.0)

@@ -18,7 +18,7 @@ their measured cost × the traces due when less), paced along a line that starts
 so the first one comes as soon as a few plain steps are timed (FIRST_FISHER) and the rest spread over the run
 (`fisher_every` apart at the least). Once the first is done, the line starts from what it cost plus credit for
 one more: the cold first estimate's premium (1.4× a warm one) no longer holds back every later one
-(seq-digits' second came at step 71 instead of 55, and its fifth at step 285 of 300, or not at all). The line
+(seq-digits' second came at step 75–89 instead of 55, and its fifth late in the run or not at all). The line
 never passes the allowance. The predicted cost is the lower median of the last few measured (a cold one ÷
 COLD), each with all it was charged: its recorded step's extra, its passes, the groups' update and its
 after-effect (below; a payload's cost_steps is its passes and update alone); before any, PRIOR_COST_STEPS ×

@@ -151,7 +151,7 @@ def test_a_run_without_room_warns_at_once_with_a_budget_that_fits(settings):
 
 def test_a_default_length_run_gets_its_first_estimate_early_and_several_in_all(settings):
     # planned over the run: the first at step 5 (it came at step 115 of 500 when the budget had to be
-    # earned first). Timed in process CPU time, with each estimate priced at the median of the latest
+    # earned first). Timed in process CPU time, with each estimate priced at the lower median of the latest
     # ones, a loaded host no longer costs estimates: `normlab bench probes` measured 8-9 here at load ≈ 12.
     result, events = _run(settings, task="mnist1d", norm="layer")
     fisher = [e for e in events if e.kind == "fisher"]

@@ -115,7 +115,6 @@ class Prober:
         self._recorded = None  # this step's recorded training forward, for its estimate
         self._recheck_at = 0.0  # training seconds before which the plan need not be asked again
         self._step_recorded = False  # whether this step's forward was recorded (its extra is the estimate's)
-        self._estimated = False  # this step estimated the Fisher: the plain steps after it are charged
         self._after = 0  # plain steps left whose excess over the median is the last estimate's
         self.first_spent: float | None = None  # what the first estimate cost in all (the plan's start)
         self._open: tuple[float, bool] | None = None  # (spent["fisher"] as the estimate began, cold)
@@ -148,9 +147,7 @@ class Prober:
             self.spent["fisher"] += extra
             plain -= extra
         after = False
-        if self._estimated:  # the estimate's step itself: its after-effects land on the next plain steps
-            self._estimated, self._after = False, AFTER_STEPS
-        elif self._after and not (hidden or fisher):
+        if self._after and not (hidden or fisher):  # the estimate's own step opened the window, uncharged
             self._after -= 1
             base = self.step_seconds()
             if base is not None:
@@ -339,6 +336,7 @@ class Prober:
         if fisher:
             self._finish_cost()
             self._open = (self.spent["fisher"], self.last_fisher_step == 0)
+            self._after = AFTER_STEPS  # the plain steps after this one (`_close_step`)
         return "fast" if hidden else False
 
     def recording(self, x):
@@ -407,7 +405,6 @@ class Prober:
         payload = finite(payload)
         self.last_fisher_step = step
         self.next_fisher = step + self.fisher_every
-        self._estimated = True
         self.last["fisher"] = payload
         spent = self.clock() - t0
         self._step_probe += spent

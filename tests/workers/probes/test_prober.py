@@ -413,7 +413,7 @@ def test_the_plan_credits_the_cold_first_estimate_so_later_ones_keep_their_caden
 
 def test_the_plain_steps_after_an_estimate_are_charged_their_signed_excess_to_it():
     """An estimate at step 5 takes 3 s; the four plain steps after it take 1.3, 1.2, 0.9 and 5.0 s against
-    a 1 s median: +0.3 +0.2 −0.1 and, clamped to one step, +1.0 s are the estimate's; step 10's 1.4 s
+    a 1 s median: +0.3 +0.2 −0.1 and, clamped to one step, +1.0 s are the estimate's; step 11's 1.4 s
     (past the window) and the traced step 8 are not. What those steps were not charged counts as training
     time, as a plain step's does; they stay out of the median."""
     prober, clock = _estimating_prober(steps=100, trace_every=8, costs=[3.0])

@@ -18,26 +18,15 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Boolean, Column, ColumnElement, Float, MetaData, String, Table, insert, select, update
+from sqlalchemy import ColumnElement, insert, select, update
 
 from backend.limits import active_runs, limits_public
 from normlab.store import Store
+from normlab.store.schema import api_tokens as tokens
 
 TOKEN_PREFIX = "nl_"
 OPEN_PATHS = ("/api/health", "/api/me")  # answer without a token even when reading is private
 CACHE_S = 2.0  # a revoked token stops working within this long in a running API
-
-_metadata = MetaData()
-tokens = Table(
-    "api_tokens",
-    _metadata,
-    Column("id", String(16), primary_key=True),  # public handle for `normlab token revoke`
-    Column("user", String(128), nullable=False),
-    Column("admin", Boolean, nullable=False, default=False),
-    Column("token_hash", String(64), nullable=False, unique=True),  # sha256 hex; the token is never stored
-    Column("created_at", Float, nullable=False),
-    Column("revoked_at", Float),
-)
 
 
 @dataclass(frozen=True)
@@ -57,8 +46,7 @@ class TokenStore:
     """Create, revoke, list and check API tokens in the results store's database."""
 
     def __init__(self, store: Store):
-        self.engine = store.engine
-        _metadata.create_all(self.engine)
+        self.engine = store.engine  # the api_tokens table is the store's (normlab.store.schema)
         self._cache: dict[str, tuple[float, Principal | None]] = {}
 
     def create(self, user: str, admin: bool = False) -> tuple[str, str]:

@@ -21,11 +21,6 @@ from normlab.presets import PRESETS
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
 
 
-def group_meta_key(group_id: str) -> str:
-    """The store cache key holding a group's metadata (until the store has a groups table)."""
-    return f"group:{group_id}"
-
-
 def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> dict:
     return {"kind": "preset", "preset": name, "labels": run_labels, "steps": steps}
 

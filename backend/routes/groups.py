@@ -10,7 +10,7 @@ from backend.deps import StoreDep
 from normlab.api_models import ErrorDetail
 from normlab.claims import CURVE_FIELD
 from normlab.group_models import GroupPublic
-from normlab.groups import group_meta_key, summarize
+from normlab.groups import summarize
 from normlab.store import Store
 
 router = APIRouter(prefix="/api", tags=["groups"])
@@ -53,8 +53,8 @@ def get_group(
         raise HTTPException(
             404, f"No group {group_id!r}: launch one with POST /api/presets/{{name}} or POST /api/sweeps."
         )
-    meta_text = store.cache_get(group_meta_key(group_id))
-    meta = json.loads(meta_text) if meta_text else None
+    group = store.get_group(group_id)
+    meta = group.meta if group else None
     return GroupPublic.model_validate(
         summarize(group_id, meta, rows, lambda run_id, field: _curve(store, run_id, field), metric)
     )

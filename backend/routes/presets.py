@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep, UserDep
@@ -11,7 +9,7 @@ from backend.routes.sweeps import MAX_SWEEP_RUNS
 from backend.runs_common import create_and_enqueue
 from normlab.api_models import ErrorDetail
 from normlab.group_models import PresetLaunch, PresetLaunched
-from normlab.groups import group_meta_key, preset_meta
+from normlab.groups import preset_meta
 from normlab.presets import PRESETS
 from normlab.store import new_run_id
 
@@ -53,5 +51,5 @@ def launch_preset(
     group_id = new_run_id()
     run_ids = create_and_enqueue(store, settings, specs, user, group_id)
     meta = preset_meta(name, dict(zip(run_ids, labels, strict=True)), body.steps)
-    store.cache_set(group_meta_key(group_id), json.dumps(meta))
+    store.put_group(group_id, meta)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
@@ -12,7 +11,7 @@ from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
 from normlab.api_models import ErrorDetail, SweepCreate, SweepCreated
-from normlab.groups import group_meta_key, sweep_meta
+from normlab.groups import sweep_meta
 from normlab.spec import RunSpec
 from normlab.store import new_run_id
 
@@ -54,5 +53,5 @@ def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user
     varied = [
         name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes)) if len(values) > 1
     ]  # GET /api/groups/{id} makes one cell per combination of these
-    store.cache_set(group_meta_key(group_id), json.dumps(sweep_meta(varied)))
+    store.put_group(group_id, sweep_meta(varied))
     return SweepCreated(group_id=group_id, run_ids=run_ids)

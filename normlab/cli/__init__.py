@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "normlab.cli.bench",  # bench engine|stream|probes|kernel|faults|frontend
     "normlab.cli.serve",  # up, api, frontend, worker
     "normlab.cli.token",  # token create|revoke|list
+    "normlab.cli.db",  # db upgrade|status
 ]
 
 
@@ -80,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # The store refuses an out-of-date schema with a message naming `normlab db upgrade`. Looked up
+        # here only if the store was imported, so `normlab --help` does not import SQLAlchemy.
+        migrate = sys.modules.get("normlab.store.migrate")
+        if migrate is None or not isinstance(exc, migrate.SchemaOutOfDate):
+            raise
+        print(f"normlab {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

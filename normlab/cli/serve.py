@@ -178,12 +178,20 @@ def app_with_pages(settings):
     return app
 
 
+def check_schema(settings) -> None:
+    """Refuse to serve a store whose schema is older than this normlab's (an empty one is created)."""
+    from normlab.store import get_store
+
+    get_store(settings)  # raises SchemaOutOfDate, whose message names `normlab db upgrade`
+
+
 def cmd_up(args) -> int:
     settings = settings_from(args)
     if args.workers < 0 or args.workers > 16:
         raise CLIError("--workers must be between 0 and 16")
     host, port = _listen(args, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    check_schema(settings)  # before the workers start
     # The workers first: their warm-up runs while this process builds the app.
     procs = start_workers(args.workers, settings.data_dir / "logs", settings.data_dir)
     try:
@@ -215,6 +223,7 @@ def cmd_api(args) -> int:
 
     settings = settings_from(args)
     host, port = _listen(args, settings)
+    check_schema(settings)
     print(f"normlab API at http://{host}:{port}/api (docs: /api/docs)", flush=True)
     _serve(app_with_pages(settings) if args.with_frontend else create_app(settings), host, port)
     return 0

@@ -1,4 +1,8 @@
-"""The results store's tables (SQLAlchemy 2 Core): runs, their events, metric roll-ups, a small cache.
+"""Every table of the results store (SQLAlchemy 2 Core), in one `MetaData`: runs, their tags and events,
+metric roll-ups, groups, API tokens and a small cache.
+
+This is the schema at the migrations' head (`normlab/migrations/versions`): a change here needs a new
+revision there (tests/normlab/test_migrations.py compares the two).
 
 Times are epoch seconds (floats) so SQLite and PostgreSQL sort and compare them the same way; JSON
 columns are text so an event's payload travels to SSE clients without being parsed and re-encoded.
@@ -42,6 +46,8 @@ runs = Table(
     Column("last_seq", Integer, nullable=False, default=0),
     Column("scalars_count", Integer, nullable=False, default=0),
     Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("name", String(200)),  # what people call the run; ids stay the key
+    Column("note", Text),  # markdown, edited by the owner or an admin
 )
 Index("ix_runs_status_created", runs.c.status, runs.c.created_at)
 Index("ix_runs_created", runs.c.created_at)
@@ -71,6 +77,37 @@ rollups = Table(
     Column("step_last", Integer, nullable=False),
     Column("time_last", Float, nullable=False),
     Column("data", Text, nullable=False),  # JSON {name: [mean, min, max, count]}
+)
+
+run_tags = Table(
+    "run_tags",
+    metadata,
+    Column("run_id", String(32), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+)
+Index("ix_run_tags_tag", run_tags.c.tag)
+
+# What launched a group of runs (a preset over seeds, or a sweep); its runs point here by runs.group_id.
+groups = Table(
+    "groups",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(16), nullable=False),  # preset | sweep
+    Column("preset", String(64)),
+    Column("meta", Text, nullable=False),  # JSON: labels and steps (preset) or varied fields (sweep)
+    Column("created_at", Float, nullable=False),
+)
+
+# API tokens of a shared lab server (backend.auth), kept as SHA-256 hashes.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(16), primary_key=True),  # public handle for `normlab token revoke`
+    Column("user", String(128), nullable=False),
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("token_hash", String(64), nullable=False, unique=True),  # sha256 hex; the token is never stored
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float),
 )
 
 cache = Table(

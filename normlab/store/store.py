@@ -19,7 +19,9 @@ from sqlalchemy.pool import NullPool
 
 from normlab.events import TERMINAL_STATUSES, RunStatus
 from normlab.settings import Settings
-from normlab.store.schema import cache, events, metadata, rollups, runs
+from normlab.store.group_rows import GroupsMixin
+from normlab.store.migrate import ensure_current
+from normlab.store.schema import cache, events, rollups, runs
 
 
 class EventRow(NamedTuple):
@@ -42,7 +44,7 @@ def event_json(run_id: str, row: EventRow) -> str:
     )
 
 
-def _make_engine(url: str) -> Engine:
+def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"timeout": 30, "check_same_thread": False}, hide_parameters=True
@@ -65,16 +67,18 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
 
 
-class Store:
+class Store(GroupsMixin):
     """The results store. Rows come back as plain dicts; JSON columns stay text until the API."""
 
     def __init__(self, url: str, *, pool: bool = True):
         self.url = url
         self.engine = (
-            _make_engine(url) if pool else create_engine(url, poolclass=NullPool, hide_parameters=True)
+            make_engine(url) if pool else create_engine(url, poolclass=NullPool, hide_parameters=True)
         )
         self.is_sqlite = url.startswith("sqlite")
-        metadata.create_all(self.engine)
+        # An empty database gets every table at the newest revision; an older one is refused (its
+        # message names `normlab db upgrade`) rather than served with missing columns.
+        ensure_current(self.engine)
 
     def dispose(self) -> None:
         self.engine.dispose()

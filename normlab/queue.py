@@ -4,21 +4,22 @@ The API sends the training task by name (`TRAIN_TASK`) and never imports the wor
 its app with `make_celery(settings, include=["workers.tasks"])` (workers/celery_app.py).
 
 Redis form: broker = settings.broker_url (e.g. redis://…). Embedded form (no broker_url): kombu's
-filesystem transport under <data_dir>/queue — works across processes with nothing installed, polled
-every 50 ms. Long GPU runs: one task at a time per worker process (concurrency 1), a fresh child
-process per task so CUDA memory is released, and a message acked only when its run ends (acks_late)
-with prefetch 1: a worker busy training holds no second message, so a free worker takes the next run
-at once instead of it waiting behind the busy one's long run. A run is trained only by the worker that
-claims it in the store (queued -> running), so a message delivered twice never runs a run twice; a
-killed worker's run is reported `lost` by the heartbeat reaper. A queued run whose message nobody
-holds any more (its worker died after taking it) is sent again by the API (backend/requeue.py, using
-`waiting_run_ids`).
+filesystem transport under <data_dir>/queue, made atomic (normlab/queuefs.py) — works across processes
+with nothing installed, polled every 50 ms. Long GPU runs: one task at a time per worker process
+(concurrency 1), a fresh child process per task so CUDA memory is released, and a message acked only
+when its run ends (acks_late) with prefetch 1: a worker busy training holds no second message, so a free
+worker takes the next run at once instead of it waiting behind the busy one's long run. A run is trained
+only by the worker that claims it in the store (queued -> running), so a message delivered twice never
+runs a run twice; a killed worker's run is reported `lost` by the heartbeat reaper. A queued run whose
+message nobody holds any more (its worker died after taking it) is sent again by the API
+(backend/requeue.py, using `waiting_run_ids`).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
+from normlab import queuefs
 from normlab.settings import Settings
 
 TRAIN_TASK = "normlab.train_run"
@@ -33,7 +34,8 @@ def broker_options(settings: Settings) -> tuple[str, dict]:
     folder = settings.data_dir / "queue"
     for sub in ("messages", "processed", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    return "filesystem://", {
+    queuefs.register()
+    return f"{queuefs.SCHEME}://", {
         "data_folder_in": str(folder / "messages"),
         "data_folder_out": str(folder / "messages"),
         "processed_folder": str(folder / "processed"),

@@ -18,10 +18,10 @@ import torch
 from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_lstm_cell_reference
 
 __all__ = [
-    "LN_TRITON_MIN_ELEMS",
     "backend_for",
     "get_backend",
     "layer_norm",
+    "layer_norm_choices",
     "layer_norm_reference",
     "ln_backend_for",
     "ln_gru_cell",
@@ -41,14 +41,6 @@ __all__ = [
 
 BACKENDS = ("auto", "torch", "triton")
 _FORCED: str = "auto"
-# Size-aware dispatch of `layer_norm` on CUDA: below this many elements (M·N) the call goes to
-# `F.layer_norm`. There both are bound by host time, not GPU time (a 4M-element bf16 forward moves 16 MB:
-# ≈ 3 µs at 4.8 TB/s, ≈ 6 µs at torch's ≈ 55 %, while a Triton call costs ≈ 10 µs of host time and an eager
-# torch op ≈ 5), so torch's lower host cost wins and our kernel cannot: below the line we are torch, never
-# slower by construction. Above it the kernel's GPU time decides. `normlab bench kernel` measures where the
-# line really lies on the GPU (its summary's `dispatch_boundary`) beside this value; the engine's LN inputs
-# (a batch of hidden rows) are mostly below it on purpose.
-LN_TRITON_MIN_ELEMS = 1 << 22
 
 
 def set_backend(name: str) -> None:
@@ -99,10 +91,17 @@ def backend_for(x: torch.Tensor) -> str:
 
 
 def ln_backend_for(x: torch.Tensor) -> str:
-    """The backend `layer_norm` uses for this input: `backend_for(x)`, and 'torch' below the size line."""
-    if backend_for(x) == "triton" and (_FORCED == "triton" or x.numel() >= LN_TRITON_MIN_ELEMS):
-        return "triton"
-    return "torch"
+    """What `layer_norm` does with this input: 'torch', 'triton' (forced) or 'measured' (on CUDA: the faster
+    of the two for its shape class, timed on first use; `layer_norm_choices()` lists what was chosen)."""
+    backend = backend_for(x)
+    return backend if backend == "torch" or _FORCED == "triton" else "measured"
+
+
+def layer_norm_choices() -> dict[str, str]:
+    """The measured LayerNorm choices this process made or loaded: '<GPU> <dtype/direction/shape>' -> side."""
+    if "layer_norm_op" not in _MODULES:
+        return {}
+    return _ln_op().CALIBRATOR.record()
 
 
 def _module(name: str):
@@ -126,10 +125,13 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the last dimension (eq. 15: population variance), then gain and bias.
 
-    Triton on CUDA for inputs of at least LN_TRITON_MIN_ELEMS elements (and always with backend 'triton'
-    forced); `F.layer_norm` otherwise."""
-    if ln_backend_for(x) == "triton":
+    On CUDA the faster of the Triton kernels and torch's for the input's shape class (measured once, see
+    kernels/dispatch.py), or Triton when the backend is forced to 'triton'; `F.layer_norm` otherwise."""
+    backend = ln_backend_for(x)
+    if backend == "triton":
         return _ln_op().triton_layer_norm(x, weight, bias, eps)
+    if backend == "measured":
+        return _ln_op().dispatched_layer_norm(x, weight, bias, eps)
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
@@ -138,11 +140,9 @@ def triton_layer_norm(
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     eps: float = 1e-5,
-    *,
-    tier: str = "auto",
 ) -> torch.Tensor:
     """LayerNorm by the Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1); differentiable."""
-    return _ln_op().triton_layer_norm(x, weight, bias, eps, tier=tier)
+    return _ln_op().triton_layer_norm(x, weight, bias, eps)
 
 
 def ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5):

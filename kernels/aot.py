@@ -31,7 +31,7 @@ DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32")
 LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 65536)
 LSTM_HIDDEN = (256, 1024)
 CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
-MODULES = ("ln_triton", "ln_bwd_triton", "ln_split_triton", "lstm_triton", "gru_triton")
+MODULES = ("layer_norm_triton", "lstm_triton", "gru_triton")
 
 
 @dataclass(frozen=True)
@@ -63,81 +63,30 @@ def load_jit_modules() -> dict[str, ModuleType]:
 
 
 def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
-    from kernels.layer_norm_op import bwd_config, fwd_config, warps_for
+    from kernels.layer_norm_op import CHUNK, bwd_launch, fwd_launch, warps_for
 
     label = f"N={N} x={x} w={w} W={int(has_w)} B={int(has_b)}"
-    fwd_sig = {
-        "X": f"*{x}",
-        "Y": f"*{x}",
-        "W": f"*{w}",
-        "B": f"*{w}",
-        "Mean": "*fp32",
-        "Rstd": "*fp32",
-        "stride_x": "i32",
-        "stride_y": "i32",
-        "M": "i32",
-        "N": "i32",
-        "eps": "fp32",
-    }
-    bwd_sig = {
-        "DY": f"*{x}",
-        "X": f"*{x}",
-        "W": f"*{w}",
-        "Mean": "*fp32",
-        "Rstd": "*fp32",
-        "DX": f"*{x}",
-        "DW_part": "*fp32",
-        "DB_part": "*fp32",
-        "stride_dy": "i32",
-        "stride_x": "i32",
-        "stride_dx": "i32",
-        "M": "i32",
-        "N": "i32",
-    }
-    specs = []
+    flags = {"HAS_W": has_w, "HAS_B": has_b}
+    fwd_sig = {"X": f"*{x}", "Y": f"*{x}", "W": f"*{w}", "B": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32",
+               "stride_x": "i32", "M": "i32", "N": "i32", "eps": "fp32"}  # fmt: skip
+    bwd_sig = {"DY": f"*{x}", "X": f"*{x}", "W": f"*{w}", "Mean": "*fp32", "Rstd": "*fp32", "C": "*fp32",
+               "DX": f"*{x}", "DW": "*fp32", "DB": "*fp32", "stride_dy": "i32", "stride_x": "i32",
+               "M": "i32", "N": "i32", "rows_per_program": "i32"}  # fmt: skip
     # N and the row strides compiled as multiples of 16 where N is one (Triton specializes them so)
-    aligned = ("N", "stride_x", "stride_y", "stride_dy", "stride_dx") if N % 16 == 0 else ()
-    for kind, cfg, sig in (("fwd", fwd_config(4096, N), fwd_sig), ("bwd", bwd_config(4096, N, CPU), bwd_sig)):
-        flags = {"HAS_W": has_w, "HAS_B": has_b}
-        if cfg["kernel"] == "shifted":
-            flags.update(zip(("BLOCK_A", "BLOCK_B", "BLOCK_C"), cfg["TILES"], strict=True))
-        else:
-            flags["BLOCK_S" if cfg["kernel"] == "split" else "BLOCK_N"] = cfg["BLOCK_N"]
-        if cfg["kernel"] == "resident":
-            flags["ROWS"] = cfg["ROWS"]
-        if cfg["kernel"] == "shifted":
-            flags["VEC"] = 4 if x == "fp32" else 8  # elements in 16 bytes
-        if kind == "bwd":
-            flags["STAGES"] = cfg["STAGES"]
-        name = f"_ln_{kind}_{cfg['kernel']}" + ("_stats" if cfg["kernel"] == "split" else "")
-        if cfg["kernel"] == "split":  # (M, K, 2) pairs where the others take dx; no dx stride
-            sig = {("C" if n == "DX" else n): t for n, t in sig.items() if n != "stride_dx"}
+    aligned = ("N", "stride_x", "stride_dy") if N % 16 == 0 else ()
+    fwd, bwd = fwd_launch(4096, N), bwd_launch(4096, N, CPU)
+    fwd_flags = {**flags, "BLOCK_N": fwd.BLOCK_N, "ROWS": fwd.ROWS, "LONG": fwd.long}
+    bwd_flags = {**flags, "BLOCK_N": bwd.BLOCK_N, "SEGMENTED": bwd.long}
+    specs = [
+        Spec("_ln_fwd", fwd_sig, fwd_flags, fwd.num_warps, label, tuple(a for a in aligned if a in fwd_sig)),
+        Spec("_ln_bwd", bwd_sig, bwd_flags, bwd.num_warps, label, aligned),
+    ]
+    if bwd.long:
+        sums_sig = {n: bwd_sig[n] for n in ("DY", "X", "W", "Mean", "Rstd", "C", "stride_dy", "stride_x", "N")}
         specs.append(
-            Spec(
-                name,
-                sig,
-                flags,
-                cfg["num_warps"],
-                label + (f" S={cfg['STAGES']}" if kind == "bwd" else ""),
-                tuple(n for n in aligned if n in sig),
-            )
-        )
-        if cfg["kernel"] == "split":
-            dx_sig = {n: t for n, t in bwd_sig.items() if not n.endswith("_part")} | {
-                "C": "*fp32",
-                "K": "i32",
-            }
-            k = -(-N // cfg["BLOCK_N"])
-            specs.append(
-                Spec(
-                    "_ln_bwd_split_dx",
-                    dx_sig,
-                    {"BLOCK_S": cfg["BLOCK_N"], "BLOCK_K": 1 << (k - 1).bit_length(), "HAS_W": has_w},
-                    warps_for(cfg["BLOCK_N"]),
-                    label + f" K={k}",
-                    tuple(n for n in aligned if n in dx_sig),
-                )
-            )
+            Spec("_ln_bwd_rowsums", sums_sig, {"BLOCK_N": CHUNK, "HAS_W": has_w}, warps_for(2 * CHUNK), label,
+                 aligned)
+        )  # fmt: skip
     return specs
 
 
@@ -268,21 +217,6 @@ def specializations(full: bool = False) -> list[Spec]:
     for k, H in enumerate(LSTM_HIDDEN):
         for x, w in DTYPES if full else (DTYPES[3 * k],):
             specs += _gru_specs(x, w, H)
-    from kernels.layer_norm_op import SUM_BLOCK_C, SUM_BLOCK_P
-
-    sum_sig = {"Part": "*fp32", "P": "i32", "N": "i32"}
-    # The widest strip, and the narrowest that many SMs bring (an H200's 4096×8192 dγ/dβ: 32 columns)
-    for k, out in enumerate(("fp32", "bf16", "fp16") if full else ("fp32", "bf16")):
-        block_c = (SUM_BLOCK_C, 32, 64)[k]
-        specs.append(
-            Spec(
-                "_column_sum",
-                {**sum_sig, "Out": f"*{out}", "Out2": f"*{out}"},
-                {"BLOCK_P": SUM_BLOCK_P, "BLOCK_C": block_c},
-                4,
-                f"out={out} BLOCK_C={block_c}",
-            )
-        )
     return specs
 
 

@@ -8,7 +8,8 @@ fixed-order column sum of the parameter partials). Kernels and maths in `gru_tri
 import torch
 
 from kernels import gru_triton as K
-from kernels.layer_norm_op import SUPPORTED_DTYPES, CellLaunch, cell_launch, column_sum
+from kernels.layer_norm_op import SUPPORTED_DTYPES, column_sum
+from kernels.lstm_op import CellLaunch, cell_launch
 
 PARAM_NAMES = ("gain_zr_h", "bias_zr_h", "gain_zr_x", "bias_zr_x", "gain_wx", "bias_wx", "gain_uh", "bias_uh")
 

@@ -29,7 +29,7 @@ from torch.autograd.function import once_differentiable
 from kernels import graphs
 from kernels import gru_triton as K
 from kernels.gru_op import _check, hoisted_bwd_warps, launch
-from kernels.ln_run import _backward_into, _forward_into, column_sum
+from kernels.layer_norm_op import backward_into, column_sum, forward_into
 
 
 def _blocks(t: torch.Tensor, H: int) -> tuple:
@@ -47,8 +47,8 @@ def _input_side(ax, g1, b1, g2, b2, g3, b3, eps):
     xc = ax.new_empty(T, B, H)
     stats = ax.new_empty(4, M, dtype=torch.float32)
     rows = ax.view(M, G)
-    _forward_into(rows[:, : 2 * H], g2.float(), b2.float() + b1.float(), eps, 0, xg, stats[0], stats[1])
-    _forward_into(rows[:, 2 * H :], g3.float(), b3.float(), eps, 0, xc, stats[2], stats[3])
+    forward_into(rows[:, : 2 * H], g2.float(), b2.float() + b1.float(), eps, xg, stats[0], stats[1])
+    forward_into(rows[:, 2 * H :], g3.float(), b3.float(), eps, xc, stats[2], stats[3])
     return xg, xc, stats
 
 
@@ -157,7 +157,7 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
     rows = ax.view(M, G)
     d_zr_x = torch.empty_like(xg)
     d_wx = torch.empty_like(xc)
-    dg2, db12 = _backward_into(
+    dg2, db12 = backward_into(
         d_xg.view(M, 2 * H),
         rows[:, : 2 * H],
         g2.float(),
@@ -166,10 +166,9 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
         d_zr_x,
         True,
         torch.float32,
-        0,
     )
-    dg3, db3 = _backward_into(
-        d_xc.view(M, H), rows[:, 2 * H :], g3.float(), x_stats[2], x_stats[3], d_wx, True, torch.float32, 0
+    dg3, db3 = backward_into(
+        d_xc.view(M, H), rows[:, 2 * H :], g3.float(), x_stats[2], x_stats[3], d_wx, True, torch.float32
     )
     d_ax = torch.cat([d_zr_x, d_wx], dim=2)
     return d_ax, d_w_rec, column_sum(part, torch.float32), dg2, db12, dg3, db3, dh0

@@ -7,10 +7,37 @@ Launch heuristics and shape checks live here; the kernels and their maths in `ls
 
 # No `from __future__ import annotations`: older torch (2.11 on the GPU machine) infers custom-op
 # schemas more reliably from real annotation objects.
+import functools
+from typing import NamedTuple
+
 import torch
+import triton
 
 from kernels import lstm_triton as K
-from kernels.layer_norm_op import SUPPORTED_DTYPES, CellLaunch, cell_launch, column_sum
+from kernels.layer_norm_op import SUPPORTED_DTYPES, column_sum, persistent_programs, warps_for
+
+
+class CellLaunch(NamedTuple):
+    """The launches of a fused recurrent cell (lstm_op, gru_op and their sequences)."""
+
+    BLOCK_H: int
+    fwd_warps: int
+    programs: int  # the backward's persistent grid (rows pid, pid + programs, …)
+    bwd_warps: int
+
+
+@functools.lru_cache(maxsize=256)
+def cell_launch(B: int, H: int, device: torch.device, fwd_rows: int, bwd_rows: int) -> CellLaunch:
+    """For a cell whose forward holds about `fwd_rows` and backward `bwd_rows` fp32 rows of BLOCK_H values
+    per program (the backward capped at 16 warps)."""
+    block = triton.next_power_of_2(H)
+    return CellLaunch(
+        block,
+        warps_for(fwd_rows * block),
+        max(1, min(B, persistent_programs(device))),
+        min(16, warps_for(bwd_rows * block)),
+    )
+
 
 PARAM_NAMES = ("gain_h", "bias_h", "gain_x", "bias_x", "bias", "gain_c", "bias_c")
 

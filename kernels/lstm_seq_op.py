@@ -36,7 +36,7 @@ from torch.autograd.function import once_differentiable
 
 from kernels import graphs
 from kernels import lstm_triton as K
-from kernels.ln_run import _backward_into, _forward_into, column_sum
+from kernels.layer_norm_op import backward_into, column_sum, forward_into
 from kernels.lstm_op import PARAM_NAMES, _check, launch
 
 
@@ -47,7 +47,7 @@ def _input_side(ax, gain_x, bias_x, bias_h, bias, eps):
     xn = torch.empty_like(ax)
     stats = ax.new_empty(2, T * B, dtype=torch.float32)
     beta = bias_x.float() + bias_h.float() + bias.float()
-    _forward_into(ax.view(T * B, G), gain_x.float(), beta, eps, 0, xn, stats[0], stats[1])
+    forward_into(ax.view(T * B, G), gain_x.float(), beta, eps, xn, stats[0], stats[1])
     return xn, stats
 
 
@@ -157,8 +157,8 @@ def _backward(
     # the input side's backward, once for all T·B rows: ∂L/∂ax, dγ_x and db = Σ da (= dβ_h = dβ_x)
     d_ax = torch.empty_like(ax)
     ax2 = ax.view(T * B, G)
-    d_gain_x, d_b = _backward_into(
-        d_xn.view(T * B, G), ax2, gain_x.float(), x_stats[0], x_stats[1], d_ax, True, torch.float32, 0
+    d_gain_x, d_b = backward_into(
+        d_xn.view(T * B, G), ax2, gain_x.float(), x_stats[0], x_stats[1], d_ax, True, torch.float32
     )
     return d_ax, d_w_h, column_sum(part, torch.float32), d_gain_x, d_b, dh0, dc
 

@@ -47,7 +47,7 @@ def interp():
         pytest.skip("CUDA is available: the gpu tests cover the compiled kernels")
     if not INTERPRETED:
         pytest.skip("runs in the TRITON_INTERPRET=1 child pytest of test_interpreter_suite.py")
-    kernel = importlib.import_module("kernels.ln_triton")._ln_fwd_resident
+    kernel = importlib.import_module("kernels.layer_norm_triton")._ln_fwd
     assert type(kernel).__name__ == "InterpretedFunction", "kernels imported before TRITON_INTERPRET was set"
 
 

@@ -118,64 +118,70 @@ def test_package_imports_and_falls_back_without_triton():
     assert "refused: kernel backend 'triton' needs the triton package" in out.stdout
 
 
-def test_layer_norm_launches_are_cached_and_wide_sums_spread_out(monkeypatch):
-    # Plain Python (no kernel runs): the launch heuristics of kernels.ln_launch.
-    pytest.importorskip("triton")
-    from kernels import ln_launch as op
-
-    assert op._fwd_launch(4096, 8192, 0) is op._fwd_launch(4096, 8192, 0)  # computed once per shape
-    cfg = op.fwd_config(4096, 8192)
-    cfg["grid"] = -1  # callers get a copy: the cached launch stays as it was
-    assert op.fwd_config(4096, 8192)["grid"] == op._fwd_launch(4096, 8192, 0).grid > 0
-    # The H200 case that took 2 × 77 µs (8 programs each walking all 264 partial rows): one launch now,
-    # dγ and dβ slabs side by side, with at least a program per persistent slot.
-    monkeypatch.setattr(op, "persistent_programs", lambda device: 264)
-    s = op._sum_launch.__wrapped__(264, 8192, 2, torch.device("cuda"))
-    assert s.grid[1] == 2 and s.grid[0] * s.BLOCK_C >= 8192 and (s.grid[0] - 1) * s.BLOCK_C < 8192
-    assert s.grid[0] * s.grid[1] >= 264 and s.BLOCK_C <= 128 and s.BLOCK_P == 32
-    tiny = op._sum_launch.__wrapped__(3, 7, 1, torch.device("cuda"))
-    assert tiny.BLOCK_P == 4 and tiny.BLOCK_C == 16 and tiny.grid == (1, 1)
-    # The backward pipelines its loops where 16-byte loads apply: N a multiple of 16, or odd N up to the
-    # resident limit through the shifted kernel; the split tier at odd N loads element by element, where
-    # pipelining spilled (ptxas -v), so it stays unpipelined. The forward takes no such flag.
-    cpu = torch.device("cpu")
-    launches = [op._bwd_launch(64, n, cpu) for n in (4096, 1000, 4099, 65536, 20001, 7)]
-    assert [c.kernel for c in launches] == ["resident", "shifted", "shifted", "split", "split", "resident"]
-    assert [c.STAGES for c in launches] == [2, 2, 2, 2, 1, 1]
-    # rows longer than the resident limit: segments of SPLIT_BLOCK columns covering the row exactly once
-    from kernels.ln_bwd_triton import MAX_RESIDENT_BWD
-    from kernels.ln_split_triton import SPLIT_BLOCK
-
-    for n in (MAX_RESIDENT_BWD + 1, 12288, 20001, 65536):
-        c = op._bwd_launch(64, n, cpu)
-        assert c.BLOCK_N == SPLIT_BLOCK and (c.SEGMENTS - 1) * SPLIT_BLOCK < n <= c.SEGMENTS * SPLIT_BLOCK
-    assert op._bwd_launch(64, MAX_RESIDENT_BWD, cpu).kernel == "resident"
-    # the shifted backward's grid: a multiple of 8 (rows of a program share their alignment) or M itself
-    monkeypatch.setattr(op, "persistent_programs", lambda device: 132)
-    assert op._bwd_launch.__wrapped__(4096, 4099, cpu).grid == 128
-    assert op._bwd_launch.__wrapped__(5, 4099, cpu).grid == 5
-    assert op._bwd_launch(64, 4099, cpu, op.TIERS["resident"]).kernel == "resident"  # the fallback
+# ---- the measured LayerNorm dispatch (kernels/dispatch.py), driven by a fake timer ----
 
 
-def test_forward_tiles_cover_every_aligned_body_with_less_padding_than_a_power_of_two():
-    # Plain Python: ln_launch.tiles for every row length of the shifted forward's range.
-    pytest.importorskip("triton")
-    from kernels import ln_launch, ln_triton
+class _FakeTimer:
+    """Seconds per call by side: Calibrator.choose times the Triton side first, then torch's."""
 
-    padded = unpadded = 0
-    for n in range(ln_triton.MIN_SHIFTED, ln_triton.MAX_RESIDENT + 1):
-        a, b, c = ln_launch.tiles(n)
-        assert all(t == 0 or (t >= 16 and t & (t - 1) == 0) for t in (a, b, c)), n
-        assert a >= b and (b or not c or c >= 16), n
-        # an fp32 row's aligned body is at most n − n % 4 elements (bf16/fp16: n − n % 8)
-        pow2 = 1 << (n - 1).bit_length()
-        assert n - n % 4 <= a + b + c <= pow2, n
-        padded += pow2
-        unpadded += a + b + c
-    assert unpadded < 0.85 * padded  # lanes run over the range: at least 15 % fewer than padding
-    # launches use them where they save ≥ a quarter of the lanes; else one power-of-two tile, as before
-    assert ln_launch._fwd_launch(64, 5120, 0).TILES == (4096, 1024, 0)
-    cfg = ln_launch._fwd_launch(64, 2041, 0)
-    assert cfg.kernel == "shifted" and cfg.TILES == (2048, 0, 0) and cfg.num_warps == 8
-    assert ln_launch._bwd_launch(64, 5120, torch.device("cpu")).TILES == (4096, 1024, 0)
-    assert ln_launch._fwd_launch(64, 4096, 0).kernel == "resident"  # a power of two needs no tiles
+    def __init__(self, triton_s, torch_s):
+        self.times, self.calls = [triton_s, torch_s], 0
+
+    def __call__(self, fn):
+        self.calls += 1
+        return self.times[(self.calls - 1) % 2]
+
+
+def _never_called():
+    raise AssertionError("a timer measures, it does not need to run the side here")
+
+
+def test_the_faster_side_is_chosen_and_measured_once_per_key(tmp_path):
+    from kernels.dispatch import Calibrator
+
+    timer = _FakeTimer(triton_s=2e-6, torch_s=5e-6)
+    cal = Calibrator(timer=timer, cache_dir=tmp_path)
+    assert cal.choose("H200", "bfloat16/fwd/N=4096,M<=8192", _never_called, _never_called) == "triton"
+    assert cal.choose("H200", "bfloat16/fwd/N=4096,M<=8192", _never_called, _never_called) == "triton"
+    assert timer.calls == 2  # the second call is a cache hit
+    timer.times = [9e-6, 5e-6]
+    assert cal.choose("H200", "bfloat16/bwd/N=4096,M<=8192", _never_called, _never_called) == "torch"
+    assert cal.measured["bfloat16/bwd/N=4096,M<=8192"] == {"triton": 9e-6, "torch": 5e-6}
+    assert cal.record() == {
+        "H200 bfloat16/bwd/N=4096,M<=8192": "torch",
+        "H200 bfloat16/fwd/N=4096,M<=8192": "triton",
+    }
+
+
+def test_choices_persist_per_device_model_and_a_new_process_does_not_measure(tmp_path):
+    from kernels.dispatch import Calibrator
+
+    Calibrator(timer=_FakeTimer(1.0, 2.0), cache_dir=tmp_path).choose("NVIDIA H200", "k", _never_called, _never_called)
+    later = _FakeTimer(2.0, 1.0)
+    again = Calibrator(timer=later, cache_dir=tmp_path)
+    assert again.choose("NVIDIA H200", "k", _never_called, _never_called) == "triton"  # read from the file
+    assert later.calls == 0
+    assert again.choose("NVIDIA A100", "k", _never_called, _never_called) == "torch"  # another GPU measures
+    assert later.calls == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "layer_norm_NVIDIA_A100.json",
+        "layer_norm_NVIDIA_H200.json",
+    ]
+
+
+def test_a_corrupt_cache_file_is_measured_again_not_trusted(tmp_path):
+    from kernels.dispatch import Calibrator
+
+    (tmp_path / "layer_norm_H200.json").write_text('{"k": "triton", "j": "fastest"')  # torn write
+    timer = _FakeTimer(3.0, 1.0)
+    cal = Calibrator(timer=timer, cache_dir=tmp_path)
+    assert cal.choose("H200", "k", _never_called, _never_called) == "torch" and timer.calls == 2
+    assert Calibrator(timer=_FakeTimer(0, 9), cache_dir=tmp_path)._known("H200") == {"k": "torch"}
+
+
+def test_shape_classes_keep_n_exact_and_bucket_m():
+    from kernels.dispatch import shape_class
+
+    assert shape_class(1000, 4099) == "N=4099,M<=1024"
+    assert shape_class(1024, 4099) == shape_class(513, 4099) != shape_class(1025, 4099)
+    assert shape_class(1, 7) == "N=7,M<=1"

@@ -81,12 +81,12 @@ def test_input_side_is_one_layer_norm_each_way_outside_the_loop(gen, sequence_in
     # T = 6 steps: the per-step cells read the hoisted input side (HOISTED), and LN(x W_xᵀ) runs as one
     # LayerNorm launch over all T·B rows forward and one backward (its dγ/dβ sum is a third), not per step.
     from kernels import lstm_triton
-    from kernels.layer_norm_op import LAUNCHERS
+    from kernels import layer_norm_triton
 
     recorded = {}
-    for name in ("_ln_fwd_resident", "_ln_bwd_resident", "_column_sum"):
-        recorded[name] = _Recording(LAUNCHERS[name].kernel)
-        monkeypatch.setattr(LAUNCHERS[name], "kernel", recorded[name])
+    for name in ("_ln_fwd", "_ln_bwd"):
+        recorded[name] = _Recording(getattr(layer_norm_triton, name))
+        monkeypatch.setattr(layer_norm_triton, name, recorded[name])
     for name in ("_ln_lstm_fwd", "_ln_lstm_bwd"):
         recorded[name] = _Recording(getattr(lstm_triton, name))
         monkeypatch.setattr(lstm_triton, name, recorded[name])
@@ -94,16 +94,9 @@ def test_input_side_is_one_layer_norm_each_way_outside_the_loop(gen, sequence_in
     inputs = [t.float() for t in sequence_inputs("lstm", T, B, H)]
     _run(kernels.triton_ln_lstm_sequence, inputs, torch.randn(T, B, H, generator=gen, dtype=torch.float64))
     counts = {name: len(r.launches) for name, r in recorded.items()}
-    # column sums: the cell partials' and the input LayerNorm's dγ_x/db (one launch, two slabs)
-    assert counts == {
-        "_ln_fwd_resident": 1,
-        "_ln_bwd_resident": 1,
-        "_column_sum": 2,
-        "_ln_lstm_fwd": T,
-        "_ln_lstm_bwd": T,
-    }
-    fwd_grid = recorded["_ln_fwd_resident"].launches[0][0]
-    assert fwd_grid[0] * recorded["_ln_fwd_resident"].launches[0][1]["ROWS"] >= T * B  # all rows in one
+    assert counts == {"_ln_fwd": 1, "_ln_bwd": 1, "_ln_lstm_fwd": T, "_ln_lstm_bwd": T}
+    fwd_grid = recorded["_ln_fwd"].launches[0][0]
+    assert fwd_grid[0] * recorded["_ln_fwd"].launches[0][1]["ROWS"] >= T * B  # all rows in one
     assert all(
         kw["HOISTED"] for name in ("_ln_lstm_fwd", "_ln_lstm_bwd") for _, kw in recorded[name].launches
     )

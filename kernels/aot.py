@@ -82,7 +82,9 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
         Spec("_ln_bwd", bwd_sig, bwd_flags, bwd.num_warps, label, aligned),
     ]
     if bwd.long:
-        sums_sig = {n: bwd_sig[n] for n in ("DY", "X", "W", "Mean", "Rstd", "C", "stride_dy", "stride_x", "N")}
+        sums_sig = {
+            n: bwd_sig[n] for n in ("DY", "X", "W", "Mean", "Rstd", "C", "stride_dy", "stride_x", "N")
+        }
         specs.append(
             Spec("_ln_bwd_rowsums", sums_sig, {"BLOCK_N": CHUNK, "HAS_W": has_w}, warps_for(2 * CHUNK), label,
                  aligned)

@@ -7,7 +7,6 @@ carries autograd and keeps the kernels in a torch.compile graph. On CUDA the eng
 reaches `dispatched_layer_norm`, which runs the side measured faster per shape class (dispatch.py).
 """
 
-
 # No `from __future__ import annotations`: older torch infers custom-op schemas from real annotations.
 import functools
 from typing import NamedTuple

@@ -17,7 +17,7 @@ TARGETS = {
         "small-batch LN-LSTM ÷ torch.nn.LSTM (same threads); loop overhead",
     ),
     "probes": ("workers.probes.bench", "Fisher estimate cost (cold, warm, in steps); overhead on vs off"),
-    "kernel": ("kernels.bench", "Triton LayerNorm / LN-LSTM vs torch on the GPU"),
+    "kernel": ("benchmarks.gpu_check", "the GPU check: kernel tests, LN-LSTM vs cuDNN, LayerNorm vs torch"),
     "stream": ("backend.bench_stream", "live feed latency, fan-out, submit → first event, history fetch"),
     "faults": ("backend.bench_faults", "load and fault figures of the shared lab server"),
     "frontend": ("frontend.bench", "page load and live-append cost in headless Chromium"),

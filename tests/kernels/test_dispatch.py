@@ -156,7 +156,9 @@ def test_the_faster_side_is_chosen_and_measured_once_per_key(tmp_path):
 def test_choices_persist_per_device_model_and_a_new_process_does_not_measure(tmp_path):
     from kernels.dispatch import Calibrator
 
-    Calibrator(timer=_FakeTimer(1.0, 2.0), cache_dir=tmp_path).choose("NVIDIA H200", "k", _never_called, _never_called)
+    Calibrator(timer=_FakeTimer(1.0, 2.0), cache_dir=tmp_path).choose(
+        "NVIDIA H200", "k", _never_called, _never_called
+    )
     later = _FakeTimer(2.0, 1.0)
     again = Calibrator(timer=later, cache_dir=tmp_path)
     assert again.choose("NVIDIA H200", "k", _never_called, _never_called) == "triton"  # read from the file

@@ -30,14 +30,28 @@ def _data(M, N, dtype, wdtype=None, seed=0):
     return x, w, b, dy
 
 
-def test_cuda_tensors_dispatch_to_triton_unless_forced():
-    x = torch.randn(4, 64, device=CUDA)
-    assert kernels.backend_for(x) == "triton"
-    torch.testing.assert_close(
-        kernels.layer_norm(x, None, None, 1e-5), kernels.triton_layer_norm(x), atol=0, rtol=0
-    )
+def test_cuda_tensors_take_the_measured_side_unless_forced():
+    x = torch.randn(4, 64, device=CUDA, requires_grad=True)
+    assert kernels.backend_for(x) == "triton" and kernels.ln_backend_for(x) == "measured"
+    y = kernels.layer_norm(x, None, None, 1e-5)
+    y.sum().backward()
+    torch.testing.assert_close(y, F.layer_norm(x, (64,), None, None, 1e-5), atol=1e-5, rtol=1e-5)
+    chosen = {k.split(" ", 1)[1]: v for k, v in kernels.layer_norm_choices().items()}
+    assert chosen["float32/fwd/N=64,M<=4"] in ("triton", "torch")
+    assert chosen["float32/bwd/N=64,M<=4"] in ("triton", "torch")
     kernels.set_backend("torch")
     assert kernels.backend_for(x) == "torch"
+
+
+def test_a_workers_shape_history_neither_crashes_nor_changes_bits():
+    # A first backward at M = 300, N = 1001 bf16 once froze the persistent grid of every later M and broke
+    # the 16-byte alignment the odd-N backward promised (a misaligned load: a sticky CUDA error).
+    data = {M: _data(M, 1001, torch.bfloat16) for M in (300, 65536)}
+    fresh = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[65536])
+    _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[300])
+    after = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[65536])
+    torch.cuda.synchronize()
+    assert all(torch.equal(f, a) for f, a in zip(fresh, after, strict=True))
 
 
 @pytest.mark.parametrize("N", [1, 7, 768, 1000, 4099, 8192, 20000, 65536])

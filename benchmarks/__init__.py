@@ -1,0 +1,1 @@
+"""Benchmarks and the GPU check: run by `normlab bench …`, kept out of the product packages."""

@@ -22,7 +22,8 @@ def _dt(x: float | None) -> datetime | None:
     return None if x is None else datetime.fromtimestamp(x, UTC)
 
 
-def run_public(store: Store, row: dict) -> RunPublic:
+def run_public(store: Store, row: dict, tags: list[str] | None = None) -> RunPublic:
+    """The run as the API shows it; `tags` when the caller already read them (a list of runs)."""
     return RunPublic(
         id=row["id"],
         spec=json.loads(row["spec"]),
@@ -39,6 +40,9 @@ def run_public(store: Store, row: dict) -> RunPublic:
         summary=json.loads(row["summary"]) if row["summary"] else {},
         last_seq=row["last_seq"],
         queue_position=store.queue_position(row["created_at"]) if row["status"] == RunStatus.QUEUED else None,
+        name=row.get("name"),
+        note=row.get("note"),
+        tags=tags if tags is not None else store.tags_of([row["id"]]).get(row["id"], []),
     )
 
 

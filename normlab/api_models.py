@@ -38,6 +38,9 @@ class RunPublic(BaseModel):
     summary: RunSummary = Field(default_factory=RunSummary)  # {} until the run finishes
     last_seq: int = 0  # sequence number of the newest stored event
     queue_position: int | None = None  # 1 = next to run; None unless queued
+    name: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    note: str | None = None  # markdown
 
 
 class RunList(BaseModel):

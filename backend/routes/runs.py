@@ -1,12 +1,16 @@
-"""Runs: submit, list, read, metrics (downsampled), cancel, export (raw), delete."""
+"""Runs: submit, search, read, label (name, tags, note), metrics (downsampled), cancel, export (raw),
+delete."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BeforeValidator
 
 from backend.auth import require_owner
 from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
@@ -14,10 +18,23 @@ from backend.metrics import export_csv, export_json, run_metrics
 from backend.runs_common import create_and_enqueue, run_public
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
 from normlab.events import RunStatus
+from normlab.run_labels import TAG_PATTERN, RunLabels
 from normlab.spec import NormName, RunSpec, TaskName
+from normlab.store.labels import RunQuery
 from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+ISO_WHEN = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?", re.I)
+
+
+def _iso(value: Any) -> Any:
+    # pydantic would also take epoch numbers, which the documented (date / date-time) schema does not.
+    if not (isinstance(value, str) and ISO_WHEN.fullmatch(value)):
+        raise ValueError("give an ISO 8601 date or time, e.g. 2026-05-28 or 2026-05-28T12:00:00Z")
+    return value
+
+
+When = Annotated[datetime | date, BeforeValidator(_iso)]
 NAMES_PATTERN = rf"^({'|'.join(SCALAR_NAMES)})(,({'|'.join(SCALAR_NAMES)}))*$"  # documented, checked below
 OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never sent to the database
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
@@ -40,13 +57,56 @@ def list_runs(
     owner: str | None = Query(
         None, max_length=128, pattern=OWNER_PATTERN, description="A user name (runs submitted with auth on)."
     ),
+    q: str | None = Query(
+        None,
+        max_length=200,
+        pattern=OWNER_PATTERN,
+        description="Text in the run's id, name, note, owner, task or normalizer (any case).",
+    ),
+    tag: str | None = Query(None, pattern=TAG_PATTERN, description="Runs with this tag."),
+    created_after: When | None = Query(
+        None, description="Created at or after (ISO 8601 date or time; UTC unless it says)."
+    ),
+    created_before: When | None = Query(None, description="Created before (ISO 8601, UTC unless given)."),
     offset: int = Query(0, ge=0, le=10**9),
     limit: int = Query(50, ge=1, le=500),
 ) -> RunList:
-    rows, total = store.list_runs(
-        task=task, norm=norm, status=status, group=group, owner=owner, offset=offset, limit=limit
+    """Runs matching every filter given, newest first."""
+    query = RunQuery(
+        text=q,
+        tag=tag,
+        owner=owner,
+        task=task,
+        norm=norm,
+        status=status,
+        group=group,
+        created_after=_epoch(created_after),
+        created_before=_epoch(created_before),
     )
-    return RunList(items=[run_public(store, r) for r in rows], total=total, offset=offset, limit=limit)
+    rows, total = store.search_runs(query, offset=offset, limit=limit)
+    tags = store.tags_of([r["id"] for r in rows])
+    items = [run_public(store, r, tags.get(r["id"], [])) for r in rows]
+    return RunList(items=items, total=total, offset=offset, limit=limit)
+
+
+def _epoch(when: date | datetime | None) -> float | None:
+    if when is None:
+        return None
+    if not isinstance(when, datetime):  # a date: its midnight, UTC
+        when = datetime(when.year, when.month, when.day)
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+@router.patch("/{run_id}", response_model=RunPublic, responses={**ERRORS, 403: {"model": ErrorDetail}})
+def label_run(run_id: str, labels: RunLabels, request: Request, store: StoreDep, user: UserDep) -> RunPublic:
+    """Name, tag or annotate a run (its owner or an admin): only the fields sent change."""
+    run = get_run_or_404(store, run_id)
+    require_owner(request, run, "edit")
+    sent = labels.model_dump(exclude_unset=True)
+    if "tags" in sent and sent["tags"] is None:  # null: no tags
+        sent["tags"] = []
+    store.set_labels(run["id"], **sent)
+    return run_public(store, get_run_or_404(store, run_id))
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=ERRORS)

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "normlab.cli.serve",  # up, api, frontend, worker
     "normlab.cli.token",  # token create|revoke|list
     "normlab.cli.db",  # db upgrade|status
+    "normlab.cli.maintain",  # gc, backup, restore
 ]
 
 

@@ -20,8 +20,9 @@ from sqlalchemy.pool import NullPool
 from normlab.events import TERMINAL_STATUSES, RunStatus
 from normlab.settings import Settings
 from normlab.store.group_rows import GroupsMixin
+from normlab.store.labels import LabelsMixin
 from normlab.store.migrate import ensure_current
-from normlab.store.schema import cache, events, rollups, runs
+from normlab.store.schema import cache, events, rollups, run_tags, runs
 
 
 class EventRow(NamedTuple):
@@ -67,7 +68,7 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
 
 
-class Store(GroupsMixin):
+class Store(GroupsMixin, LabelsMixin):
     """The results store. Rows come back as plain dicts; JSON columns stay text until the API."""
 
     def __init__(self, url: str, *, pool: bool = True):
@@ -243,6 +244,7 @@ class Store(GroupsMixin):
         with self.engine.begin() as conn:
             conn.execute(delete(events).where(events.c.run_id == run_id))
             conn.execute(delete(rollups).where(rollups.c.run_id == run_id))
+            conn.execute(delete(run_tags).where(run_tags.c.run_id == run_id))
             return conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount == 1
 
     # ---- events -------------------------------------------------------------------------------

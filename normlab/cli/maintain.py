@@ -1,0 +1,117 @@
+"""`normlab gc --older-than 90d [--keep-tagged] [--dry-run]`, `normlab backup PATH`,
+`normlab restore PATH`: keeping a lab server's store over months (docs/lab-server.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from normlab.cli import CLIError, settings_from
+
+UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gc", help="delete old ended runs with their events and checkpoints")
+    p.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w or 48h: ended before then"
+    )
+    p.add_argument("--keep-tagged", action="store_true", help="keep every run that has a tag")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    _store_args(p)
+    p.set_defaults(func=cmd_gc)
+
+    p = sub.add_parser("backup", help="copy the results store to a new file (safe while the server runs)")
+    p.add_argument("path", help="the new file: a SQLite database, or a pg_dump archive for PostgreSQL")
+    _store_args(p)
+    p.set_defaults(func=cmd_backup)
+
+    p = sub.add_parser("restore", help="replace the results store's contents with a backup (stop the server)")
+    p.add_argument("path", help="a file written by `normlab backup`")
+    _store_args(p)
+    p.set_defaults(func=cmd_restore)
+
+
+def _store_args(p) -> None:
+    p.add_argument("--data-dir", default=None, help="the SQLite store's folder (default ~/.normlab)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age like 90d, 12w or 48h."""
+    m = re.fullmatch(r"\s*(\d{1,5})\s*([hdw])\s*", text)
+    if m is None:
+        raise CLIError(f"--older-than {text!r}: give a number and a unit h, d or w, e.g. 90d")
+    return int(m.group(1)) * UNITS[m.group(2)]
+
+
+def cmd_gc(args) -> int:
+    from normlab.store import get_store
+
+    age = parse_age(args.older_than)
+    store = get_store(settings_from(args))
+    old = store.old_runs(time.time() - age, keep_tagged=args.keep_tagged)
+    deleted = 0
+    if not args.dry_run:
+        for run in old:
+            deleted += store.delete_run(run["id"])  # its events, roll-ups, tags and checkpoints too
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, "runs": old, "deleted": deleted}))
+        return 0
+    for run in old:
+        when = time.strftime("%Y-%m-%d", time.gmtime(run["created_at"]))
+        print(f"{run['id']}  {when}  {run['status']:<9} {run['owner'] or '-':<16} {run['name'] or ''}")
+    verb = "would delete" if args.dry_run else "deleted"
+    n = len(old) if args.dry_run else deleted
+    print(f"{verb} {n} run(s) that ended more than {args.older_than} ago")
+    return 0
+
+
+def _store_engine(args):
+    from normlab.store.store import make_engine
+
+    settings = settings_from(args)
+    url = settings.resolved_database_url
+    return make_engine(url), url
+
+
+def cmd_backup(args) -> int:
+    from normlab.store.backup import BackupError, backup
+
+    engine, url = _store_engine(args)
+    path = Path(args.path).expanduser().resolve()
+    try:
+        backup(engine, url, path)
+    except BackupError as exc:
+        raise CLIError(str(exc)) from exc
+    finally:
+        engine.dispose()
+    size = path.stat().st_size
+    print(
+        json.dumps({"path": str(path), "bytes": size}) if args.json else f"backed up to {path} ({size} bytes)"
+    )
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from normlab.store import migrate
+    from normlab.store.backup import BackupError, restore
+
+    engine, url = _store_engine(args)
+    path = Path(args.path).expanduser().resolve()
+    try:
+        restore(engine, url, path)
+        st = migrate.state(engine)
+    except BackupError as exc:
+        raise CLIError(str(exc)) from exc
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"path": str(path), "revision": st.current, "up_to_date": st.up_to_date}))
+        return 0
+    print(f"restored {path} (schema {st.current})")
+    if not st.up_to_date:
+        print(f"the backup's schema is older than this normlab's: run `{migrate.UPGRADE_COMMAND}` next")
+    return 0

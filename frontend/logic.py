@@ -143,6 +143,8 @@ def run_rows(items: list[dict]) -> list[dict]:
                 "seed": spec.get("seed"),
                 "steps": spec.get("steps"),
                 "owner": r.get("owner") or "",
+                "name": r.get("name") or "",
+                "tags": ", ".join(r.get("tags") or []),
                 "group": group_link(r.get("group_id")),
                 "created": when(r.get("created_at")),
                 **final_results(r),

@@ -19,14 +19,18 @@ from normlab.catalog import NORMS, TASKS
 from normlab.events import RunStatus
 
 FILTERS = [
+    ("q", "Search", None),  # the id, name, note, owner, task or normalizer
+    ("tag", "Tag", None),
     ("task", "Task", list(TASKS)),
     ("norm", "Normalizer", list(NORMS)),
     ("status", "Status", [s.value for s in RunStatus]),
     ("owner", "Owner", None),
     ("group", "Group", None),
+    ("created_after", "Since (date)", None),
 ]
 COLUMNS = [
     ("status", "Status"),
+    ("name", "Name"),
     ("task", "Task"),
     ("norm", "Normalizer"),
     ("batch_size", "Batch"),
@@ -39,6 +43,7 @@ COLUMNS = [
     ("steps_per_s", "Steps/s"),
     ("wall_time", "Wall (s)"),
     ("owner", "Owner"),
+    ("tags", "Tags"),
     ("group", "Group"),
     ("created", "Created (UTC)"),
     ("link", "Run"),

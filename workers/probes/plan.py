@@ -90,7 +90,9 @@ def estimate_costs(probes: ProbeSpec, kind: Kind, own_forward: bool = False) -> 
     """(cold, warm) cost of one Fisher estimate in training steps, from what it computes."""
     base, vector = BASE_STEPS[kind], VECTOR_STEPS[kind]
     warm_vectors = probes.power_iterations or 2
-    per_estimate = base + (OWN_FORWARD_STEPS if own_forward else 0.0) + (base if probes.empirical_fisher else 0.0)
+    per_estimate = (
+        base + (OWN_FORWARD_STEPS if own_forward else 0.0) + (base if probes.empirical_fisher else 0.0)
+    )
     lambdas = 2 if probes.hessian else 1  # λ_max(H) iterates as λ_max(F) does
     cold = per_estimate + lambdas * vector * max(COLD_VECTORS, warm_vectors)
     warm = per_estimate + lambdas * vector * warm_vectors

@@ -12,7 +12,8 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
   minutes the medians of a few runs moved by ±10 points where the fastest runs stayed put), the number of
   Fisher estimates (median and fewest over the repeats) and the step of the first one;
 - the cost of one Fisher estimate (per-layer trace + λ_max(F), and the weight groups' measured update
-  over the next optimizer step: what a default run computes per estimate) in plain training steps: the
+  over the next optimizer step: what a default run computes per estimate) in plain training steps, beside
+  the cost the run's plan counts for it (`workers.probes.plan`, whose constants it checks): the
   task's default model trains a few steps, then estimates alternate with timed plain steps; each
   estimate's process CPU time over the median of the plain steps right after it (so a
   change in the host's load between them cancels). Warm: the median over one probe's estimates after its
@@ -173,6 +174,7 @@ def bench_task(
         pairs += 1
     paired = [a / b - 1 for a, b in zip(on_cpu, off_cpu, strict=True)]
     result, ev = runs[-1]
+    plan = result.probes["plan"]
     fisher = _fisher(ev)
     warnings = [e.payload["message"] for e in ev if e.kind == "log" and e.payload.get("level") == "warning"]
     cold, warm = estimate_costs(task, norm, settings)
@@ -194,8 +196,9 @@ def bench_task(
         "off_cpu_all": off_cpu,
         "on_cpu_all": on_cpu,
         "prober_share": result.probes["overhead"],
-        "after_effect_share": result.probes.get("after_effect"),  # part of prober_share (prober.py)
+        "planned_share": plan["planned_share"],
         "fisher_estimates": int(statistics.median_low(counts)),
+        "planned_estimates": plan["fisher_count"],
         "fisher_estimates_min": min(counts),
         "fisher_estimates_all": counts,
         "first_fisher_step": fisher[0].step if fisher else None,
@@ -204,6 +207,8 @@ def bench_task(
         "cold_cost_steps": statistics.median(cold),
         "warm_cost_steps": statistics.median(warm),
         "cold_over_warm": statistics.median(cold) / statistics.median(warm),
+        "planned_cold_steps": plan["cold_cost_steps"],
+        "planned_warm_steps": plan["warm_cost_steps"],
         "cold_costs": cold,
         "warm_costs": warm,
         "warnings": warnings,
@@ -299,8 +304,8 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     print(
         f"{'task':12} {'steps':>5} {'off cpu':>7} {'on cpu':>7} {'paired':>7} {'pairs':>5} {'overhead':>8} "
         f"{'fastest':>7} {'wall':>6} "
-        f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9}"
-        "   (cost per estimate in plain training steps)"
+        f"{'estimates':>9} {'fewest':>6} {'first at':>9} {'cold':>6} {'warm':>6} {'cold/warm':>9} "
+        f"{'plan cold':>9} {'plan warm':>9}   (cost per estimate in plain training steps)"
     )
     for r in rows:
         first = (
@@ -314,6 +319,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
             f"{r['overhead_paired']:>7.1%} {r['pairs']:>5} {r['overhead']:>8.1%} "
             f"{r['overhead_min']:>7.1%} {r['overhead_wall']:>6.0%} "
             f"{r['fisher_estimates']:>9} {r['fisher_estimates_min']:>6} {first:>9} "
-            f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9}"
+            f"{cold:>6} {warm:>6} {_fmt(r['cold_over_warm'], '.2f'):>9} "
+            f"{r['planned_cold_steps']:>9.1f} {r['planned_warm_steps']:>9.1f}"
         )
     return 0

@@ -24,6 +24,8 @@ def test_bench_task_reports_overhead_estimates_and_costs_in_plain_steps(settings
     assert out["overhead"] == pytest.approx(out["on_cpu_s"] / out["off_cpu_s"] - 1)
     assert out["overhead_min"] == pytest.approx(min(out["on_cpu_all"]) / min(out["off_cpu_all"]) - 1)
     assert len(out["on_cpu_all"]) == len(out["off_cpu_all"]) == 1
+    assert out["planned_cold_steps"] >= out["planned_warm_steps"] > 0  # the run's plan, beside the measured
+    assert out["planned_estimates"] == out["fisher_estimates"]  # every run gets the planned estimates
 
 
 def test_an_estimate_s_cost_includes_the_groups_measured_update(settings, monkeypatch):
@@ -41,7 +43,10 @@ def test_an_estimate_s_cost_includes_the_groups_measured_update(settings, monkey
 
 class _Result:
     status = "completed"
-    probes = {"overhead": 0.05}
+    probes = {
+        "overhead": 0.05,
+        "plan": {"fisher_count": 1, "planned_share": 0.1, "cold_cost_steps": 5.0, "warm_cost_steps": 3.0},
+    }
 
 
 def _fake_runs(monkeypatch, cpu_of):

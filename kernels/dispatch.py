@@ -105,8 +105,8 @@ class Calibrator:
         return choice
 
     def record(self) -> dict[str, str]:
-        """Every choice this process has made or loaded, as '<device> <key>' -> choice (for run summaries)."""
-        return {f"{dev} {key}": c for dev, keys in self.choices.items() for key, c in sorted(keys.items())}
+        """Every choice this process has made or loaded, as '<device> | <key>' -> choice (run summaries)."""
+        return {f"{dev} | {key}": c for dev, keys in self.choices.items() for key, c in sorted(keys.items())}
 
 
 CALIBRATOR = Calibrator(cache_dir=default_cache_dir())

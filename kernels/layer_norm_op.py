@@ -217,10 +217,13 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tenso
 def triton_layer_norm(
     x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5
 ) -> torch.Tensor:
-    """LayerNorm over the last dimension by the Triton kernels; differentiable, one graph node under
-    torch.compile. CPU tensors need TRITON_INTERPRET=1 set before triton is imported."""
+    """LayerNorm over the last dimension by the Triton kernels; differentiable: the custom op (one graph
+    node) under torch.compile, a plain autograd.Function eagerly. CPU tensors need TRITON_INTERPRET=1 set
+    before triton is imported."""
     check_inputs(x, weight, bias)
-    return layer_norm_fwd(x, weight, bias, float(eps))[0]
+    if torch.compiler.is_compiling():
+        return layer_norm_fwd(x, weight, bias, float(eps))[0]
+    return _LayerNorm.apply(x, weight, bias, float(eps), False)
 
 
 # ---- measured dispatch: the faster of these kernels and torch's, per shape class (kernels/dispatch.py) ----
@@ -241,30 +244,50 @@ def _triton_forward(x, weight, bias, eps):
     return y, mean, rstd
 
 
-def _key(x: torch.Tensor, direction: str) -> str:
-    dtype = str(x.dtype).removeprefix("torch.")
-    return f"{dtype}/{direction}/{shape_class(x.numel() // x.shape[-1], x.shape[-1])}"
+_DEVICE_NAMES: dict[int, str] = {}
+_CHOSEN: dict[tuple, str] = {}  # (device index, dtype, direction, M, N) -> side: the per-call fast path
+
+
+def _device_name(x: torch.Tensor) -> str:
+    index = x.device.index or 0
+    name = _DEVICE_NAMES.get(index)
+    if name is None:
+        name = _DEVICE_NAMES[index] = torch.cuda.get_device_name(x.device)
+    return name
 
 
 def _choice(x: torch.Tensor, direction: str, ours, theirs) -> str:
     """'triton' or 'torch' for this input: measured once per shape class, never inside a graph capture."""
-    key = _key(x, direction)
-    device = torch.cuda.get_device_name(x.device)
+    N = x.shape[-1]
+    M = x.numel() // N
+    memo = (x.device.index, x.dtype, direction, M, N)
+    side = _CHOSEN.get(memo)
+    if side is not None:
+        return side
+    key = f"{str(x.dtype).removeprefix('torch.')}/{direction}/{shape_class(M, N)}"
+    device = _device_name(x)
     if x.is_cuda and torch.cuda.is_current_stream_capturing():
         return CALIBRATOR.choices.get(device, {}).get(key, "torch")
-    return CALIBRATOR.choose(device, key, ours, theirs)
+    side = _CHOSEN[memo] = CALIBRATOR.choose(device, key, ours, theirs)
+    return side
 
 
-class _DispatchedLayerNorm(torch.autograd.Function):
-    """Forward and backward each take the measured faster side; their statistics are interchangeable
-    (fp32 mean and rstd per row), so the two directions choose independently."""
+class _LayerNorm(torch.autograd.Function):
+    """Eager autograd (no custom-op dispatch on the hot path). With `measured`, forward and backward each
+    take the side measured faster; their statistics are interchangeable (fp32 mean and rstd per row), so
+    the two directions choose independently. Without it both are the Triton kernels."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
+    def forward(ctx, x, weight, bias, eps, measured):
         args = (x, weight, bias, eps)
-        side = _choice(x, "fwd", lambda: _triton_forward(*args), lambda: _aten_forward(*args))
+        side = (
+            _choice(x, "fwd", lambda: _triton_forward(*args), lambda: _aten_forward(*args))
+            if measured
+            else "triton"
+        )
         y, mean, rstd = (_triton_forward if side == "triton" else _aten_forward)(*args)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.measured = measured
         return y
 
     @staticmethod
@@ -287,17 +310,15 @@ class _DispatchedLayerNorm(torch.autograd.Function):
             dw, db = backward_into(_rows(dy), _rows(x), _unit(weight), mean, rstd, dx, mask[2], bias_dtype)
             return dx, dw, db
 
-        dx, dw, db = (ours if _choice(x, "bwd", ours, theirs) == "triton" else theirs)()
-        return dx, dw if mask[1] else None, db if mask[2] else None, None
+        side = _choice(x, "bwd", ours, theirs) if ctx.measured else "triton"
+        dx, dw, db = (ours if side == "triton" else theirs)()
+        return dx, dw if mask[1] else None, db if mask[2] else None, None, None
 
 
 def dispatched_layer_norm(x, weight, bias, eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm on a CUDA tensor by whichever of Triton and torch was measured faster for its shape class;
-    under torch.compile, the Triton custom op where that was the choice, torch's otherwise."""
-    check_inputs(x, weight, bias)
+    under torch.compile, torch's (inductor generates and fuses its own kernel there)."""
     if torch.compiler.is_compiling():
-        known = CALIBRATOR.choices.get(torch.cuda.get_device_name(x.device), {})
-        if known.get(_key(x, "fwd")) == "triton":
-            return layer_norm_fwd(x, weight, bias, float(eps))[0]
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-    return _DispatchedLayerNorm.apply(x, weight, bias, float(eps))
+    check_inputs(x, weight, bias)
+    return _LayerNorm.apply(x, weight, bias, float(eps), True)

@@ -148,8 +148,8 @@ def test_the_faster_side_is_chosen_and_measured_once_per_key(tmp_path):
     assert cal.choose("H200", "bfloat16/bwd/N=4096,M<=8192", _never_called, _never_called) == "torch"
     assert cal.measured["bfloat16/bwd/N=4096,M<=8192"] == {"triton": 9e-6, "torch": 5e-6}
     assert cal.record() == {
-        "H200 bfloat16/bwd/N=4096,M<=8192": "torch",
-        "H200 bfloat16/fwd/N=4096,M<=8192": "triton",
+        "H200 | bfloat16/bwd/N=4096,M<=8192": "torch",
+        "H200 | bfloat16/fwd/N=4096,M<=8192": "triton",
     }
 
 

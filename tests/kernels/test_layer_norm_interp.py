@@ -155,6 +155,20 @@ def test_opcheck_of_the_registered_ops(gen):
     torch.library.opcheck(layer_norm_fwd, (x.requires_grad_(), w.requires_grad_(), b, 1e-5))
 
 
+@pytest.mark.usefixtures("rows")
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True), (False, False)])
+def test_eager_path_is_bitwise_the_custom_op_path(gen, weight, bias):
+    from kernels.layer_norm_op import layer_norm_fwd
+
+    x, w, b, dy = _data(gen, 5, 300, torch.float32, weight=weight, bias=bias)
+    eager = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    op = _grads(lambda *a: layer_norm_fwd(*a, 1e-5)[0], x, w, b, dy)
+    for e, o in zip(eager, op, strict=True):
+        assert (e is None and o is None) or torch.equal(e, o)
+    y = kernels.triton_layer_norm(x.requires_grad_(), w, b)
+    assert type(y.grad_fn).__name__ == "_LayerNormBackward"  # no custom-op dispatch on the eager path
+
+
 def test_compiled_graph_holds_the_custom_op(gen):
     from kernels.layer_norm_op import layer_norm_fwd
 
@@ -242,12 +256,13 @@ def test_dispatched_layer_norm_mixes_sides_and_matches_float64(gen, tol, monkeyp
     clock = iter(times)  # Calibrator.choose times the Triton side first, then torch's
     calibrator = dispatch.Calibrator(timer=lambda fn: next(clock))
     monkeypatch.setattr(layer_norm_op, "CALIBRATOR", calibrator)
+    monkeypatch.setattr(layer_norm_op, "_CHOSEN", {})
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
     x, w, b, dy = _data(gen, 6, 37, torch.float32)
     got = _grads(lambda *a: layer_norm_op.dispatched_layer_norm(*a, 1e-5), x, w, b, dy)
     _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
     fwd, bwd = sides.split("/")
     assert calibrator.record() == {
-        "test GPU float32/fwd/N=37,M<=8": fwd,
-        "test GPU float32/bwd/N=37,M<=8": bwd,
+        "test GPU | float32/fwd/N=37,M<=8": fwd,
+        "test GPU | float32/bwd/N=37,M<=8": bwd,
     }

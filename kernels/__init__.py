@@ -1,9 +1,10 @@
 """normlab's kernels: `layer_norm` and `ln_lstm_cell`, Triton on CUDA tensors and torch everywhere else.
 
 The engine's LayerNorm calls `layer_norm(x, weight, bias, eps)`; its LN-LSTM calls `ln_lstm_cell(...)`.
-On a CUDA tensor, with triton importable and the backend not forced to 'torch', both run the Triton
+On a CUDA tensor, with triton importable and the caller's `backend` not 'torch', both run the Triton
 kernels (registered as torch custom ops, so `torch.compile` keeps them in the graph); otherwise the
-torch reference runs. `backend_for(x)` says which one a tensor gets, so every run can record it.
+torch reference runs. The backend is each call's argument ('auto' by default), never a process-wide
+setting; `backend_for(x, backend)` says which one a tensor gets, so every run can record it.
 `triton_layer_norm` / `triton_ln_lstm_cell` call the Triton path directly: on CPU tensors that works only
 under TRITON_INTERPRET=1, set before the first call (the kernel modules are imported lazily then).
 Triton may be missing (a CPU-only install): this package still imports and uses torch.
@@ -19,7 +20,7 @@ from kernels.reference import layer_norm_reference, ln_gru_cell_reference, ln_ls
 
 __all__ = [
     "backend_for",
-    "get_backend",
+    "check_backend",
     "layer_norm",
     "layer_norm_choices",
     "layer_norm_reference",
@@ -30,7 +31,6 @@ __all__ = [
     "ln_lstm_cell",
     "ln_lstm_cell_reference",
     "ln_lstm_sequence",
-    "set_backend",
     "triton_available",
     "triton_layer_norm",
     "triton_ln_gru_cell",
@@ -40,28 +40,22 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "torch", "triton")
-_FORCED: str = "auto"
 
 
-def set_backend(name: str) -> None:
-    """Choose the backend: 'auto' (Triton on CUDA, torch otherwise), 'torch' (A/B runs) or 'triton'."""
-    global _FORCED
+def check_backend(name: str) -> str:
+    """`name` if it is a backend this install can run ('auto': Triton on CUDA, torch otherwise; 'torch':
+    A/B runs; 'triton'), else ValueError with what to use. On CUDA it also imports (and registers) the
+    Triton ops now, not inside a torch.compile'd region."""
     if name not in BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; use 'auto', 'torch' or 'triton'")
     if name == "triton" and not triton_available():
         raise ValueError(
             "kernel backend 'triton' needs the triton package; install normlab[kernels] or use 'auto'/'torch'"
         )
-    _FORCED = name
     if name != "torch" and torch.cuda.is_available() and triton_available():
-        # Import (and register the ops) now, not inside a torch.compile'd region.
         for module in ("layer_norm_op", "lstm_op", "gru_op", "lstm_seq_op", "gru_seq_op"):
             _module(module)
-
-
-def get_backend() -> str:
-    """The backend setting now in force: 'auto', 'torch' or 'triton' (to restore it after an A/B)."""
-    return _FORCED
+    return name
 
 
 _TRITON_OK: bool | None = None  # plain globals, not lru_cache/importlib calls: torch.compile traces these
@@ -80,21 +74,22 @@ def triton_available() -> bool:
     return _TRITON_OK
 
 
-def backend_for(x: torch.Tensor) -> str:
-    """The backend `layer_norm` / `ln_lstm_cell` use for this tensor: 'triton' or 'torch'.
+def backend_for(x: torch.Tensor, backend: str = "auto") -> str:
+    """The backend `layer_norm` / `ln_lstm_cell` use for this tensor under `backend`: 'triton' or 'torch'.
 
     'triton' only for CUDA tensors (the compiled kernels need a GPU); 'torch' forces torch everywhere.
     """
-    if _FORCED == "torch" or not x.is_cuda or not triton_available():  # cheap checks first
+    if backend == "torch" or not x.is_cuda or not triton_available():  # cheap checks first
         return "torch"
     return "triton"
 
 
-def ln_backend_for(x: torch.Tensor) -> str:
-    """What `layer_norm` does with this input: 'torch', 'triton' (forced) or 'measured' (on CUDA: the faster
-    of the two for its shape class, timed on first use; `layer_norm_choices()` lists what was chosen)."""
-    backend = backend_for(x)
-    return backend if backend == "torch" or _FORCED == "triton" else "measured"
+def ln_backend_for(x: torch.Tensor, backend: str = "auto") -> str:
+    """What `layer_norm` does with this input under `backend`: 'torch', 'triton' (asked for) or 'measured'
+    (on CUDA: the faster of the two for its shape class, timed on first use; `layer_norm_choices()` lists
+    what was chosen)."""
+    chosen = backend_for(x, backend)
+    return chosen if chosen == "torch" or backend == "triton" else "measured"
 
 
 def layer_norm_choices() -> dict[str, str]:
@@ -121,16 +116,20 @@ def _lstm_op():
 
 
 def layer_norm(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float = 1e-5,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """LayerNorm over the last dimension (eq. 15: population variance), then gain and bias.
 
     On CUDA the faster of the Triton kernels and torch's for the input's shape class (measured once, see
-    kernels/dispatch.py), or Triton when the backend is forced to 'triton'; `F.layer_norm` otherwise."""
-    backend = ln_backend_for(x)
-    if backend == "triton":
+    kernels/dispatch.py), or Triton when `backend` is 'triton'; `F.layer_norm` otherwise."""
+    chosen = ln_backend_for(x, backend)
+    if chosen == "triton":
         return _ln_op().triton_layer_norm(x, weight, bias, eps)
-    if backend == "measured":
+    if chosen == "measured":
         return _ln_op().dispatched_layer_norm(x, weight, bias, eps)
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
@@ -145,14 +144,16 @@ def triton_layer_norm(
     return _ln_op().triton_layer_norm(x, weight, bias, eps)
 
 
-def ln_lstm_cell(hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5):
+def ln_lstm_cell(
+    hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps: float = 1e-5, backend="auto"
+):
     """(h, c) of one LN-LSTM step (eq. 20, gates f, i, o, g): fused Triton kernel on CUDA, torch otherwise.
 
     hh = h_{t-1} W_hᵀ and xx = x_t W_xᵀ are (B, 4H); c_prev (B, H); gain_h/bias_h/gain_x/bias_x/bias (4H,);
     gain_c/bias_c (H,).
     """
     args = (hh, xx, c_prev, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, eps)
-    if backend_for(hh) == "triton":
+    if backend_for(hh, backend) == "triton":
         return _lstm_op().triton_ln_lstm_cell(*args)
     return ln_lstm_cell_reference(*args)
 
@@ -167,16 +168,43 @@ def triton_ln_lstm_cell(
 
 
 def ln_lstm_sequence(
-    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+    ax,
+    w_h,
+    gain_h,
+    bias_h,
+    gain_x,
+    bias_x,
+    bias,
+    gain_c,
+    bias_c,
+    h0,
+    c0,
+    eps: float = 1e-5,
+    *,
+    backend: str = "auto",
+    cuda_graphs: bool = True,
 ):
     """h_t of every step (T, B, H) of an LN-LSTM over ax = x W_xᵀ (T, B, 4H), from h0, c0 (B, H).
 
     On CUDA the whole recurrence is one autograd node over the fused Triton kernels (one product and one
-    launch per step each way; `lstm_seq_op`); otherwise the torch reference cell, step by step.
+    launch per step each way; `lstm_seq_op`), replayed as a CUDA graph unless `cuda_graphs` is False;
+    otherwise the torch reference cell, step by step.
     """
-    if backend_for(ax) == "triton":
+    if backend_for(ax, backend) == "triton":
         return _module("lstm_seq_op").triton_ln_lstm_sequence(
-            ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps
+            ax,
+            w_h,
+            gain_h,
+            bias_h,
+            gain_x,
+            bias_x,
+            bias,
+            gain_c,
+            bias_c,
+            h0,
+            c0,
+            eps,
+            cuda_graphs=cuda_graphs,
         )
     h, c, hs = h0, c0, []
     for t in range(ax.shape[0]):
@@ -188,11 +216,24 @@ def ln_lstm_sequence(
 
 
 def triton_ln_lstm_sequence(
-    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+    ax,
+    w_h,
+    gain_h,
+    bias_h,
+    gain_x,
+    bias_x,
+    bias,
+    gain_c,
+    bias_c,
+    h0,
+    c0,
+    eps: float = 1e-5,
+    *,
+    cuda_graphs=True,
 ):
     """The LN-LSTM recurrence by the fused Triton kernels on any tensor (CPU needs TRITON_INTERPRET=1)."""
     return _module("lstm_seq_op").triton_ln_lstm_sequence(
-        ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps
+        ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, cuda_graphs=cuda_graphs
     )
 
 
@@ -211,6 +252,7 @@ def ln_gru_cell(
     gain_uh,
     bias_uh,
     eps: float = 1e-5,
+    backend: str = "auto",
 ):
     """h of one LN-GRU step (eq. 26, gates z, r): fused Triton kernel on CUDA, torch otherwise.
 
@@ -233,7 +275,7 @@ def ln_gru_cell(
         bias_uh,
         eps,
     )
-    if backend_for(h_prev) == "triton":
+    if backend_for(h_prev, backend) == "triton":
         return _module("gru_op").triton_ln_gru_cell(*args)
     return ln_gru_cell_reference(*args)
 
@@ -256,15 +298,21 @@ def ln_gru_sequence(
     bias_uh,
     h0,
     eps: float = 1e-5,
+    *,
+    backend: str = "auto",
+    cuda_graphs: bool = True,
 ):
     """h_t of every step (T, B, H) of an LN-GRU over ax = x [W_x; W]ᵀ (T, B, 3H), with w_rec = [W_h; U].
 
-    On CUDA the whole recurrence is one autograd node over the fused Triton kernels (`gru_seq_op`);
-    otherwise the torch reference cell, step by step.
+    On CUDA the whole recurrence is one autograd node over the fused Triton kernels (`gru_seq_op`),
+    replayed as a CUDA graph unless `cuda_graphs` is False; otherwise the torch reference cell, step by
+    step.
     """
     params = (gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh)
-    if backend_for(ax) == "triton":
-        return _module("gru_seq_op").triton_ln_gru_sequence(ax, w_rec, *params, h0, eps)
+    if backend_for(ax, backend) == "triton":
+        return _module("gru_seq_op").triton_ln_gru_sequence(
+            ax, w_rec, *params, h0, eps, cuda_graphs=cuda_graphs
+        )
     H = ax.shape[-1] // 3
     h, hs = h0, []
     for t in range(ax.shape[0]):

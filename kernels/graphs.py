@@ -31,7 +31,8 @@ training step (forward, backward, forward, ...) copies no saved tensor at all, a
 either backward still each get their own data. One re-entrant lock orders every copy-in, eviction and
 replay (replays only enqueue work, so serializing them across threads costs little).
 
-Off with `set_enabled(False)` (the engine: setting NORMLAB_CUDA_GRAPHS=false). On a CPU there is no
+Off for a call with `enabled=False` (the engine passes EngineOptions.cuda_graphs, from
+NORMLAB_CUDA_GRAPHS): the same launches from Python, the same results. On a CPU there is no
 graph: `emulate(True)` (for tests under TRITON_INTERPRET=1) replays by running `fn` again on the static
 inputs and copying its results into the first call's outputs, so the copy-in / clone-out bookkeeping
 is tested without a GPU.
@@ -57,7 +58,6 @@ MAX_ENTRIES = 8
 MAX_STATIC_BYTES = 1 << 30
 MAX_TOTAL_BYTES = 4 << 30
 GPU_SHARE = (0.10, 0.25)
-_ENABLED = True
 _EMULATE = False
 # One re-entrant lock for lookups, captures, copy-ins, evictions and replays: a backward reading a forward
 # entry's buffers holds it so that no replay on another thread overwrites them in between.
@@ -65,12 +65,6 @@ _LOCK = threading.RLock()
 _ENTRIES: OrderedDict = OrderedDict()
 _SEEN: set = set()  # keys called before (the second call captures)
 _FAILED: set = set()
-
-
-def set_enabled(on: bool) -> None:
-    """Turn graph replay on or off for this process (the eager loop always gives the same results)."""
-    global _ENABLED
-    _ENABLED = bool(on)
 
 
 def emulate(on: bool) -> None:
@@ -87,9 +81,10 @@ def clear() -> None:
         _FAILED.clear()
 
 
-def applies(device: torch.device) -> bool:
-    """Whether `run` would replay a graph for tensors on this device (else the caller runs eagerly)."""
-    if not _ENABLED:
+def applies(device: torch.device, enabled: bool = True) -> bool:
+    """Whether `run` would replay a graph for tensors on this device (else the caller runs eagerly);
+    `enabled` False: never (the caller asked for eager launches)."""
+    if not enabled:
         return False
     if device.type == "cuda":
         return not torch.cuda.is_current_stream_capturing()
@@ -185,23 +180,40 @@ def _limits(device: torch.device) -> tuple[int, int]:
     return max(MAX_STATIC_BYTES, int(GPU_SHARE[0] * memory)), max(MAX_TOTAL_BYTES, int(GPU_SHARE[1] * memory))
 
 
-def call(name: str, fn: Callable, inputs: Sequence[torch.Tensor], *consts, keep: Sequence[int] | None = None):
+def call(
+    name: str,
+    fn: Callable,
+    inputs: Sequence[torch.Tensor],
+    *consts,
+    keep: Sequence[int] | None = None,
+    enabled: bool = True,
+):
     """fn(*inputs) as a tuple: replayed from a CUDA graph keyed on (name, consts, the inputs' shapes, dtypes
-    and device) where `applies`, else run directly. `consts` must hold every constant fn closes over."""
-    if not applies(inputs[0].device):
+    and device) where `applies(device, enabled)`, else run directly. `consts` must hold every constant fn
+    closes over."""
+    if not applies(inputs[0].device, enabled):
         return tuple(fn(*inputs))
     return run(graph_key(name, inputs, *consts), fn, inputs, keep)
 
 
 def sequence_forward(
-    ctx, name: str, fn: Callable, inputs: Sequence[torch.Tensor], eps: float, saving: bool, out: int
+    ctx,
+    name: str,
+    fn: Callable,
+    inputs: Sequence[torch.Tensor],
+    eps: float,
+    saving: bool,
+    out: int,
+    enabled: bool = True,
 ) -> tuple:
     """A fused sequence's autograd forward: fn(*inputs, eps=eps) as `call` runs it; returns its outputs with
     output `out` (the hidden states returned) a fresh tensor. When `saving`, the inputs are saved on ctx,
-    and the outputs too when they are fresh (eager); a replay lends them to ctx instead (`ctx.lease`)."""
+    and the outputs too when they are fresh (eager); a replay lends them to ctx instead (`ctx.lease`).
+    `enabled` False: eager launches, forward and backward."""
     ctx.lease = None
+    ctx.graphs_enabled = enabled
     f = functools.partial(fn, eps=eps)
-    if not applies(inputs[0].device):
+    if not applies(inputs[0].device, enabled):
         outs = tuple(f(*inputs))
     else:
         outs, ctx.lease = _run(
@@ -219,14 +231,14 @@ def sequence_backward(ctx, name: str, fn: Callable, grad: torch.Tensor) -> tuple
     saved = ctx.saved_tensors  # also autograd's check that no saved input was modified in place
     lease = ctx.lease
     if lease is None:
-        return call(name, fn, (grad.contiguous(), *saved))
+        return call(name, fn, (grad.contiguous(), *saved), enabled=ctx.graphs_enabled)
     with _LOCK:  # no replay may overwrite the lent buffers before this backward's work is enqueued
         owner = lease.entry
         if owner is not None:
             inputs, partner = (grad.contiguous(), *owner.statics, *owner.outs), owner
         else:
             inputs, partner = (grad.contiguous(), *saved, *lease.outs), None
-        if not applies(grad.device):  # graphs switched off since the forward
+        if not applies(grad.device, ctx.graphs_enabled):  # e.g. capturing another stream now
             return tuple(fn(*inputs))
         return _run(graph_key(name, inputs), fn, inputs, partner=partner)[0]
 

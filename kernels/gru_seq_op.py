@@ -176,11 +176,11 @@ def _backward(d_hs, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, rec, hs, stat
 
 class _LNGRUSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving):
+    def forward(ctx, ax, w_rec, g1, b1, g2, b2, g3, b3, g4, b4, h0, eps, saving, cuda_graphs):
         params = [p.contiguous() for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
         hs = graphs.sequence_forward(
-            ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving, out=1
+            ctx, "ln_gru_fwd", _forward, (ax, w_rec, *params, h0), eps, saving, out=1, enabled=cuda_graphs
         )[1]
         ctx.dtypes = [p.dtype for p in (g1, b1, g2, b2, g3, b3, g4, b4)]
         return hs
@@ -192,7 +192,15 @@ class _LNGRUSequence(torch.autograd.Function):
         H = d_ax.shape[2] // 3
         g1, g4, b4 = dp[: 2 * H], dp[2 * H : 3 * H], dp[3 * H :]
         grads = (g1, b12, g2, b12.clone(), g3, b3, g4, b4)  # β₁ and β₂ add up: one shared gradient
-        return (d_ax, d_w_rec, *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)], dh0, None, None)
+        return (
+            d_ax,
+            d_w_rec,
+            *[g.to(d) for g, d in zip(grads, ctx.dtypes, strict=True)],
+            dh0,
+            None,
+            None,
+            None,
+        )
 
 
 def _check_sequence(ax, w_rec, h0, params) -> None:
@@ -228,15 +236,19 @@ def triton_ln_gru_sequence(
     bias_uh,
     h0,
     eps: float = 1e-5,
+    *,
+    cuda_graphs: bool = True,
 ):
     """h_t for every step, (T, B, H), of an LN-GRU (eq. 26, gates z, r) over ax = x [W_x; W]ᵀ (T, B, 3H).
 
     w_rec = [W_h; U] (3H, H); gain/bias of LN(zr_h), LN(zr_x) (2H,), of LN(wx), LN(uh) (H,); h0 (B, H).
-    Differentiable (once) with respect to all of them.
+    Differentiable (once) with respect to all of them. `cuda_graphs` False: eager launches (kernels.graphs).
     """
     params = (gain_zr_h, bias_zr_h, gain_zr_x, bias_zr_x, gain_wx, bias_wx, gain_uh, bias_uh)
     _check_sequence(ax, w_rec, h0, params)
     if ax.shape[0] == 0:
         return ax.new_empty(0, ax.shape[1], ax.shape[2] // 3)
     saving = torch.is_grad_enabled() and any(t.requires_grad for t in (ax, w_rec, h0, *params))
-    return _LNGRUSequence.apply(ax.contiguous(), w_rec, *params, h0.contiguous(), float(eps), saving)
+    return _LNGRUSequence.apply(
+        ax.contiguous(), w_rec, *params, h0.contiguous(), float(eps), saving, cuda_graphs
+    )

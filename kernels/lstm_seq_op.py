@@ -165,11 +165,20 @@ def _backward(
 
 class _LNLSTMSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, saving):
+    def forward(
+        ctx, ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps, saving, cuda_graphs
+    ):
         params = [p.contiguous() for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         # One replayed CUDA graph instead of 2T launches from Python (on CUDA; see kernels.graphs).
         hs = graphs.sequence_forward(
-            ctx, "ln_lstm_fwd", _forward, (ax, w_h, *params, h0, c0), eps, saving, out=1
+            ctx,
+            "ln_lstm_fwd",
+            _forward,
+            (ax, w_h, *params, h0, c0),
+            eps,
+            saving,
+            out=1,
+            enabled=cuda_graphs,
         )[1]
         ctx.dtypes = [p.dtype for p in (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)]
         return hs
@@ -198,6 +207,7 @@ class _LNLSTMSequence(torch.autograd.Function):
             dc,
             None,
             None,
+            None,
         )
 
 
@@ -220,12 +230,25 @@ def _check_sequence(ax, w_h, h0, c0, params) -> None:
 
 
 def triton_ln_lstm_sequence(
-    ax, w_h, gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c, h0, c0, eps: float = 1e-5
+    ax,
+    w_h,
+    gain_h,
+    bias_h,
+    gain_x,
+    bias_x,
+    bias,
+    gain_c,
+    bias_c,
+    h0,
+    c0,
+    eps: float = 1e-5,
+    *,
+    cuda_graphs=True,
 ):
     """h_t for every step, (T, B, H), of an LN-LSTM over ax = x W_xᵀ (T, B, 4H); gates (f, i, o, g).
 
     w_h (4H, H); gain_h/bias_h/gain_x/bias_x/bias (4H,); gain_c/bias_c (H,); h0, c0 (B, H). Differentiable
-    (once) with respect to all of them.
+    (once) with respect to all of them. `cuda_graphs` False: eager launches (see kernels.graphs).
     """
     params = (gain_h, bias_h, gain_x, bias_x, bias, gain_c, bias_c)
     assert len(params) == len(PARAM_NAMES)
@@ -234,5 +257,5 @@ def triton_ln_lstm_sequence(
         return ax.new_empty(0, ax.shape[1], ax.shape[2] // 4)
     saving = torch.is_grad_enabled() and any(t.requires_grad for t in (ax, w_h, h0, c0, *params))
     return _LNLSTMSequence.apply(
-        ax.contiguous(), w_h, *params, h0.contiguous(), c0.contiguous(), float(eps), saving
+        ax.contiguous(), w_h, *params, h0.contiguous(), c0.contiguous(), float(eps), saving, cuda_graphs
     )

@@ -135,6 +135,9 @@ class RunSummary(BaseModel):
     probes: dict[str, Any] | None = None  # the probes' last payloads and their measured overhead
     step: int | None = None
     wall_time: float | None = None
+    # the engine's path choices (workers.engine.options.EngineOptions.record): kernel backend, CUDA graphs,
+    # the CPU LSTM's C step
+    engine: dict[str, str | bool] | None = None
 
     @model_serializer(mode="wrap")
     def _only_set(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
@@ -152,6 +155,7 @@ class RunResult(BaseModel):
     kernel_backend: str
     error: str | None = None
     probes: dict[str, Any] | None = None
+    engine: dict[str, str | bool] | None = None  # the EngineOptions the run used (see RunSummary)
 
 
 class EventCounter:

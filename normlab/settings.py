@@ -38,15 +38,11 @@ class Settings(BaseSettings):
     # CUDA: replay each fused LN-LSTM / LN-GRU recurrence (2T launches a step) as one captured CUDA graph
     # per shape (kernels.graphs); off = the same launches from Python (same results, more host time).
     cuda_graphs: bool = True
-    # CPU engine (float32): products through oneDNN ('auto': where MKL, torch's own, is the slower one, i.e.
-    # off Intel CPUs; true/false force it); the LSTM's per-step work in a C function built on first use
-    # with `cc` (compiler: empty = cc/gcc on PATH) into cache_dir; malloc told to keep freed blocks in
-    # worker processes. Each off = torch's own path (A/B runs, odd platforms).
-    onednn: bool | Literal["auto"] = "auto"
+    # CPU engine (float32): the LSTM's per-step work in a C function built on first use with `cc`
+    # (compiler: empty = cc/gcc on PATH) into cache_dir; off = torch's own ops (A/B runs, odd platforms).
     native_step: bool = True
     cc: str = ""
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "normlab")
-    malloc_tune: bool = True
     # Workers
     worker_heartbeat_s: float = Field(2.0, gt=0)
     lost_after_s: float = Field(20.0, gt=0)  # no heartbeat for this long -> the run is 'lost'

@@ -99,7 +99,11 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
     summary = RunSummary(
-        metrics=result.metrics, probes=result.probes, step=result.step, wall_time=result.wall_time
+        metrics=result.metrics,
+        probes=result.probes,
+        step=result.step,
+        wall_time=result.wall_time,
+        engine=result.engine,
     )
     finish = {
         "status": result.status,

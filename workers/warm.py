@@ -3,7 +3,7 @@
 A fresh process pays seconds before its first training step: the first `torch.optim.Adam(...)` imports
 torch._dynamo (5.6–7 s on the 2-core machine, most of issue 19's 7–9 s from click to first point), the
 first pass through each model builder, normalizer and cell imports and initialises its code (weight
-norm's parametrizations, the probes, oneDNN primitives, the native LSTM step built with `cc`), and each
+norm's parametrizations, the probes, the native LSTM step built with `cc`), and each
 task's data is loaded. `warm_parent(settings)` does all of that once in the Celery worker's parent by
 training a few tiny runs of every task, normalizer and cell (2 steps each, evaluation included, events
 dropped); every child the prefork pool forks for a run (one per run: worker_max_tasks_per_child=1)

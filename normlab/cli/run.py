@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         "wall_time": result.wall_time,
         "device": result.device,
         "kernel_backend": result.kernel_backend,
+        "engine": result.engine,
         "error": result.error,
     }
     if resolved.probes.enabled:

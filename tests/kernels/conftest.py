@@ -63,16 +63,6 @@ def gen():
     return torch.Generator().manual_seed(1234)
 
 
-@pytest.fixture(autouse=True)
-def _auto_backend():
-    """Each test starts and ends with the default 'auto' backend."""
-    import kernels
-
-    kernels.set_backend("auto")
-    yield
-    kernels.set_backend("auto")
-
-
 @pytest.fixture
 def fused_vs_torch(monkeypatch):
     """run(cell, x, hidden, force=False, repeats=1) -> (fused runs, torch run, fused calls).
@@ -90,6 +80,7 @@ def fused_vs_torch(monkeypatch):
 
     def run_both(cell, x, hidden, force=False, repeats=1):
         recurrent = pytest.importorskip("workers.engine.recurrent")
+        EngineOptions = pytest.importorskip("workers.engine.options").EngineOptions
         seq_op = importlib.import_module(f"kernels.{cell}_seq_op")
         torch.manual_seed(0)
         layer = {"lstm": recurrent.LSTMLayer, "gru": recurrent.GRULayer}[cell](
@@ -100,7 +91,7 @@ def fused_vs_torch(monkeypatch):
                 p.add_(0.1 * torch.randn(p.shape).to(x.device))
 
         def once(backend):
-            kernels.set_backend(backend)
+            layer.engine_options = EngineOptions(kernel_backend=backend)
             layer.zero_grad()
             out = layer(x)
             (out * torch.linspace(-1, 1, out.numel(), device=x.device).view_as(out)).sum().backward()
@@ -110,9 +101,9 @@ def fused_vs_torch(monkeypatch):
         calls = []
         name = f"triton_ln_{cell}_sequence"
         real = getattr(seq_op, name)
-        monkeypatch.setattr(seq_op, name, lambda *a: calls.append(1) or real(*a))
+        monkeypatch.setattr(seq_op, name, lambda *a, **k: calls.append(1) or real(*a, **k))
         if force:
-            monkeypatch.setattr(kernels, "backend_for", lambda t: "triton")
+            monkeypatch.setattr(kernels, "backend_for", lambda t, backend="auto": "triton")
         return [once("auto") for _ in range(repeats)], ref, len(calls)
 
     return run_both

@@ -80,15 +80,13 @@ def test_gru_reference_follows_eq_26_written_out(gen):
     assert torch.equal(kernels.ln_gru_cell(*args), kernels.ln_gru_cell_reference(*args))  # CPU ⇒ torch
 
 
-def test_set_backend_validates_and_forces_torch(gen):
+def test_check_backend_validates_and_torch_forces_torch(gen):
     with pytest.raises(ValueError, match="use 'auto', 'torch' or 'triton'"):
-        kernels.set_backend("cuda")
-    kernels.set_backend("torch")
-    assert kernels.get_backend() == "torch"
-    assert kernels.backend_for(torch.zeros(2)) == "torch"
+        kernels.check_backend("cuda")
+    assert kernels.check_backend("torch") == "torch"
+    assert kernels.backend_for(torch.zeros(2), "torch") == "torch"
     if torch.cuda.is_available():
-        assert kernels.backend_for(torch.zeros(2, device="cuda")) == "torch"
-    kernels.set_backend("auto")
+        assert kernels.backend_for(torch.zeros(2, device="cuda"), "torch") == "torch"
     assert kernels.backend_for(torch.zeros(2)) == "torch"  # CPU tensors always get torch
 
 
@@ -103,7 +101,7 @@ def test_package_imports_and_falls_back_without_triton():
         "y = kernels.layer_norm(x, None, None, 1e-5)\n"
         "h, c = kernels.ln_lstm_cell(torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 2),"
         " *[torch.ones(8)] * 5, torch.ones(2), torch.zeros(2), 1e-5)\n"
-        "try:\n    kernels.set_backend('triton')\nexcept ValueError as e:\n    print('refused:', e)\n"
+        "try:\n    kernels.check_backend('triton')\nexcept ValueError as e:\n    print('refused:', e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(

@@ -39,8 +39,7 @@ def test_cuda_tensors_take_the_measured_side_unless_forced():
     chosen = {k.split(" | ", 1)[1]: v for k, v in kernels.layer_norm_choices().items()}
     assert chosen["float32/fwd/N=64,M<=4"] in ("triton", "torch")
     assert chosen["float32/bwd/N=64,M<=4"] in ("triton", "torch")
-    kernels.set_backend("torch")
-    assert kernels.backend_for(x) == "torch"
+    assert kernels.backend_for(x, "torch") == "torch" and kernels.ln_backend_for(x, "torch") == "torch"
 
 
 def test_a_workers_shape_history_neither_crashes_nor_changes_bits():
@@ -318,14 +317,10 @@ def test_sequences_replay_cuda_graphs_equal_to_eager_launches(cell):
         return [t.detach().clone().requires_grad_() for t in ins]
 
     def eager(ins):
-        graphs.set_enabled(False)
-        try:
-            ls = leaves(ins)
-            hs = fn(*ls, 1e-5)
-            (hs * d).sum().backward()
-            return [hs.detach()] + [t.grad for t in ls]
-        finally:
-            graphs.set_enabled(True)
+        ls = leaves(ins)
+        hs = fn(*ls, 1e-5, cuda_graphs=False)
+        (hs * d).sum().backward()
+        return [hs.detach()] + [t.grad for t in ls]
 
     graphs.clear()
     before = dict(graphs.stats)

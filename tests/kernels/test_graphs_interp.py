@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import kernels
-from kernels import graphs
 
 pytestmark = pytest.mark.usefixtures("interp", "emulated_graphs")
 
@@ -25,19 +24,15 @@ def _leaves(inputs):
     return [t.detach().clone().requires_grad_() for t in inputs]
 
 
-def _grads(fn, inputs, d_out):
+def _grads(fn, inputs, d_out, cuda_graphs=True):
     leaves = _leaves(inputs)
-    hs = fn(*leaves, 1e-5)
+    hs = fn(*leaves, 1e-5, cuda_graphs=cuda_graphs)
     (hs * d_out).sum().backward()
     return [hs.detach()] + [t.grad for t in leaves]
 
 
 def _eager(fn, inputs, d_out):
-    graphs.set_enabled(False)
-    try:
-        return _grads(fn, inputs, d_out)
-    finally:
-        graphs.set_enabled(True)
+    return _grads(fn, inputs, d_out, cuda_graphs=False)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -90,12 +85,8 @@ def test_no_grad_forward_replays_and_returns_fresh_outputs(sequence_inputs, emul
     with torch.no_grad():
         outs = [fn(*x, 1e-5) for x in ins]
     assert emulated_graphs()["replays"] == 2
-    graphs.set_enabled(False)
-    try:
-        with torch.no_grad():
-            want = [fn(*x, 1e-5) for x in ins]
-    finally:
-        graphs.set_enabled(True)
+    with torch.no_grad():
+        want = [fn(*x, 1e-5, cuda_graphs=False) for x in ins]
     assert all(torch.equal(o, w) for o, w in zip(outs, want, strict=True))
     assert outs[1].data_ptr() != outs[2].data_ptr()
 
@@ -106,9 +97,5 @@ def test_each_shape_and_eps_has_its_own_graph(sequence_inputs, emulated_graphs):
         for T, eps in ((3, 1e-5), (3, 1e-5), (5, 1e-5), (5, 1e-5), (3, 1e-3), (3, 1e-3)):
             ins = sequence_inputs("lstm", T, 2, 4, F32)
             got = fn(*ins, eps)
-            graphs.set_enabled(False)
-            try:
-                assert torch.equal(got, fn(*ins, eps))
-            finally:
-                graphs.set_enabled(True)
+            assert torch.equal(got, fn(*ins, eps, cuda_graphs=False))
     assert emulated_graphs()["captures"] == 3

@@ -128,20 +128,19 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         p.error("--steps, --rounds and --threads must be ≥ 1, --warmup ≥ 0")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from workers.engine import switches
-
-    switches.configure(settings)  # the LN-LSTM ratio below runs the engine's layer directly
     start = time.perf_counter()
     rows = task_rows(tasks, _list(args.norms), args.warmup, args.steps, settings, args.rounds)
     lstm = None
     if not args.no_lstm:
         from workers.engine.bench_lstm import measure_lnlstm_ratio
+        from workers.engine.options import EngineOptions
 
         lstm = measure_lnlstm_ratio(
             batch=args.lstm_batch,
             seq_len=args.lstm_seq_len,
             hidden=args.lstm_hidden,
             repeats=args.lstm_repeats,
+            options=EngineOptions.from_settings(settings),
         )
     out = {
         "threads": torch.get_num_threads(),

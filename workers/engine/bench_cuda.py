@@ -27,26 +27,24 @@ LSTM_SHAPE = (32, 128, 512)  # B, T, H: the fused LN-LSTM's target shape
 
 def _lstm_layer_ms(backend: str, repeats: int = 20) -> float:
     import kernels
+    from workers.engine.options import EngineOptions
     from workers.engine.recurrent import LSTMLayer
 
     B, T, H = LSTM_SHAPE
     torch.manual_seed(0)
     layer = LSTMLayer(H, H, norm="layer").cuda()
     x = torch.randn(T, B, H, device="cuda")
-    kernels.set_backend(backend)
-    try:
-        for _ in range(3):  # compile, capture the CUDA graphs
-            layer(x).sum().backward()
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            layer(x).sum().backward()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    finally:
-        kernels.set_backend("auto")
+    layer.engine_options = EngineOptions(kernel_backend=kernels.check_backend(backend))
+    for _ in range(3):  # compile, capture the CUDA graphs
+        layer(x).sum().backward()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        layer(x).sum().backward()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
     return statistics.median(times)
 
 

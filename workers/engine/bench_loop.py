@@ -31,12 +31,13 @@ def _plain_loop(spec: RunSpec, settings: Settings):
     """The plain loop over its own copy of the model (same seed, data batches and optimizer): one step per
     `next()`."""
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
+    from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
 
     data = load_task(spec, settings)
     seed_everything(spec.seed)
-    model = build_model(spec, data)
+    model = build_model(spec, data, EngineOptions.from_settings(settings))
     optimizer = make_optimizer(spec, model)
     batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
     model.train()

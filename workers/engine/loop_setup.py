@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from normlab.spec import RunSpec
+from workers.engine.options import DEFAULT, EngineOptions, apply_options
 from workers.engine.tasks import TaskData
 
 # torch's own choice when this module was imported: physical cores, or OMP_NUM_THREADS when set
@@ -65,14 +66,14 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def build_model(spec: RunSpec, data: TaskData) -> nn.Module:
+def build_model(spec: RunSpec, data: TaskData, options: EngineOptions = DEFAULT) -> nn.Module:
     """The task's own model (`data.model_fn`), else the task kind's default (engine-nn's `build_model`,
-    imported lazily so tasks load without it)."""
+    imported lazily so tasks load without it), its layers running the paths `options` choose."""
     if data.model_fn is not None:
-        return data.model_fn(spec)
+        return apply_options(data.model_fn(spec), options)
     from workers.engine.models import build_model as build
 
-    return build(spec, data.info, data.input_dim, data.n_outputs)
+    return apply_options(build(spec, data.info, data.input_dim, data.n_outputs), options)
 
 
 def make_optimizer(spec: RunSpec, model: nn.Module) -> torch.optim.Optimizer:

@@ -1,7 +1,7 @@
 """The LSTM recurrence's C path: each step's element-wise work in one call of `lstm_step.c`.
 
 `forward` / `backward` are `lstm_seq`'s float32 CPU implementation of eq. 20 (and eq. 29 / 17 with an LN
-switched off), chosen there when `native.applies`. Per step: the product through oneDNN (or torch), then
+switched off), chosen there when `native.applies`. Per step: torch's product, then
 one C call that does the LNs, the gates, c_t and h_t for every batch row (rows split over `threads`
 OpenMP threads; see `workers.engine.native`); the backward likewise, with dγ/dβ summed per row and then
 over the rows in order, so the numbers do not depend on the thread count. dW_h is one large product
@@ -14,11 +14,11 @@ import ctypes
 
 import torch
 
-from workers.engine import native, onednn
+from workers.engine import native
 
 
 def forward(
-    xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None, threads: int
+    lib, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None, threads: int
 ):
     """(h_t for all steps, buffers for `backward`). keep=False (no backward coming): the buffers hold one
     step. Buffers: (gates, cells, tanh_c, hh, stats, "native"), stats the (4, S, B) LN means and inverse
@@ -58,16 +58,15 @@ def forward(
         mean_c=stats[2],
         rstd_c=stats[3],
     )
-    step, ref = native.library().lstm_fwd_step, ctypes.byref(ctx)
-    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
-    # W_hᵀ laid out once per call: MKL's product with a transposed view cost 30 vs 23 µs a step (B=32, H=128)
-    w_hT = w_h.detach().t().contiguous() if packed is None else None
+    step, ref = lib.lstm_fwd_step, ctypes.byref(ctx)
+    # W_hᵀ laid out once per call: a product with the transposed view is slower, every step
+    w_hT = w_h.detach().t().contiguous()
     HS = hs.unbind(0)
     h, before = h0, torch.get_num_threads()
     try:
         torch.set_num_threads(threads)  # the products and the C step (over batch rows) use them
         for t in range(T):
-            raw = onednn.linear(h, packed) if packed is not None else torch.mm(h, w_hT)
+            raw = torch.mm(h, w_hT)
             step(ref, t, raw.data_ptr())
             h = HS[t]
     finally:
@@ -75,7 +74,9 @@ def forward(
     return hs, (gates, cells, tanh_c, hh, stats, "native")
 
 
-def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs, eps, threads: int, dhs=None):
+def backward(
+    lib, buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs, eps, threads: int, dhs=None
+):
     """((dxx, dW_h, dγ_h, dβ_h, dγ_c, dβ_c, dh0, dc0), the work buffers, free for the next forward).
     d_hs may have any strides (`out.sum()`'s is a broadcast view: no (T, B, H) copy is made for it).
     `dhs` (a list): gets each step's dL/dh_t, last step first (the probes)."""
@@ -118,14 +119,8 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
         d_bc=acc[3],
         scratch=scratch,
     )
-    lib = native.library()
     step, ref = lib.lstm_bwd_step, ctypes.byref(ctx)
-    big = onednn.applies(d_a, w_h)  # dW_h: one product over all steps
-    fast = big and onednn.per_step(B, w_h)
-    packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for dL/dh_{t-1}
     w = w_h.detach()
-    if fast and not d_hs.is_contiguous():
-        d_hs = d_hs.contiguous()  # oneDNN's fused addition reads it as dense rows
     D_HS, RAW = d_hs.unbind(0), (hh if hh is not None else d_a).unbind(0)
     # the C step reads dL/dh_t as dense rows: a copy of the last step's only if it is not (the others
     # come out of the products)
@@ -137,20 +132,12 @@ def backward(buffers, d_hs, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs,
                 dhs.append(dh)  # a tensor of its own each step (read, never written, by the C step)
             step(ref, t, dh.data_ptr())
             # dL/dh_{t-1} = the output's gradient + the recurrent part, in one fused product
-            if fast:
-                dh = (
-                    onednn.linear_add(RAW[t], D_HS[t - 1], packed) if t > 0 else onednn.linear(RAW[t], packed)
-                )
-            else:
-                dh = torch.addmm(D_HS[t - 1], RAW[t], w) if t > 0 else RAW[t].mm(w)
+            dh = torch.addmm(D_HS[t - 1], RAW[t], w) if t > 0 else RAW[t].mm(w)
     finally:
         torch.set_num_threads(before)
     d_raw = hh if hh is not None else d_a
     h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)  # cells are used up: h_{t-1} over them
-    if big:
-        d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
-    else:
-        d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
+    d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
     sums = []
     for rows in acc:  # over the batch rows in order: the same numbers for any thread count
         if rows is not None:

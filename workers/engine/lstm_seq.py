@@ -11,14 +11,15 @@ switched off):
 Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower than `torch.nn.LSTM` on a
 2-core CPU. Two implementations of the same equations:
 
-- float32 on the CPU (training here; `workers.engine.lstm_native`): per step, the product through oneDNN
-  (`workers.engine.onednn`: 2× MKL's speed on the project's AMD machines) and everything element-wise
-  (LNs, gates, c_t, h_t, and in the backward their derivatives and dγ/dβ) in one call of a compiled C
-  function (`workers.engine.native`, `lstm_step.c`) that works row by row while the row is in cache
-  and splits the batch rows over the threads. dW_h is one large product over all steps.
-- anything else (float64, which the exactness tests use; CUDA tensors; no C compiler): torch ops into
-  preallocated (T, B, ·) buffers (tanh as 2σ(2z) − 1), the backward's local gate derivatives formed for
-  all steps at once before its loop, then 9 element-wise ops, LN's backward and one product per step.
+- float32 on the CPU with EngineOptions.c_step (training here; `workers.engine.lstm_native`): per step,
+  torch's product and everything element-wise (LNs, gates, c_t, h_t, and in the backward their
+  derivatives and dγ/dβ) in one call of a compiled C function (`workers.engine.native`, `lstm_step.c`)
+  that works row by row while the row is in cache and splits the batch rows over the threads. dW_h is
+  one large product over all steps.
+- anything else (float64, which the exactness tests use; CUDA tensors; no C compiler; c_step off): torch
+  ops into preallocated (T, B, ·) buffers (tanh as 2σ(2z) − 1), the backward's local gate derivatives
+  formed for all steps at once before its loop, then 9 element-wise ops, LN's backward and one product
+  per step.
 
 Threads: the per-step work is small (B×H×4H multiply-adds, ~40K elements). `recurrence_threads()` is
 all threads on an idle machine and one on an oversubscribed one (load average above 1.5× the cores,
@@ -41,7 +42,8 @@ import os
 
 import torch
 
-from workers.engine import lstm_native, native, onednn
+from workers.engine import lstm_native, native
+from workers.engine.options import DEFAULT, EngineOptions
 
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
@@ -85,22 +87,21 @@ def _steps(buf: torch.Tensor, n: int) -> tuple:
     return rows if len(rows) == n else rows * n  # one-step buffer (no backward): every step reuses row 0
 
 
-def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None = None):
+def _forward(
+    xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None = None, lib=None
+):
     """(h_t for all steps, buffers for the backward). keep=False (no backward coming): the per-step
     buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
-    buffers of the right shapes to reuse (see `_SPARE`)."""
-    if native.applies(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0):
+    buffers of the right shapes to reuse (see `_SPARE`). `lib`: the C step's library, or None (torch)."""
+    if lib is not None:
         return lstm_native.forward(
-            xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare, recurrence_threads()
+            lib, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare, recurrence_threads()
         )
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
     H = G // 4
     ln_h, ln_c = gain_h is not None, gain_c is not None
-    # float32 on the CPU: oneDNN's product, W_h packed once for all steps (see workers.engine.onednn);
-    # else W_hᵀ laid out once (a product with the transposed view is slower, every step)
-    packed = onednn.pack(w_h, B) if onednn.applies(xx, w_h) and onednn.per_step(B, w_h) else None
-    w_hT = w_h.t().contiguous() if packed is None else None
+    w_hT = w_h.t().contiguous()  # laid out once: a product with the transposed view is slower, every step
     spare = spare or {}
 
     def buffer(name, *shape):
@@ -128,20 +129,14 @@ def _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, s
             if n > 1:
                 threads(n)
             if ln_h:
-                if packed is not None:
-                    HH[t].copy_(onednn.linear(h, packed))
-                else:
-                    torch.mm(h, w_hT, out=HH[t])
+                torch.mm(h, w_hT, out=HH[t])
                 if n > 1:
                     threads(1)
                 y, mean, rstd = _ln(HH[t], (G,), gain_h, bias_h, eps)
                 stats_h.append((mean, rstd))
                 torch.add(y, X[t], out=a)
             else:
-                if packed is not None:
-                    a.copy_(onednn.linear_add(h, X[t], packed))
-                else:
-                    torch.addmm(X[t], h, w_hT, out=a)
+                torch.addmm(X[t], h, w_hT, out=a)
                 if n > 1:
                     threads(1)
             # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
@@ -211,13 +206,14 @@ def _record_grads(record: dict | None, dhs: list) -> None:
 
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record=None):
-        ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None, native.applies(xx, w_h))
+    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record=None, lib=None):
+        ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None, lib is not None)
+        ctx.lib = lib
         try:
             ctx.spare = _SPARE.get(ctx.key, []).pop()
         except IndexError:
             ctx.spare = {}
-        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare)
+        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare, lib)
         _record_cells(record, ctx.buffers)
         ctx.record = record
         ctx.save_for_backward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
@@ -228,11 +224,14 @@ class _LSTMSequence(torch.autograd.Function):
     def backward(ctx, d_hs):
         xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
         if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
-            _, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True)
+            _, ctx.buffers = _forward(
+                xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True, lib=ctx.lib
+            )
         dhs: list | None = [] if ctx.record is not None else None  # dL/dh_t per step, for the probes
         if ctx.buffers[-1] == "native":
             buffers, ctx.buffers = ctx.buffers, None
             grads, spent = lstm_native.backward(
+                ctx.lib,
                 buffers,
                 d_hs,
                 xx,
@@ -250,7 +249,7 @@ class _LSTMSequence(torch.autograd.Function):
             )
             _give_back(ctx.key, spent)
             _record_grads(ctx.record, dhs)
-            return (*grads, None, None)
+            return (*grads, None, None, None)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
@@ -272,9 +271,6 @@ class _LSTMSequence(torch.autograd.Function):
         threads = torch.set_num_threads
         dh_t = D_HS[T - 1]
         dc = torch.zeros_like(c0)
-        big = onednn.applies(k, w_h)  # dW_h: one product over all steps
-        fast = big and onednn.per_step(B, w_h)
-        packed = onednn.pack(w_h.t(), B) if fast else None  # W_h packed once for ∂L/∂h_{t-1}
         try:
             threads(1)
             for t in range(T - 1, -1, -1):
@@ -302,29 +298,19 @@ class _LSTMSequence(torch.autograd.Function):
                 # ∂L/∂h_{t-1} = output gradient + recurrent part, in one fused product
                 if n > 1:
                     threads(n)
-                if fast:
-                    dh_t = (
-                        onednn.linear_add(d_raw_t, D_HS[t - 1], packed)
-                        if t > 0
-                        else onednn.linear(d_raw_t, packed)
-                    )
-                else:
-                    dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
+                dh_t = torch.addmm(D_HS[t - 1], d_raw_t, w_h) if t > 0 else d_raw_t.mm(w_h)
                 if n > 1:
                     threads(1)
         finally:
             threads(before)
         d_raw = hh if ln_h else k
         h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]], out=cells)
-        if big:
-            d_w = onednn.weight_grad(d_raw.reshape(-1, G), h_prev.reshape(-1, H))
-        else:
-            d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
+        d_w = d_raw.reshape(-1, G).t().mm(h_prev.reshape(-1, H))
         d_gain_h, d_bias_h, d_gain_c, d_bias_c = acc
         ctx.spare = {}
         _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
         _record_grads(ctx.record, dhs)
-        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None, None
+        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None, None, None
 
 
 def lstm_sequence(
@@ -338,8 +324,11 @@ def lstm_sequence(
     c0: torch.Tensor,
     eps: float = 1e-5,
     record: dict | None = None,
+    options: EngineOptions = DEFAULT,
 ) -> torch.Tensor:
     """Hidden states (T, B, H) of an LSTM over gate inputs xx (T, B, 4H), gate order (f, i, o, g).
+
+    `options.c_step`: float32 CPU tensors take the compiled C step (where it builds), else torch's ops.
 
     gain_h/bias_h None: no LN on W_h h (eq. 17 / eq. 29); gain_c/bias_c None: no LN on c_t.
     `record` (the probes' hidden-state trace, on this same fast path): gets "c_norms" ((T,) batch means of
@@ -349,9 +338,10 @@ def lstm_sequence(
     if (gain_h is None) != (bias_h is None) or (gain_c is None) != (bias_c is None):
         raise ValueError("pass both the gain and the bias of an LN, or neither")
     args = (xx.contiguous(), w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps)
+    lib = native.library(options) if native.applies(options, *args[:-1]) else None
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        return _LSTMSequence.apply(*args, record)
+        return _LSTMSequence.apply(*args, record, lib)
     with torch.no_grad():  # evaluation: no buffers kept for a backward (unless recording: every c_t)
-        hs, buffers = _forward(*args, keep=record is not None)
+        hs, buffers = _forward(*args, keep=record is not None, lib=lib)
         _record_cells(record, buffers)
         return hs

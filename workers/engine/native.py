@@ -4,13 +4,10 @@ Per step the torch path makes ~12 forward and ~15 backward element-wise calls on
 dispatch plus a pass over memory; the C step does them in one call, row by row while the row is in
 cache. Only float32 CPU tensors take it; float64 (the exactness tests) and other devices keep torch.
 
-The library is built with the machine's C compiler (`cc`, or Settings.cc = NORMLAB_CC) as
-`-O3 -march=native` into Settings.cache_dir (NORMLAB_CACHE_DIR, default ~/.cache/normlab), named by a hash
-of the source, the flags and the CPU, written atomically so concurrent workers do not race. Without a
-compiler, or with NORMLAB_NATIVE_STEP=false, everything runs on the torch path and `status()` says why.
-Those three settings reach this module through `configure(settings)` (train() calls it, via
-workers.engine.switches); until something configures it, Settings' defaults apply. Nothing reads the
-environment here.
+The library is built with the machine's C compiler (`cc`, or EngineOptions.cc) as `-O3 -march=native` into
+EngineOptions.cache_dir, named by a hash of the source, the flags and the CPU, written atomically so
+concurrent workers do not race. Without a compiler, or with EngineOptions.c_step off, everything runs on
+the torch path and `status(options)` says why. A built library is kept per (compiler, cache folder).
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from normlab.settings import Settings
+from workers.engine.options import EngineOptions
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("lstm_step.c")
@@ -97,15 +94,13 @@ def _cpu_key() -> str:
     return platform.machine() + "|" + "|".join(lines)
 
 
-def _build(settings: Settings) -> tuple[ctypes.CDLL | None, str]:
-    if not settings.native_step:
-        return None, "switched off (NORMLAB_NATIVE_STEP=false)"
-    cc = settings.cc or shutil.which("cc") or shutil.which("gcc")
+def _build(cc: str, cache_dir: Path) -> tuple[ctypes.CDLL | None, str]:
+    cc = cc or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         return None, "no C compiler (cc/gcc) on this machine: the torch path runs instead"
     key = SOURCE.read_bytes() + " ".join([cc, *FLAGS, "-fopenmp", _cpu_key()]).encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
-    target = Path(settings.cache_dir) / "native" / f"lstm_step-{digest}.so"
+    target = cache_dir / "native" / f"lstm_step-{digest}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -141,47 +136,35 @@ def _build(settings: Settings) -> tuple[ctypes.CDLL | None, str]:
     return lib, f"compiled C step ({target})"
 
 
-_LIB: ctypes.CDLL | None = None
-_STATUS: str | None = None
-_SETTINGS: Settings | None = None  # set by configure(); None: Settings' defaults
+_BUILT: dict[tuple[str, Path], tuple[ctypes.CDLL | None, str]] = {}  # a cache, not a switch
+OFF = "switched off (EngineOptions.c_step, NORMLAB_NATIVE_STEP=false)"
 
 
-def configure(settings: Settings) -> None:
-    """Take the C step's switch, compiler and cache folder from `settings` for this process; when they
-    differ from the ones in use, the library is looked up (or built) again on next use."""
-    global _LIB, _STATUS, _SETTINGS
-    if _key(settings) != _key(_current()):
-        _LIB, _STATUS = None, None
-    _SETTINGS = settings
+def library(options: EngineOptions) -> ctypes.CDLL | None:
+    """The compiled library (built on the first call for this compiler and folder), or None when the
+    options switch it off or it is unavailable (see `status`)."""
+    if not options.c_step:
+        return None
+    key = (options.cc, Path(options.cache_dir))
+    if key not in _BUILT:
+        _BUILT[key] = _build(*key)
+        if _BUILT[key][0] is None:
+            log.info("LSTM C step unavailable: %s", _BUILT[key][1])
+    return _BUILT[key][0]
 
 
-def _current() -> Settings:
-    return _SETTINGS or Settings.model_construct()  # model_construct: the defaults, no environment read
+def status(options: EngineOptions) -> str:
+    """Where the library came from, or why there is none."""
+    if not options.c_step:
+        return OFF
+    library(options)
+    return _BUILT[(options.cc, Path(options.cache_dir))][1]
 
 
-def _key(settings: Settings) -> tuple[bool, str, Path]:
-    return settings.native_step, settings.cc, Path(settings.cache_dir)
-
-
-def library() -> ctypes.CDLL | None:
-    """The compiled library (built on the first call), or None when unavailable (see `status()`)."""
-    global _LIB, _STATUS
-    if _STATUS is None:
-        _LIB, _STATUS = _build(_current())
-        if _LIB is None:
-            log.info("LSTM C step unavailable: %s", _STATUS)
-    return _LIB
-
-
-def status() -> str:
-    library()
-    return _STATUS or ""
-
-
-def applies(*tensors: torch.Tensor | None) -> bool:
+def applies(options: EngineOptions, *tensors: torch.Tensor | None) -> bool:
     """Whether these tensors take the C step (float32, CPU, contiguous; the library available)."""
     ok = all(
         t is None or (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous())
         for t in tensors
     )
-    return ok and library() is not None
+    return ok and library(options) is not None

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
-from workers.engine.onednn import fast_linear
+from workers.engine.options import DEFAULT, EngineOptions
 
 EPS = 1e-5
 BEYOND_TRAINED_LENGTH = (
@@ -60,11 +60,15 @@ class _PerCaseNorm(nn.Module):
 class LayerNorm(_PerCaseNorm):
     """LN over one case's summed inputs (eq. 3/15), then per-unit gain and bias."""
 
+    # which kernel computes it (`workers.engine.options`); `build_model` sets it per model
+    engine_options: EngineOptions = DEFAULT
+
     def forward(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        backend = self.engine_options.kernel_backend
         if self.channels:
-            flat = kernels.layer_norm(a.flatten(1), None, None, self.eps).view_as(a)
+            flat = kernels.layer_norm(a.flatten(1), None, None, self.eps, backend).view_as(a)
             return flat * _channel_view(self.gain, a) + _channel_view(self.bias, a)
-        return kernels.layer_norm(a, self.gain, self.bias, self.eps)
+        return kernels.layer_norm(a, self.gain, self.bias, self.eps, backend)
 
 
 class RMSNorm(_PerCaseNorm):
@@ -196,7 +200,7 @@ class PlainLinear(nn.Linear):
     """norm 'none': a = W x, then the bias."""
 
     def summed(self, x: torch.Tensor) -> torch.Tensor:
-        return fast_linear(x, self.weight)  # F.linear; oneDNN's product for float32 on the CPU
+        return F.linear(x, self.weight)
 
     def normalize(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
         return a if self.bias is None else a + self.bias
@@ -215,7 +219,7 @@ class NormLinear(nn.Module):
         self.norm = norm
 
     def summed(self, x: torch.Tensor) -> torch.Tensor:
-        return fast_linear(x, self.weight)  # F.linear; oneDNN's product for float32 on the CPU
+        return F.linear(x, self.weight)
 
     def normalize(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
         return self.norm(a, step)

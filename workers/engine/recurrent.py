@@ -34,7 +34,7 @@ from torch import nn
 import kernels
 from workers.engine.lstm_seq import lstm_sequence
 from workers.engine.norms import EPS, NormLinear, make_linear, make_normalizer
-from workers.engine.onednn import fast_linear
+from workers.engine.options import DEFAULT, EngineOptions
 
 
 def _raw_weight(layer: nn.Module) -> torch.Tensor:
@@ -107,6 +107,9 @@ def _record_sequence(
 
 
 class _RecurrentBase(nn.Module):
+    # which path computes the recurrence (`workers.engine.options`); `build_model` sets it per model
+    engine_options: EngineOptions = DEFAULT
+
     def __init__(self, norm: str):
         super().__init__()
         self.norm_name = norm
@@ -151,11 +154,12 @@ class LSTMLayer(_RecurrentBase):
         T, B, _ = x.shape
         h = x.new_zeros(B, self.hidden_size)
         c = x.new_zeros(B, self.hidden_size)
+        opts = self.engine_options
+        backend = opts.kernel_backend
         use_kernel = (
             self.norm_name == "layer"
             and self.placement == "full"
-            and hasattr(kernels, "ln_lstm_cell")
-            and kernels.backend_for(x) == "triton"
+            and kernels.backend_for(x, backend) == "triton"
         )
         fast = record is None or record.get("fast", False)  # a record asked for on the one-node path
         if fast and not use_kernel and self._fused_ok():
@@ -165,14 +169,14 @@ class LSTMLayer(_RecurrentBase):
             ax = None
             if ln_h:
                 ax = self.ih.summed(x)
-                xx = kernels.layer_norm(ax, self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS)
+                xx = kernels.layer_norm(ax, self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS, backend)
             else:
-                xx = fast_linear(x, self.ih.weight, self.bias)
+                xx = F.linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)
             gain_c, bias_c = (self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None else (None, None)
             if record is not None:
                 record.clear()
-            hs = lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record)
+            hs = lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record, opts)
             _record_sequence(record, self, x, ax, h, hs)
             return hs
         ax = self.ih.summed(x)  # (T, B, 4H)
@@ -192,6 +196,8 @@ class LSTMLayer(_RecurrentBase):
                 h,
                 c,
                 EPS,
+                backend=backend,
+                cuda_graphs=opts.cuda_graphs,
             )
         xx = None if use_kernel else _normalize_all(self.ih, ax, self.per_step) + self.bias
         _start_record(record, lstm=True)
@@ -212,6 +218,7 @@ class LSTMLayer(_RecurrentBase):
                     self.norm_c.gain,
                     self.norm_c.bias,
                     EPS,
+                    backend,
                 )
             else:
                 gates = self.hh.normalize(ah, t) + xx[t]
@@ -246,7 +253,12 @@ class GRULayer(_RecurrentBase):
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, _ = x.shape
-        if record is None and self.norm_name == "layer" and kernels.backend_for(x) == "triton":
+        opts = self.engine_options
+        if (
+            record is None
+            and self.norm_name == "layer"
+            and kernels.backend_for(x, opts.kernel_backend) == "triton"
+        ):
             # CUDA: the whole recurrence as one autograd node over the fused kernels (eq. 26), with the
             # input products [W_x; W] x_t of every step in one product and the recurrent [W_h; U] h_{t-1}
             # in one product per step
@@ -265,6 +277,8 @@ class GRULayer(_RecurrentBase):
                 self.hh_cand.norm.bias,
                 x.new_zeros(B, self.hidden_size),
                 EPS,
+                backend=opts.kernel_backend,
+                cuda_graphs=opts.cuda_graphs,
             )
         ax_g = self.ih_gates.summed(x)
         xg = _normalize_all(self.ih_gates, ax_g, self.per_step)

@@ -29,7 +29,6 @@ from kernels import graphs
 from normlab.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
 from normlab.settings import Settings
 from normlab.spec import RunSpec
-from workers.engine import switches
 from workers.engine.loop_eval import beyond_trained_length, evaluate
 from workers.engine.loop_setup import (
     build_model,
@@ -39,6 +38,7 @@ from workers.engine.loop_setup import (
     pick_device,
     seed_everything,
 )
+from workers.engine.options import EngineOptions
 from workers.engine.tasks import load_task
 from workers.engine.tasks.base import seeded
 
@@ -59,8 +59,11 @@ def _finite_or_none(metrics: dict[str, float | None]) -> dict[str, float | None]
 class _Run:
     """The state of one run between its first and last event."""
 
-    def __init__(self, spec: RunSpec, events: EventCounter, should_stop, settings: Settings):
+    def __init__(
+        self, spec: RunSpec, events: EventCounter, should_stop, settings: Settings, options: EngineOptions
+    ):
         self.spec, self.events, self.should_stop, self.settings = spec, events, should_stop, settings
+        self.options = options
         self.step = 0
         self.device = "cpu"
         self.kernel_backend = "torch"
@@ -79,8 +82,9 @@ class _Run:
         for note in data.notes:
             self.log(note)
         seed_everything(spec.seed)
-        model = build_model(spec, data).to(device)
-        self.kernel_backend = kernels.backend_for(torch.empty(1, spec.hidden_size or 1, device=device))
+        model = build_model(spec, data, self.options).to(device)
+        probe = torch.empty(1, spec.hidden_size or 1, device=device)
+        self.kernel_backend = kernels.backend_for(probe, self.options.kernel_backend)
         optimizer = make_optimizer(spec, model)
         self.prober, why_not = make_prober(spec, model, data, optimizer)
         if why_not:
@@ -95,7 +99,7 @@ class _Run:
             f"{type(model).__name__}: {n_params} parameters on {self.device} ({where}); "
             f"LayerNorm kernel backend: {self.kernel_backend}"
             + (
-                f"; CUDA graphs {'on' if self.settings.cuda_graphs else 'off'}."
+                f"; CUDA graphs {'on' if self.options.cuda_graphs else 'off'}."
                 if device.type == "cuda" and self.kernel_backend == "triton"
                 else "."
             )
@@ -233,19 +237,20 @@ def train(
     *,
     settings: Settings,
     run_id: str | None = None,
+    options: EngineOptions | None = None,
 ) -> RunResult:
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
-    should be cheap. `settings` come from the caller's edge (CLI, worker start, test); the engine's
-    process-wide switches (kernel backend, CUDA graphs, oneDNN, the C step, malloc) are set from them
-    here (workers.engine.switches).
+    should be cheap. `settings` come from the caller's edge (CLI, worker start, test); `options` (the
+    engine's path choices; default: built from `settings`) go to the model's layers and into the result.
     """
     events = EventCounter(emit or (lambda event: None), run_id)
     wall_start = time.perf_counter()
     spec = spec.resolved()
-    switches.configure(settings)
-    run = _Run(spec, events, should_stop, settings)
+    options = options or EngineOptions.from_settings(settings)
+    kernels.check_backend(options.kernel_backend)
+    run = _Run(spec, events, should_stop, settings, options)
     events("status", 0, {"status": RunStatus.RUNNING})
     error = None
     try:
@@ -281,4 +286,5 @@ def train(
         kernel_backend=run.kernel_backend,
         error=error,
         probes=probes,
+        engine=options.record(),
     )

@@ -31,7 +31,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-import kernels
 from workers.probes.fused import FusedLSTMRecorder, fused_layers
 from workers.probes.likelihood import Likelihood
 from workers.probes.persample import Recorder, RowStats, hook_kinds, row_stats, rows, summed_stats
@@ -41,18 +40,22 @@ FD_SHRINK = 100.0  # the central-difference step is ∛ε‖θ‖ / FD_SHRINK (s
 
 
 @contextlib.contextmanager
-def _twice_differentiable(device: torch.device):
-    """On CUDA: no cuDNN RNNs and the torch kernels (the Triton custom ops have no double backward)."""
+def _twice_differentiable(device: torch.device, model: nn.Module):
+    """On CUDA: no cuDNN RNNs and the torch kernels in `model`'s layers (the Triton custom ops have no
+    double backward), then the layers' own options again."""
     if device.type != "cuda":
         yield
         return
-    previous = kernels._FORCED  # the kernels module keeps its choice in this one global
-    kernels.set_backend("torch")
+    layers = [m for m in model.modules() if hasattr(m, "engine_options")]
+    before = [m.engine_options for m in layers]
     try:
+        for m in layers:
+            m.engine_options = m.engine_options.replace(kernel_backend="torch")
         with torch.backends.cudnn.flags(enabled=False):
             yield
     finally:
-        kernels.set_backend(previous)
+        for m, options in zip(layers, before, strict=True):
+            m.engine_options = options
 
 
 @dataclass
@@ -153,7 +156,7 @@ class FisherPass:
         self.fused_rec = FusedLSTMRecorder(model) if use_recorder and self.fused else None
         try:
             with contextlib.ExitStack() as hooks:
-                hooks.enter_context(_twice_differentiable(x.device))
+                hooks.enter_context(_twice_differentiable(x.device, model))
                 hooks.enter_context(torch.enable_grad())
                 for rec in (self.recorder, self.fused_rec):
                     if rec is not None:
@@ -302,7 +305,7 @@ class FisherPass:
         if capture is not None:
             self.model.capture = False  # the fused path, and a traced step's record left alone
         try:
-            with _twice_differentiable(self.x.device), torch.set_grad_enabled(grad):
+            with _twice_differentiable(self.x.device, self.model), torch.set_grad_enabled(grad):
                 out = functional_call(self.model, params, (self.x,))
                 if not grad:
                     return self.lik.select(out, self.y)[0]
@@ -328,7 +331,7 @@ class FisherPass:
             self.model.capture = False  # the fused path, and a traced step's record left alone
         try:
             torch._foreach_add_(data, v, alpha=h)
-            with _twice_differentiable(self.x.device), torch.no_grad():
+            with _twice_differentiable(self.x.device, self.model), torch.no_grad():
                 out = self.model(self.x)
             return self.lik.select(out, self.y)[0]
         finally:

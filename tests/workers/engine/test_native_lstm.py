@@ -4,17 +4,16 @@ any thread count: test_recurrent.py's thread-choice test, which runs float32 thr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from workers.engine import native
 from workers.engine.lstm_seq import lstm_sequence
+from workers.engine.options import DEFAULT, EngineOptions
 
-needs_native = pytest.mark.skipif(native.library() is None, reason=f"no C step: {native.status()}")
+needs_native = pytest.mark.skipif(
+    native.library(DEFAULT) is None, reason=f"no C step: {native.status(DEFAULT)}"
+)
 COMBOS = [(True, True), (True, False), (False, True), (False, False)]
 
 
@@ -46,28 +45,22 @@ def _run(args, d_out):
 
 
 @needs_native
-@pytest.mark.parametrize("onednn_on", [False, True])
 @pytest.mark.parametrize("layout", ["broadcast", "transposed"])
-def test_c_step_takes_an_output_gradient_of_any_strides(onednn_on, layout):
+def test_c_step_takes_an_output_gradient_of_any_strides(layout):
     # out.sum()'s gradient is a broadcast view, no copy is made of it; it must give the same numbers as the
-    # same gradient laid out densely, on the MKL and on the oneDNN per-step products
-    from workers.engine import onednn
-
-    if onednn_on and not onednn.supported():
-        pytest.skip("this torch has no oneDNN")
-    T, B, H = 6, 8, 256  # B ≥ 8 and H ≥ 256: the per-step products go through oneDNN when it is on
+    # same gradient laid out densely
+    T, B, H = 6, 8, 256
     args = _args(True, True, T=T, B=B, H=H, seed=4)
     if layout == "broadcast":
         odd = torch.full((1, 1, 1), 0.7).expand(T, B, H)
     else:
         odd = torch.randn(H, B, T, generator=torch.Generator().manual_seed(5)).permute(2, 1, 0)
     assert not odd.is_contiguous()
-    with onednn.forced(onednn_on):
-        out = lstm_sequence(*args)
-        leaves = [a for a in args if a is not None]
-        got = torch.autograd.grad(out, leaves, odd)
-        out = lstm_sequence(*args)
-        want = torch.autograd.grad(out, leaves, odd.contiguous())
+    out = lstm_sequence(*args)
+    leaves = [a for a in args if a is not None]
+    got = torch.autograd.grad(out, leaves, odd)
+    out = lstm_sequence(*args)
+    want = torch.autograd.grad(out, leaves, odd.contiguous())
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
 
@@ -76,7 +69,7 @@ def test_c_step_takes_an_output_gradient_of_any_strides(onednn_on, layout):
 @pytest.mark.parametrize("ln_h,ln_c", COMBOS)
 def test_c_step_matches_float64_definition(ln_h, ln_c):
     args32 = _args(ln_h, ln_c)
-    assert native.applies(*[a for a in args32 if a is not None])
+    assert native.applies(DEFAULT, *[a for a in args32 if a is not None])
     args64 = [None if a is None else a.detach().double().requires_grad_() for a in args32]
     d = torch.randn(7, 5, 12, generator=torch.Generator().manual_seed(9))
     out32, g32 = _run(args32, d)
@@ -111,20 +104,25 @@ def test_c_step_saturates_cleanly_and_passes_nan_on():
 
 
 def test_without_a_compiler_the_torch_path_runs(tmp_path):
-    code = (
-        "import torch; from normlab.settings import Settings; from workers.engine import native;"
-        "native.configure(Settings());"  # this script is an edge: it reads NORMLAB_* and passes them on
-        "from workers.engine.lstm_seq import lstm_sequence;"
-        "xx = torch.randn(3, 2, 8); w = torch.randn(8, 2);"
-        "out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2));"
-        "print(native.library() is None, tuple(out.shape), '|', native.status())"
-    )
-    env = {
-        **os.environ,
-        "NORMLAB_CC": "/bin/false",
-        "NORMLAB_CACHE_DIR": str(tmp_path),
-        "NORMLAB_NATIVE_STEP": "true",
-    }
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("True (3, 2, 2) |") and "failed" in out.stdout
+    options = EngineOptions(cc="/bin/false", cache_dir=tmp_path)
+    xx, w = torch.randn(3, 2, 8), torch.randn(8, 2)
+    out = lstm_sequence(xx, w, None, None, None, None, torch.zeros(2, 2), torch.zeros(2, 2), options=options)
+    assert native.library(options) is None and tuple(out.shape) == (3, 2, 2)
+    assert "failed" in native.status(options)
+
+
+@needs_native
+def test_c_step_off_runs_torch_ops_to_the_same_numbers():
+    # EngineOptions(c_step=False) is the A/B switch: the torch path in the same node, equal to rounding
+    off = EngineOptions(c_step=False)
+    assert native.library(off) is None and native.status(off) == native.OFF
+    args = _args(True, True, seed=6)
+    d = torch.randn(7, 5, 12, generator=torch.Generator().manual_seed(7))
+    leaves = [a for a in args if a is not None]
+    on_out = lstm_sequence(*args)
+    on = torch.autograd.grad((on_out * d).sum(), leaves)
+    off_out = lstm_sequence(*args, options=off)
+    torch_path = torch.autograd.grad((off_out * d).sum(), leaves)
+    torch.testing.assert_close(on_out, off_out, atol=2e-6, rtol=0)
+    for a, b in zip(on, torch_path, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-4)

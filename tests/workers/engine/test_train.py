@@ -30,7 +30,7 @@ class TinyMLP(nn.Module):
 @pytest.fixture
 def tiny_model(monkeypatch):
     monkeypatch.setattr(
-        train_module, "build_model", lambda spec, data: TinyMLP(data.input_dim, data.n_outputs)
+        train_module, "build_model", lambda spec, data, options: TinyMLP(data.input_dim, data.n_outputs)
     )
 
 
@@ -170,7 +170,7 @@ def test_should_stop_cancels_before_the_next_step(tiny_model, settings):
 
 
 def test_an_exception_becomes_a_failed_run_with_its_message(settings, monkeypatch):
-    def broken(spec, data):
+    def broken(spec, data, options):
         raise RuntimeError("model exploded on purpose")
 
     monkeypatch.setattr(train_module, "build_model", broken)
@@ -188,23 +188,49 @@ def test_unavailable_data_fails_with_the_folder_in_the_message(tiny_model, tmp_p
     assert result.status == "failed" and str(tmp_path / "mnist") in result.error
 
 
-def test_kernel_backend_comes_from_settings_and_is_recorded(tiny_model, settings, monkeypatch):
-    chosen = []
-    monkeypatch.setattr(train_module.kernels, "set_backend", chosen.append)
-    result, _ = run(RunSpec(task="digits", steps=2), settings.model_copy(update={"kernel_backend": "torch"}))
-    assert chosen == ["torch"] and result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1))
+def test_engine_options_come_from_settings_reach_the_model_and_are_recorded(settings, monkeypatch):
+    from workers.engine.options import EngineOptions
+
+    seen = []
+    real = train_module.build_model
+    monkeypatch.setattr(train_module, "build_model", lambda *a: seen.append(a[2]) or real(*a))
+    update = {"kernel_backend": "torch", "cuda_graphs": False, "native_step": False}
+    result, _ = run(RunSpec(task="digits", steps=2, norm="layer"), settings.model_copy(update=update))
+    assert seen == [
+        EngineOptions(
+            kernel_backend="torch",
+            cuda_graphs=False,
+            c_step=False,
+            cc=settings.cc,
+            cache_dir=settings.cache_dir,
+        )
+    ]
+    assert result.engine == {"kernel_backend": "torch", "cuda_graphs": False, "c_step": False}
+    assert result.kernel_backend == train_module.kernels.backend_for(torch.zeros(1), "torch") == "torch"
+    # options passed in win over the settings, and reach every layer that picks a path
+    chosen = EngineOptions(cuda_graphs=False)
+    models = []
+    monkeypatch.setattr(train_module, "build_model", lambda *a: models.append(real(*a)) or models[-1])
+    result, _ = run(RunSpec(task="digits", steps=2, norm="layer"), settings, options=chosen)
+    assert result.engine == chosen.record()
+    layers = [m for m in models[0].modules() if hasattr(m, "engine_options")]
+    assert layers and all(m.engine_options is chosen for m in layers)
 
 
-def test_cuda_graphs_setting_reaches_the_kernels_and_graphs_are_freed_after_the_run(
-    tiny_model, settings, monkeypatch
-):
+def test_a_bad_kernel_backend_is_refused_with_the_choices(tiny_model, settings):
+    from workers.engine.options import EngineOptions
+
+    with pytest.raises(ValueError, match="use 'auto', 'torch' or 'triton'"):
+        EngineOptions(kernel_backend="cuda")  # type: ignore[arg-type]
+
+
+def test_graphs_are_freed_after_every_run(tiny_model, settings, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_module.graphs, "set_enabled", lambda on: calls.append(("set", on)))
-    monkeypatch.setattr(train_module.graphs, "clear", lambda: calls.append(("clear",)))
+    monkeypatch.setattr(train_module.graphs, "clear", lambda: calls.append("clear"))
     for on in (False, True):
         result, _ = run(RunSpec(task="digits", steps=2), settings.model_copy(update={"cuda_graphs": on}))
-        assert result.status == "completed"
-    assert calls == [("set", False), ("clear",), ("set", True), ("clear",)]
+        assert result.status == "completed" and result.engine["cuda_graphs"] is on
+    assert calls == ["clear", "clear"]
 
 
 def _matrix() -> list:

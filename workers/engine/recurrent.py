@@ -176,7 +176,9 @@ class LSTMLayer(_RecurrentBase):
             gain_c, bias_c = (self.norm_c.gain, self.norm_c.bias) if self.norm_c is not None else (None, None)
             if record is not None:
                 record.clear()
-            hs = lstm_sequence(xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record, opts)
+            hs = lstm_sequence(
+                xx, self.hh.weight, gain_h, bias_h, gain_c, bias_c, h, c, EPS, record, options=opts
+            )
             _record_sequence(record, self, x, ax, h, hs)
             return hs
         ax = self.ih.summed(x)  # (T, B, 4H)

@@ -63,8 +63,8 @@ class FusedLSTMRecorder:
 
         return hook
 
-    def _wrapped(self, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps=1e-5, record=None):
-        hs = self._original(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record)
+    def _wrapped(self, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps=1e-5, record=None, **options):
+        hs = self._original(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record, **options)
         entry = self.calls.get(self._current) if self._current is not None else None
         if entry is None or not (xx.requires_grad and hs.requires_grad):
             return hs

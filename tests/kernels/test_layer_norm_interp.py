@@ -266,3 +266,6 @@ def test_dispatched_layer_norm_mixes_sides_and_matches_float64(gen, tol, monkeyp
         "test GPU | float32/fwd/N=37,M<=8": fwd,
         "test GPU | float32/bwd/N=37,M<=8": bwd,
     }
+    y = layer_norm_op.dispatched_layer_norm(x.requires_grad_(), w, b, 1e-5)
+    wrapped = type(y.grad_fn).__name__ == "_LayerNormBackward"
+    assert wrapped == (sides != "torch/torch")  # torch on both sides: F.layer_norm itself, no wrapper

@@ -218,8 +218,8 @@ def step_host(step: Step, scale: float) -> None:
 
 
 def step_engine(step: Step, scale: float) -> None:
+    from benchmarks import engine_cuda as bench_cuda
     from normlab.settings import Settings
-    from workers.engine import bench_cuda
 
     tasks = ["copy", "seq-digits"]
     steps = 60 if scale >= 1 else 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wheels for what the GPU machine lacks, so the engine imports there (it has torch, triton, numpy and
 # pytest, but not pydantic / pydantic-settings, which normlab.spec and normlab.settings need): without
-# them the engine's GPU tests and workers/engine/bench_cuda.py skip. Plus liger-kernel (pure Python,
+# them the engine's GPU tests and benchmarks/engine_cuda.py skip. Plus liger-kernel (pure Python,
 # its deps torch and triton are there), the LayerNorm baseline `kernels.bench` imports only if present. Run here, before the device call;
 # the folder travels with the call when `carry` names it, and scripts/gpu_check.sh installs it there:
 #   bash scripts/gpu_wheels.sh            # -> .whl/*.whl (ignored by git)

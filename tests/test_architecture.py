@@ -5,6 +5,7 @@
 - backend/ and normlab/ never import torch; normlab/ imports none of the other packages; both rules
   except for its CLI (normlab/cli: the edge that starts the API, the workers, the pages and the engine);
 - kernels/ imports nothing of ours;
+- no product package imports benchmarks/ (the harnesses `normlab bench` runs, by module name);
 - no import cycles between our modules;
 - settings are read at the edge only: `Settings()` (which reads NORMLAB_*) is built in the edge modules
   listed in SETTINGS_EDGES or under a module's `if __name__ == "__main__":`, and passed down from there.
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("normlab", "backend", "workers", "frontend", "kernels")
+PACKAGES = ("normlab", "backend", "workers", "frontend", "kernels", "benchmarks")
 
 
 def _module_name(path: Path) -> str:
@@ -78,11 +79,11 @@ def _violations(where: str, forbidden: set[str], skip: str | None = None) -> lis
 @pytest.mark.parametrize(
     ("package", "forbidden", "skip"),
     [
-        ("backend", {"workers", "frontend", "torch"}, None),
-        ("workers", {"backend", "frontend"}, None),
-        ("frontend", {"backend", "workers", "kernels", "torch"}, None),
-        ("normlab", {"torch", "backend", "workers", "frontend", "kernels"}, "normlab.cli"),
-        ("kernels", {"normlab", "backend", "workers", "frontend"}, None),
+        ("backend", {"workers", "frontend", "torch", "benchmarks"}, None),
+        ("workers", {"backend", "frontend", "benchmarks"}, None),
+        ("frontend", {"backend", "workers", "kernels", "torch", "benchmarks"}, None),
+        ("normlab", {"torch", "backend", "workers", "frontend", "kernels", "benchmarks"}, "normlab.cli"),
+        ("kernels", {"normlab", "backend", "workers", "frontend", "benchmarks"}, None),
     ],
 )
 def test_imports_point_down(package, forbidden, skip):
@@ -138,8 +139,9 @@ def test_no_import_cycles_between_our_modules():
 SETTINGS_EDGES = {
     "normlab.cli": "every command's settings (settings_from), handed to the API, workers and engine",
     "workers.celery_app": "`celery -A workers.celery_app` gets its app, hence its settings, here",
-    "backend.testing": "the benchmarks' service harness: the settings of the service it starts",
-    "frontend.devapi": "the stand-in API answers /api/catalog with a default server's limits",
+    "benchmarks.service": "the benchmarks' service harness: the settings of the service it starts",
+    "benchmarks.devapi": "the stand-in API answers /api/catalog with a default server's limits",
+    "benchmarks.gpu_check": "a command of its own (the GPU check): the settings of its engine step",
 }
 
 
@@ -199,5 +201,5 @@ def test_the_settings_rule_sees_calls_and_spares_main_blocks(tmp_path):
     )
     assert _settings_reads(src) == [1, 3, 4]
     # the engine takes its settings as a parameter: the worker's bench edge builds them under __main__
-    assert _settings_reads(ROOT / "workers" / "engine" / "bench_lstm.py") == []
-    assert "Settings()" in (ROOT / "workers" / "engine" / "bench_lstm.py").read_text()
+    assert _settings_reads(ROOT / "benchmarks" / "lstm_vs_torch.py") == []
+    assert "Settings()" in (ROOT / "benchmarks" / "lstm_vs_torch.py").read_text()

@@ -11,17 +11,17 @@ import argparse
 import importlib
 
 TARGETS = {
-    "engine": ("workers.engine.bench", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
+    "engine": ("benchmarks.engine", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
     "lstm": (
-        "workers.engine.bench_small_batch",
+        "benchmarks.lstm",
         "small-batch LN-LSTM ÷ torch.nn.LSTM (same threads); loop overhead",
     ),
     "probes": ("workers.probes.bench", "Fisher estimate cost (cold, warm, in steps); overhead on vs off"),
     "kernel": ("benchmarks.gpu_check", "the GPU check: kernel tests, LN-LSTM vs cuDNN, LayerNorm vs torch"),
-    "stream": ("backend.bench_stream", "live feed latency, fan-out, submit → first event, history fetch"),
-    "faults": ("backend.bench_faults", "load and fault figures of the shared lab server"),
-    "frontend": ("frontend.bench", "page load and live-append cost in headless Chromium"),
-    "demo": ("backend.bench_demo", "normlab up: click -> first point, cancel latency, page weight"),
+    "stream": ("benchmarks.stream", "live feed latency, fan-out, submit → first event, history fetch"),
+    "faults": ("benchmarks.faults", "load and fault figures of the shared lab server"),
+    "frontend": ("benchmarks.frontend", "page load and live-append cost in headless Chromium"),
+    "demo": ("benchmarks.demo", "normlab up: click -> first point, cancel latency, page weight"),
 }
 # targets whose main takes (argv, settings): they run the engine in this process
 WITH_SETTINGS = {"engine", "lstm", "probes"}

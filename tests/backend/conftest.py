@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import redis
 
-from backend.testing import start_api, start_worker, stop_process
+from benchmarks.service import start_api, start_worker, stop_process
 from normlab.store import Store
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
@@ -67,7 +67,7 @@ class Stack:
 
 
 def stack_env(form: str, data_dir: Path, pg_url: str, redis_url: str) -> dict:
-    from backend.testing import service_env
+    from benchmarks.service import service_env
 
     queue = f"nltest-{uuid.uuid4().hex[:8]}"
     fast = {"queue": queue, "lost_after_s": 2.0, "worker_heartbeat_s": 0.3}

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from backend.testing import iter_sse, read_until_training
+from benchmarks.service import iter_sse, read_until_training
 
 pytestmark = pytest.mark.slow
 

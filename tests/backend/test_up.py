@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.testing import free_port, service_env, wait_http
+from benchmarks.service import free_port, service_env, wait_http
 
 pytestmark = pytest.mark.slow
 

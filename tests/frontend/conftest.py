@@ -59,8 +59,8 @@ class Served:
 
 @pytest.fixture(scope="session")
 def dev_server():
-    """The dashboard over the synthetic API (frontend.devapi): fast, deterministic runs."""
-    from frontend.devapi import DevAPI
+    """The dashboard over the synthetic API (benchmarks.devapi): fast, deterministic runs."""
+    from benchmarks.devapi import DevAPI
 
     api = DevAPI(rate=25.0, invariance=None)
     with Served(api.app, free_port()) as served:
@@ -116,7 +116,7 @@ def server(request, tmp_path_factory):
     if os.environ.get("NORMLAB_FRONTEND_TEST_API") == "dev":
         yield request.getfixturevalue("dev_server")
         return
-    from backend.testing import running_lab  # an import error of our own code fails the tests, loudly
+    from benchmarks.service import running_lab  # an import error of our own code fails the tests, loudly
 
     with running_lab(tmp_path_factory.mktemp("lab"), workers=1) as lab:
         lab.url = lab.url.rstrip("/")

@@ -19,7 +19,7 @@ SIGNED_IN = "() => ((document.querySelector('#auth-whoami') || {}).innerText || 
 
 @pytest.fixture(scope="module")
 def private_lab(browser, tmp_path_factory):
-    from backend.testing import running_lab
+    from benchmarks.service import running_lab
 
     data_dir = tmp_path_factory.mktemp("private-lab")
     with running_lab(data_dir, workers=1, auth="tokens", public_read="false") as lab:

@@ -1,5 +1,5 @@
 """Panels that need data the engine may not produce on this machine, driven by the synthetic API
-(frontend.devapi): the probe heatmaps and Fisher panel, and Table 1 rendering with a disagreement."""
+(benchmarks.devapi): the probe heatmaps and Fisher panel, and Table 1 rendering with a disagreement."""
 
 from __future__ import annotations
 

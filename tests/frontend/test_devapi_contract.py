@@ -1,4 +1,4 @@
-"""The synthetic API (frontend.devapi: front-end development, the front-end benchmark, browser tests
+"""The synthetic API (benchmarks.devapi: front-end development, the front-end benchmark, browser tests
 that must not wait on training) checked against the real API's OpenAPI document: every route it answers
 exists there with the same query parameters and the same response model; and what it sends validates."""
 
@@ -9,7 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from frontend.devapi import DevAPI
+from benchmarks.devapi import DevAPI
 from normlab.api_models import MetricsPublic, RunList, RunPublic
 from normlab.settings import Settings
 

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from backend.app import create_app
 from backend.auth import TokenStore
-from backend.testing import service_env, start_api, start_worker, stop_process
-from backend.testing_faults import RedisServer, TCPProxy
+from benchmarks.service import service_env, start_api, start_worker, stop_process
+from benchmarks.service_faults import RedisServer, TCPProxy
 from normlab.settings import Settings
 
 TINY = {"task": "digits", "steps": 30, "hidden_size": 16, "eval_every": 10}

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from backend.testing import iter_sse, service_env, start_api, stop_process
+from benchmarks.service import iter_sse, service_env, start_api, stop_process
 from normlab.events import Event
 from normlab.feed.writer import EventWriter
 from normlab.store import Store

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
-from backend.testing import iter_sse, read_until_training
+from benchmarks.service import iter_sse, read_until_training
 from normlab.settings import Settings
 
 pytestmark = pytest.mark.slow

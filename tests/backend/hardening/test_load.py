@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from backend.bench_faults import queue_load
+from benchmarks.faults import queue_load
 
 pytestmark = pytest.mark.slow
 CI_RUNS = 12  # 100 in the benchmark; 12 keeps CI inside its budget on 2 cores

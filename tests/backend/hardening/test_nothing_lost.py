@@ -19,7 +19,7 @@ import httpx
 import psycopg
 import pytest
 
-from backend.testing import free_port, iter_sse, service_env, spawn, start_api, stop_process, wait_http
+from benchmarks.service import free_port, iter_sse, service_env, spawn, start_api, stop_process, wait_http
 from normlab.events import Event
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter

@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from backend.testing import service_env, start_api, stop_process
+from benchmarks.service import service_env, start_api, stop_process
 
 pytestmark = pytest.mark.slow
 CONFIG = Path(__file__).with_name("schemathesis.toml")

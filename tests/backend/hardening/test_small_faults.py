@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from backend.testing import service_env, start_api, start_worker, stop_process
+from benchmarks.service import service_env, start_api, start_worker, stop_process
 from normlab.store import Store
 
 BIG = json.dumps({f"k{i}": 1 for i in range(60_000)}).encode()  # ≈ 0.77 MB

@@ -7,7 +7,7 @@
    by side with the same page idle: main-thread busy fraction (Chrome's TaskDuration), frames per second,
    points appended per second, and main-thread milliseconds per appended point and per redraw.
 
-The API is the synthetic one (frontend.devapi, same routes and event shapes as backend/), so the
+The API is the synthetic one (benchmarks.devapi, same routes and event shapes as backend/), so the
 numbers are the front end's alone, at a controlled event rate, not the trainer's speed.
 """
 
@@ -42,7 +42,7 @@ def _serve(rate: float):
 
     import uvicorn
 
-    from frontend.devapi import DevAPI
+    from benchmarks.devapi import DevAPI
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

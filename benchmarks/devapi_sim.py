@@ -1,4 +1,4 @@
-"""The stand-in API's synthetic training (frontend/devapi.py): a run's events drawn from a formula, in
+"""The stand-in API's synthetic training (benchmarks/devapi.py): a run's events drawn from a formula, in
 the shapes the real worker emits (normlab/events.py payloads), at a rate the front end can be tested at."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ recurrence pinned to the same thread count as torch's), the same layer with the 
 `torch.nn.LSTM` without normalization; torch set to the same `--threads` for all. The three run
 interleaved repeat by repeat; medians of this process's CPU time (one thread: time spent descheduled on a
 shared machine does not count) or of wall time (more threads). Guard rails: ≤ 2.5× at B = 1, ≤ 1.5× at
-B = 32. Loop overhead: see `workers.engine.bench_loop` (target ≤ 1.10×).
+B = 32. Loop overhead: see `benchmarks.engine_loop` (target ≤ 1.10×).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     )
     loop = None
     if not args.no_loop:
-        from workers.engine.bench_loop import measure_loop_overhead
+        from benchmarks.engine_loop import measure_loop_overhead
 
         loop = measure_loop_overhead(settings, repeats=args.loop_repeats, threads=args.threads)
     out = {"lnlstm_vs_torch_lstm": table, "loop_overhead": loop, "engine": options.record()}

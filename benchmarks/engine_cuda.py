@@ -1,4 +1,4 @@
-"""`python -m workers.engine.bench_cuda [--out DIR] [--json]`: the engine on CUDA with our kernels vs without.
+"""`python -m benchmarks.engine_cuda [--out DIR] [--json]`: the engine on CUDA with our kernels vs without.
 
 Issue 20's product claim: engine steps/s on CUDA with `kernel_backend=auto` (Triton LayerNorm above its
 size line, the fused LN-LSTM / LN-GRU sequences) ≥ with `kernel_backend=torch`, for every task. Each
@@ -49,8 +49,8 @@ def _lstm_layer_ms(backend: str, repeats: int = 20) -> float:
 
 
 def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int, settings: Settings) -> dict:
+    from benchmarks.engine import task_rows
     from normlab.catalog import TASKS
-    from workers.engine.bench import task_rows
 
     names = tasks or [t for t, info in TASKS.items() if "layer" in info.norms]
     by_backend = {}
@@ -89,9 +89,7 @@ def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int, setti
 
 
 def main(argv: list[str] | None, settings: Settings) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m workers.engine.bench_cuda", description=__doc__.splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.engine_cuda", description=__doc__.splitlines()[0])
     p.add_argument("--tasks", help="comma-separated tasks (default: every task with a LayerNorm model)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)

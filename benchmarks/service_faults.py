@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from backend.testing import free_port
+from benchmarks.service import free_port
 
 
 class RedisServer:

@@ -19,7 +19,7 @@ from normlab.presets import PRESETS
 
 def add_routes(app: FastAPI, api: Any) -> None:
     """Register both routes on the synthetic API's app (before the dashboard is mounted at "/");
-    `api` is the frontend.devapi.DevAPI (its runs, events and `create`)."""
+    `api` is the benchmarks.devapi.DevAPI (its runs, events and `create`)."""
     meta: dict[str, dict] = {}
 
     @app.post("/api/presets/{name}", status_code=201, response_model=PresetLaunched)

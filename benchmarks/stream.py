@@ -7,7 +7,7 @@ embedded (SQLite) forms, each with a real `normlab api` and `normlab worker` on 
 - history: fetching a 1,000,000-point run downsampled to 2,000 points.
 
 The "worker" of the latency and fan-out runs is the worker's own `EventWriter` driven at a fixed rate
-from this process (backend/bench_worker.py), so the rate is controlled; submit -> first event uses the real
+from this process (benchmarks/worker.py), so the rate is controlled; submit -> first event uses the real
 worker.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from backend.bench_worker import emit_synthetic, new_running_run, write_history
-from backend.testing import bench_service, iter_sse, start_api, start_worker, stop_process
+from benchmarks.service import bench_service, iter_sse, start_api, start_worker, stop_process
+from benchmarks.worker import emit_synthetic, new_running_run, write_history
 
 TARGETS = {
     "latency_p95_ms_redis": 250,

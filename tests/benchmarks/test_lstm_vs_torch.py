@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from workers.engine.bench_lstm import PythonLoopLNLSTM, main, measure_lnlstm_ratio
+from benchmarks.lstm_vs_torch import PythonLoopLNLSTM, main, measure_lnlstm_ratio
 from workers.engine.recurrent import LSTMLayer
 
 

@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from backend.testing import bench_service, start_api, start_worker, stop_process
+from benchmarks.service import bench_service, start_api, start_worker, stop_process
 from normlab.events import TERMINAL_STATUSES, RunStatus
 
 TARGETS = {
@@ -132,7 +132,7 @@ def lost_detection(url: str, headers: dict, timeout: float = 120.0) -> dict:
 
 def run_bench(args) -> dict:
     from backend.auth import TokenStore
-    from backend.bench_stream import measure_feed
+    from benchmarks.stream import measure_feed
 
     limits = {
         "auth": "tokens",
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "--chaos",
         action="store_true",
         help="instead: the faults mixed while runs stream "
-        "(backend/bench_chaos.py; its own redis-server and PostgreSQL schema)",
+        "(benchmarks/chaos.py; its own redis-server and PostgreSQL schema)",
     )
     p.add_argument("--chaos-runs", type=int, default=10, help="short runs queued during the chaos run")
     p.add_argument("--timeout", type=float, default=300.0, help="the chaos run stops by itself after this")
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     args = p.parse_args(argv)
     if args.chaos:
-        from backend.bench_chaos import TARGETS as CHAOS_TARGETS
-        from backend.bench_chaos import run_chaos
+        from benchmarks.chaos import TARGETS as CHAOS_TARGETS
+        from benchmarks.chaos import run_chaos
 
         if not 2 <= args.chaos_runs <= 50 or not 60 <= args.timeout <= 1800:
             p.error("keep it bounded: 2-50 chaos runs, a timeout of 60-1800 s")

@@ -8,7 +8,9 @@ import json
 import pytest
 import torch
 
-from workers.engine import bench_cuda, bench_loop, bench_small_batch
+from benchmarks import engine_cuda as bench_cuda
+from benchmarks import engine_loop as bench_loop
+from benchmarks import lstm as bench_small_batch
 
 
 def test_ratio_table_runs_every_side_on_the_same_threads_and_restores_them():

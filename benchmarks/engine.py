@@ -5,7 +5,7 @@ Steps/s: every available task's default model (normlab.catalog defaults: hidden 
 sequence length, batch size) with each of its normalizers, trained through `workers.engine.train` for
 warm-up + measured steps. The time of a step is the loop's own (forward, backward, optimizer step; the
 per-step `steps_per_s` of its scalars events), so data loading and evaluation are left out, and the
-warm-up steps are dropped. The LN-LSTM ratio comes from `workers.engine.bench_lstm.measure_lnlstm_ratio`
+warm-up steps are dropped. The LN-LSTM ratio comes from `benchmarks.lstm_vs_torch.measure_lnlstm_ratio`
 (fwd+bwd, B=32, T=64, H=256 by default), its contenders interleaved in one process.
 """
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     rows = task_rows(tasks, _list(args.norms), args.warmup, args.steps, settings, args.rounds)
     lstm = None
     if not args.no_lstm:
-        from workers.engine.bench_lstm import measure_lnlstm_ratio
+        from benchmarks.lstm_vs_torch import measure_lnlstm_ratio
         from workers.engine.options import EngineOptions
 
         lstm = measure_lnlstm_ratio(

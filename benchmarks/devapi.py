@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from frontend import devapi_sim
+from benchmarks import devapi_sim
 from normlab.api_models import (
     MetricsPublic,
     RunCreated,
@@ -247,7 +247,7 @@ class DevAPI:
                 self._stream(cursor), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
 
-        from frontend import devapi_groups
+        from benchmarks import devapi_groups
 
         devapi_groups.add_routes(app, self)
         if with_frontend:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from backend.testing import iter_sse, start_api, start_worker, stop_process
-from backend.testing_faults import RedisServer, TCPProxy
+from benchmarks.service import iter_sse, start_api, start_worker, stop_process
+from benchmarks.service_faults import RedisServer, TCPProxy
 from normlab.events import TERMINAL_STATUSES
 
 TARGETS = {"lost_events": 0, "run_twice": 0, "max_wait_with_free_worker_s": 30, "incomplete_viewers": 0}
@@ -38,7 +38,7 @@ HOLDER = (
 def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     import psycopg
 
-    from backend.testing import service_env
+    from benchmarks.service import service_env
 
     data_dir = Path(f"/tmp/nlchaos-{uuid.uuid4().hex[:8]}")
     data_dir.mkdir(parents=True)

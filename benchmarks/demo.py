@@ -10,7 +10,7 @@
 - page weight: bytes on the wire for every request a page makes (as served: compressed or not), on a
   first visit (empty cache) and a repeat visit (the browser's cache), and the uncompressed size; first
   contentful paint and first meaningful paint (the Lab's form drawn) in headless Chromium
-  (backend/bench_pages.py).
+  (benchmarks/pages.py).
 
 With --baseline DIR (a checkout of another revision, e.g. `git archive main | tar -x -C DIR`) the same
 measurements run first on a `normlab up` from DIR, and the table puts both side by side with ratios.
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import httpx
 
-from backend.bench_pages import pages
-from backend.testing import iter_sse, running_lab
+from benchmarks.pages import pages
+from benchmarks.service import iter_sse, running_lab
 from normlab.events import TERMINAL_STATUSES
 
 TARGETS = {

@@ -5,7 +5,7 @@ engine's LN-LSTM layer (eq. 20, `workers.engine.recurrent.LSTMLayer`) with its a
 for the recurrence (see `workers.engine.lstm_seq`) and, for transparency, pinned to all threads and to
 one; a plain Python-loop LN-LSTM (per-step autograd, the textbook way); and `torch.nn.LSTM` without
 normalization. Medians are reported, with ratios to `torch.nn.LSTM`, and the load average seen.
-Run alone: ``python -m workers.engine.bench_lstm [--json]``.
+Run alone: ``python -m benchmarks.lstm_vs_torch [--json]``.
 """
 
 from __future__ import annotations
@@ -140,9 +140,7 @@ def _load() -> float | None:
 
 
 def main(argv: list[str] | None, settings: Settings) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m workers.engine.bench_lstm", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lstm_vs_torch", description=__doc__.split("\n")[0])
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--hidden", type=int, default=256)

@@ -3,7 +3,7 @@ workers separately) on a free port, and read SSE streams.
 
 Front-end browser tests can reuse `running_lab`:
 
-    from backend.testing import running_lab
+    from benchmarks.service import running_lab
     with running_lab(tmp_path) as lab:      # `normlab up` on a free port, SQLite in tmp_path, 1 worker
         page.goto(lab.url)                  # pages at lab.url, API at lab.url + "api/..."
 """

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-EventKind = Literal["scalars", "hidden", "fisher", "status", "log"]
+EventKind = Literal["scalars", "hidden", "fisher", "status", "log", "intervention"]
 
 
 class RunStatus(StrEnum):
@@ -112,7 +112,21 @@ class FisherPayload(BaseModel):
     lr: float | None = None
 
 
+class KnobChange(BaseModel):
+    old: float | bool
+    new: float | bool
+
+
+class InterventionPayload(BaseModel):
+    """Payload of an ``intervention`` event: what changed at its step (lr, weight_decay, momentum,
+    freeze_gain: old → new), and whether the spec scheduled it or someone asked while it ran."""
+
+    changes: dict[str, KnobChange]
+    source: Literal["spec", "live"]
+
+
 PAYLOADS: dict[str, type[BaseModel]] = {
+    "intervention": InterventionPayload,
     "scalars": Scalars,
     "status": StatusPayload,
     "log": LogPayload,

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     native_step: bool = True
     cc: str = ""
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "normlab")
+    # Checkpoints (forks, resume): empty = <data_dir>/checkpoints, which suits the embedded form; a lab
+    # server's workers and API must all see one directory (a shared mount) at NORMLAB_CHECKPOINT_DIR.
+    checkpoint_dir: Path | None = None
+    # Per-run cap on checkpoint bytes: older ones go first, never the latest or one a fork started from.
+    checkpoint_bytes_per_run: int = Field(256 * 2**20, ge=0)
     # Workers
     worker_heartbeat_s: float = Field(2.0, gt=0)
     lost_after_s: float = Field(20.0, gt=0)  # no heartbeat for this long -> the run is 'lost'
@@ -71,6 +76,10 @@ class Settings(BaseSettings):
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / "normlab.sqlite"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.checkpoint_dir or self.data_dir / "checkpoints"
 
     @property
     def resolved_database_url(self) -> str:

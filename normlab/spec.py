@@ -8,6 +8,7 @@ combinations are checked here, each violation answered with a message that says 
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -100,6 +101,42 @@ class ProbeSpec(BaseModel):
         return refuse_bool(value)
 
 
+class ParentRef(BaseModel):
+    """Where a forked run starts: its parent run and the step of the checkpoint it continues from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The parent run's id.")
+    step: int = Field(ge=0, le=MAX_STEPS, description="The parent's checkpoint step the child starts after.")
+
+
+class Intervention(BaseModel):
+    """A change to a run's knobs taking effect at the start of `step` (a field left out is unchanged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=1, le=MAX_STEPS, description="The first step trained with the change.")
+    lr: float | None = Field(None, gt=0, le=10.0)
+    weight_decay: float | None = Field(None, ge=0.0, le=1.0)
+    momentum: float | None = Field(None, ge=0.0, lt=1.0)
+    freeze_gain: bool | None = Field(None, description="Freeze (true) or unfreeze (false) the normalizers' gains.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
+
+    def changes(self) -> dict[str, float | bool]:
+        """The knobs this intervention sets, without its step."""
+        return {k: v for k, v in self.model_dump(exclude={"step"}).items() if v is not None}
+
+
+MAX_INTERVENTIONS = 100
+# RunSpec fields that say where a run comes from and what was done to it, not what to train: no CLI
+# option or form field of their own.
+LINEAGE_FIELDS = ("parent", "interventions")
+
+
 class RunSpec(BaseModel):
     """One training run: task, normalizer, model, optimizer, schedule, device and probes."""
 
@@ -133,6 +170,15 @@ class RunSpec(BaseModel):
     eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
+    checkpoint_every: int | None = Field(
+        None, ge=1, le=MAX_STEPS, description="Steps between checkpoints (default: about 10 per run)."
+    )
+    parent: ParentRef | None = Field(None, description="A forked run's parent and fork step.")
+    interventions: list[Intervention] = Field(
+        default_factory=list,
+        max_length=MAX_INTERVENTIONS,
+        description="Changes to lr, weight decay, momentum or gain freezing, each from its step on.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -140,6 +186,7 @@ class RunSpec(BaseModel):
         return refuse_unknown_fields(cls, data)
 
     @field_validator(
+        "checkpoint_every",
         "batch_size",
         "steps",
         "lr",
@@ -177,6 +224,8 @@ class RunSpec(BaseModel):
         for name in ("steps", "lr", "hidden_size", "layers"):
             if getattr(self, name) is None:
                 updates[name] = getattr(task, name)
+        if self.checkpoint_every is None:
+            updates["checkpoint_every"] = default_checkpoint_every(updates.get("steps", self.steps))
         if self.probes.power_iterations is None:
             updates["probes"] = self.probes.model_copy(update={"power_iterations": warm_vectors(task.kind)})
         if task.kind == "sequence":
@@ -196,6 +245,11 @@ class RunSpec(BaseModel):
         props = schema["properties"]
         props["probes"] = ProbeSpec.model_json_schema()["properties"]
         return props
+
+
+def default_checkpoint_every(steps: int) -> int:
+    """About 10 checkpoints a run (the last step always gets one besides)."""
+    return max(1, math.ceil(steps / 10))
 
 
 def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
@@ -219,6 +273,16 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
                 "batch_size.",
             )
         )
+    if spec.parent is not None and spec.steps is not None and spec.steps <= spec.parent.step:
+        out.append(
+            (
+                "steps",
+                f"A fork from step {spec.parent.step} must train past it: set steps above "
+                f"{spec.parent.step} (got {spec.steps}).",
+            )
+        )
+    if spec.interventions and [i.step for i in spec.interventions] != sorted(i.step for i in spec.interventions):
+        out.append(("interventions", "List the interventions in the order of their steps."))
     if spec.bn_variance != "biased" and spec.norm != "batch":
         out.append(
             ("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm 'batch'.")

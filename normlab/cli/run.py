@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic_core import ErrorDetails
 
 from normlab.events import RunStatus
-from normlab.spec import ProbeSpec, RunSpec
+from normlab.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
 
 EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.DIVERGED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 130}
 
@@ -52,7 +52,7 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     """One option per RunSpec field (dest spec_<name>) and per ProbeSpec field (dest probe_<name>)."""
     spec_group = parser.add_argument_group("run spec (omitted options take the spec's / task's defaults)")
     for name, field in RunSpec.model_fields.items():
-        if name != "probes":
+        if name != "probes" and name not in LINEAGE_FIELDS:
             _option(spec_group, "--" + name.replace("_", "-"), f"spec_{name}", field)
     probe_group = parser.add_argument_group("probes (hidden-state traces, Fisher curvature)")
     probe_group.add_argument(
@@ -69,7 +69,11 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
 
     from normlab.cli import CLIError
 
-    values = {n: getattr(args, f"spec_{n}") for n in RunSpec.model_fields if n != "probes"}
+    values = {
+        n: getattr(args, f"spec_{n}")
+        for n in RunSpec.model_fields
+        if n != "probes" and n not in LINEAGE_FIELDS
+    }
     values = {n: v for n, v in values.items() if v is not None}
     probes = {n: getattr(args, f"probe_{n}") for n in ProbeSpec.model_fields if n != "enabled"}
     probes = {n: v for n, v in probes.items() if v is not None}

@@ -29,6 +29,10 @@ from kernels import graphs
 from normlab.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from workers.engine import checkpoint
+from workers.engine.checkpoint import LoopState
+from workers.engine.controls import Controls, Poll
+from workers.engine.fork import start_child
 from workers.engine.loop_eval import beyond_trained_length, evaluate
 from workers.engine.loop_setup import (
     build_model,
@@ -60,10 +64,18 @@ class _Run:
     """The state of one run between its first and last event."""
 
     def __init__(
-        self, spec: RunSpec, events: EventCounter, should_stop, settings: Settings, options: EngineOptions
+        self,
+        spec: RunSpec,
+        events: EventCounter,
+        should_stop,
+        settings: Settings,
+        options: EngineOptions,
+        run_id: str | None = None,
     ):
         self.spec, self.events, self.should_stop, self.settings = spec, events, should_stop, settings
         self.options = options
+        self.run_id = run_id  # checkpoints are kept for runs with an id (the service's), under settings
+        self.poll: Poll | None = None
         self.step = 0
         self.device = "cpu"
         self.kernel_backend = "torch"
@@ -112,18 +124,42 @@ class _Run:
                 "after the first evaluation.",
                 "warning",
             )
-        return self._loop(model, data, optimizer, device)
-
-    def _loop(self, model, data, optimizer, device) -> tuple[str, str | None]:
-        spec, prober = self.spec, self.prober
         batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
+        resumed = LoopState()
+        if spec.parent is not None:
+            state = checkpoint.load(self.settings.checkpoint_root, spec.parent.id, spec.parent.step)
+            resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
+            self.step = resumed.step
+            self.metrics.update(resumed.metrics)
+        return self._loop(model, data, optimizer, device, batches, resumed)
+
+    def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> None:
+        """Save the state after step loop.step (a run without an id keeps none)."""
+        if self.run_id is None:
+            return
+        loop.metrics = dict(self.metrics)
+        state = checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop)
+        checkpoint.save(
+            self.settings.checkpoint_root, self.run_id, state, self.settings.checkpoint_bytes_per_run
+        )
+
+    def _loop(self, model, data, optimizer, device, batches, resumed: LoopState) -> tuple[str, str | None]:
+        spec, prober = self.spec, self.prober
         every = log_every(spec.steps)
-        start = time.perf_counter()
-        window_loss, window_steps, window_time = 0.0, 0, 0.0
+        start = time.perf_counter() - resumed.elapsed
+        window_loss, window_steps, window_time = resumed.window_loss, resumed.window_steps, resumed.window_time
+        controls = Controls(spec, lambda step, payload: self.events("intervention", step, payload), self.poll)
+        cadence = spec.checkpoint_every or spec.steps
         params = list(model.parameters())  # walking the module tree every step cost ≈ 8 % of a digits step
         on_gpu, checked = device.type != "cpu", False
         model.train()
-        for step in range(1, spec.steps + 1):
+        for step in range(resumed.step + 1, spec.steps + 1):
+            if controls.take() or (step - 1 > resumed.step and (step - 1) % cadence == 0):
+                # after the previous step's evaluation, before this step's interventions: the state a fork
+                # from step - 1 continues
+                loop = LoopState(step - 1, window_loss, window_steps, window_time, time.perf_counter() - start)
+                self._checkpoint(model, optimizer, batches, loop)
+            controls.apply_due(step, model, optimizer)
             if self.should_stop is not None and self.should_stop():
                 return RunStatus.CANCELLED, f"Cancelled before step {step}."
             t0 = time.perf_counter()
@@ -188,6 +224,7 @@ class _Run:
             self.events("scalars", step, scalars, check=on_eval or not checked)
             checked = True
             window_loss, window_steps, window_time = 0.0, 0, 0.0
+        self._checkpoint(model, optimizer, batches, LoopState(spec.steps, elapsed=time.perf_counter() - start))
         self._evaluate(model, data, device, "test", None)
         return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
 
@@ -238,19 +275,24 @@ def train(
     settings: Settings,
     run_id: str | None = None,
     options: EngineOptions | None = None,
+    poll: Poll | None = None,
 ) -> RunResult:
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
-    should be cheap. `settings` come from the caller's edge (CLI, worker start, test); `options` (the
-    engine's path choices; default: built from `settings`) go to the model's layers and into the result.
+    should be cheap, and so is `poll` (live interventions and checkpoint requests, workers.engine.controls).
+    With a `run_id` the run keeps checkpoints under settings.checkpoint_root; with `spec.parent` it
+    starts from its parent's checkpoint (workers.engine.fork). `settings` come from the caller's edge
+    (CLI, worker start, test); `options` (the engine's path choices; default: built from `settings`) go
+    to the model's layers and into the result.
     """
     events = EventCounter(emit or (lambda event: None), run_id)
     wall_start = time.perf_counter()
     spec = spec.resolved()
     options = options or EngineOptions.from_settings(settings)
     kernels.check_backend(options.kernel_backend)
-    run = _Run(spec, events, should_stop, settings, options)
+    run = _Run(spec, events, should_stop, settings, options, run_id)
+    run.poll = poll
     events("status", 0, {"status": RunStatus.RUNNING})
     error = None
     try:

@@ -16,7 +16,7 @@ Targets are long class ids (per case, or per step with IGNORE where a step is no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +40,35 @@ def seeded(seed: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed << 8) | stream)
 
 
+class BatchStream:
+    """An endless stream of training batches whose position can be saved and restored exactly."""
+
+    def __init__(self, data: TaskData, batch_size: int, generator: torch.Generator):
+        self.data, self.batch_size, self.generator = data, batch_size, generator
+        self.order = torch.empty(0, dtype=torch.long)  # fixed arrays: this epoch's cases still to come
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> Batch:
+        if self.data.sample is not None:
+            return self.data.sample(self.batch_size, self.generator)
+        assert self.data.train is not None
+        x, y = self.data.train
+        # shuffled epochs, so every case is seen once per epoch; a batch may straddle two epochs
+        while len(self.order) < self.batch_size:
+            self.order = torch.cat([self.order, torch.randperm(len(y), generator=self.generator)])
+        idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return x[idx], y[idx]
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"generator": self.generator.get_state(), "order": self.order.clone()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.generator.set_state(state["generator"])
+        self.order = state["order"].clone()
+
+
 @dataclass
 class TaskData:
     """A loaded task. Construct with `sample` (one training batch) or `train` (fixed arrays)."""
@@ -60,21 +89,10 @@ class TaskData:
     # a task whose model is part of the task (DRAW's VAE, the retrieval encoders): built from the spec
     model_fn: Callable[[RunSpec], nn.Module] | None = None
 
-    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
-        """Endless (x, y) training batches; the same generator state gives the same batches."""
-        if self.sample is not None:
-            while True:
-                yield self.sample(batch_size, generator)
-        assert self.train is not None
-        x, y = self.train
-        n = len(y)
-        order = torch.empty(0, dtype=torch.long)
-        while True:
-            # shuffled epochs, so every case is seen once per epoch; a batch may straddle two epochs
-            while len(order) < batch_size:
-                order = torch.cat([order, torch.randperm(n, generator=generator)])
-            idx, order = order[:batch_size], order[batch_size:]
-            yield x[idx], y[idx]
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> BatchStream:
+        """Endless (x, y) training batches; the same generator state gives the same batches. The stream's
+        `state_dict()` (generator and the epoch's remaining order) is what a checkpoint keeps."""
+        return BatchStream(self, batch_size, generator)
 
     def split(self, name: str) -> Batch:
         """The fixed (x, y) of split 'val' or 'test'."""

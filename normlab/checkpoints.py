@@ -1,0 +1,126 @@
+"""Checkpoint files, torch-free: where they live, atomic writing with a checksum, listing, pins, retention.
+
+A run's checkpoints are files ``<root>/<run_id>/step-<k>.ckpt``; ``root`` is `Settings.checkpoint_root`
+(the data directory in the embedded form, a directory every host mounts for a lab server). A file is
+``MAGIC`` + the SHA-256 of the body in hex + newline + the body (the engine's torch serialization),
+written to a temporary name, flushed to disk and renamed into place, so a reader sees a whole file or
+none; a torn or altered one fails its checksum and is refused by name. A fork pins the checkpoint it
+starts from (``pins/<k>``): retention never deletes a pinned one, nor the latest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+MAGIC = b"NORMLAB-CKPT-1\n"
+_NAME = re.compile(r"^step-(\d+)\.ckpt$")
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$|^[A-Za-z0-9_-]{1,64}$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, torn or corrupt; the message names the file."""
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    if not _RUN_ID.match(run_id):  # ids come from the store, but never let one climb out of root
+        raise CheckpointError(f"not a run id: {run_id!r}")
+    return Path(root) / run_id
+
+
+def path_for(root: Path, run_id: str, step: int) -> Path:
+    return run_dir(root, run_id) / f"step-{step:07d}.ckpt"
+
+
+def steps(root: Path, run_id: str) -> list[int]:
+    """The steps a run has checkpoints of, ascending."""
+    folder = run_dir(root, run_id)
+    if not folder.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _NAME.match(p.name)))
+
+
+def at_or_before(root: Path, run_id: str, step: int) -> int | None:
+    """The latest checkpointed step ≤ step, or None."""
+    earlier = [s for s in steps(root, run_id) if s <= step]
+    return earlier[-1] if earlier else None
+
+
+def write(path: Path, body: bytes) -> int:
+    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(body).hexdigest().encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ckpt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + digest + b"\n")
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:  # the rename itself survives a crash only once the directory is on disk
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return len(MAGIC) + 65 + len(body)
+
+
+def read(path: Path) -> bytes:
+    """The body of a checkpoint whose checksum holds; CheckpointError naming the file otherwise."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"Checkpoint {path} does not exist (deleted by retention, or never written).") from None
+    head = len(MAGIC) + 65
+    if not raw.startswith(MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
+        raise CheckpointError(f"Checkpoint {path} is not a normlab checkpoint or is torn; it was not loaded.")
+    body = raw[head:]
+    if hashlib.sha256(body).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
+        raise CheckpointError(f"Checkpoint {path} is corrupt (its checksum does not match); it was not loaded.")
+    return body
+
+
+def pin(root: Path, run_id: str, step: int) -> None:
+    """Keep this checkpoint for good: a fork starts from it."""
+    folder = run_dir(root, run_id) / "pins"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(step)).touch()
+
+
+def pins(root: Path, run_id: str) -> set[int]:
+    folder = run_dir(root, run_id) / "pins"
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+
+def total_bytes(root: Path, run_id: str) -> int:
+    return sum(path_for(root, run_id, s).stat().st_size for s in steps(root, run_id))
+
+
+def prune(root: Path, run_id: str, cap_bytes: int) -> list[int]:
+    """Delete the oldest unpinned checkpoints (never the latest) until the run's total is ≤ cap_bytes;
+    returns the steps deleted."""
+    have = steps(root, run_id)
+    sizes = {s: path_for(root, run_id, s).stat().st_size for s in have}
+    total, kept, deleted = sum(sizes.values()), pins(root, run_id), []
+    for s in have[:-1]:
+        if total <= cap_bytes:
+            break
+        if s in kept:
+            continue
+        path_for(root, run_id, s).unlink(missing_ok=True)
+        total -= sizes[s]
+        deleted.append(s)
+    return deleted
+
+
+def delete_run(root: Path, run_id: str) -> None:
+    """Delete every checkpoint of a run (the run itself is being deleted)."""
+    shutil.rmtree(run_dir(root, run_id), ignore_errors=True)

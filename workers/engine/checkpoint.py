@@ -1,0 +1,132 @@
+"""A run's whole training state as a checkpoint: capture it, save it (normlab.checkpoints writes the file
+atomically with its checksum), load it back.
+
+What a run needs to continue bit for bit: the model's parameters and buffers (BatchNorm's running
+statistics among them), the optimizer's state and parameter groups, every random generator it draws
+from (torch's CPU and CUDA ones, numpy's, Python's, the batch stream's and the probes' own), the batch
+stream's place in its epoch, the step, and the loop's open logging window.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from normlab import checkpoints
+from normlab.spec import RunSpec
+from workers.engine.tasks.base import BatchStream
+
+FORMAT = 1
+_GENERATOR_DEPTH = 3  # how deep into the prober's objects its generators are looked for
+
+
+@dataclass
+class LoopState:
+    """Where the training loop stands after `step`: the logging window it has open and its clock."""
+
+    step: int = 0
+    window_loss: float = 0.0
+    window_steps: int = 0
+    window_time: float = 0.0
+    elapsed: float = 0.0
+    metrics: dict[str, float | None] = field(default_factory=dict)
+
+
+def probe_generators(prober: object | None) -> dict[str, torch.Generator]:
+    """The torch generators a prober draws from, by attribute path (its own seeded generator, wherever
+    the probes keep it): a checkpoint restores each, so a probe's draws continue as they would have."""
+    found: dict[str, torch.Generator] = {}
+
+    def walk(obj: object, path: str, depth: int, seen: set[int]) -> None:
+        if id(obj) in seen or depth > _GENERATOR_DEPTH:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Generator):
+            found[path] = obj
+            return
+        if isinstance(obj, (nn.Module, torch.Tensor, torch.optim.Optimizer, str, bytes, int, float)):
+            return
+        children = vars(obj).items() if hasattr(obj, "__dict__") else ()
+        if isinstance(obj, dict):
+            children = obj.items()
+        elif isinstance(obj, (list, tuple)):
+            children = enumerate(obj)
+        for name, child in children:
+            walk(child, f"{path}.{name}" if path else str(name), depth + 1, seen)
+
+    if prober is not None:
+        walk(prober, "", 0, set())
+    return found
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
+
+
+def capture(
+    spec: RunSpec, model: nn.Module, optimizer, stream: BatchStream, prober, loop: LoopState
+) -> dict[str, Any]:
+    """Everything the run needs to continue after `loop.step`, as one serializable dict."""
+    return {
+        "format": FORMAT,
+        "spec": spec.model_dump_json(),
+        "loop": vars(loop).copy(),
+        "model": model.state_dict(),
+        "frozen": [name for name, p in model.named_parameters() if not p.requires_grad],
+        "optimizer": optimizer.state_dict(),
+        "rng": _rng_state(),
+        "data": stream.state_dict(),
+        "probes": {k: g.get_state() for k, g in probe_generators(prober).items()},
+    }
+
+
+def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
+    """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    size = checkpoints.write(checkpoints.path_for(root, run_id, state["loop"]["step"]), buffer.getvalue())
+    checkpoints.prune(root, run_id, cap_bytes)
+    return size
+
+
+def load(root: Path, run_id: str, step: int) -> dict[str, Any]:
+    """A checkpoint's state; CheckpointError (naming the file) when it is missing, torn or corrupt."""
+    body = checkpoints.read(checkpoints.path_for(root, run_id, step))
+    state = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    if state.get("format") != FORMAT:
+        raise checkpoints.CheckpointError(
+            f"Checkpoint {checkpoints.path_for(root, run_id, step)} has format {state.get('format')}; "
+            f"this engine reads format {FORMAT}."
+        )
+    return state
+
+
+def restore_rngs(state: dict[str, Any], prober) -> None:
+    """Every generator as it was at the checkpoint (torch, CUDA, numpy, Python, the probes')."""
+    _set_rng_state(state["rng"])
+    generators = probe_generators(prober)
+    for path, saved in state["probes"].items():
+        if path in generators:
+            generators[path].set_state(saved)

@@ -78,13 +78,17 @@ def read(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"Checkpoint {path} does not exist (deleted by retention, or never written).") from None
+        raise CheckpointError(
+            f"Checkpoint {path} does not exist (deleted by retention, or never written)."
+        ) from None
     head = len(MAGIC) + 65
     if not raw.startswith(MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
         raise CheckpointError(f"Checkpoint {path} is not a normlab checkpoint or is torn; it was not loaded.")
     body = raw[head:]
     if hashlib.sha256(body).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
-        raise CheckpointError(f"Checkpoint {path} is corrupt (its checksum does not match); it was not loaded.")
+        raise CheckpointError(
+            f"Checkpoint {path} is corrupt (its checksum does not match); it was not loaded."
+        )
     return body
 
 

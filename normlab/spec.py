@@ -119,7 +119,9 @@ class Intervention(BaseModel):
     lr: float | None = Field(None, gt=0, le=10.0)
     weight_decay: float | None = Field(None, ge=0.0, le=1.0)
     momentum: float | None = Field(None, ge=0.0, lt=1.0)
-    freeze_gain: bool | None = Field(None, description="Freeze (true) or unfreeze (false) the normalizers' gains.")
+    freeze_gain: bool | None = Field(
+        None, description="Freeze (true) or unfreeze (false) the normalizers' gains."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -225,7 +227,7 @@ class RunSpec(BaseModel):
             if getattr(self, name) is None:
                 updates[name] = getattr(task, name)
         if self.checkpoint_every is None:
-            updates["checkpoint_every"] = default_checkpoint_every(updates.get("steps", self.steps))
+            updates["checkpoint_every"] = default_checkpoint_every(updates.get("steps") or self.steps or 1)
         if self.probes.power_iterations is None:
             updates["probes"] = self.probes.model_copy(update={"power_iterations": warm_vectors(task.kind)})
         if task.kind == "sequence":
@@ -281,7 +283,9 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
                 f"{spec.parent.step} (got {spec.steps}).",
             )
         )
-    if spec.interventions and [i.step for i in spec.interventions] != sorted(i.step for i in spec.interventions):
+    if spec.interventions and [i.step for i in spec.interventions] != sorted(
+        i.step for i in spec.interventions
+    ):
         out.append(("interventions", "List the interventions in the order of their steps."))
     if spec.bn_variance != "biased" and spec.norm != "batch":
         out.append(

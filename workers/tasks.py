@@ -14,7 +14,7 @@ import traceback
 from celery import current_app, shared_task
 from celery.signals import worker_init, worker_process_init, worker_ready
 
-from normlab.events import TERMINAL_STATUSES, RunResult, RunStatus, RunSummary
+from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.lifeline import die_with_parent
@@ -25,6 +25,7 @@ from normlab.store import get_store
 from workers import runguard, warm
 from workers.celery_app import settings_of
 from workers.engine import train as train_fn  # in the worker's parent: each forked child trains at once
+from workers.live_requests import LiveRequests
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,22 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     writer = EventWriter(store, run_id, publisher)
     watch = RunWatch(store, run_id, settings.worker_heartbeat_s, poll_s=0.1, writer=writer)
     closer = runguard.RunCloser(writer, watch)  # a cancel during set-up ends the run too
+    requests = LiveRequests(store, run_id)
     started = time.time()
+
+    def emit(event: Event) -> None:
+        closer.emit(event)
+        requests.keep(event)
+
     try:
         spec = RunSpec.model_validate_json(run["spec"])
         result = train(
-            spec, emit=closer.emit, should_stop=watch.should_stop, run_id=run_id, settings=settings
+            spec,
+            emit=emit,
+            should_stop=watch.should_stop,
+            run_id=run_id,
+            settings=settings,
+            poll=requests.poll,
         )
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())
@@ -96,6 +108,7 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     finally:
         closer.engine_returned()
         watch.stop()
+        requests.stop()
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
     summary = RunSummary(

@@ -1,6 +1,6 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, groups, health, presets, runs, sweeps
+from backend.routes import catalog, events, fork, groups, health, presets, runs, sweeps
 
 ROUTERS = [
     health.router,
@@ -10,4 +10,5 @@ ROUTERS = [
     presets.router,
     groups.router,
     events.router,
+    fork.router,
 ]

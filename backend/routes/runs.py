@@ -15,6 +15,7 @@ from pydantic import BeforeValidator
 from backend.auth import require_owner
 from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
+from backend.routes.fork import delete_checkpoints
 from backend.runs_common import create_and_enqueue, run_public
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
 from normlab.events import RunStatus
@@ -179,7 +180,9 @@ def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv")
 
 
 @router.delete("/{run_id}", status_code=204, responses={**ERRORS, 409: {"model": ErrorDetail}})
-async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserDep) -> None:
+async def delete_run(
+    run_id: str, request: Request, store: StoreDep, settings: SettingsDep, user: UserDep
+) -> None:
     """Delete a run and its history. A running run must be cancelled first (409)."""
     run = get_run_or_404(store, run_id)
     require_owner(request, run, "delete")
@@ -189,3 +192,4 @@ async def delete_run(run_id: str, request: Request, store: StoreDep, user: UserD
             f"This run is still training; cancel it first (POST /api/runs/{run_id}/cancel), then delete it.",
         )
     await anyio.to_thread.run_sync(store.delete_run, run["id"])
+    await anyio.to_thread.run_sync(delete_checkpoints, settings, store, run["id"])

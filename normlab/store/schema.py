@@ -117,3 +117,28 @@ cache = Table(
     Column("value", Text, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# Forks: each child's parent and the parent's checkpoint step it started from (kind 'fork' or 'resume').
+lineage = Table(
+    "lineage",
+    metadata,
+    Column("child_id", String(32), primary_key=True),
+    Column("parent_id", String(32), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_lineage_parent", lineage.c.parent_id)
+
+# What the API asks of a running run (an intervention, a checkpoint now); its worker takes each once.
+run_requests = Table(
+    "run_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("payload", Text, nullable=False),  # JSON
+    Column("created_at", Float, nullable=False),
+    Column("taken_at", Float),
+)
+Index("ix_run_requests_run", run_requests.c.run_id, run_requests.c.taken_at)

@@ -31,7 +31,7 @@ def stuck_in_set_up(spec, emit, should_stop, run_id, settings):
     raise AssertionError("not ended by the cancel")
 
 
-def cooperative(spec, emit, should_stop, run_id, settings):
+def cooperative(spec, emit, should_stop, run_id, settings, poll=None):
     events = EventCounter(emit, run_id)
     events("status", 0, {"status": RunStatus.RUNNING})
     step = 0

@@ -99,8 +99,8 @@ def start_child(
     if not same_norm:
         log(
             f"Forked at step {step} from norm '{parent.norm}' to '{spec.norm}': kept "
-            f"{len(names['kept'])} tensors; mapped {_short(names['mapped']) or 'none'}; new (gain 1, bias 0"
-            f" or as built): {_short(names['fresh']) or 'none'}; dropped: {_short(names['dropped']) or 'none'}."
+            f"{len(names['kept'])} tensors; mapped {_short(names['mapped']) or 'none'}; new (gains 1, "
+            f"biases 0): {_short(names['fresh']) or 'none'}; dropped: {_short(names['dropped']) or 'none'}."
         )
     named = dict(model.named_parameters())
     for name in state.get("frozen", []):
@@ -119,7 +119,7 @@ def start_child(
         stream.load_state_dict(state["data"])
         restore_rngs(state, prober if parent.probes == spec.probes else None)
     else:
-        log(f"The data order from step {step + 1} on follows seed {spec.seed} (the parent's was {parent.seed}).")
+        log(f"The data order from step {step + 1} on follows seed {spec.seed} (the parent's: {parent.seed}).")
     if parent.batch_size != spec.batch_size:
-        log(f"Batch size {parent.batch_size} → {spec.batch_size} from step {step + 1}, in the same data order.")
+        log(f"Batch size {parent.batch_size} → {spec.batch_size} from step {step + 1}, same data order.")
     return loop

@@ -147,7 +147,11 @@ class _Run:
         spec, prober = self.spec, self.prober
         every = log_every(spec.steps)
         start = time.perf_counter() - resumed.elapsed
-        window_loss, window_steps, window_time = resumed.window_loss, resumed.window_steps, resumed.window_time
+        window_loss, window_steps, window_time = (
+            resumed.window_loss,
+            resumed.window_steps,
+            resumed.window_time,
+        )
         controls = Controls(spec, lambda step, payload: self.events("intervention", step, payload), self.poll)
         cadence = spec.checkpoint_every or spec.steps
         params = list(model.parameters())  # walking the module tree every step cost ≈ 8 % of a digits step
@@ -157,7 +161,9 @@ class _Run:
             if controls.take() or (step - 1 > resumed.step and (step - 1) % cadence == 0):
                 # after the previous step's evaluation, before this step's interventions: the state a fork
                 # from step - 1 continues
-                loop = LoopState(step - 1, window_loss, window_steps, window_time, time.perf_counter() - start)
+                loop = LoopState(
+                    step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
+                )
                 self._checkpoint(model, optimizer, batches, loop)
             controls.apply_due(step, model, optimizer)
             if self.should_stop is not None and self.should_stop():
@@ -224,7 +230,9 @@ class _Run:
             self.events("scalars", step, scalars, check=on_eval or not checked)
             checked = True
             window_loss, window_steps, window_time = 0.0, 0, 0.0
-        self._checkpoint(model, optimizer, batches, LoopState(spec.steps, elapsed=time.perf_counter() - start))
+        self._checkpoint(
+            model, optimizer, batches, LoopState(spec.steps, elapsed=time.perf_counter() - start)
+        )
         self._evaluate(model, data, device, "test", None)
         return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
 
@@ -280,7 +288,7 @@ def train(
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
-    should be cheap, and so is `poll` (live interventions and checkpoint requests, workers.engine.controls).
+    should be cheap, and so is `poll` (live interventions, checkpoint requests: workers.engine.controls).
     With a `run_id` the run keeps checkpoints under settings.checkpoint_root; with `spec.parent` it
     starts from its parent's checkpoint (workers.engine.fork). `settings` come from the caller's edge
     (CLI, worker start, test); `options` (the engine's path choices; default: built from `settings`) go

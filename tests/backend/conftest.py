@@ -111,8 +111,8 @@ def fresh_stack(tmp_path, pg_url, redis_url):
     """A stack of its own (for tests that kill its worker): returns a factory taking the form."""
     made: list[Stack] = []
 
-    def make(form: str) -> Stack:
-        made.append(_start_stack(form, tmp_path / form, pg_url, redis_url))
+    def make(form: str, workers: int = 1) -> Stack:
+        made.append(_start_stack(form, tmp_path / form, pg_url, redis_url, workers))
         return made[-1]
 
     yield make

@@ -28,7 +28,7 @@ def test_statuses_split_into_active_and_terminal():
 
 
 def test_every_event_kind_has_a_payload_model():
-    assert set(PAYLOADS) == {"scalars", "status", "log", "hidden", "fisher"}
+    assert set(PAYLOADS) == {"scalars", "status", "log", "hidden", "fisher", "intervention"}
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ def _queued(tmp_path) -> tuple[Settings, Store, str]:
     return settings, store, run_id
 
 
-def stuck_in_set_up(spec, emit, should_stop, run_id, settings):
+def stuck_in_set_up(spec, emit, should_stop, run_id, settings, poll=None):
     """An engine that never looks at should_stop (as one loading data or initialising CUDA)."""
     EventCounter(emit, run_id)("status", 0, {"status": RunStatus.RUNNING})
     time.sleep(60)

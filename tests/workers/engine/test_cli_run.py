@@ -12,7 +12,7 @@ import pytest
 
 from normlab.cli import main
 from normlab.cli.run import add_spec_options, spec_from_args
-from normlab.spec import ProbeSpec, RunSpec
+from normlab.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
 def test_every_spec_and_probe_field_is_an_option():
     flags = {s for a in _parser()._actions for s in a.option_strings}
     for name in RunSpec.model_fields:
-        if name != "probes":
+        if name != "probes" and name not in LINEAGE_FIELDS:  # a fork's parent, a run's interventions
             assert "--" + name.replace("_", "-") in flags
     for name in ProbeSpec.model_fields:
         assert ("--probes" if name == "enabled" else "--probe-" + name.replace("_", "-")) in flags

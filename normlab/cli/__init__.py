@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "normlab.cli.token",  # token create|revoke|list
     "normlab.cli.db",  # db upgrade|status
     "normlab.cli.maintain",  # gc, backup, restore
+    "normlab.cli.fork",  # fork
 ]
 
 

@@ -4,6 +4,7 @@ resubmit, resume of a lost run, and the lab form forking a run another worker tr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from backend.testing import iter_sse, read_until_training, start_worker, stop_process
+from normlab.cli import main
 
 pytestmark = pytest.mark.slow
 LONG = {"steps": 20000, "eval_every": 1000}
@@ -70,6 +72,24 @@ def test_fork_a_finished_run_lineage_and_refusals(stack, client):
     assert r.status_code == 422 and "lr" in r.json()["fields"]
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 1, "changes": {}})
     assert r.status_code == 422 and "no checkpoint at or before step 1" in r.json()["detail"]
+
+
+def test_cli_fork(stack, client, capsys):
+    parent = stack.submit(client, steps=12)
+    events_of(client, stack, parent)
+    args = ["fork", parent, "--step", "7", "--norm", "rms", "--lr", "0.01", "--url", stack.url, "--json"]
+    assert main(args) == 0
+    made = json.loads(capsys.readouterr().out)
+    child = client.get(stack.api(f"api/runs/{made['id']}")).json()
+    assert made["from_step"] == 6 and child["spec"]["norm"] == "rms" and child["spec"]["lr"] == 0.01
+    assert main(["fork", parent, "--step", "7", "--batch-size", "0", "--url", stack.url]) == 2
+    assert "422" in (err := capsys.readouterr().err) and "batch_size" in err
+    assert main(["fork", parent, "--step", "seven", "--url", stack.url]) == 2
+    assert "--step takes a step number or 'now'" in capsys.readouterr().err
+    assert main(["fork", parent, "--step", "7", "--url", "http://127.0.0.1:9"]) == 2
+    assert "no normlab server answered" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the shape of the model is no option of a fork
+        main(["fork", parent, "--step", "7", "--hidden-size", "8"])
 
 
 def test_intervention_reaches_live_and_late_viewers_and_a_resubmit_replays_it(stack, client):
@@ -140,15 +160,15 @@ def test_resume_a_lost_run_trains_each_step_once(fresh_stack, client):
 
 def test_lab_form_forks_a_run_another_worker_trained(fresh_stack, client):
     stack = fresh_stack("redis", workers=2)
-    parent = stack.submit(client, steps=300, eval_every=100)
+    parent = stack.submit(client, steps=2000, eval_every=1000)
     read_until_training(client, stack.api(f"api/runs/{parent}/events"), 2)
     trained_by = client.get(stack.api(f"api/runs/{parent}")).json()["worker_host"]
     pid = int(trained_by.rsplit(":", 1)[1])  # the pool child training it, alive until the run ends
     worker = next(p for p in stack.procs[:2] if _is_parent_of(p.pid, pid))
     events_of(client, stack, parent)
     stop_process(worker, signal.SIGTERM, timeout=20)  # only the other worker is left to train the child
-    r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 150, "changes": {"norm": "rms"}})
-    assert r.status_code == 201 and r.json()["from_step"] == 150, r.text
+    r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 1000, "changes": {"norm": "rms"}})
+    assert r.status_code == 201 and r.json()["from_step"] == 1000, r.text
     child = r.json()["id"]
     assert events_of(client, stack, child)[-1]["payload"]["status"] == "completed"
     assert client.get(stack.api(f"api/runs/{child}")).json()["worker_host"] != trained_by

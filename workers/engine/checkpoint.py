@@ -24,7 +24,6 @@ from normlab.spec import RunSpec
 from workers.engine.tasks.base import BatchStream
 
 FORMAT = 1
-_GENERATOR_DEPTH = 3  # how deep into the prober's objects its generators are looked for
 
 
 @dataclass
@@ -37,33 +36,6 @@ class LoopState:
     window_time: float = 0.0
     elapsed: float = 0.0
     metrics: dict[str, float | None] = field(default_factory=dict)
-
-
-def probe_generators(prober: object | None) -> dict[str, torch.Generator]:
-    """The torch generators a prober draws from, by attribute path (its own seeded generator, wherever
-    the probes keep it): a checkpoint restores each, so a probe's draws continue as they would have."""
-    found: dict[str, torch.Generator] = {}
-
-    def walk(obj: object, path: str, depth: int, seen: set[int]) -> None:
-        if id(obj) in seen or depth > _GENERATOR_DEPTH:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, torch.Generator):
-            found[path] = obj
-            return
-        if isinstance(obj, (nn.Module, torch.Tensor, torch.optim.Optimizer, str, bytes, int, float)):
-            return
-        children = vars(obj).items() if hasattr(obj, "__dict__") else ()
-        if isinstance(obj, dict):
-            children = obj.items()
-        elif isinstance(obj, (list, tuple)):
-            children = enumerate(obj)
-        for name, child in children:
-            walk(child, f"{path}.{name}" if path else str(name), depth + 1, seen)
-
-    if prober is not None:
-        walk(prober, "", 0, set())
-    return found
 
 
 def _rng_state() -> dict[str, Any]:
@@ -98,7 +70,7 @@ def capture(
         "optimizer": optimizer.state_dict(),
         "rng": _rng_state(),
         "data": stream.state_dict(),
-        "probes": {k: g.get_state() for k, g in probe_generators(prober).items()},
+        "probes": prober.rng_state() if prober is not None else None,  # the probes' own generator
     }
 
 
@@ -126,7 +98,5 @@ def load(root: Path, run_id: str, step: int) -> dict[str, Any]:
 def restore_rngs(state: dict[str, Any], prober) -> None:
     """Every generator as it was at the checkpoint (torch, CUDA, numpy, Python, the probes')."""
     _set_rng_state(state["rng"])
-    generators = probe_generators(prober)
-    for path, saved in state["probes"].items():
-        if path in generators:
-            generators[path].set_state(saved)
+    if prober is not None and state["probes"] is not None:
+        prober.load_rng_state(state["probes"])

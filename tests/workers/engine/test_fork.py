@@ -48,8 +48,14 @@ def fork_of(parent: RunSpec, parent_id: str, step: int, **changes) -> RunSpec:
         {"task": "conv-digits", "norm": "layer"},  # ConvNet
         {"task": "conv-digits", "norm": "batch"},  # BatchNorm: running statistics used by validation
         {"task": "seq-digits", "norm": "batch", "hidden_size": 16},  # recurrent BN, per-step statistics
+        {  # the probes' own generator (random probe directions, sampled labels)
+            "task": "digits",
+            "norm": "layer",
+            "hidden_size": 16,
+            "probes": {"enabled": True, "trace_every": 2, "fisher_every": 3, "budget": 5.0},
+        },
     ],
-    ids=["mlp", "lstm", "convnet", "conv-bn", "lstm-bn"],
+    ids=["mlp", "lstm", "convnet", "conv-bn", "lstm-bn", "mlp-probes"],
 )
 def test_a_fork_without_changes_continues_bit_for_bit(model, ck_settings):
     parent = RunSpec(**model, **SMALL)
@@ -59,6 +65,10 @@ def test_a_fork_without_changes_continues_bit_for_bit(model, ck_settings):
     # every step after 4: the same train loss, and the same validation loss (BN: its running statistics)
     assert scalars(child_events) == scalars(events)[4:]
     assert [e.step for e in child_events if e.kind == "scalars"][0] == 5
+    probes = [(e.step, e.kind, e.payload) for e in events if e.kind in ("hidden", "fisher") and e.step > 4]
+    assert probes == [(e.step, e.kind, e.payload) for e in child_events if e.kind in ("hidden", "fisher")]
+    if parent.probes.enabled:  # Fisher estimates after the fork draw from the probes' generator
+        assert [s for s, kind, _ in probes if kind == "fisher"] == [5, 8, 11]
 
 
 def test_checkpoint_holds_batchnorm_statistics_and_the_loop_window(ck_settings):

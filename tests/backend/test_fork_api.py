@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from backend.testing import iter_sse, read_until_training, start_worker, stop_process
+from benchmarks.service import iter_sse, read_until_training, start_worker, stop_process
 from normlab.cli import main
 
 pytestmark = pytest.mark.slow

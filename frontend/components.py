@@ -15,7 +15,6 @@ GRAPH_CONFIG: Any = {  # the mode bar exports PNG and SVG; no Plotly logo
     "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "normlab"},
     "modeBarButtonsToAdd": ["toImage"],
 }
-SVG_CONFIG: Any = {**GRAPH_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": "normlab"}}
 
 
 def badge(run_status: str) -> html.Span:

@@ -38,7 +38,6 @@ LAB_MESSAGE = "lab-message"
 LAB_TASK_HELP = "lab-task-help"
 LAB_RUNS = "lab-runs"  # list of the runs this tab started, with status badges
 LAB_COMPARE_LINK = "lab-compare-link"
-LAB_LIVE = "lab-live"  # container of the live view
 LAB_PROBE_FIELD = "lab-probe-field"  # pattern-matching: {"type": LAB_PROBE_FIELD, "field": name}
 LAB_PROBE_BOX = "lab-probe-box"  # the probe settings, shown while probes are on
 LAB_BOARD = "lab-board"  # dcc.Store {runs: [...]}: the runs on the Live card

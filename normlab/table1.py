@@ -3,10 +3,16 @@
 The one contract for it: the engine (`workers/engine/invariance.py`) returns it, `normlab invariance
 --json` prints it, `GET /api/invariance` serves it and the front end reads it. Torch-free. The table as
 the paper prints it lives here too, carried only to say where the computation agrees with it.
+
+The API never computes it (that needs torch): `computed_table()` reads the table the engine computed when
+this tree was built, `normlab/table1.json`, written by `python -m normlab invariance --json >
+normlab/table1.json`; tests/normlab/test_table1_computed.py recomputes it and fails when they differ.
 """
 
 from __future__ import annotations
 
+import functools
+from importlib import resources
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
@@ -84,3 +90,12 @@ class Table1(BaseModel):
     notes: list[str]  # notes[0] speaks to the prose-vs-table cell (PROSE_CELL)
     setup: Table1Setup
     extra_methods: list[Method]
+
+
+TABLE_FILE = "table1.json"
+
+
+@functools.cache
+def computed_table() -> Table1:
+    """Table 1 as the engine computed it at build time (`normlab/table1.json`, see the module docstring)."""
+    return Table1.model_validate_json(resources.files("normlab").joinpath(TABLE_FILE).read_text())

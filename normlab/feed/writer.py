@@ -51,7 +51,6 @@ class EventWriter:
         self.store, self.run_id, self.publisher, self.flush_s = store, run_id, publisher, flush_s
         self.last_seq = 0
         self.broken = False  # the store refused our events (the run was declared lost meanwhile)
-        self.retries = 0  # failed attempts to store a batch (each retried until it is stored)
         self.terminal: EventRow | None = None
         self._pending: list[EventRow] = []
         self._rollup = RollupBuilder()
@@ -107,7 +106,6 @@ class EventWriter:
                 self.broken = True
                 return
             except Exception as exc:  # the database is away: keep these rows (and their order), retry
-                self.retries += 1
                 reason = str(getattr(exc, "orig", None) or exc)[:200]
                 log.warning(
                     "run %s: could not store events %d-%d (%s: %s); retrying in %.1f s",

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.pool import NullPool
 
-from normlab.events import TERMINAL_STATUSES, RunStatus
+from normlab.events import RunStatus
 from normlab.settings import Settings
 from normlab.store.group_rows import GroupsMixin
 from normlab.store.labels import LabelsMixin
@@ -333,7 +333,3 @@ def get_store(settings: Settings) -> Store:
                 settings.data_dir.mkdir(parents=True, exist_ok=True)
             _stores[url] = Store(url)
         return _stores[url]
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL_STATUSES

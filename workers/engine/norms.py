@@ -193,9 +193,6 @@ class BatchNorm(nn.Module):
         }
 
 
-NORMALIZERS = {"layer": LayerNorm, "batch": BatchNorm, "rms": RMSNorm, "group": GroupNorm}
-
-
 class PlainLinear(nn.Linear):
     """norm 'none': a = W x, then the bias."""
 

@@ -22,21 +22,8 @@ PG_BASE = "postgresql://127.0.0.1:5432/test"
 MAX_EXAMPLES = 3
 
 
-@pytest.fixture(scope="module")
-def table1_json() -> str:
-    """What `normlab invariance --json` prints (computed once here: the API would spawn it on first use)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "normlab", "invariance", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return out.stdout
-
-
 @pytest.mark.parametrize("form", ["embedded", "postgresql"])
-def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path, form, table1_json):
+def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path, form):
     schema = None
     extra: dict = {"submit_rate_per_minute": 100_000}  # the fuzzer submits far more than a person
     if form == "postgresql":
@@ -50,12 +37,6 @@ def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path, form, table1
         # One finished run, so operations on a run id have a real one to find (links/stateful too).
         run_id = httpx.post(url + "api/runs", json={"task": "digits", "steps": 5}).json()["id"]
         httpx.post(url + f"api/runs/{run_id}/cancel")
-        # The Table 1 JSON comes from a torch subprocess on first use: cached here, as it would be.
-        from normlab.store import Store
-
-        store = Store(env.get("NORMLAB_DATABASE_URL") or f"sqlite:///{tmp_path / 'normlab.sqlite'}")
-        store.cache_set("invariance", table1_json)
-        store.dispose()
         proc = subprocess.run(
             [
                 str(Path(sys.executable).with_name("schemathesis")),

@@ -8,7 +8,8 @@ import math
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, InvalidRequestError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from normlab.spec import RunSpec, combination_problems
 
@@ -95,6 +96,25 @@ def install(app: FastAPI) -> None:
             headers=getattr(exc, "headers", None),
         )
 
+    @app.exception_handler(PoolTimeout)
+    async def _pool_timeout(_request: Request, exc: PoolTimeout):
+        # Every connection is busy (or held by calls waiting on a silent database): the same answer.
+        log.warning("results database: no free connection (%s)", str(exc).splitlines()[0][:120])
+        return outage_response()
+
+    @app.exception_handler(InvalidRequestError)
+    async def _closed(_request: Request, exc: InvalidRequestError):
+        if str(exc) == "This connection is closed":  # the pool's reconnect attempts all failed
+            return outage_response()
+        log.error("database error: %s", exc)
+        return JSONResponse(
+            {
+                "detail": "Internal error in the results database; the server's log has the reason.",
+                "fields": {},
+            },
+            status_code=500,
+        )
+
     @app.exception_handler(DBAPIError)
     async def _database(_request: Request, exc: DBAPIError):
         # The driver's own message only: str(exc) would add the SQL and its parameters (a user's input,
@@ -102,15 +122,7 @@ def install(app: FastAPI) -> None:
         reason = f"{type(exc.orig).__name__}: {str(exc.orig).splitlines()[0] if str(exc.orig) else ''}"
         if is_outage(exc):
             log.warning("results database unavailable: %s", reason)
-            return JSONResponse(
-                {
-                    "detail": "The results database is unavailable right now; retry in a few "
-                    "seconds (the server reconnects by itself).",
-                    "fields": {},
-                },
-                status_code=503,
-                headers={"Retry-After": "5"},
-            )
+            return outage_response()
         if isinstance(exc, DataError):  # e.g. a NUL byte, which PostgreSQL refuses in text: bad input
             log.info("the database refused a value: %s", reason)
             return JSONResponse(
@@ -129,6 +141,18 @@ def install(app: FastAPI) -> None:
             },
             status_code=500,
         )
+
+
+def outage_response() -> JSONResponse:
+    return JSONResponse(
+        {
+            "detail": "The results database is unavailable right now; retry in a few "
+            "seconds (the server reconnects by itself).",
+            "fields": {},
+        },
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
 
 
 def is_outage(exc: DBAPIError) -> bool:

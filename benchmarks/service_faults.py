@@ -1,6 +1,6 @@
 """Faults on purpose, for tests and benchmarks: `TCPProxy` cuts every connection to a service (a database
-going away) and lets them back; `RedisServer` is a redis-server of our own that can be shut down and
-started again."""
+going away) and lets them back, or goes silent (holds every byte, closes nothing: a partition);
+`RedisServer` is a redis-server of our own that can be shut down and started again."""
 
 from __future__ import annotations
 
@@ -59,7 +59,10 @@ class RedisServer:
 
 class TCPProxy:
     """A loopback TCP forwarder to `target` that can be stopped (listener closed, every open
-    connection cut — like a database going away) and started again on the same port."""
+    connection cut — like a database going away) and started again on the same port, or silenced:
+    connections stay open and new ones are accepted, but nothing is forwarded either way until
+    `resume()` (a network partition, a firewall dropping state) — the peer's kernel still acknowledges
+    what is sent, so only a client-side deadline notices."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
         self.target = (target_host, target_port)
@@ -67,6 +70,14 @@ class TCPProxy:
         self._lock = threading.Lock()
         self._socks: set = set()
         self._listener: socket.socket | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def silence(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     def start(self) -> None:
         ls = socket.socket()
@@ -95,8 +106,10 @@ class TCPProxy:
                 client, _ = ls.accept()
             except OSError:
                 return
+            self._flowing.wait()
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)  # idle pooled connections are normal, not a fault
             except OSError:
                 client.close()
                 continue
@@ -111,10 +124,10 @@ class TCPProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src, dst) -> None:
+    def _pipe(self, src, dst) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                self._flowing.wait()
                 dst.sendall(data)
         with contextlib.suppress(OSError):
             dst.close()

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".normlab")
     # Results store: empty = SQLite (WAL) at <data_dir>/normlab.sqlite; or a PostgreSQL URL.
     database_url: str = ""
+    # PostgreSQL: every call (connect, statement, a silent peer) fails after this long, so the API answers
+    # 503 and the workers retry instead of hanging (normlab/store/deadline.py).
+    db_timeout_s: float = Field(3.0, gt=0, le=300)
     # Celery broker: empty = the embedded form (no Redis); e.g. redis://127.0.0.1:6379/0.
     broker_url: str = ""
     # Live feed: 'auto' = Redis Streams when redis_url is set, else the embedded feed.

@@ -19,6 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from normlab.events import RunStatus
 from normlab.settings import Settings
+from normlab.store.deadline import pg_engine
 from normlab.store.group_rows import GroupsMixin
 from normlab.store.labels import LabelsMixin
 from normlab.store.migrate import ensure_current
@@ -45,7 +46,12 @@ def event_json(run_id: str, row: EventRow) -> str:
     )
 
 
-def make_engine(url: str) -> Engine:
+DEFAULT_TIMEOUT_S = 3.0  # see Settings.db_timeout_s
+
+
+def make_engine(url: str, timeout_s: float | None = None) -> Engine:
+    """An engine for `url`; with `timeout_s`, every PostgreSQL call has that deadline (migrations, which
+    may rightly take long, go without)."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"timeout": 30, "check_same_thread": False}, hide_parameters=True
@@ -62,19 +68,23 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    # pre_ping: after a database outage the pool drops dead connections and recovers by itself.
-    # hide_parameters: an error's text (logged) names the statement, never the values (tokens' hashes,
-    # users' input).
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
+    # pre_ping: after a database outage the pool drops dead connections and recovers by itself (a ping
+    # that hangs is cut by the deadline too). hide_parameters: an error's text (logged) names the
+    # statement, never the values (tokens' hashes, users' input).
+    options: dict = {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20, "hide_parameters": True}
+    return pg_engine(url, timeout_s, **options) if timeout_s else create_engine(url, **options)
 
 
 class Store(GroupsMixin, LabelsMixin):
     """The results store. Rows come back as plain dicts; JSON columns stay text until the API."""
 
-    def __init__(self, url: str, *, pool: bool = True):
+    def __init__(self, url: str, *, pool: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S):
+        """`timeout_s`: the deadline of every call to PostgreSQL (normlab/store/deadline.py)."""
         self.url = url
         self.engine = (
-            make_engine(url) if pool else create_engine(url, poolclass=NullPool, hide_parameters=True)
+            make_engine(url, timeout_s)
+            if pool
+            else create_engine(url, poolclass=NullPool, hide_parameters=True)
         )
         self.is_sqlite = url.startswith("sqlite")
         # An empty database gets every table at the newest revision; an older one is refused (its
@@ -331,5 +341,5 @@ def get_store(settings: Settings) -> Store:
         if url not in _stores:
             if url.startswith("sqlite"):
                 settings.data_dir.mkdir(parents=True, exist_ok=True)
-            _stores[url] = Store(url)
+            _stores[url] = Store(url, timeout_s=settings.db_timeout_s)
         return _stores[url]

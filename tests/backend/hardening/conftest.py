@@ -99,9 +99,8 @@ class LiveStack:
 def start_stack(data_dir: Path, workers: int = 1, **settings) -> LiveStack:
     """`normlab api` + `workers` × `normlab worker` with a queue of their own; fast lost detection."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = service_env(
-        data_dir, queue=f"nlh-{uuid.uuid4().hex[:8]}", lost_after_s=2.0, worker_heartbeat_s=0.3, **settings
-    )
+    fast = {"lost_after_s": 2.0, "worker_heartbeat_s": 0.3}
+    env = service_env(data_dir, queue=f"nlh-{uuid.uuid4().hex[:8]}", **{**fast, **settings})
     stack = LiveStack("", data_dir, env, None)  # type: ignore[arg-type]
     for _ in range(workers):
         stack.add_worker()

@@ -1,0 +1,123 @@
+"""Deadlines on every PostgreSQL call: `pg_engine(url, timeout_s)`.
+
+A database that stops answering without closing anything (a network partition, a NAT or firewall
+dropping its state, a proxy that hangs) leaves a client blocked in `recv` for as long as the kernel
+keeps the connection, which can be hours. Each layer gets its own bound:
+
+- connecting (and authenticating): libpq's `connect_timeout`;
+- a statement the server is slow to finish: the server's `statement_timeout` (and lock waits with it);
+- a peer that stopped acknowledging what we send: TCP keepalives and `tcp_user_timeout`;
+- a peer that acknowledges but never answers (a hung proxy, a stopped server process): the watchdog
+  below, which shuts the socket of any connection held longer than the deadline. The blocked call then
+  fails at once with a disconnect error, SQLAlchemy drops the connection, and the caller answers 503
+  or retries.
+- waiting for a free connection from the pool: `pool_timeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import InvalidatePoolError
+
+log = logging.getLogger(__name__)
+
+
+def pg_connect_args(timeout_s: float) -> dict[str, Any]:
+    """libpq options that bound connecting, slow statements and an unresponsive peer."""
+    ms = int(timeout_s * 1000)
+    return {
+        "connect_timeout": max(2, round(timeout_s)),  # libpq counts whole seconds, at least 2
+        "keepalives": 1,
+        "keepalives_idle": max(1, round(timeout_s)),
+        "keepalives_interval": 1,
+        "keepalives_count": 2,
+        "tcp_user_timeout": ms,
+        "options": f"-c statement_timeout={ms} -c lock_timeout={ms}",
+    }
+
+
+def pg_engine(url: str, timeout_s: float, **kwargs: Any) -> Engine:
+    """A PostgreSQL engine whose every call fails within about `timeout_s` when the database is silent."""
+    # SQLAlchemy's own pre-ping runs before any checkout listener, outside the watchdog's view: it is
+    # done here instead, inside the deadline.
+    pre_ping = kwargs.pop("pool_pre_ping", False)
+    connect_args = pg_connect_args(timeout_s)
+    if "options=" in url:  # the URL's own options (e.g. a search_path) come first, ours after
+        kwargs.setdefault("connect_args", {}).update(
+            {k: v for k, v in connect_args.items() if k != "options"}
+        )
+        engine = create_engine(url, pool_timeout=timeout_s, **kwargs)
+        extra = connect_args["options"]
+
+        @event.listens_for(engine, "do_connect")
+        def _add_options(_dialect, _conn_rec, _cargs, cparams):
+            cparams["options"] = f"{cparams.get('options', '')} {extra}".strip()
+    else:
+        kwargs.setdefault("connect_args", {}).update(connect_args)
+        engine = create_engine(url, pool_timeout=timeout_s, **kwargs)
+    Watchdog(engine, timeout_s, pre_ping)
+    return engine
+
+
+class Watchdog:
+    """Cuts the connection of any checkout that lasts longer than `timeout_s` (see the module
+    docstring). One thread per process, started on first use (a forked worker child starts its own)."""
+
+    def __init__(self, engine: Engine, timeout_s: float, pre_ping: bool = False):
+        self.timeout_s = timeout_s
+        self._ping = engine.dialect.do_ping if pre_ping else None
+        self._busy: dict[int, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        self._pid = 0
+        event.listen(engine, "checkout", self._checkout)
+        event.listen(engine, "checkin", self._checkin)
+        event.listen(engine, "close", self._checkin)
+        event.listen(engine, "invalidate", lambda _c, rec, _e: self._checkin(None, rec))
+
+    def _checkout(self, dbapi_conn, record, _proxy) -> None:
+        with self._lock:
+            self._busy[id(record)] = (time.monotonic() + self.timeout_s, dbapi_conn)
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._watch, name="db-deadline", daemon=True).start()
+        if self._ping is not None:
+            try:
+                self._ping(dbapi_conn)
+            except Exception as exc:  # the pool drops its connections and opens a new one
+                raise InvalidatePoolError(f"pre-ping failed: {exc}") from exc
+
+    def _checkin(self, _dbapi_conn, record) -> None:
+        with self._lock:
+            self._busy.pop(id(record), None)
+
+    def _watch(self) -> None:
+        period = min(0.25, self.timeout_s / 4)
+        while True:
+            time.sleep(period)
+            now = time.monotonic()
+            with self._lock:
+                late = [(key, conn) for key, (due, conn) in self._busy.items() if due < now]
+                for key, _conn in late:
+                    del self._busy[key]
+            for _key, conn in late:
+                log.warning("database call took over %.1f s; cutting its connection", self.timeout_s)
+                cut(conn)
+
+
+def cut(dbapi_conn) -> None:
+    """Shut a psycopg connection's socket down so a call blocked on it fails at once."""
+    with contextlib.suppress(Exception):
+        fd = dbapi_conn.pgconn.socket
+        sock = socket.socket(fileno=os.dup(fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()

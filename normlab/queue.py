@@ -112,6 +112,32 @@ def waiting_run_ids(settings: Settings) -> set[str] | None:
     return {run_id for m in raw if (run_id := _run_id_of(m)) is not None}
 
 
+def drop_message(settings: Settings, run_id: str) -> int:
+    """Remove the waiting message(s) of a run (cancelled while queued) from the broker; how many went.
+    Best effort: a message a worker took meanwhile is dropped there instead (workers.tasks)."""
+    dropped = 0
+    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        import redis
+
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=5, socket_connect_timeout=2)
+        try:
+            for key in [settings.queue] + [f"{settings.queue}\x06\x16{p}" for p in (3, 6, 9)]:
+                for m in client.lrange(key, 0, -1):
+                    if _run_id_of(m) == run_id:
+                        dropped += int(client.lrem(key, 1, m))  # type: ignore[arg-type]  # bytes work
+        finally:
+            client.close()
+    elif not settings.broker_url:
+        for path in (settings.data_dir / "queue" / "messages").glob(f"*.{settings.queue}.msg"):
+            try:
+                if _run_id_of(path.read_bytes()) == run_id:
+                    path.unlink()
+                    dropped += 1
+            except OSError:  # taken by a worker meanwhile
+                continue
+    return dropped
+
+
 def _run_id_of(message: bytes | str) -> str | None:
     """The run id a training-task message carries (kombu's JSON envelope, Celery's message protocol 2)."""
     import base64

@@ -13,6 +13,7 @@ import traceback
 
 from celery import current_app, shared_task
 from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.worker.request import Request
 
 from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
@@ -52,6 +53,9 @@ def _pool_child(**_kwargs) -> None:
     worker's main process dies (killed, or with `normlab up`) instead of training on as an orphan
     nobody can stop (the run is then reported `lost`); a cancel may end it at once."""
     die_with_parent(signal.SIGKILL)
+    # The parent's pool (it looks at runs before forking, see ClaimableOnly) stays the parent's: this
+    # child opens its own connections.
+    get_store(settings_of(current_app)).engine.dispose(close=False)
     runguard.allow_hard_exit()
     warm.close_inherited_ready_fd(current_app)
 
@@ -61,7 +65,28 @@ def _ready(sender=None, **_kwargs) -> None:
     warm.report_ready(sender.app)  # `normlab up` prints its URL once every worker got here
 
 
-@shared_task(name=TRAIN_TASK, ignore_result=True, bind=True)
+class ClaimableOnly(Request):
+    """A training request that is dropped in the worker's main process, before a pool child is forked
+    for it, when its run is no longer queued (cancelled, deleted, trained already): with one fresh
+    child per run, N stale messages would otherwise cost N forks while the runs behind them wait."""
+
+    def revoked(self) -> bool:
+        if super().revoked():
+            return True
+        run_id = str(self.args[0]) if self.args else ""
+        try:
+            run = get_store(settings_of(self._app)).get_run(run_id)
+        except Exception as exc:  # the database is away: the child's claim decides, as before
+            log.warning("run %s: could not look at its status before starting (%s)", run_id, exc)
+            return False
+        if run is not None and run["status"] == RunStatus.QUEUED:
+            return False
+        log.info("run %s is no longer queued (%s); message dropped", run_id, run and run["status"])
+        self._announce_revoked("stale", False, None, False)  # acks it, frees the slot
+        return True
+
+
+@shared_task(name=TRAIN_TASK, ignore_result=True, bind=True, Request=ClaimableOnly)
 def train_run(self, run_id: str) -> str | None:
     return run_training(run_id, settings_of(self.app))
 

@@ -3,6 +3,7 @@ delete."""
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal
@@ -19,11 +20,13 @@ from backend.routes.fork import delete_checkpoints
 from backend.runs_common import create_and_enqueue, run_public
 from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
 from normlab.events import RunStatus
+from normlab.queue import drop_message
 from normlab.run_labels import TAG_PATTERN, RunLabels
 from normlab.spec import NormName, RunSpec, TaskName
 from normlab.store.labels import RunQuery
 from normlab.store.rollup import SCALAR_NAMES
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 ISO_WHEN = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?", re.I)
 
@@ -152,6 +155,10 @@ def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> Run
     _status, event = store.request_cancel(run_id)
     if event is not None:
         request.app.state.publish(run_id, [event])
+        try:  # a queued run's message would otherwise wait in the broker for nothing
+            drop_message(request.app.state.settings, run_id)
+        except Exception as exc:  # the worker drops it instead when it comes (workers.tasks)
+            log.warning("run %s: could not remove its queued message (%s)", run_id, exc)
     return run_public(store, get_run_or_404(store, run_id))
 
 

@@ -1,22 +1,55 @@
-"""GET /api/health: is the store reachable, which feed and broker this server uses."""
+"""GET /api/health: is the store reachable, is the broker, are `normlab up`'s workers alive."""
 
 from __future__ import annotations
 
+import os
+
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from backend.deps import SettingsDep, StoreDep
+from normlab.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["health"])
 
 
 @router.get("/health")
-async def health(settings: SettingsDep, store: StoreDep) -> dict:
+async def health(request: Request, settings: SettingsDep, store: StoreDep) -> dict:
+    """`status` is "ok", or "degraded" with `problems` saying what cannot work (runs would wait)."""
     await anyio.to_thread.run_sync(store.ping)  # a dead database answers 503 via the error handler
+    problems = []
+    broker_ok = await anyio.to_thread.run_sync(broker_reachable, settings)
+    if not broker_ok:
+        problems.append("the broker cannot be reached: new runs cannot be queued")
+    workers_of = getattr(request.app.state, "workers", None)  # set by `normlab up`
+    workers = workers_of() if workers_of is not None else None
+    if workers is not None and workers["configured"] and not workers["alive"]:
+        problems.append("no worker is alive (they are being started again): queued runs wait")
     return {
-        "status": "ok",
+        "status": "degraded" if problems else "ok",
         "database": "postgresql" if not store.is_sqlite else "sqlite",
         "feed": "redis" if settings.uses_redis_feed else "embedded",
         "broker": "redis" if settings.broker_url else "filesystem",
+        "broker_reachable": broker_ok,
+        "workers": workers,
+        "problems": problems,
         "auth": settings.auth,
     }
+
+
+def broker_reachable(settings: Settings) -> bool:
+    if not settings.broker_url:
+        folder = settings.data_dir / "queue" / "messages"  # made on the first run sent
+        where = folder if folder.exists() else settings.data_dir
+        return where.is_dir() and os.access(where, os.W_OK)
+    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        import redis
+
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+    return True  # a broker this cannot look into

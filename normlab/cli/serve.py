@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from normlab.cli import CLIError, settings_from
+from normlab.cli.supervise import WorkerPool
 from normlab.lifeline import die_with_parent
 
 READY_TIMEOUT_S = 180.0  # a worker's start and warm-up; past it `up` serves anyway (runs then wait)
@@ -85,11 +86,15 @@ def _serve(app, host: str, port: int) -> None:
 def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen]:
     """Start n `normlab worker --data-dir data_dir` processes, each in its own process group (stopped
     by stop_workers); the rest of their settings come from the same NORMLAB_* environment."""
+    return [start_worker(i, log_dir, data_dir) for i in range(n)]
+
+
+def start_worker(i: int, log_dir: Path, data_dir: Path) -> subprocess.Popen:
+    """Start worker slot i (its log: worker-<i+1>.log, appended to across restarts)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for i in range(n):
-        log = open(log_dir / f"worker-{i + 1}.log", "ab")
-        ready_r, ready_w = os.pipe()  # the worker writes one byte once it is warm (see wait_ready)
+    log = open(log_dir / f"worker-{i + 1}.log", "ab")
+    ready_r, ready_w = os.pipe()  # the worker writes one byte once it is warm (see wait_ready)
+    try:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -112,11 +117,11 @@ def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Pope
             preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()),
             pass_fds=(ready_w,),
         )
+    finally:
         os.close(ready_w)
-        proc.ready_fd = ready_r  # type: ignore[attr-defined]
-        procs.append(proc)
         log.close()
-    return procs
+    proc.ready_fd = ready_r  # type: ignore[attr-defined]
+    return proc
 
 
 def wait_ready(procs: list[subprocess.Popen], timeout_s: float = READY_TIMEOUT_S) -> list[int]:
@@ -134,10 +139,11 @@ def wait_ready(procs: list[subprocess.Popen], timeout_s: float = READY_TIMEOUT_S
             if not os.read(fd, 1):  # end of file without the byte: the worker exited
                 failed.append(waiting[fd].pid)
             os.close(fd)
-            del waiting[fd]
+            waiting.pop(fd).ready_fd = None  # type: ignore[attr-defined]
     for fd, p in waiting.items():
         failed.append(p.pid)
         os.close(fd)
+        p.ready_fd = None  # type: ignore[attr-defined]
     return failed
 
 
@@ -193,10 +199,17 @@ def cmd_up(args) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     check_schema(settings)  # before the workers start
     # The workers first: their warm-up runs while this process builds the app.
-    procs = start_workers(args.workers, settings.data_dir / "logs", settings.data_dir)
+    log_dir = settings.data_dir / "logs"
+    pool = WorkerPool(
+        args.workers,
+        functools.partial(start_worker, log_dir=log_dir, data_dir=settings.data_dir),
+        lambda line: print(line, file=sys.stderr, flush=True),
+    )
     try:
         app = app_with_pages(settings)
-        late = wait_ready(procs)
+        app.state.workers = pool.state  # /api/health reports them
+        late = wait_ready(pool.procs)
+        pool.start_watching()  # from here on a worker that exits is started again
         if late:
             print(
                 f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see "
@@ -213,7 +226,7 @@ def cmd_up(args) -> int:
         )
         _serve(app, host, port)
     finally:
-        stop_workers(procs)
+        pool.stop(stop_workers)
         print("normlab stopped.", flush=True)
     return 0
 

@@ -192,6 +192,9 @@ def test_health_catalog_presets_and_docs(client):
         "database": "sqlite",
         "feed": "embedded",
         "broker": "filesystem",
+        "broker_reachable": True,
+        "workers": None,  # only `normlab up` starts (and reports) workers
+        "problems": [],
         "auth": "off",
     }
     cat = client.get("/api/catalog").json()

@@ -190,13 +190,7 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
     submission rate. Without named users (auth off) all anonymous submissions share one rate."""
     total = active_total(store)
     if total + n_runs > settings.max_active_runs:
-        raise too_many(
-            f"This server has {total} runs queued or running and takes at most "
-            f"{settings.max_active_runs} (this request adds {n_runs}). Retry when some have "
-            "finished; NORMLAB_MAX_ACTIVE_RUNS sets the limit.",
-            30,
-            "runs",
-        )
+        raise server_full(settings, total, n_runs)
     if owner is None or settings.auth == "off":
         wait = limiter_for(store).hit(ANONYMOUS, settings.submit_rate_per_minute)
         if wait > 0:
@@ -212,14 +206,7 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
     cap = settings.max_active_runs_per_user
     active, position = active_runs(store, owner)
     if active + n_runs > cap:
-        where = f" Your oldest queued run is at position {position} in the queue." if position else ""
-        raise too_many(
-            f"You have {active} runs queued or running and this server allows {cap} per user "
-            f"(this request adds {n_runs}). Wait for some to finish or cancel queued ones "
-            f"(POST /api/runs/{{id}}/cancel); NORMLAB_MAX_ACTIVE_RUNS_PER_USER sets the limit." + where,
-            30,
-            "runs",
-        )
+        raise user_full(settings, active, n_runs, position)
     wait = limiter_for(store).hit(owner, settings.submit_rate_per_minute)
     if wait > 0:
         raise too_many(
@@ -229,6 +216,37 @@ def admit(store: Store, settings: Settings, owner: str | None, n_runs: int) -> N
             wait,
             "rate",
         )
+
+
+def server_full(settings: Settings, total: int, n_runs: int) -> HTTPException:
+    return too_many(
+        f"This server has {total} runs queued or running and takes at most "
+        f"{settings.max_active_runs} (this request adds {n_runs}). Retry when some have "
+        "finished; NORMLAB_MAX_ACTIVE_RUNS sets the limit.",
+        30,
+        "runs",
+    )
+
+
+def user_full(settings: Settings, active: int, n_runs: int, position: int | None) -> HTTPException:
+    where = f" Your oldest queued run is at position {position} in the queue." if position else ""
+    return too_many(
+        f"You have {active} runs queued or running and this server allows "
+        f"{settings.max_active_runs_per_user} per user (this request adds {n_runs}). Wait for some to "
+        "finish or cancel queued ones (POST /api/runs/{id}/cancel); NORMLAB_MAX_ACTIVE_RUNS_PER_USER "
+        "sets the limit." + where,
+        30,
+        "runs",
+    )
+
+
+def caps_for(settings: Settings, owner: str | None) -> dict[str, int | None]:
+    """The caps `Store.create_runs` enforces atomically (the checks in `admit` answer early)."""
+    named = owner is not None and settings.auth != "off"
+    return {
+        "max_active": settings.max_active_runs,
+        "max_per_owner": settings.max_active_runs_per_user if named else None,
+    }
 
 
 def active_total(store: Store) -> int:

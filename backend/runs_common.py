@@ -14,6 +14,7 @@ from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
+from normlab.store.admission import OverCap
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def create_and_enqueue(
     store: Store, settings: Settings, specs: list[RunSpec], owner: str | None, group_id: str | None = None
 ) -> list[str]:
     """Store the resolved specs as queued runs, then queue one training task each."""
-    from backend.limits import admit
+    from backend.limits import admit, caps_for, server_full, user_full
 
     problems: dict[str, str] = {}
     for spec in specs:
@@ -68,17 +69,16 @@ def create_and_enqueue(
         )
     admit(store, settings, owner, len(specs))  # per-user cap and rate: 429 with Retry-After
     ids = [new_run_id() for _ in specs]
-    store.create_runs(
-        [
-            {
-                "id": run_id,
-                "spec": spec.resolved().model_dump(mode="json"),
-                "owner": owner,
-                "group_id": group_id,
-            }
-            for run_id, spec in zip(ids, specs, strict=True)
-        ]
-    )
+    items = [
+        {"id": run_id, "spec": spec.resolved().model_dump(mode="json"), "owner": owner, "group_id": group_id}
+        for run_id, spec in zip(ids, specs, strict=True)
+    ]
+    try:  # the caps again, atomically with the insert: concurrent submissions cannot overshoot them
+        store.create_runs(items, **caps_for(settings, owner))
+    except OverCap as over:
+        if over.which == "server":
+            raise server_full(settings, over.active, len(specs)) from None
+        raise user_full(settings, over.active, len(specs), None) from None
     for run_id in ids:
         try:
             enqueue_run(settings, run_id)

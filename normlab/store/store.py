@@ -19,6 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from normlab.events import RunStatus
 from normlab.settings import Settings
+from normlab.store.admission import admission_lock, check_caps
 from normlab.store.deadline import pg_engine
 from normlab.store.group_rows import GroupsMixin
 from normlab.store.labels import LabelsMixin
@@ -95,8 +96,13 @@ class Store(GroupsMixin, LabelsMixin):
         self.engine.dispose()
 
     # ---- runs ---------------------------------------------------------------------------------
-    def create_runs(self, items: list[dict[str, Any]]) -> None:
-        """Insert queued runs: each item has id, spec (dict), owner, group_id."""
+    def create_runs(
+        self, items: list[dict[str, Any]], *, max_active: int | None = None, max_per_owner: int | None = None
+    ) -> None:
+        """Insert queued runs: each item has id, spec (dict), owner, group_id. With caps, admission and
+        insert are one transaction under a lock, so concurrent submissions cannot overshoot them:
+        `OverCap` if the runs queued or running (of the server; of the items' owner) plus these would
+        exceed them."""
         now = time.time()
         rows = [
             {
@@ -115,6 +121,9 @@ class Store(GroupsMixin, LabelsMixin):
             for i, it in enumerate(items)
         ]
         with self.engine.begin() as conn:
+            if max_active is not None or max_per_owner is not None:
+                admission_lock(conn, self.is_sqlite)
+                check_caps(conn, rows, max_active, max_per_owner)
             conn.execute(insert(runs), rows)
 
     def get_run(self, run_id: str) -> dict | None:

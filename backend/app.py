@@ -16,6 +16,7 @@ from backend.limits import BodyLimit
 from backend.reaper import reaper_loop
 from backend.requeue import broker_watch_loop, orphan_watch_loop
 from backend.routes import ROUTERS
+from backend.stream_slots import StreamSlots
 from normlab.settings import Settings
 from normlab.store import get_store
 
@@ -55,6 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.store = get_store(settings)
     app.state.publish = _publisher(settings)
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_client, settings.max_streams)
     # The compose form serves the front end from another origin; reads and writes are JSON only.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 before any parsing
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])

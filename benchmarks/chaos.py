@@ -62,6 +62,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
         lost_after_s=6,
         worker_heartbeat_s=1,
         submit_rate_per_minute=10_000,
+        max_streams_per_client=100_000,  # the viewers all come from this one address
     )
     workers = [start_worker(data_dir, env, f"w{i}") for i in range(2)]
     url, api = start_api(data_dir, env)

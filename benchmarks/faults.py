@@ -139,6 +139,7 @@ def run_bench(args) -> dict:
         "public_read": True,
         "max_active_runs_per_user": max(20, args.runs),
         "submit_rate_per_minute": 10_000,
+        "max_streams_per_client": 100_000,  # the viewers all come from this one address
     }
     with bench_service(args.form, "nlfaults", args.pg_url, args.redis_url, **limits) as svc:
         tokens = TokenStore(svc.store)

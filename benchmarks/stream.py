@@ -158,7 +158,8 @@ def measure_history(base: str, store, n_points: int, max_points: int, reps: int 
 
 
 def run_form(form: str, args) -> dict:
-    with bench_service(form, "nlbench", args.pg_url, args.redis_url) as svc:
+    # the viewers all come from this one address
+    with bench_service(form, "nlbench", args.pg_url, args.redis_url, max_streams_per_client=100_000) as svc:
         worker = start_worker(svc.data_dir, svc.env, "bench")
         base, api = start_api(svc.data_dir, svc.env)
         try:

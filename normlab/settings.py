@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     # Larger request bodies get 413. A spec or sweep is under 2 kB; parsing JSON holds the API's event
     # loop, so a 1 MB body would stall every other request for about a second.
     max_body_bytes: int = Field(65_536, ge=1024)
+    # Open event streams: per client address and for the whole server (429 past them). A browser tab
+    # holds one multiplexed stream.
+    max_streams_per_client: int = Field(16, ge=1)
+    max_streams: int = Field(1000, ge=1)
 
     @property
     def sqlite_path(self) -> Path:

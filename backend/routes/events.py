@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from fastapi import APIRouter, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
@@ -27,6 +27,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     204: {"description": "The runs have ended and nothing is left after the cursor"},
     400: {"model": ErrorDetail},
     404: {"model": ErrorDetail},
+    429: {"model": ErrorDetail, "description": "Too many streams open (this client's, or the server's)"},
 }
 # Documented (clients learn the forms); a value that does not match is answered 400 with what to send.
 SINGLE = {"pattern": r"^[0-9]{1,12}$"}
@@ -39,6 +40,12 @@ MAX_RUNS_PER_STREAM = 50
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+def _held(request: Request, stream):
+    """The stream, holding one of its client's slots (429 when none is free: backend/stream_slots.py)."""
+    client = request.client.host if request.client else "unknown"
+    return request.app.state.stream_slots.hold(client, stream)
+
+
 def _finished(run: dict, cursor: int) -> bool:
     return run["status"] in TERMINAL_STATUSES and cursor >= run["last_seq"]
 
@@ -46,6 +53,7 @@ def _finished(run: dict, cursor: int) -> bool:
 @router.get("/runs/{run_id}/events", responses=ERRORS)
 async def run_events(
     run_id: str,
+    request: Request,
     store: StoreDep,
     hub: HubDep,
     settings: SettingsDep,
@@ -62,7 +70,7 @@ async def run_events(
     if _finished(run, cursor):
         return Response(status_code=204)
     return EventSourceResponse(
-        stream_runs(hub, store, [run], {run["id"]: cursor}, multiplexed=False),
+        _held(request, stream_runs(hub, store, [run], {run["id"]: cursor}, multiplexed=False)),
         ping=settings.sse_heartbeat_s,
         headers=SSE_HEADERS,
     )
@@ -70,6 +78,7 @@ async def run_events(
 
 @router.get("/events", responses=ERRORS)
 async def multiplexed_events(
+    request: Request,
     store: StoreDep,
     hub: HubDep,
     settings: SettingsDep,
@@ -93,7 +102,7 @@ async def multiplexed_events(
     if not live:
         return Response(status_code=204)
     return EventSourceResponse(
-        stream_runs(hub, store, live, cursors, multiplexed=True),
+        _held(request, stream_runs(hub, store, live, cursors, multiplexed=True)),
         ping=settings.sse_heartbeat_s,
         headers=SSE_HEADERS,
     )

@@ -11,14 +11,25 @@ from backend.deps import SettingsDep, StoreDep
 from normlab.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["health"])
+# Health's own threads: with every shared worker thread busy (streams replaying history, slow reads) a
+# health check must not queue behind them.
+_LIMITER: anyio.CapacityLimiter | None = None
+
+
+def _limiter() -> anyio.CapacityLimiter:
+    global _LIMITER
+    if _LIMITER is None:  # made inside the event loop
+        _LIMITER = anyio.CapacityLimiter(4)
+    return _LIMITER
 
 
 @router.get("/health")
 async def health(request: Request, settings: SettingsDep, store: StoreDep) -> dict:
     """`status` is "ok", or "degraded" with `problems` saying what cannot work (runs would wait)."""
-    await anyio.to_thread.run_sync(store.ping)  # a dead database answers 503 via the error handler
+    # a dead database answers 503 via the error handler
+    await anyio.to_thread.run_sync(store.ping, limiter=_limiter())
     problems = []
-    broker_ok = await anyio.to_thread.run_sync(broker_reachable, settings)
+    broker_ok = await anyio.to_thread.run_sync(broker_reachable, settings, limiter=_limiter())
     if not broker_ok:
         problems.append("the broker cannot be reached: new runs cannot be queued")
     workers_of = getattr(request.app.state, "workers", None)  # set by `normlab up`

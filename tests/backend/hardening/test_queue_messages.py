@@ -82,7 +82,7 @@ def test_a_worker_survives_malformed_messages_and_trains_the_next_run(live_stack
     folder = stack.data_dir / "queue" / "messages"
     queue = stack.env["NORMLAB_QUEUE"]
     for i, data in enumerate([b"", b'{"body": "trunc', b"[1, 2]", b"\xff\xfe", b"{}"]):
-        (folder / f"{i}_bad.{queue}.msg").write_bytes(data)
+        (folder / f"0_bad{i}.{queue}.msg").write_bytes(data)  # sorts before any real message
     run_id = stack.submit(client, steps=10)
     run = stack.wait_status(client, run_id, ("completed", "failed"), timeout=90)
     assert run["status"] == "completed", run

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.testing import running_lab
+from benchmarks.service import running_lab
 
 pytestmark = pytest.mark.slow
 TINY = {"task": "digits", "steps": 10, "hidden_size": 16, "eval_every": 5}

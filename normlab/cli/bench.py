@@ -16,7 +16,7 @@ TARGETS = {
         "benchmarks.lstm",
         "small-batch LN-LSTM ÷ torch.nn.LSTM (same threads); loop overhead",
     ),
-    "probes": ("workers.probes.bench", "Fisher estimate cost (cold, warm, in steps); overhead on vs off"),
+    "probes": ("benchmarks.probes", "Fisher estimate cost (cold, warm, in steps); overhead on vs off"),
     "kernel": ("benchmarks.gpu_check", "the GPU check: kernel tests, LN-LSTM vs cuDNN, LayerNorm vs torch"),
     "stream": ("benchmarks.stream", "live feed latency, fan-out, submit → first event, history fetch"),
     "faults": ("benchmarks.faults", "load and fault figures of the shared lab server"),

@@ -28,6 +28,7 @@ def lambda_errors(
     """{"cold": [...], "warm": [...], "cold_vectors": [...]}: relative errors below the converged λ_max."""
     from normlab.spec import RunSpec
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
+    from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
     from workers.probes.curvature import CurvatureProbe
@@ -40,7 +41,7 @@ def lambda_errors(
         spec = RunSpec(task=task, norm=norm).resolved()
         data = load_task(spec, settings)
         seed_everything(seed)
-        model = build_model(spec, data)
+        model = build_model(spec, data, EngineOptions.from_settings(settings))
         optimizer = make_optimizer(spec, model)
         batches = data.train_batches(spec.batch_size, seeded(seed, 4))
         lik = Likelihood(data.info.target)

@@ -66,6 +66,7 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
     """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F) + the groups' update) ÷ the median plain
     step's."""
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
+    from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
     from workers.probes.curvature import CurvatureProbe
@@ -75,7 +76,7 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
     spec = RunSpec(task=task, norm=norm).resolved()
     data = load_task(spec, settings)
     seed_everything(0)
-    model = build_model(spec, data)
+    model = build_model(spec, data, EngineOptions.from_settings(settings))
     optimizer = make_optimizer(spec, model)
     batches = data.train_batches(spec.batch_size, seeded(0, 4))
 
@@ -223,7 +224,7 @@ def _probed(task: str) -> bool:
 
 
 def _accuracy(tasks: list[str], norm: str, as_json: bool, settings: Settings) -> int:
-    from workers.probes.bench_accuracy import lambda_errors, summary
+    from benchmarks.probes_accuracy import lambda_errors, summary
 
     rows = {}
     for t in tasks:
@@ -268,7 +269,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
     parser.add_argument(
         "--accuracy",
         action="store_true",
-        help="instead: λ_max(F) cold and warm against a converged one (workers/probes/bench_accuracy.py)",
+        help="instead: λ_max(F) cold and warm against a converged one (benchmarks/probes_accuracy.py)",
     )
     args = parser.parse_args(argv)
     data_dir = settings.data_dir

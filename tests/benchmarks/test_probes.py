@@ -4,8 +4,18 @@ of an estimate as a run pays it (not speed)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from workers.probes import bench
+from benchmarks import probes as bench
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny nets: one thread is fastest, and CI's 2 cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_bench_task_reports_overhead_estimates_and_costs_in_plain_steps(settings, monkeypatch):

@@ -103,6 +103,29 @@ class Claim(BaseModel):
     rule: str
 
 
+class MapPoint(BaseModel):
+    """One axis value of a "where does it help?" map: Δ = A − B paired by seed (normlab.maps)."""
+
+    value: Any
+    difference: float | None
+    se: float | None
+    n: int
+    per_seed: list[float]
+    favours: Literal["a", "b", "neither"] | None  # beyond z paired standard errors; None without data
+
+
+class ScaleMapPublic(BaseModel):
+    axis: str  # the RunSpec field varied
+    axis_name: str  # its short name: T, batch, depth, η
+    values: list[Any]
+    a: str
+    b: str
+    metric: str
+    claim_side: Literal["below", "above"]  # where Δ lies when A beats B
+    z: float
+    points: list[MapPoint]
+
+
 class GroupPublic(BaseModel):
     group_id: str
     kind: Literal["preset", "sweep", "group"]
@@ -120,3 +143,4 @@ class GroupPublic(BaseModel):
     claims: list[Claim] | None = None  # a preset's claims over its finished seeds
     holds: bool | None = None
     all_seeds: bool | None = None
+    map: ScaleMapPublic | None = None  # a map preset's effect per axis value

@@ -16,6 +16,7 @@ from typing import Any
 from normlab.cells import aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.events import TERMINAL_STATUSES
+from normlab.maps import map_points
 from normlab.presets import PRESETS
 
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
@@ -119,7 +120,9 @@ def summarize(
         "runs": public_runs,
         "cells": list(cells.values()),
     }
-    if preset:
+    if preset and preset.scale_map:
+        out["map"] = map_points(preset.scale_map, cells, metric)
+    if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
         # cells with no finished seed yet are kept: their claims read "does not hold" until data arrives
         verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0])
         out.update(claims=verdict["claims"], holds=verdict["holds"], all_seeds=verdict["all_seeds"])

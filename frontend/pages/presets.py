@@ -9,7 +9,7 @@ from __future__ import annotations
 import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 
-from frontend import components, data, figures, group_view, ids, logic
+from frontend import components, data, figures, group_view, ids, logic, map_figure
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 
@@ -119,7 +119,8 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    return [*group_view.verdicts(group, expect=False), link]
+    drawn = [map_figure.map_graph(group["map"])] if group.get("map") else []
+    return [*drawn, *group_view.verdicts(group, expect=False), link]
 
 
 @callback(

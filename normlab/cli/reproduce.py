@@ -96,6 +96,8 @@ def print_table(out: dict, file=None) -> None:
                 print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
     d = out["direction"]
     print(f"Paper: {out['expect']}", file=file)
+    if out.get("map"):
+        print_map(out["map"], file)
     for c in d["claims"]:
         mark = "holds" if c["holds"] else "does NOT hold"
         seeds = "on every seed" if c["all_seeds"] else "not on every seed"
@@ -113,6 +115,15 @@ def print_table(out: dict, file=None) -> None:
         "HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"] else "does NOT hold"
     )
     print(f"Direction: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
+
+
+def print_map(m: dict, file) -> None:
+    """One line per axis value: Δ = A − B ± paired SE and the run it favours."""
+    print(f"Map: Δ = {m['a']} − {m['b']} per {m['axis']} (A wins {m['claim_side']} zero):", file=file)
+    for p in m["points"]:
+        size = "no data" if p["difference"] is None else f"Δ = {p['difference']:+.4g} ± {p['se']:.2g}"
+        favours = {"a": m["a"], "b": m["b"]}.get(p["favours"] or "", p["favours"] or "—")
+        print(f"  {m['axis_name']} = {p['value']}: {size} (n = {p['n']}), favours {favours}", file=file)
 
 
 def run(args) -> int:

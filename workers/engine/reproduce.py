@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from normlab.cells import aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
+from normlab.maps import map_points
 from normlab.presets import PRESETS, Preset
 from normlab.settings import Settings
 from normlab.spec import RunSpec
@@ -130,6 +131,7 @@ def reproduce(
         "jobs": jobs,
         "runs": list(cells.values()),
         "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]),
+        "map": map_points(preset.scale_map, cells, preset.metric) if preset.scale_map else None,
         "wall_time": time.perf_counter() - start,
         # CPU seconds of all runs ÷ jobs: the wall time on an otherwise idle machine (the shared one is not)
         "cpu_time": sum(r.get("cpu_time") or 0.0 for r in records.values()),

@@ -1,0 +1,87 @@
+""" "Where does it help?" maps: one paired comparison (A vs B) repeated along a scale axis of the spec.
+
+Torch-free. A `ScaleMap` names the axis (a RunSpec field: seq_len, batch_size, layers, lr), its values
+and the two normalizers; `normlab.presets` expands it into an ordinary preset (one run label per
+normalizer and axis value, e.g. "layer seq_len=256"), so it launches, stores and aggregates like any
+other. `map_points` turns the preset's cells into one effect per axis value: Δ = A − B paired by seed,
+its paired standard error, and which side of zero it lies on beyond Z·SE. The claim's side is where A
+beats B (below zero when a lower metric is better). Points of cells with no finished seed have n = 0,
+so the map fills in as runs end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from normlab.cells import is_number
+from normlab.claims import Z, effect, higher_is_better
+
+AXES = {"seq_len": "T", "batch_size": "batch", "layers": "depth", "lr": "η"}
+
+
+@dataclass(frozen=True)
+class ScaleMap:
+    """One comparison `a` vs `b` (normalizer names) at each value of the spec field `axis`."""
+
+    axis: str
+    values: tuple[Any, ...]
+    a: str
+    b: str
+
+    def __post_init__(self) -> None:
+        if self.axis not in AXES:
+            raise ValueError(f"map axis {self.axis!r}: choose one of {', '.join(AXES)}")
+        if len(set(self.values)) != len(self.values) or not self.values:
+            raise ValueError("map values must be distinct and at least one")
+
+    def label(self, norm: str, value: Any) -> str:
+        return f"{norm} {self.axis}={value}"
+
+    def public(self) -> dict:
+        return {
+            "axis": self.axis,
+            "axis_name": AXES[self.axis],
+            "values": list(self.values),
+            "a": self.a,
+            "b": self.b,
+        }
+
+
+def side(difference: float | None, se: float | None, lower_is_better: bool) -> str | None:
+    """Which run the point favours beyond Z·SE: "a", "b" or "neither" (None without data)."""
+    if difference is None or se is None:
+        return None
+    if abs(difference) <= Z * se or difference == 0:
+        return "neither"
+    a_wins = difference < 0 if lower_is_better else difference > 0
+    return "a" if a_wins else "b"
+
+
+def _per_seed(cell: dict | None) -> dict[int, Any]:
+    if not cell:
+        return {}
+    return dict(zip(cell.get("seeds") or [], cell.get("values") or [], strict=False))
+
+
+def map_points(scale_map: ScaleMap, cells: dict[str, dict], metric: str) -> dict:
+    """The map's public shape: its axis, the claim's side of zero, and per axis value
+    {"value", "difference" (mean of A − B over seeds where both ended finite), "se", "n", "per_seed",
+    "favours"}."""
+    lower = not higher_is_better(metric)
+    points = []
+    for value in scale_map.values:
+        pa = _per_seed(cells.get(scale_map.label(scale_map.a, value)))
+        pb = _per_seed(cells.get(scale_map.label(scale_map.b, value)))
+        diffs = [pa[s] - pb[s] for s in sorted(pa) if s in pb and is_number(pa[s]) and is_number(pb[s])]
+        eff = effect(diffs)
+        points.append(
+            {"value": value, **eff, "per_seed": diffs, "favours": side(eff["difference"], eff["se"], lower)}
+        )
+    return {
+        **scale_map.public(),
+        "metric": metric,
+        "claim_side": "below" if lower else "above",
+        "z": Z,
+        "points": points,
+    }

@@ -43,7 +43,7 @@ FINALS = {
 def test_each_point_is_the_paired_mean_difference_with_its_standard_error():
     m = map_points(BATCH_MAP, cells_for(FINALS), "val_loss")
     assert [p["value"] for p in m["points"]] == [2, 4, 16, 128]
-    assert m["claim_side"] == "below" and m["a"] == "layer" and m["b"] == "batch" and m["axis_name"] == "batch"
+    assert m["claim_side"] == "below" and (m["a"], m["b"], m["axis_name"]) == ("layer", "batch", "batch")
     p2, p4, p16, p128 = m["points"]
     # batch 2: differences −0.20 −0.13 −0.27 −0.21 −0.19: mean −0.20, squared deviations sum 0.01
     assert p2["per_seed"] == pytest.approx([-0.20, -0.13, -0.27, -0.21, -0.19])

@@ -303,6 +303,10 @@ PRESETS: dict[str, Preset] = {
             paper_ref="§6.6, Fig. 6",
             metric="val_loss",
             expect="LN better at the smallest batches; the gap closes as the batch grows",
+            claims=(
+                ("better", "layer batch_size=2", "batch batch_size=2"),
+                ("better", "layer batch_size=4", "batch batch_size=4"),
+            ),
             setup="Paper: 784-1000-1000-10 on MNIST at batch 4 and 128. Here: scikit-learn's 8×8 digits, "
             "MLP 64-256-256-10, Adam 1e-3, 300 steps at every batch size, BN with the biased batch "
             "variance.",

@@ -114,6 +114,8 @@ def print_table(out: dict, file=None) -> None:
     verdict = (
         "HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"] else "does NOT hold"
     )
+    if out.get("map") and not d["claims"]:
+        verdict = "read from the map (no claim)"
     print(f"Direction: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 

@@ -28,7 +28,8 @@ def test_a_maps_points_fill_in_as_runs_end(app):
         assert len(runs) == 24
         g = client.get(f"/api/groups/{gid}").json()
         assert g["map"]["axis"] == "batch_size" and g["map"]["claim_side"] == "below"
-        assert [p["n"] for p in g["map"]["points"]] == [0, 0, 0, 0] and g["claims"] is None
+        assert [p["n"] for p in g["map"]["points"]] == [0, 0, 0, 0]
+        assert g["claims"] and not any(c["holds"] for c in g["claims"])
 
         final = {"layer": [0.30, 0.34, 0.29], "batch": [0.60, 0.50, 0.70]}
         for run in runs:
@@ -42,3 +43,6 @@ def test_a_maps_points_fill_in_as_runs_end(app):
         assert points[2]["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3))
         assert points[2]["favours"] == "a"
         assert all(points[v]["n"] == 0 for v in (4, 16, 128)) and not g["done"]
+        at2, at4 = g["claims"]  # the map's own claims at the smallest batches
+        assert at2["holds"] and at2["difference"] == pytest.approx(points[2]["difference"])
+        assert not at4["holds"]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from normlab.settings import Settings
-from workers.engine import lstm_seq, native
+from workers.engine import native
 from workers.engine.options import DEFAULT, EngineOptions
 from workers.engine.recurrent import LSTMLayer
 
@@ -55,7 +55,7 @@ def measure_ratio_table(
     clock = time.process_time if threads == 1 else time.perf_counter
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
-    lstm_seq.set_recurrence_threads(threads)
+    options = options.replace(recurrence_threads=threads)
     rows = []
     try:
         for H in hiddens:
@@ -92,7 +92,6 @@ def measure_ratio_table(
                 )
     finally:
         torch.set_num_threads(saved)
-        lstm_seq.set_recurrence_threads(None)
     return rows
 
 

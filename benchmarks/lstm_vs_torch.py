@@ -53,19 +53,15 @@ class PythonLoopLNLSTM(nn.Module):
         return torch.stack(outs)
 
 
-def _time_once(module: nn.Module, x: torch.Tensor, threads: int | None = None) -> tuple[float, float]:
-    """(wall, process CPU) seconds of fwd+bwd; `threads` pins the engine's recurrence threads."""
+def _time_once(module: nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """(wall, process CPU) seconds of fwd+bwd."""
     module.zero_grad(set_to_none=True)
-    lstm_seq.set_recurrence_threads(threads)
-    try:
-        start, cpu = time.perf_counter(), time.process_time()
-        out = module(x)
-        if isinstance(out, tuple):  # nn.LSTM returns (output, (h, c))
-            out = out[0]
-        out.sum().backward()
-        return time.perf_counter() - start, time.process_time() - cpu
-    finally:
-        lstm_seq.set_recurrence_threads(None)
+    start, cpu = time.perf_counter(), time.process_time()
+    out = module(x)
+    if isinstance(out, tuple):  # nn.LSTM returns (output, (h, c))
+        out = out[0]
+    out.sum().backward()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def measure_lnlstm_ratio(
@@ -82,10 +78,9 @@ def measure_lnlstm_ratio(
         raise ValueError("batch, seq_len, hidden and repeats must all be ≥ 1")
     torch.manual_seed(seed)
     engine = LSTMLayer(hidden, hidden, "layer", placement="full")
-    engine.engine_options = options
     threads = torch.get_num_threads()
     contenders = {  # name -> (module, recurrence threads)
-        "engine": (engine, None),
+        "engine": (engine, options.recurrence_threads),
         "engine_all_threads": (engine, threads),
         "engine_one_thread": (engine, 1),
         "python_loop": (PythonLoopLNLSTM(hidden, hidden), None),
@@ -95,10 +90,12 @@ def measure_lnlstm_ratio(
     times: dict[str, list[float]] = {k: [] for k in contenders}
     cpu: dict[str, list[float]] = {k: [] for k in contenders}
     load_before = _load()
-    auto_threads = lstm_seq.recurrence_threads()
+    auto_threads = lstm_seq.recurrence_threads(options.recurrence_threads)
     for r in range(warmup + repeats):
         for name, (module, n) in contenders.items():
-            wall, used = _time_once(module, x, n)
+            if module is engine:  # one layer, its recurrence's threads as this contender's
+                engine.engine_options = options.replace(recurrence_threads=n)
+            wall, used = _time_once(module, x)
             if r >= warmup:
                 times[name].append(wall)
                 cpu[name].append(used)

@@ -29,7 +29,7 @@ own libgomp, so its threads are already awake); each batch row belongs to one th
 summed per row, then over the rows in order, so the numbers do not depend on the count. In the torch
 path only the product uses it and element-wise work stays on one thread (a fork/join costs more than a
 30K-element torch op gains); MKL's products and LN's row-wise passes are bitwise the same for 1 and 2
-threads. `set_recurrence_threads(n)` fixes it (None: automatic), e.g. for A/B measurements.
+threads. `EngineOptions.recurrence_threads` fixes it (None: automatic), e.g. for A/B measurements.
 
 LayerNorm: population variance (eq. 15); the torch path uses torch's native kernel, so its numbers equal
 the `kernels.layer_norm` torch path. Float64 tests and gradcheck pin the torch path to a hand-written
@@ -47,20 +47,11 @@ from workers.engine.options import DEFAULT, EngineOptions
 
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
-_FIXED_THREADS: int | None = None
 # Work buffers a finished backward handed back, for the next forward of the same shape: a fresh buffer
 # costs a page fault per 4 KiB on its first touch (≈ 1.6 µs each here, 55 µs per step's (B, 4H) row,
 # up to 9 ms per call). Sets of the latest shape only (one per layer of that shape, at most 8): 12·T·B·H
 # values each, held between calls, which the next training step needs anyway; `_SPARE.clear()` frees them.
 _SPARE: dict = {}  # (T, B, 4H, dtype, device, LN on W_h h) -> list of buffer dicts
-
-
-def set_recurrence_threads(n: int | None) -> None:
-    """Threads for the per-step loop: a fixed count, or None for automatic (see the module docstring)."""
-    global _FIXED_THREADS
-    if n is not None and n < 1:
-        raise ValueError(f"recurrence threads must be ≥ 1 (got {n}); use None for automatic")
-    _FIXED_THREADS = n
 
 
 def machine_busy() -> bool:
@@ -73,10 +64,10 @@ def machine_busy() -> bool:
     return load > 1.5 * cores
 
 
-def recurrence_threads() -> int:
-    """Threads the next recurrence loop will use."""
-    if _FIXED_THREADS is not None:
-        return _FIXED_THREADS
+def recurrence_threads(fixed: int | None = None) -> int:
+    """Threads the next recurrence loop will use: `fixed`, or the automatic choice when it is None."""
+    if fixed is not None:
+        return fixed
     threads = torch.get_num_threads()
     return 1 if threads > 1 and machine_busy() else threads
 
@@ -88,14 +79,27 @@ def _steps(buf: torch.Tensor, n: int) -> tuple:
 
 
 def _forward(
-    xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep: bool, spare: dict | None = None, lib=None
+    xx,
+    w_h,
+    gain_h,
+    bias_h,
+    gain_c,
+    bias_c,
+    h0,
+    c0,
+    eps,
+    keep: bool,
+    spare: dict | None = None,
+    lib=None,
+    threads: int = 1,
 ):
     """(h_t for all steps, buffers for the backward). keep=False (no backward coming): the per-step
     buffers hold one step only, so evaluation of long sequences needs memory for h_t alone. `spare`:
-    buffers of the right shapes to reuse (see `_SPARE`). `lib`: the C step's library, or None (torch)."""
+    buffers of the right shapes to reuse (see `_SPARE`). `lib`: the C step's library, or None (torch);
+    `threads`: the recurrence's (see the module docstring)."""
     if lib is not None:
         return lstm_native.forward(
-            lib, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare, recurrence_threads()
+            lib, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, keep, spare, threads
         )
     T, B, G = xx.shape
     S = T if keep else 1  # steps the work buffers hold
@@ -120,25 +124,25 @@ def _forward(
     if ln_c:
         gain_c2, bias_c2 = gain_c * 2, bias_c * 2
     h, c = h0, c0
-    n, before = recurrence_threads(), torch.get_num_threads()
-    threads = torch.set_num_threads
+    n, before = threads, torch.get_num_threads()
+    set_threads = torch.set_num_threads
     try:
-        threads(1)  # element-wise work and LN: one thread (see the module docstring)
+        set_threads(1)  # element-wise work and LN: one thread (see the module docstring)
         for t in range(T):
             a, tg = A[t], TG[t]
             if n > 1:
-                threads(n)
+                set_threads(n)
             if ln_h:
                 torch.mm(h, w_hT, out=HH[t])
                 if n > 1:
-                    threads(1)
+                    set_threads(1)
                 y, mean, rstd = _ln(HH[t], (G,), gain_h, bias_h, eps)
                 stats_h.append((mean, rstd))
                 torch.add(y, X[t], out=a)
             else:
                 torch.addmm(X[t], h, w_hT, out=a)
                 if n > 1:
-                    threads(1)
+                    set_threads(1)
             # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
             # three blocks plus torch's tanh (≈ 3 ns per element on this CPU); z + z = 2z exactly
             tg.add_(tg)
@@ -158,7 +162,7 @@ def _forward(
             h = torch.mul(O_[t], tc, out=HS[t])
             c = c_t
     finally:
-        threads(before)
+        set_threads(before)
     return hs, (gates, cells, tanh_c, hh, stats_h, stats_c)
 
 
@@ -206,14 +210,16 @@ def _record_grads(record: dict | None, dhs: list) -> None:
 
 class _LSTMSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record=None, lib=None):
+    def forward(ctx, xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, record=None, lib=None, threads=1):
         ctx.key = (*xx.shape, xx.dtype, xx.device, gain_h is not None, lib is not None)
-        ctx.lib = lib
+        ctx.lib, ctx.threads = lib, threads
         try:
             ctx.spare = _SPARE.get(ctx.key, []).pop()
         except IndexError:
             ctx.spare = {}
-        hs, ctx.buffers = _forward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare, lib)
+        hs, ctx.buffers = _forward(
+            xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps, True, ctx.spare, lib, threads
+        )
         _record_cells(record, ctx.buffers)
         ctx.record = record
         ctx.save_for_backward(xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs)
@@ -225,7 +231,18 @@ class _LSTMSequence(torch.autograd.Function):
         xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, hs = ctx.saved_tensors
         if ctx.buffers is None:  # a second backward through a retained graph: the first one used them up
             _, ctx.buffers = _forward(
-                xx, w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, ctx.eps, keep=True, lib=ctx.lib
+                xx,
+                w_h,
+                gain_h,
+                bias_h,
+                gain_c,
+                bias_c,
+                h0,
+                c0,
+                ctx.eps,
+                keep=True,
+                lib=ctx.lib,
+                threads=ctx.threads,
             )
         dhs: list | None = [] if ctx.record is not None else None  # dL/dh_t per step, for the probes
         if ctx.buffers[-1] == "native":
@@ -244,12 +261,12 @@ class _LSTMSequence(torch.autograd.Function):
                 c0,
                 hs,
                 ctx.eps,
-                recurrence_threads(),
+                ctx.threads,
                 dhs,
             )
             _give_back(ctx.key, spent)
             _record_grads(ctx.record, dhs)
-            return (*grads, None, None, None)
+            return (*grads, None, None, None, None)
         # The backward writes ∂L/∂(W_h h_{t-1}) over hh and h_{t-1} over cells once they are used, and
         # hands its buffers to the next forward: fresh buffers would cost page faults (see `_SPARE`)
         gates, cells, tanh_c, hh, stats_h, stats_c = ctx.buffers
@@ -267,7 +284,7 @@ class _LSTMSequence(torch.autograd.Function):
         # LN's backward also gives this step's dγ, dβ (data still in cache); it sums rows per thread, so
         # it runs on one thread, like all element-wise work here: only the products use `n`
         mask = [True, True, True]
-        n, before = recurrence_threads(), torch.get_num_threads()
+        n, before = ctx.threads, torch.get_num_threads()
         threads = torch.set_num_threads
         dh_t = D_HS[T - 1]
         dc = torch.zeros_like(c0)
@@ -310,7 +327,7 @@ class _LSTMSequence(torch.autograd.Function):
         ctx.spare = {}
         _give_back(ctx.key, dict(gates=gates, cells=cells, tanh_c=tanh_c, hh=hh, k_o=k_o, o_dtanh=o_dtanh))
         _record_grads(ctx.record, dhs)
-        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None, None, None
+        return k, d_w, d_gain_h, d_bias_h, d_gain_c, d_bias_c, dh_t, dc, None, None, None, None
 
 
 def lstm_sequence(
@@ -328,7 +345,8 @@ def lstm_sequence(
 ) -> torch.Tensor:
     """Hidden states (T, B, H) of an LSTM over gate inputs xx (T, B, 4H), gate order (f, i, o, g).
 
-    `options.c_step`: float32 CPU tensors take the compiled C step (where it builds), else torch's ops.
+    `options.c_step`: float32 CPU tensors take the compiled C step (where it builds), else torch's ops;
+    `options.recurrence_threads`: the loop's threads (None: automatic, see the module docstring).
 
     gain_h/bias_h None: no LN on W_h h (eq. 17 / eq. 29); gain_c/bias_c None: no LN on c_t.
     `record` (the probes' hidden-state trace, on this same fast path): gets "c_norms" ((T,) batch means of
@@ -339,9 +357,10 @@ def lstm_sequence(
         raise ValueError("pass both the gain and the bias of an LN, or neither")
     args = (xx.contiguous(), w_h, gain_h, bias_h, gain_c, bias_c, h0, c0, eps)
     lib = native.library(options) if native.applies(options, *args[:-1]) else None
+    threads = recurrence_threads(options.recurrence_threads)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        return _LSTMSequence.apply(*args, record, lib)
+        return _LSTMSequence.apply(*args, record, lib, threads)
     with torch.no_grad():  # evaluation: no buffers kept for a backward (unless recording: every c_t)
-        hs, buffers = _forward(*args, keep=record is not None, lib=lib)
+        hs, buffers = _forward(*args, keep=record is not None, lib=lib, threads=threads)
         _record_cells(record, buffers)
         return hs

@@ -40,11 +40,18 @@ class EngineOptions:
     c_step: bool = True
     cc: str = ""
     cache_dir: Path = dataclasses.field(default_factory=lambda: Path.home() / ".cache" / "normlab")
+    # CPU LSTM recurrence: threads of its per-step loop; None = all of torch's on an idle machine, one on
+    # an oversubscribed one (the numbers are the same either way; see workers.engine.lstm_seq)
+    recurrence_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.kernel_backend not in BACKENDS:
             raise ValueError(
                 f"unknown kernel backend {self.kernel_backend!r}; use 'auto', 'torch' or 'triton'"
+            )
+        if self.recurrence_threads is not None and self.recurrence_threads < 1:
+            raise ValueError(
+                f"recurrence threads must be ≥ 1 (got {self.recurrence_threads}); use None for automatic"
             )
 
     @classmethod

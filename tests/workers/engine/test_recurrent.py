@@ -229,27 +229,24 @@ def test_make_layer_refuses_unknown_combinations():
 def test_recurrence_thread_choice_never_changes_the_numbers():
     # the loop runs on one thread on a busy machine and on all threads otherwise: bitwise the same
     # (float32: the C step where a compiler exists, its batch rows split over the threads)
-    from workers.engine import lstm_seq
+    from workers.engine.options import EngineOptions
 
     torch.manual_seed(0)
     layer = LSTMLayer(16, 32, "layer")
     x = torch.randn(7, 8, 16)
     results = []
     for n in (1, max(2, torch.get_num_threads())):
-        lstm_seq.set_recurrence_threads(n)
-        try:
-            layer.zero_grad()
-            out = layer(x)
-            out.square().sum().backward()
-            results.append([out.detach()] + [p.grad.clone() for p in layer.parameters()])
-            with torch.no_grad():  # evaluation keeps one step of buffers: the same numbers
-                assert torch.equal(layer(x), out.detach())
-        finally:
-            lstm_seq.set_recurrence_threads(None)
+        layer.engine_options = EngineOptions(recurrence_threads=n)
+        layer.zero_grad()
+        out = layer(x)
+        out.square().sum().backward()
+        results.append([out.detach()] + [p.grad.clone() for p in layer.parameters()])
+        with torch.no_grad():  # evaluation keeps one step of buffers: the same numbers
+            assert torch.equal(layer(x), out.detach())
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="≥ 1"):
-        lstm_seq.set_recurrence_threads(0)
+        EngineOptions(recurrence_threads=0)
 
 
 def test_lstm_sequence_without_grad_keeps_one_step_of_buffers_and_equal_numbers():

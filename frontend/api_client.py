@@ -104,6 +104,17 @@ class ApiClient:
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")
 
+    def fork(self, run_id: str, step: int | str, changes: dict) -> dict:
+        """POST /api/runs/{id}/fork -> {id, from_step}."""
+        return self._call("POST", f"/api/runs/{run_id}/fork", json={"step": step, "changes": changes})
+
+    def intervene(self, run_id: str, changes: dict) -> dict:
+        return self._call("POST", f"/api/runs/{run_id}/interventions", json=changes)
+
+    def lineage(self, run_id: str) -> dict:
+        """GET /api/runs/{id}/lineage -> {parent, children, siblings, family}."""
+        return self._call("GET", f"/api/runs/{run_id}/lineage")
+
     def delete(self, run_id: str) -> Any:
         return self._call("DELETE", f"/api/runs/{run_id}")
 

@@ -100,3 +100,19 @@ PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a pr
 PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, "name": preset}
 PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
 PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end
+
+# Forks and interventions (frontend/fork_view.py)
+FORK_STEP = "nl-fork-step"
+FORK_NORM = "nl-fork-norm"
+FORK_LR = "nl-fork-lr"
+FORK_BATCH = "nl-fork-batch"
+FORK_STEPS = "nl-fork-steps"
+FORK_SEED = "nl-fork-seed"
+FORK_GO = "nl-fork-go"
+FORK_MESSAGE = "nl-fork-message"
+FORK_LOCATION = "nl-fork-location"
+LINEAGE = "nl-lineage"
+CHANGE_LR = "nl-change-lr"
+CHANGE_WD = "nl-change-wd"
+CHANGE_GO = "nl-change-go"
+CHANGE_MESSAGE = "nl-change-message"

@@ -5,7 +5,7 @@
  */
 (function () {
   "use strict";
-  var KINDS = ["scalars", "hidden", "fisher", "status", "log", "message"];
+  var KINDS = ["scalars", "hidden", "fisher", "status", "log", "message", "intervention"];
   var TERMINAL = {};  // statuses that end a run: from the watch store (frontend/status.py), not typed here
   var MAX_QUEUE = 100000;
 
@@ -41,6 +41,8 @@
       S.probeVersion += 1;
     } else if (ev.kind === "log") {
       keepLog(rid, ev);
+    } else if (ev.kind === "intervention" && window.normlabFork) {
+      window.normlabFork.intervention(ev);  // a marker on the curves (assets/fork.js)
     } else if (ev.kind === "status" && ev.payload) {
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;

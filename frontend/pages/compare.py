@@ -10,7 +10,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
-from frontend import components, data, figures, group_view, ids, logic
+from frontend import components, data, figures, fork_view, group_view, ids, logic
 from frontend.api_client import ApiError
 
 
@@ -48,9 +48,11 @@ def group_box(group: dict | None, problem: str, present: bool) -> list:
 
 
 def layout(
-    runs=None, smooth=None, color=None, x=None, panels=None, present=None, group=None, **_
+    runs=None, smooth=None, color=None, x=None, panels=None, present=None, group=None, family=None, **_
 ) -> html.Div:
     present_on = logic.is_present({"present": present})
+    if family and not runs:  # a fork's family: the tree's runs (frontend/fork_view.py)
+        runs = ",".join(fork_view.family_ids({"id": str(family)}))
     group_data, problem = load_group(group)
     if group_data and not runs:  # a group's link: its runs (seeds × cells), bands and verdicts
         runs = [r["id"] for r in group_data.get("runs", [])]

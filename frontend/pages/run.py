@@ -10,6 +10,7 @@ from frontend import (
     components,
     data,
     figures,
+    fork_view,
     hidden_figures,
     ids,
     lab_form,
@@ -99,7 +100,9 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
     present_on = logic.is_present({"present": present})
     try:
         run = data.api().run(run_id or "")
-        bundle = data.curves_bundle([run["id"]], present=present_on, from_start=True)
+        family = fork_view.family_ids(run)  # a fork's parent and siblings share its chart
+        bundle = data.curves_bundle(family, present=present_on, from_start=True)
+        fork_view.mark_children(bundle["figure"], family, family[0])
     except ApiError as exc:
         msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
         return html.Div([components.error_box(msg), *components.page_stores()])
@@ -121,6 +124,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
         className="run-page",
         children=[
             html.Div(id=ids.RUN_HEADER, className="card", children=header(run, data.api_base())),
+            fork_view.lineage_strip(run),
             html.Div(
                 className="card",
                 children=[
@@ -129,6 +133,8 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
                     *components.curves_graph(bundle["figure"], bundle["map"]),
                 ],
             ),
+            fork_view.change_card(run),
+            fork_view.fork_card(run),
             html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
             html.Div(
                 className="card",

@@ -56,6 +56,8 @@ class Controls:
                 if knob == "momentum" and "momentum" not in group:
                     continue  # Adam has no momentum knob of this name (its betas are left alone)
                 old = group[knob]
+                if old == float(changes[knob]):
+                    continue  # nothing changes: no marker for it
                 for g in optimizer.param_groups:
                     g[knob] = float(changes[knob])
                 said[knob] = {"old": old, "new": float(changes[knob])}

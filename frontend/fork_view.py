@@ -1,0 +1,188 @@
+"""Forks on the Run page: click a curve point to fill "fork from step k", change the normalizer, lr,
+batch size, steps or seed, and the child starts and opens, drawn on one chart with its family; a
+lineage strip (parent, siblings, children); "change now" controls (lr, weight decay) for a running run.
+Intervention markers on the curves are drawn in the browser (assets/fork.js)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Input, Output, State, callback, dcc, html, no_update
+
+from frontend import data, ids
+from frontend.api_client import ApiError
+from frontend.auth_box import TOKEN_STORE
+
+NORMS = ["none", "layer", "rms", "batch", "weight"]
+
+
+def family_ids(run: dict) -> list[str]:
+    """The runs drawn on this run's chart: its family tree (itself first when it has none)."""
+    try:
+        family = data.api().lineage(run["id"]).get("family") or []
+    except ApiError:
+        family = []
+    return family if run["id"] in family else [run["id"], *family]
+
+
+def mark_children(figure: dict, run_ids: list[str], root: str) -> dict:
+    """Every run of the family but the tree's root drawn dashed: a fork reads as a branch of its parent,
+    whose shared prefix is drawn once (the child's own points start after its fork step)."""
+    forked = set(run_ids) - {root}
+    for trace in figure.get("data", []):
+        if trace.get("legendgroup") in forked:
+            trace.setdefault("line", {})["dash"] = "dash"
+    return figure
+
+
+def _number(id_: str, value: Any, step: Any = "any", minimum: float | None = None) -> dcc.Input:
+    return dcc.Input(
+        id=id_, type="number", value=value, step=step, min=minimum, debounce=True, className="num"
+    )
+
+
+def fork_card(run: dict) -> html.Div:
+    """The fork form, prefilled with the run's own values; the step comes from a click on a curve."""
+    spec = run.get("spec", {})
+    fields = [
+        ("Fork from step", _number(ids.FORK_STEP, spec.get("checkpoint_every") or 1, 1, 0)),
+        (
+            "Normalizer",
+            dcc.Dropdown(id=ids.FORK_NORM, options=NORMS, value=spec.get("norm"), clearable=False),
+        ),
+        ("Learning rate", _number(ids.FORK_LR, spec.get("lr"))),
+        ("Batch size", _number(ids.FORK_BATCH, spec.get("batch_size"), 1, 1)),
+        ("Steps", _number(ids.FORK_STEPS, spec.get("steps"), 1, 1)),
+        ("Seed (data order from the fork on)", _number(ids.FORK_SEED, spec.get("seed"), 1, 0)),
+    ]
+    return html.Div(
+        className="card fork",
+        children=[
+            html.H2("What if… fork this run"),
+            html.P(
+                "Click a point of a curve to pick the step; the child continues from the latest "
+                "checkpoint at or before it, with your changes.",
+                className="muted",
+            ),
+            html.Div(className="fork-fields", children=[html.Label([text, field]) for text, field in fields]),
+            html.Button("Fork", id=ids.FORK_GO, className="btn"),
+            html.Span(id=ids.FORK_MESSAGE, className="message", role="status"),
+            dcc.Location(id=ids.FORK_LOCATION, refresh=True),
+        ],
+    )
+
+
+def change_card(run: dict) -> html.Div:
+    """lr / weight decay "change now" for a running run (hidden once it has ended)."""
+    spec = run.get("spec", {})
+    running = run.get("status") in ("running", "queued")
+    return html.Div(
+        className="card change-now",
+        style={} if running else {"display": "none"},
+        children=[
+            html.H2("Change now"),
+            html.Label(["Learning rate", _number(ids.CHANGE_LR, spec.get("lr"))]),
+            html.Label(["Weight decay", _number(ids.CHANGE_WD, spec.get("weight_decay"), "any", 0)]),
+            html.Button("Apply at the next step", id=ids.CHANGE_GO, className="btn small"),
+            html.Span(id=ids.CHANGE_MESSAGE, className="message", role="status"),
+        ],
+    )
+
+
+def lineage_strip(run: dict) -> html.Div:
+    """Parent, siblings and children as links (empty for a run that is nobody's fork and has none)."""
+    try:
+        lin = data.api().lineage(run["id"])
+    except ApiError:
+        return html.Div(id=ids.LINEAGE)
+    parts: list[Any] = []
+    if lin.get("parent"):
+        p = lin["parent"]
+        verb = "resumed" if p.get("kind") == "resume" else "forked"
+        parts.append(
+            html.Span([f"{verb} from ", dcc.Link(p["id"], href=f"/run/{p['id']}"), f" at step {p['step']}"])
+        )
+    for name, runs in (("siblings", lin.get("siblings") or []), ("children", lin.get("children") or [])):
+        if runs:
+            links = [
+                dcc.Link(f"{c['id']} ({c['norm']}, step {c['step']})", href=f"/run/{c['id']}") for c in runs
+            ]
+            parts.append(html.Span([f"{name}: ", *_joined(links)]))
+    if len(lin.get("family") or []) > 1:
+        root = lin["family"][0]
+        parts.append(dcc.Link("Compare the family →", href=f"/compare?family={root}", className="btn small"))
+    return html.Div(id=ids.LINEAGE, className="lineage", children=parts)
+
+
+def _joined(items: list) -> list:
+    out: list = []
+    for i, item in enumerate(items):
+        out += [", "] if i else []
+        out.append(item)
+    return out
+
+
+@callback(
+    Output(ids.FORK_STEP, "value"),
+    Input(ids.CURVES, "clickData"),
+    prevent_initial_call=True,
+)
+def on_curve_click(click):
+    """The clicked point's step (its hover data carries [step, wall time, value] in either x mode)."""
+    points = (click or {}).get("points") or []
+    if not points:
+        return no_update
+    custom = points[0].get("customdata")
+    step = custom[0] if isinstance(custom, list) and custom else points[0].get("x")
+    return int(step) if isinstance(step, (int, float)) else no_update
+
+
+def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
+    """The fork's changes: the form's values that differ from the run's own."""
+    spec = run.get("spec", {})
+    values = {"norm": norm, "lr": lr, "batch_size": batch_size, "steps": steps, "seed": seed}
+    return {k: v for k, v in values.items() if v is not None and v != spec.get(k)}
+
+
+@callback(
+    Output(ids.FORK_MESSAGE, "children"),
+    Output(ids.FORK_LOCATION, "href"),
+    Input(ids.FORK_GO, "n_clicks"),
+    State(ids.RUN_ID, "data"),
+    State(ids.FORK_STEP, "value"),
+    State(ids.FORK_NORM, "value"),
+    State(ids.FORK_LR, "value"),
+    State(ids.FORK_BATCH, "value"),
+    State(ids.FORK_STEPS, "value"),
+    State(ids.FORK_SEED, "value"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def on_fork(_n, run_id, step, norm, lr, batch_size, steps, seed, token):
+    if step is None:
+        return "Pick a step: click a point of a curve, or type one.", no_update
+    try:
+        client = data.api(token)
+        changes = fork_changes(client.run(run_id), norm, lr, batch_size, steps, seed)
+        made = client.fork(run_id, int(step), changes)
+    except ApiError as exc:
+        return exc.detail, no_update
+    return f"Forked after step {made['from_step']}: opening {made['id']}…", f"/run/{made['id']}"
+
+
+@callback(
+    Output(ids.CHANGE_MESSAGE, "children"),
+    Input(ids.CHANGE_GO, "n_clicks"),
+    State(ids.RUN_ID, "data"),
+    State(ids.CHANGE_LR, "value"),
+    State(ids.CHANGE_WD, "value"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def on_change_now(_n, run_id, lr, weight_decay, token):
+    changes = {k: v for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None}
+    try:
+        data.api(token).intervene(run_id, changes)
+    except ApiError as exc:
+        return exc.detail
+    return "Asked: the run changes at its next step (a marker shows where)."

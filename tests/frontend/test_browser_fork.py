@@ -1,0 +1,87 @@
+"""Forks and interventions in Chromium over `normlab up` (a real worker): click a curve, fork with
+norm=layer, and the child draws live on its parent's chart; an intervention's marker reaches a second
+viewer of the run."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+GD = "document.querySelector('#nl-curves .js-plotly-plot')"
+
+
+def _run(server, **spec) -> str:
+    r = httpx.post(server.url + "/api/runs", json={"task": "digits", "hidden_size": 16, **spec}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def _wait_status(server, rid: str, wanted: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while httpx.get(f"{server.url}/api/runs/{rid}", timeout=10).json()["status"] != wanted:
+        assert time.time() < deadline, f"run {rid} never became {wanted}"
+        time.sleep(0.1)
+
+
+def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page, shot, server, quiet_queue):
+    parent = _run(server, norm="batch", steps=60, eval_every=20)
+    _wait_status(server, parent, "completed")
+    page.goto(f"{server.url}/run/{parent}")
+    page.wait_for_function(
+        f"() => {GD} && {GD}.data.length > 0 && {GD}.data[0].x.length >= 60", timeout=30000
+    )
+    # a click on the loss curve at step 31 (Plotly's own click event, as a mouse click on the point sends)
+    page.evaluate(
+        f"""() => {{ const gd = {GD}; const t = gd.data.findIndex(d => d.x.length >= 60);
+            gd.emit('plotly_click', {{points: [{{curveNumber: t, pointNumber: 30, x: gd.data[t].x[30],
+                customdata: gd.data[t].customdata[30]}}]}}); }}"""
+    )
+    page.wait_for_function("() => document.querySelector('#nl-fork-step').value === '31'", timeout=10000)
+    page.click("#nl-fork-norm")
+    page.get_by_role("option", name="layer", exact=True).click()
+    page.click("#nl-fork-go")
+    page.wait_for_url(f"{server.url}/run/*", timeout=20000)
+    page.wait_for_function(f"() => !location.pathname.endsWith('{parent}')", timeout=20000)
+    child = page.url.rstrip("/").rsplit("/", 1)[1]
+    spec = httpx.get(f"{server.url}/api/runs/{child}", timeout=10).json()["spec"]
+    assert spec["norm"] == "layer" and spec["parent"]["id"] == parent and spec["parent"]["step"] == 30
+    # both runs on one chart: the parent's whole curve and the child's, dashed, from step 31 on
+    page.wait_for_function(
+        f"""() => {{ const d = ({GD} || {{}}).data || [];
+            const kid = d.filter(t => t.legendgroup === '{child}' && t.x.length > 0);
+            const dad = d.filter(t => t.legendgroup === '{parent}' && t.x.length >= 60);
+            return kid.length > 0 && dad.length > 0 && kid.every(t => t.line.dash === 'dash')
+                && Math.min(...kid[0].x) === 31; }}""",
+        timeout=60000,
+    )
+    assert page.locator("#nl-lineage").inner_text().startswith("forked from")
+    shot(page, "fork-child-on-parent-chart")
+    assert not [e for e in page.errors if "favicon" not in e]
+
+
+def test_an_intervention_marker_reaches_a_second_viewer(page, browser, shot, server, quiet_queue):
+    rid = _run(server, steps=20000, eval_every=1000)
+    _wait_status(server, rid, "running")
+    other = browser.new_context(viewport={"width": 1400, "height": 950}).new_page()
+    try:
+        for viewer in (page, other):
+            viewer.goto(f"{server.url}/run/{rid}")
+            viewer.wait_for_function(f"() => {GD} && {GD}.data.some(t => t.x.length > 0)", timeout=30000)
+        page.fill("#nl-change-lr", "0.005")
+        page.click("#nl-change-go")
+        page.wait_for_selector("#nl-change-message:has-text('next step')", timeout=10000)
+        for viewer in (page, other):
+            viewer.wait_for_function(
+                f"""() => {{ const l = ({GD} || {{}}).layout || {{}};
+                    return (l.annotations || []).some(a => (a.text || '').includes('lr 0.001 → 0.005'))
+                        && (l.shapes || []).some(s => (s.name || '').startsWith('nl-intervention')); }}""",
+                timeout=30000,
+            )
+        shot(other, "intervention-marker-second-viewer")
+    finally:
+        other.context.close()
+        httpx.post(f"{server.url}/api/runs/{rid}/cancel", timeout=10)

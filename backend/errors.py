@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import math
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, InvalidRequestError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from normlab.spec import RunSpec, combination_problems
 
@@ -84,10 +85,16 @@ def install(app: FastAPI) -> None:
         detail = "; ".join(f"{k}: {v}" for k, v in fields.items()) or "Invalid request."
         return JSONResponse({"detail": detail, "fields": fields}, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def _http(_request: Request, exc: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # also FastAPI's own (a body it cannot parse, 404s)
+    async def _http(_request: Request, exc: StarletteHTTPException):
         fields: dict[str, str] = {}
         detail = exc.detail
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            detail = (
+                "The request body could not be parsed: send UTF-8 JSON (an object, nested a few levels "
+                'at most), e.g. {"task": "digits"}.'
+            )
+            fields = {"body": detail}
         if isinstance(detail, dict):
             fields, detail = detail.get("fields", {}), detail.get("detail", "")
         return JSONResponse(

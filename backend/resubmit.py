@@ -1,5 +1,5 @@
 """POST /api/runs/{id}/resubmit: train a finished run's stored spec again (after `lost`, `failed`, …)
-with one request; the new run joins the same group and belongs to the caller."""
+with one request; the new run belongs to the caller and joins the run's group if the caller owns it."""
 
 from __future__ import annotations
 
@@ -29,5 +29,7 @@ def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep)
             "first (POST /api/runs/{id}/cancel).",
         )
     spec = RunSpec.model_validate(json.loads(run["spec"]))
-    [new_id] = create_and_enqueue(store, settings, [spec], user, run["group_id"])
+    # Only the group's owner adds to it: a stranger's copy would change that user's cells and claims.
+    group = run["group_id"] if run["owner"] == user else None
+    [new_id] = create_and_enqueue(store, settings, [spec], user, group)
     return RunCreated(id=new_id, status=RunStatus.QUEUED)

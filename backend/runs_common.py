@@ -90,5 +90,7 @@ def create_and_enqueue(
                 f"Could not reach the task queue: {exc}",
                 only_from=(RunStatus.QUEUED,),
             )
-            raise HTTPException(503, "The task queue is unavailable; retry shortly.") from exc
+            raise HTTPException(
+                503, "The task queue is unavailable; retry shortly.", headers={"Retry-After": "5"}
+            ) from exc
     return ids

@@ -176,10 +176,12 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 def app_with_pages(settings):
     """The API with the Dash pages mounted at "/" on the same origin (`normlab up`, `api --with-frontend`)."""
     from backend.app import create_app
+    from backend.fallback import add_api_fallback
     from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
 
     app = create_app(settings)
+    add_api_fallback(app)  # /api/* that no route takes: JSON 404/405, never the pages' catch-all
     app.mount("/", pages_app(create_dash(api_base="").server))  # after the API's routes: they win
     return app
 

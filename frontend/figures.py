@@ -17,16 +17,8 @@ from plotly.subplots import make_subplots
 from frontend.smoothing import RAW_OPACITY, ema, format_elapsed, hovertemplate
 from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES, RunStatus
+from normlab.palette import NORM_COLORS  # one colour per normalizer, shared with normlab.client
 
-# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
-NORM_COLORS = {
-    "layer": "#0072B2",  # blue
-    "batch": "#D55E00",  # vermillion
-    "weight": "#009E73",  # bluish green
-    "rms": "#CC79A7",  # reddish purple
-    "group": "#E69F00",  # orange
-    "none": "#000000",  # black: the baseline
-}
 # For colouring by batch size (or anything ordinal): an ordered subset that stays distinct in grey too.
 ORDINAL_COLORS = ["#56B4E9", "#0072B2", "#009E73", "#E69F00", "#D55E00", "#CC79A7", "#000000", "#F0E442"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]

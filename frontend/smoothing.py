@@ -14,31 +14,10 @@ Compare keeps its own in the URL. The slider and its callback are in frontend/sm
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+
+from normlab.palette import RAW_OPACITY, ema  # noqa: F401  (one definition, shared with the client)
 
 COOKIE = "normlab_smooth"  # Lab and Run: the smoothing weight this browser chose last
-RAW_OPACITY = 0.28  # the raw series under a smoothed curve: visible, but clearly behind it
-
-
-def ema(values: Iterable[float | None], weight: float, state: tuple[float, int] = (0.0, 0)):
-    """Debiased exponential moving average (TensorBoard's): (smoothed list, (accumulator, n)).
-
-    acc_k = w·acc_{k-1} + (1 − w)·v_k over the finite values (acc_0 = 0, w = weight), and the k-th output
-    is acc_k / (1 − w^k); missing and non-finite values pass through and do not count. Passing the
-    returned state back continues the average exactly where it stopped (how the browser extends a
-    smoothed history with live points).
-    """
-    acc, n = state
-    out: list[float | None] = []
-    for v in values:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            out.append(v)
-            continue
-        acc = acc * weight + (1.0 - weight) * v
-        n += 1
-        debias = 1.0 - weight**n
-        out.append(acc / debias if debias > 0 else v)
-    return out, (acc, n)
 
 
 def format_elapsed(seconds: float | None) -> str:

@@ -1,11 +1,12 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, fork, groups, health, presets, runs, sweeps
+from backend.routes import catalog, events, fork, groups, health, presets, runs, scalars, sweeps
 
 ROUTERS = [
     health.router,
     catalog.router,
     runs.router,
+    scalars.router,
     sweeps.router,
     presets.router,
     groups.router,

@@ -1,0 +1,65 @@
+"""GET /api/runs/{id}/scalars: a run's every `scalars` event at full resolution, paged by sequence number.
+
+The downsampled `/metrics` is for drawing; this is for analysis (`normlab.client`'s `Run.metrics()`):
+the same rows as the raw CSV export, as JSON columns, resumable from any `after=`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import anyio
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from backend.deps import StoreDep, get_run_or_404
+from normlab.api_models import ErrorDetail
+from normlab.metrics_models import ScalarsPage
+from normlab.store.rollup import SCALAR_NAMES
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+MAX_PAGE = 50_000
+
+
+def _cell(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def scalars_page(store, run: dict, after: int, limit: int) -> bytes:
+    """The page as JSON bytes (built by hand: pydantic would re-validate every float of the page)."""
+    rows = store.events_after(run["id"], after, limit, kind="scalars")
+    columns: dict[str, list] = {n: [] for n in SCALAR_NAMES}
+    for row in rows:
+        values = json.loads(row.payload)
+        for name, column in columns.items():
+            column.append(_cell(values.get(name)))
+    body = {
+        "run_id": run["id"],
+        "seq": [r.seq for r in rows],
+        "step": [r.step for r in rows],
+        "time": [r.time for r in rows],
+        "values": columns,
+        "next_after": rows[-1].seq if len(rows) == limit else None,
+        "last_seq": int(run["last_seq"]),
+    }
+    return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+
+
+@router.get(
+    "/{run_id}/scalars",
+    response_model=ScalarsPage,
+    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+async def scalars(
+    run_id: str,
+    store: StoreDep,
+    after: int = Query(0, ge=0, le=10**12, description="Only events with a larger sequence number."),
+    limit: int = Query(10_000, ge=1, le=MAX_PAGE, description="At most this many events."),
+) -> Response:
+    """Every `scalars` event after `after`, in order, never downsampled; follow `next_after` for more."""
+    run = await anyio.to_thread.run_sync(get_run_or_404, store, run_id)
+    body = await anyio.to_thread.run_sync(scalars_page, store, run, after, limit)
+    return Response(body, media_type="application/json")

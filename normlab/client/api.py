@@ -1,0 +1,165 @@
+"""`Client`: a normlab server from Python — submit runs, sweeps and presets, list and read them.
+
+Torch-free (httpx and the API's own pydantic models); pandas only for the DataFrames
+(`pip install 'normlab[client]'`).
+
+    from normlab.client import Client
+    lab = Client("http://127.0.0.1:8050", token=None)
+    run = lab.submit(task="digits", norm="layer", steps=300)
+    run.wait()
+    df = run.metrics()          # every logged step, never sampled
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from normlab.api_models import RunCreated, RunList, RunPublic, SweepCreated
+from normlab.client.errors import NormlabError, from_response
+from normlab.client.group import Group
+from normlab.client.run import Run
+from normlab.group_models import PresetLaunched
+from normlab.spec import RunSpec
+
+DEFAULT_URL = "http://127.0.0.1:8050"  # `normlab up`'s default
+
+
+class Client:
+    """One normlab server. `token`: an API token (`normlab token create --user NAME`) for a server that
+    runs with NORMLAB_AUTH=tokens; sent as a Bearer header on every request, event streams included."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    # ---- plumbing ---------------------------------------------------------------------------------
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The answer of a 2xx request; a NormlabError with the server's message for anything else."""
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise NormlabError(f"Could not reach the normlab server at {self.base_url} ({exc}).") from exc
+        if resp.status_code >= 400:
+            try:
+                body = resp.json()
+            except ValueError:
+                body = None
+            raise from_response(resp.status_code, body, resp.text[:300])
+        return resp
+
+    def stream(self, path: str, headers: dict[str, str], params: dict | None = None) -> httpx.Response:
+        """A streaming GET (the caller closes it); the read timeout outlasts the server's heartbeats."""
+        req = self._http.build_request("GET", path, headers=headers, params=params)
+        timeout = httpx.Timeout(self._http.timeout.connect or 30.0, read=60.0)
+        req.extensions["timeout"] = timeout.as_dict()
+        return self._http.send(req, stream=True)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    # ---- runs -------------------------------------------------------------------------------------
+    def submit(self, spec: RunSpec | dict[str, Any] | None = None, **fields: Any) -> Run:
+        """Queue one run: a `RunSpec` or a dict, and/or its fields as keywords (keywords win). The
+        server checks it; a refusal raises NormlabError naming the field."""
+        body = _spec_dict(spec)
+        body.update(fields)
+        created = RunCreated.model_validate(self.request("POST", "/api/runs", json=body).json())
+        return Run(self, created.id)
+
+    def run(self, run_id: str) -> Run:
+        """The run with this id (read at once: an unknown id raises NormlabError, HTTP 404)."""
+        run = Run(self, run_id)
+        run.refresh()
+        return run
+
+    def runs(
+        self,
+        task: str | None = None,
+        norm: str | None = None,
+        status: str | None = None,
+        owner: str | None = None,
+        group: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """The runs matching every filter given, newest first (all of them, page by page, unless `limit`)."""
+        params: dict[str, Any] = {
+            k: v
+            for k, v in {"task": task, "norm": norm, "status": status, "owner": owner, "group": group}.items()
+            if v is not None
+        }
+        out: list[Run] = []
+        offset = 0
+        while limit is None or len(out) < limit:
+            page_size = 500 if limit is None else min(500, limit - len(out))
+            page = RunList.model_validate(
+                self.request(
+                    "GET", "/api/runs", params={**params, "offset": offset, "limit": page_size}
+                ).json()
+            )
+            out.extend(Run(self, p.id, p) for p in page.items)
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                break
+        return out
+
+    def run_public(self, run_id: str) -> RunPublic:
+        return RunPublic.model_validate(self.request("GET", f"/api/runs/{run_id}").json())
+
+    # ---- groups -----------------------------------------------------------------------------------
+    def preset(self, name: str, seeds: list[int] | None = None, steps: int | None = None) -> Group:
+        """Launch a preset (a figure of the paper) over its seeds: one Group."""
+        body = {k: v for k, v in {"seeds": seeds, "steps": steps}.items() if v is not None}
+        launched = PresetLaunched.model_validate(
+            self.request("POST", f"/api/presets/{name}", json=body or None).json()
+        )
+        return Group(self, launched.group_id, launched.run_ids)
+
+    def sweep(
+        self,
+        base: RunSpec | dict[str, Any] | None = None,
+        norms: list[str] | None = None,
+        batch_sizes: list[int] | None = None,
+        seeds: list[int] | None = None,
+        **fields: Any,
+    ) -> Group:
+        """A base spec (and/or its fields as keywords) crossed with lists of norms, batch sizes and seeds:
+        one run per combination, in one Group."""
+        spec = _spec_dict(base)
+        spec.update(fields)
+        body = {"base": spec, "norms": norms or [], "batch_sizes": batch_sizes or [], "seeds": seeds or []}
+        created = SweepCreated.model_validate(self.request("POST", "/api/sweeps", json=body).json())
+        return Group(self, created.group_id, created.run_ids)
+
+    def group(self, group_id: str) -> Group:
+        """A group (sweep or preset) by id; its runs are read at once."""
+        group = Group(self, group_id, [])
+        group.refresh()
+        return group
+
+
+def _spec_dict(spec: RunSpec | dict[str, Any] | None) -> dict[str, Any]:
+    if spec is None:
+        return {}
+    if isinstance(spec, RunSpec):
+        return spec.model_dump(mode="json", exclude_unset=True)
+    return dict(spec)

@@ -1,0 +1,170 @@
+"""`Run`: one run on the server — its status, live events, full-resolution metrics, and what to do to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from normlab.api_models import RunPublic
+from normlab.client.errors import NormlabError
+from normlab.client.progress import Progress
+from normlab.client.sse import run_events
+from normlab.events import TERMINAL_STATUSES, Event, RunStatus, RunSummary
+from normlab.metrics_models import NON_FINITE, ScalarsPage
+from normlab.spec import RunSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from normlab.client.api import Client
+
+PAGE = 10_000  # scalars events per request of metrics()
+
+
+def require_pandas():
+    try:
+        import pandas
+    except ImportError as exc:  # pragma: no cover - the test environment has pandas
+        raise ImportError("DataFrames need pandas: pip install 'normlab[client]'") from exc
+    return pandas
+
+
+class Run:
+    """A run by id. `info` is the last RunPublic read (`refresh()` reads it again)."""
+
+    def __init__(self, client: Client, run_id: str, info: RunPublic | None = None):
+        self.client = client
+        self.id = run_id
+        self._info = info
+
+    def __repr__(self) -> str:
+        status = self._info.status.value if self._info else "?"
+        return f"Run({self.id!r}, status={status!r})"
+
+    def refresh(self) -> RunPublic:
+        self._info = self.client.run_public(self.id)
+        return self._info
+
+    @property
+    def info(self) -> RunPublic:
+        return self._info if self._info is not None else self.refresh()
+
+    @property
+    def spec(self) -> RunSpec:
+        return self.info.spec  # resolved: never changes
+
+    @property
+    def status(self) -> RunStatus:
+        """The status now (read from the server)."""
+        return self.refresh().status
+
+    @property
+    def summary(self) -> RunSummary:
+        """The final metrics and probes ({} until the run ends; read from the server)."""
+        return self.refresh().summary
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    # ---- following a run ----------------------------------------------------------------------------
+    def events(self, live: bool = True, after: int = 0) -> Iterator[Event]:
+        """Typed events after sequence number `after`. live=True: until the run's terminal status (a
+        dropped connection resumes from the last event, no gap, no repeat); live=False: only those
+        stored now."""
+        stop_at = None if live else self.refresh().last_seq
+        if stop_at is not None and stop_at <= after:
+            return
+        for event in run_events(
+            lambda headers: self.client.stream(f"/api/runs/{self.id}/events", headers), after
+        ):
+            yield event
+            if stop_at is not None and event.seq >= stop_at:
+                return
+
+    def wait(self, progress: bool = True, timeout: float | None = None) -> Run:
+        """Block until the run ends (a progress bar on stderr unless progress=False); returns the run.
+        TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = Progress(f"run {self.id}", self.spec.steps or 0) if progress else None
+        try:
+            for event in self.events(live=True):
+                if bar is not None and event.kind == "scalars":
+                    loss = event.payload.get("train_loss")
+                    bar.update(event.step, f"train_loss {loss:.4g}" if isinstance(loss, float) else "")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {self.id} had not ended after {timeout} s")
+        finally:
+            info = self.refresh()
+            if bar is not None:
+                bar.close(f"{info.status.value} at step {info.summary.step or '?'}")
+        if info.status not in TERMINAL_STATUSES:  # the stream ended early: fall back to polling
+            while self.refresh().status not in TERMINAL_STATUSES:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {self.id} had not ended after {timeout} s")
+                time.sleep(0.5)
+        return self
+
+    # ---- data ---------------------------------------------------------------------------------------
+    def metrics(self, page_size: int = PAGE) -> pd.DataFrame:
+        """Every `scalars` event stored so far (one row per logged step, never sampled): columns seq,
+        step, time and one per metric (NaN where a step has no value)."""
+        pd = require_pandas()
+        cols: dict[str, list[Any]] = {"seq": [], "step": [], "time": []}
+        values: dict[str, list[Any]] = {}
+        after = 0
+        while True:
+            page = ScalarsPage.model_validate(
+                self.client.request(
+                    "GET", f"/api/runs/{self.id}/scalars", params={"after": after, "limit": page_size}
+                ).json()
+            )
+            cols["seq"] += page.seq
+            cols["step"] += page.step
+            cols["time"] += page.time
+            for name, column in page.values.items():
+                values.setdefault(name, []).extend(
+                    NON_FINITE[v] if isinstance(v, str) else (float("nan") if v is None else v)
+                    for v in column
+                )
+            if page.next_after is None:
+                break
+            after = page.next_after
+        frame = pd.DataFrame({**cols, **values})
+        return frame.astype({"seq": "int64", "step": "int64", "time": "float64"})
+
+    # ---- acting on a run ----------------------------------------------------------------------------
+    def cancel(self) -> Run:
+        """Cancel: a queued run ends at once, a running one within about a second."""
+        self._info = RunPublic.model_validate(
+            self.client.request("POST", f"/api/runs/{self.id}/cancel").json()
+        )
+        return self
+
+    def delete(self) -> None:
+        """Delete the run and its history (a running run must be cancelled first)."""
+        self.client.request("DELETE", f"/api/runs/{self.id}")
+
+    def fork(self, step: int, **changes: Any) -> Run:
+        """A new run that starts from this run's state at `step`, with the spec `changes` (e.g. lr=1e-3)."""
+        body = self.client.request(
+            "POST", f"/api/runs/{self.id}/fork", json={"step": step, "changes": changes}
+        ).json()
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+            raise NormlabError(f"The server answered the fork without a run id: {body!r}")
+        return Run(self.client, body["id"])
+
+    def intervene(self, **knobs: Any) -> dict[str, Any]:
+        """Change knobs of the running run (e.g. lr=1e-4) from its next step; returns the server's answer."""
+        if not knobs:
+            raise ValueError("name at least one knob to change, e.g. run.intervene(lr=1e-4)")
+        return self.client.request("POST", f"/api/runs/{self.id}/interventions", json=knobs).json()
+
+    def plot(self, smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
+        """The run's curves as the dashboard draws them: a live FigureWidget in Jupyter, a static figure
+        elsewhere (live=False forces static)."""
+        from normlab.client.plot import plot_runs
+
+        return plot_runs([self], smoothing=smoothing, live=live)

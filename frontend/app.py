@@ -18,7 +18,7 @@ import flask
 from dash import ClientsideFunction, Input, Output, State, dcc, html
 from dash.development.base_component import Component
 
-from frontend import auth_box, ids
+from frontend import auth_box, embed, ids
 from normlab.settings import Settings
 
 HERE = Path(__file__).parent
@@ -141,6 +141,14 @@ def shell() -> html.Div:
                                 title="Copy a link to exactly this view (runs, panels, smoothing)",
                             ),
                             html.Span(id=ids.COPY_DONE, className="copied", role="status"),
+                            html.Button(
+                                "Embed",
+                                id=ids.EMBED,
+                                className="btn small",
+                                title="Copy an <iframe> of this page's runs as a live chart for slides or "
+                                "another site",
+                            ),
+                            html.Span(id=ids.EMBED_DONE, className="copied", role="status"),
                         ],
                     ),
                 ],
@@ -176,6 +184,7 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     app.layout = shell  # per request: the first page comes with the layout (routed_container)
     _register_shell(app)
     auth_box.register(app)  # the token box of a shared lab server
+    embed.install(app.server)  # /embed/... pages, and frame headers for every page
     return app
 
 
@@ -259,6 +268,12 @@ def _register_shell(app: dash.Dash) -> None:
         ClientsideFunction("normlab", "copyLink"),
         Output(ids.COPY_DONE, "children"),
         Input(ids.COPY_LINK, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab_embed", "copy"),
+        Output(ids.EMBED_DONE, "children"),
+        Input(ids.EMBED, "n_clicks"),
         prevent_initial_call=True,
     )
     app.clientside_callback(

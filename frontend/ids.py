@@ -11,6 +11,8 @@ LIVE_STATUS = "nl-live-status"  # dcc.Store {run_id: status} as the stream repor
 PRESENT = "nl-present"  # dcc.Store: presentation mode on/off (?present=1)
 COPY_LINK = "nl-copy-link"  # button "Copy link"
 COPY_DONE = "nl-copy-done"  # "Link copied" note
+EMBED = "nl-embed"  # button "Embed": copies an <iframe> of this page's runs (frontend/embed.py)
+EMBED_DONE = "nl-embed-done"  # "Embed code copied" note
 NAV = "nl-nav"
 
 # the live curves graph (Lab, Compare, Run)

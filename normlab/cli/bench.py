@@ -21,6 +21,10 @@ TARGETS = {
     "stream": ("benchmarks.stream", "live feed latency, fan-out, submit → first event, history fetch"),
     "faults": ("benchmarks.faults", "load and fault figures of the shared lab server"),
     "frontend": ("benchmarks.frontend", "page load and live-append cost in headless Chromium"),
+    "client": (
+        "benchmarks.client",
+        "normlab.client's full-resolution download vs the raw export; embed pages",
+    ),
     "demo": ("benchmarks.demo", "normlab up: click -> first point, cancel latency, page weight"),
 }
 # targets whose main takes (argv, settings): they run the engine in this process

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from normlab.api_models import RunCreated, RunList, RunPublic, SweepCreated
-from normlab.client.errors import NormlabError, from_response
+from normlab.api_models import RunCreated, RunList, SweepCreated
 from normlab.client.group import Group
+from normlab.client.http import Http
 from normlab.client.run import Run
 from normlab.group_models import PresetLaunched
 from normlab.spec import RunSpec
@@ -37,36 +37,15 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ):
-        self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
-        )
+        self.http = Http(base_url, token, timeout, transport)
+        self.base_url = self.http.base_url
 
-    # ---- plumbing ---------------------------------------------------------------------------------
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The answer of a 2xx request; a NormlabError with the server's message for anything else."""
-        try:
-            resp = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise NormlabError(f"Could not reach the normlab server at {self.base_url} ({exc}).") from exc
-        if resp.status_code >= 400:
-            try:
-                body = resp.json()
-            except ValueError:
-                body = None
-            raise from_response(resp.status_code, body, resp.text[:300])
-        return resp
-
-    def stream(self, path: str, headers: dict[str, str], params: dict | None = None) -> httpx.Response:
-        """A streaming GET (the caller closes it); the read timeout outlasts the server's heartbeats."""
-        req = self._http.build_request("GET", path, headers=headers, params=params)
-        timeout = httpx.Timeout(self._http.timeout.connect or 30.0, read=60.0)
-        req.extensions["timeout"] = timeout.as_dict()
-        return self._http.send(req, stream=True)
+        return self.http.request(method, path, **kwargs)
 
     def close(self) -> None:
-        self._http.close()
+        self.http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -84,11 +63,11 @@ class Client:
         body = _spec_dict(spec)
         body.update(fields)
         created = RunCreated.model_validate(self.request("POST", "/api/runs", json=body).json())
-        return Run(self, created.id)
+        return Run(self.http, created.id)
 
     def run(self, run_id: str) -> Run:
         """The run with this id (read at once: an unknown id raises NormlabError, HTTP 404)."""
-        run = Run(self, run_id)
+        run = Run(self.http, run_id)
         run.refresh()
         return run
 
@@ -116,14 +95,11 @@ class Client:
                     "GET", "/api/runs", params={**params, "offset": offset, "limit": page_size}
                 ).json()
             )
-            out.extend(Run(self, p.id, p) for p in page.items)
+            out.extend(Run(self.http, p.id, p) for p in page.items)
             offset += len(page.items)
             if not page.items or offset >= page.total:
                 break
         return out
-
-    def run_public(self, run_id: str) -> RunPublic:
-        return RunPublic.model_validate(self.request("GET", f"/api/runs/{run_id}").json())
 
     # ---- groups -----------------------------------------------------------------------------------
     def preset(self, name: str, seeds: list[int] | None = None, steps: int | None = None) -> Group:
@@ -132,7 +108,7 @@ class Client:
         launched = PresetLaunched.model_validate(
             self.request("POST", f"/api/presets/{name}", json=body or None).json()
         )
-        return Group(self, launched.group_id, launched.run_ids)
+        return Group(self.http, launched.group_id, launched.run_ids)
 
     def sweep(
         self,
@@ -148,11 +124,11 @@ class Client:
         spec.update(fields)
         body = {"base": spec, "norms": norms or [], "batch_sizes": batch_sizes or [], "seeds": seeds or []}
         created = SweepCreated.model_validate(self.request("POST", "/api/sweeps", json=body).json())
-        return Group(self, created.group_id, created.run_ids)
+        return Group(self.http, created.group_id, created.run_ids)
 
     def group(self, group_id: str) -> Group:
         """A group (sweep or preset) by id; its runs are read at once."""
-        group = Group(self, group_id, [])
+        group = Group(self.http, group_id, [])
         group.refresh()
         return group
 

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from normlab.api_models import RunList
+from normlab.client.http import Http
 from normlab.client.progress import Progress
 from normlab.client.run import Run, require_pandas
 from normlab.events import TERMINAL_STATUSES
@@ -15,11 +16,9 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from normlab.client.api import Client
-
 
 class Group:
-    def __init__(self, client: Client, group_id: str, run_ids: list[str]):
+    def __init__(self, client: Http, group_id: str, run_ids: list[str]):
         self.client = client
         self.id = group_id
         self.run_ids = list(run_ids)

@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from normlab.events import TERMINAL_STATUSES
+from normlab.api_models import RunPublic
+from normlab.events import TERMINAL_STATUSES, Event
 from normlab.palette import RAW_OPACITY, ema, norm_color
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from normlab.client.run import Run
+
+class Plottable(Protocol):
+    """What a plot reads of a run (normlab.client.Run)."""
+
+    id: str
+
+    @property
+    def info(self) -> RunPublic: ...
+    def refresh(self) -> RunPublic: ...
+    def metrics(self) -> Any: ...
+    def events(self, live: bool = True, after: int = 0) -> Iterator[Event]: ...
+
 
 PANELS = (("train_loss", "Training loss"), ("val_loss", "Validation loss"))
 METRICS = (
@@ -46,7 +59,7 @@ class _Trace:
         self.raw, self.smooth, self.state = raw, smooth, state
 
 
-def build_figure(runs: list[Run], frames: list[Any], smoothing: float) -> tuple[go.Figure, dict]:
+def build_figure(runs: Sequence[Plottable], frames: list[Any], smoothing: float) -> tuple[go.Figure, dict]:
     """(the static figure, {(run id, metric): _Trace}) from each run's metrics DataFrame."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -113,7 +126,7 @@ def build_figure(runs: list[Run], frames: list[Any], smoothing: float) -> tuple[
     return fig, where
 
 
-def plot_runs(runs: list[Run], smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
+def plot_runs(runs: Sequence[Plottable], smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
     """The runs' curves; live (a FigureWidget extended as events arrive) by default in Jupyter while any
     run is still going, else a static Figure of what is stored."""
     if not 0 <= smoothing < 1:
@@ -136,7 +149,7 @@ def plot_runs(runs: list[Run], smoothing: float = 0.6, live: bool | None = None)
     return widget
 
 
-def _feed(widget: Any, run: Run, after: int, where: dict, smoothing: float) -> None:
+def _feed(widget: Any, run: Plottable, after: int, where: dict, smoothing: float) -> None:
     """Append the run's new scalars to the widget's traces until the run ends (batched, ~4 draws/s)."""
     pending: list[Any] = []
     last_draw = time.monotonic()

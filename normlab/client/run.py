@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from normlab.api_models import RunPublic
 from normlab.client.errors import NormlabError
+from normlab.client.http import Http
 from normlab.client.progress import Progress
 from normlab.client.sse import run_events
 from normlab.events import TERMINAL_STATUSES, Event, RunStatus, RunSummary
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from normlab.client.api import Client
 
 PAGE = 10_000  # scalars events per request of metrics()
 
@@ -34,7 +34,7 @@ def require_pandas():
 class Run:
     """A run by id. `info` is the last RunPublic read (`refresh()` reads it again)."""
 
-    def __init__(self, client: Client, run_id: str, info: RunPublic | None = None):
+    def __init__(self, client: Http, run_id: str, info: RunPublic | None = None):
         self.client = client
         self.id = run_id
         self._info = info
@@ -44,7 +44,7 @@ class Run:
         return f"Run({self.id!r}, status={status!r})"
 
     def refresh(self) -> RunPublic:
-        self._info = self.client.run_public(self.id)
+        self._info = RunPublic.model_validate(self.client.request("GET", f"/api/runs/{self.id}").json())
         return self._info
 
     @property
@@ -70,15 +70,18 @@ class Run:
         return self.status in TERMINAL_STATUSES
 
     # ---- following a run ----------------------------------------------------------------------------
-    def events(self, live: bool = True, after: int = 0) -> Iterator[Event]:
+    def events(self, live: bool = True, after: int = 0, timeout: float | None = None) -> Iterator[Event]:
         """Typed events after sequence number `after`. live=True: until the run's terminal status (a
         dropped connection resumes from the last event, no gap, no repeat); live=False: only those
-        stored now."""
+        stored now. TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         stop_at = None if live else self.refresh().last_seq
         if stop_at is not None and stop_at <= after:
             return
         for event in run_events(
-            lambda headers: self.client.stream(f"/api/runs/{self.id}/events", headers), after
+            lambda headers: self.client.stream(f"/api/runs/{self.id}/events", headers),
+            after,
+            deadline=deadline,
         ):
             yield event
             if stop_at is not None and event.seq >= stop_at:
@@ -90,12 +93,11 @@ class Run:
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress(f"run {self.id}", self.spec.steps or 0) if progress else None
         try:
-            for event in self.events(live=True):
+            left = None if deadline is None else deadline - time.monotonic()
+            for event in self.events(live=True, timeout=left):
                 if bar is not None and event.kind == "scalars":
                     loss = event.payload.get("train_loss")
                     bar.update(event.step, f"train_loss {loss:.4g}" if isinstance(loss, float) else "")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {self.id} had not ended after {timeout} s")
         finally:
             info = self.refresh()
             if bar is not None:

@@ -38,11 +38,13 @@ def run_events(
     retries: int = 20,
     backoff_s: float = 0.5,
     on_resume: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> Iterator[Event]:
     """Events after sequence number `after` until the run's terminal status (or the stream's end).
 
     `open_stream(headers)` opens the GET (a streaming response); a connection that drops is reopened
-    up to `retries` times in a row, from the last event received."""
+    up to `retries` times in a row, from the last event received. Past `deadline` (time.monotonic()),
+    TimeoutError, checked on every line received (the server's heartbeats included)."""
     last = after
     failures = 0
     while True:
@@ -60,7 +62,7 @@ def run_events(
             if resp.status_code != 200:
                 resp.read()
                 raise from_response(resp.status_code, _json(resp), resp.text[:300])
-            for sse_id, _kind, data in parse_sse(resp.iter_lines()):
+            for sse_id, _kind, data in parse_sse(_until(resp.iter_lines(), deadline)):
                 event = Event.model_validate_json(data)
                 if event.seq <= last:  # already delivered before a reconnect
                     continue
@@ -77,6 +79,13 @@ def run_events(
                 on_resume(last)
         finally:
             resp.close()
+
+
+def _until(lines: Iterator[str], deadline: float | None) -> Iterator[str]:
+    for line in lines:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("the run had not ended in time")
+        yield line
 
 
 def _failed(failures: int, retries: int, backoff_s: float, exc: Exception | None) -> int:

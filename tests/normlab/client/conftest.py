@@ -3,17 +3,14 @@ store writer for long histories."""
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
-import time
-import uuid
 
 import pytest
 
-from backend.testing import running_lab
-from normlab.store import EventRow, Store
-from normlab.store.rollup import SCALAR_NAMES
+from benchmarks.client import write_history as insert_history  # noqa: F401  (the tests' name)
+from benchmarks.service import running_lab
+from normlab.store import Store
 
 TINY = {"task": "digits", "hidden_size": 16, "eval_every": 20}
 
@@ -26,48 +23,10 @@ def lab(tmp_path_factory):
         lab.store.dispose()
 
 
-def insert_history(store: Store, steps: int, special: dict[int, dict] | None = None) -> str:
-    """A completed run with `steps` scalars events written straight into the store (one per step), so a
-    test of the download path gets a 20,000-step history in a second instead of minutes of training."""
-    run_id = uuid.uuid4().hex[:12]
-    spec = {"task": "digits", "steps": steps, "hidden_size": 16}
-    from normlab.spec import RunSpec
-
-    store.create_runs([{"id": run_id, "spec": RunSpec(**spec).resolved().model_dump(mode="json")}])
-    t0 = 1.7e9
-    rows = []
-    for i in range(steps):
-        values = {
-            "train_loss": 2.0 / (1 + i) + (i % 7) * 1e-9,
-            "val_loss": (1.5 / (1 + i)) if i % 50 == 0 else None,
-            "accuracy": (i % 1000) / 1000 if i % 50 == 0 else None,
-            "grad_norm": 0.1 + (i % 13) / 3,
-            "lr": 1e-3,
-            "steps_per_s": 1000.0 + i % 17,
-            "elapsed": i / 1000.0,
-        }
-        values.update((special or {}).get(i, {}))
-        rows.append(EventRow(i + 1, i + 1, "scalars", t0 + i / 1000.0 + 1e-7 * (i % 3), json.dumps(values)))
-    status = {"status": "completed", "metrics": {}}
-    rows.append(EventRow(steps + 1, steps, "status", t0 + steps, json.dumps(status)))
-    for k in range(0, len(rows), 5000):
-        chunk = rows[k : k + 5000]
-        store.append_events(run_id, chunk, [], sum(r.kind == "scalars" for r in chunk))
-    from sqlalchemy import update
-
-    from normlab.store.schema import runs
-
-    with store.engine.begin() as conn:
-        conn.execute(
-            update(runs).where(runs.c.id == run_id).values(status="completed", finished_at=time.time())
-        )
-    assert set(values) <= set(SCALAR_NAMES)
-    return run_id
-
-
 class CuttingProxy:
     """A TCP proxy to `target` that cuts the first `cuts` connections after `after_bytes` bytes of the
-    answer (an abrupt close mid-stream, as a flaky network does); it records each request's head."""
+    answer of an event stream (an abrupt close mid-stream, as a flaky network does); it records the
+    first request head of each connection."""
 
     def __init__(self, target: tuple[str, int], after_bytes: int, cuts: int):
         self.target, self.after_bytes, self.cuts = target, after_bytes, cuts
@@ -92,7 +51,7 @@ class CuttingProxy:
         head = down.recv(65536)
         self.heads.append(head.decode("latin-1"))
         up.sendall(head)
-        cut_this = self.cut < self.cuts
+        cut_this = "/events" in head.decode("latin-1") and self.cut < self.cuts
         if cut_this:
             self.cut += 1
         sent = 0

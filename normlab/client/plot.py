@@ -139,13 +139,29 @@ def plot_runs(runs: Sequence[Plottable], smoothing: float = 0.6, live: bool | No
         live = in_notebook() and any(r.info.status not in TERMINAL_STATUSES for r in runs)
     if not live:
         return fig
-    import plotly.graph_objects as go
-
-    widget = go.FigureWidget(fig)
+    widget = live_figure(fig)
     for run, frame in zip(runs, frames, strict=True):
         after = int(frame["seq"].max()) if len(frame) else 0
         thread = threading.Thread(target=_feed, args=(widget, run, after, where, smoothing), daemon=True)
         thread.start()
+        widget._normlab_feeds.append(thread)
+    return widget
+
+
+def live_figure(fig: go.Figure) -> go.FigureWidget:
+    """A FigureWidget of `fig` with `wait(timeout)`: returns once every run it follows has ended and its
+    last points are drawn (True), or after `timeout` seconds (False)."""
+    import plotly.graph_objects as go
+
+    class LiveFigure(go.FigureWidget):
+        def wait(self, timeout: float | None = None) -> bool:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for thread in self._normlab_feeds:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            return not any(t.is_alive() for t in self._normlab_feeds)
+
+    widget = LiveFigure(fig)
+    widget._normlab_feeds = []
     return widget
 
 

@@ -160,3 +160,28 @@ def test_server_errors_raise_normlab_error_with_the_servers_message(lab, lab_cli
     assert info.value.status == 422 and info.value.field == "norms"
     with Client("http://127.0.0.1:9") as nowhere, pytest.raises(NormlabError, match="Could not reach"):
         nowhere.runs()
+
+
+def test_plot_outside_a_notebook_is_a_static_figure_with_the_dashboards_look(finished):
+    import plotly.graph_objects as go
+
+    from frontend.figures import norm_color
+    from frontend.smoothing import RAW_OPACITY
+
+    fig = finished.plot(smoothing=0.6)
+    assert type(fig) is go.Figure  # not a widget: no kernel here
+    df = finished.metrics()
+    raw, smooth = fig.data[0], fig.data[1]  # the training-loss panel: raw under smoothed
+    assert list(raw.x) == df["step"].tolist() and list(raw.y) == df["train_loss"].tolist()
+    expected, acc = [], 0.0  # TensorBoard's debiased EMA, from its definition
+    for k, v in enumerate(df["train_loss"].tolist(), start=1):
+        acc = 0.6 * acc + 0.4 * v
+        expected.append(acc / (1 - 0.6**k))
+    assert list(smooth.y) == pytest.approx(expected, rel=1e-12)
+    assert raw.line.color == smooth.line.color == norm_color(finished.spec.norm)
+    assert raw.opacity == RAW_OPACITY
+    assert [a.text for a in fig.layout.annotations] == [
+        "Training loss",
+        "Validation loss",
+        "Validation accuracy",
+    ]

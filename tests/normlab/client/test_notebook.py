@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -29,6 +30,9 @@ def test_the_example_notebook_runs_against_a_real_server(lab, monkeypatch, tmp_p
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert printed.count("difference") == 3  # the preset's three claims, each with its effect
     assert "/embed/run/" in printed and "/embed/replay?runs=" in printed
+    drawn = re.search(r"LiveFigure: (\d+) of (\d+) training-loss points drawn, last at step 1500", printed)
+    assert drawn and drawn.group(1) == drawn.group(2), printed  # the widget got every point, live
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
     figure = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert figure, "the plot cell showed no plotly figure"
     traces = figure[0]["data"]["application/vnd.plotly.v1+json"]["data"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from normlab.api_models import RunPublic
 from normlab.client.errors import NormlabError
@@ -149,8 +149,9 @@ class Run:
         """Delete the run and its history (a running run must be cancelled first)."""
         self.client.request("DELETE", f"/api/runs/{self.id}")
 
-    def fork(self, step: int, **changes: Any) -> Run:
-        """A new run that starts from this run's state at `step`, with the spec `changes` (e.g. lr=1e-3)."""
+    def fork(self, step: int | Literal["now"], **changes: Any) -> Run:
+        """A new run from this run's latest checkpoint at or before `step` ("now": a running run
+        checkpoints at its next step), with the spec `changes` (e.g. lr=1e-3)."""
         body = self.client.request(
             "POST", f"/api/runs/{self.id}/fork", json={"step": step, "changes": changes}
         ).json()
@@ -159,7 +160,8 @@ class Run:
         return Run(self.client, body["id"])
 
     def intervene(self, **knobs: Any) -> dict[str, Any]:
-        """Change knobs of the running run (e.g. lr=1e-4) from its next step; returns the server's answer."""
+        """Change knobs of the running run (lr, weight_decay, momentum, freeze_gain) from its next step;
+        returns the server's answer ({"run_id", "changes"})."""
         if not knobs:
             raise ValueError("name at least one knob to change, e.g. run.intervene(lr=1e-4)")
         return self.client.request("POST", f"/api/runs/{self.id}/interventions", json=knobs).json()

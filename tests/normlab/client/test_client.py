@@ -185,3 +185,31 @@ def test_plot_outside_a_notebook_is_a_static_figure_with_the_dashboards_look(fin
         "Validation loss",
         "Validation accuracy",
     ]
+
+
+def test_fork_and_intervene(lab_client, finished):
+    child = finished.fork(100, lr=0.002)
+    assert isinstance(child, Run) and child.id != finished.id
+    child.wait(progress=False, timeout=120)
+    assert child.status == RunStatus.COMPLETED and child.spec.lr == 0.002
+    first_step = child.metrics()["step"].min()
+    assert 1 < first_step <= 101  # it continued from a checkpoint at or before step 100
+    with pytest.raises(NormlabError) as info:
+        finished.fork(100, hidden_size=64)  # a change that cannot continue the model
+    assert info.value.status == 422 and info.value.message
+    with pytest.raises(NormlabError) as info:
+        finished.intervene(lr=0.1)
+    assert info.value.status == 409  # only a running run takes interventions
+
+    live = lab_client.submit(task="digits", steps=20_000, hidden_size=16, eval_every=1000)
+    try:
+        for event in live.events(live=True, timeout=120):
+            if event.kind == "scalars":
+                break
+        assert live.intervene(lr=0.0123) == {"run_id": live.id, "changes": {"lr": 0.0123}}
+        for event in live.events(live=True, timeout=120):
+            if event.kind == "intervention":
+                assert event.payload["changes"]["lr"] == {"old": 0.001, "new": 0.0123}
+                break
+    finally:
+        live.cancel()

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "normlab.cli.db",  # db upgrade|status
     "normlab.cli.maintain",  # gc, backup, restore
     "normlab.cli.fork",  # fork
+    "normlab.cli.depth",  # depth-init
 ]
 
 

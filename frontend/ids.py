@@ -82,6 +82,7 @@ RUN_SMOOTH = "run-smooth"  # smoothing slider of a run's curves
 
 # Run
 RUN_ID = "run-id"  # dcc.Store with the run id
+RUN_SPEC = "run-spec"  # dcc.Store with the run's resolved spec (for the theory lines)
 RUN_HEADER = "run-header"
 RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by the stream
 RUN_HIDDEN = "run-hidden"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend import figures
+from frontend import figures, theory_lines
 
 # Fisher panel: layers and weight groups are names, not an order: neighbours get clearly different hues
 # (Okabe–Ito again), and a name keeps its hue in every subplot.
@@ -50,12 +50,17 @@ def _step_panel(events: list[dict]) -> tuple[str, str]:
 
 
 def fisher_figure(
-    events: list[dict], present: bool = False, ended: bool = False, blocked: bool = False
+    events: list[dict],
+    present: bool = False,
+    ended: bool = False,
+    blocked: bool = False,
+    spec: dict | None = None,
 ) -> dict:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
     stability line 2. Below, per scale-invariant weight group: ‖w‖, the effective step, uᵀFu along w and
     the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere.
-    `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it)."""
+    `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it).
+    `spec`: the run's resolved spec, for the theory lines that apply to it (frontend.theory_lines)."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
     step_field, step_title = _step_panel(events)
     titles = [
@@ -108,6 +113,8 @@ def fisher_figure(
                 row=row,
                 col=col,
             )
+    if step_field == "effective_step":
+        theory_lines.draw_angular(fig, spec, steps, row=2, col=2, legend="legend4")
     fig.update_xaxes(title_text="training step")
     traces = (v for e in events for v in (e["payload"].get("trace") or {}).values())
     fig.update_yaxes(type="log", row=1, col=1, **figures.log_ticks(traces))

@@ -180,6 +180,7 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
                 className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]
             ),
             dcc.Store(id=ids.RUN_ID, data=run["id"]),
+            dcc.Store(id=ids.RUN_SPEC, data=run["spec"]),
             dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
             *components.page_stores(bundle["watch"], None),
         ],
@@ -248,15 +249,16 @@ clientside_callback(
     State(ids.PRESENT, "data"),
     State(ids.RUN_FISHER_WARNING, "children"),
     State(ids.RUN_ID, "data"),
+    State(ids.RUN_SPEC, "data"),
     prevent_initial_call=True,
 )
-def on_probes(probes, present, note, run_id):
+def on_probes(probes, present, note, run_id, spec=None):
     probes = probes or {}
     ended, log = probes.get("ended", False), probes.get("log", [])
     fishers, warned = probes.get("fisher", []), fisher_warning(log)
     return (
         hidden_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
-        probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned)),
+        probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned), spec=spec),
         log_items(log),
         fisher_warning(log, note or ""),
         [] if fishers else retry_link(run_id, log),

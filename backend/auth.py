@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import ColumnElement, insert, select, update
 
 from backend.limits import active_runs, limits_public
-from normlab.store import Store
+from normlab.store import RunRow, Store
 from normlab.store.schema import api_tokens as tokens
 
 TOKEN_PREFIX = "nl_"
@@ -169,7 +169,7 @@ def principal_of(request: Request) -> Principal | None:
     return getattr(request.state, "principal", None)
 
 
-def require_owner(request: Request, run: dict, action: str) -> None:
+def require_owner(request: Request, run: RunRow, action: str) -> None:
     """403 unless auth is off, or the caller owns the run, or is an admin."""
     if request.app.state.settings.auth == "off":
         return

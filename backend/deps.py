@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request
 
 from backend.feed.hub import FeedHub
 from normlab.settings import Settings
-from normlab.store import Store
+from normlab.store import RunRow, Store
 
 
 def _settings(request: Request) -> Settings:
@@ -37,7 +37,7 @@ RUN_ID_PATTERN = r"^[0-9A-Za-z_-]{1,32}$"
 RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
-def get_run_or_404(store: Store, run_id: str) -> dict:
+def get_run_or_404(store: Store, run_id: str) -> RunRow:
     run = store.get_run(run_id) if RUN_ID.fullmatch(run_id) else None
     if run is None:
         shown = run_id[:40].encode("ascii", "backslashreplace").decode()

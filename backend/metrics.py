@@ -6,11 +6,11 @@ import csv
 import io
 import json
 
-from normlab.store import Store
+from normlab.store import RunRow, Store
 from normlab.store.rollup import BASE, SCALAR_NAMES, Bucket, choose_level, series_from_buckets
 
 
-def run_metrics(store: Store, run: dict, names: list[str] | None, max_points: int) -> dict:
+def run_metrics(store: Store, run: RunRow, names: list[str] | None, max_points: int) -> dict:
     """MetricsPublic for a run: raw points when they fit in max_points, else buckets of 4**L points
     (between max_points/4 and max_points of them) read from the roll-ups plus the open tail."""
     names = list(names or SCALAR_NAMES)

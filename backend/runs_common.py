@@ -13,7 +13,7 @@ from normlab.events import RunStatus
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.spec import RunSpec
-from normlab.store import Store, new_run_id
+from normlab.store import RunRow, Store, new_run_id
 from normlab.store.admission import OverCap
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def _dt(x: float | None) -> datetime | None:
     return None if x is None else datetime.fromtimestamp(x, UTC)
 
 
-def run_public(store: Store, row: dict, tags: list[str] | None = None) -> RunPublic:
+def run_public(store: Store, row: RunRow, tags: list[str] | None = None) -> RunPublic:
     """The run as the API shows it; `tags` when the caller already read them (a list of runs)."""
     return RunPublic(
         id=row["id"],
@@ -41,8 +41,8 @@ def run_public(store: Store, row: dict, tags: list[str] | None = None) -> RunPub
         summary=json.loads(row["summary"]) if row["summary"] else {},
         last_seq=row["last_seq"],
         queue_position=store.queue_position(row["created_at"]) if row["status"] == RunStatus.QUEUED else None,
-        name=row.get("name"),
-        note=row.get("note"),
+        name=row["name"],
+        note=row["note"],
         tags=tags if tags is not None else store.tags_of([row["id"]]).get(row["id"], []),
     )
 

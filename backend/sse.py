@@ -15,7 +15,7 @@ import anyio
 
 from backend.feed.hub import Channel, FeedHub, Frame, frames_filling_gaps
 from normlab.events import ACTIVE_STATUSES
-from normlab.store import Store
+from normlab.store import RunRow, Store
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
 _CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):([0-9]{1,12})$")  # ASCII digits only
@@ -51,7 +51,7 @@ def format_multi_cursor(cursors: dict[str, int]) -> str:
 
 
 async def stream_runs(
-    hub: FeedHub, store: Store, runs: list[dict], cursors: dict[str, int], multiplexed: bool
+    hub: FeedHub, store: Store, runs: list[RunRow], cursors: dict[str, int], multiplexed: bool
 ) -> AsyncIterator[bytes]:
     """Yield SSE frames for `runs` (store rows) from each run's cursor until each run has ended."""
     channels: dict[str, Channel] = {}

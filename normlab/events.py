@@ -7,10 +7,18 @@ no gaps; the results store and the live feed key on it, and it is the SSE event 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 EventKind = Literal["scalars", "hidden", "fisher", "status", "log", "intervention"]
 
@@ -140,6 +148,60 @@ def check_payload(kind: EventKind, payload: dict[str, Any]) -> BaseModel:
     return PAYLOADS[kind].model_validate(payload)
 
 
+class _TypedEvent(BaseModel):
+    run_id: str | None = None
+    seq: int = Field(ge=1)
+    step: int = Field(ge=0)
+    time: float
+
+    @property
+    def terminal(self) -> bool:
+        return False
+
+
+class ScalarsEvent(_TypedEvent):
+    kind: Literal["scalars"]
+    payload: Scalars
+
+
+class HiddenEvent(_TypedEvent):
+    kind: Literal["hidden"]
+    payload: HiddenPayload
+
+
+class FisherEvent(_TypedEvent):
+    kind: Literal["fisher"]
+    payload: FisherPayload
+
+
+class LogEvent(_TypedEvent):
+    kind: Literal["log"]
+    payload: LogPayload
+
+
+class StatusEvent(_TypedEvent):
+    kind: Literal["status"]
+    payload: StatusPayload
+
+    @property
+    def terminal(self) -> bool:
+        return self.payload.status in TERMINAL_STATUSES
+
+
+# An event read back (from the store, the live feed, the API) with its payload typed by its kind.
+TypedEvent = Annotated[
+    ScalarsEvent | HiddenEvent | FisherEvent | LogEvent | StatusEvent, Field(discriminator="kind")
+]
+_TYPED_EVENT: TypeAdapter[TypedEvent] = TypeAdapter(TypedEvent)
+
+
+def parse_event(data: str | bytes | dict[str, Any]) -> TypedEvent:
+    """An Event's JSON (or dict) as the member of the union its kind names; ValidationError otherwise."""
+    if isinstance(data, dict):
+        return _TYPED_EVENT.validate_python(data)
+    return _TYPED_EVENT.validate_json(data)
+
+
 class RunSummary(BaseModel):
     """What a finished run stores as its ``summary`` (and the API returns); empty until it finishes.
 
@@ -154,7 +216,7 @@ class RunSummary(BaseModel):
     engine: dict[str, str | bool] | None = None
 
     @model_serializer(mode="wrap")
-    def _only_set(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
+    def _only_set(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # no return type: keeps the schema
         return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
 
@@ -175,7 +237,7 @@ class RunResult(BaseModel):
 class EventCounter:
     """Numbers a run's events 1, 2, 3, … and passes them to a sink (the callback the engine is given)."""
 
-    def __init__(self, sink, run_id: str | None = None, start: int = 0):
+    def __init__(self, sink: Callable[[Event], object], run_id: str | None = None, start: int = 0):
         self._sink = sink
         self.run_id = run_id
         self.seq = start

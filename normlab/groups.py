@@ -10,7 +10,7 @@ ended enter cells and claims, so the verdict fills in as runs finish.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from normlab.cells import aggregate, trace_stats
@@ -45,7 +45,7 @@ def varied_fields(specs: list[dict]) -> list[str]:
 def summarize(
     group_id: str,
     meta: dict | None,
-    runs: list[dict],
+    runs: Sequence[Mapping[str, Any]],
     curve_of: Callable[[str, str], list[tuple[int, float]]],
     metric: str | None = None,
 ) -> dict:

@@ -17,6 +17,7 @@ from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
 from backend.sse import CursorError, parse_multi_cursor, parse_single_cursor, stream_runs
 from normlab.api_models import ErrorDetail
 from normlab.events import TERMINAL_STATUSES
+from normlab.store import RunRow
 
 router = APIRouter(prefix="/api", tags=["events"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -46,7 +47,7 @@ def _held(request: Request, stream):
     return request.app.state.stream_slots.hold(client, stream)
 
 
-def _finished(run: dict, cursor: int) -> bool:
+def _finished(run: RunRow, cursor: int) -> bool:
     return run["status"] in TERMINAL_STATUSES and cursor >= run["last_seq"]
 
 

@@ -3,12 +3,14 @@ NORMLAB_DATABASE_URL), upgraded in place by the migrations in normlab/migrations
 
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 
 from normlab.cli import settings_from
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("db", help="upgrade the results store's schema, or show its revision")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     verbs.add_parser("upgrade", help="upgrade the store in place to this normlab's schema (back it up first)")
@@ -19,7 +21,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_db)
 
 
-def cmd_db(args) -> int:
+def cmd_db(args: argparse.Namespace) -> int:
     from normlab.store import migrate
     from normlab.store.store import make_engine
 

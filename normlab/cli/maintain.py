@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from normlab.cli import CLIError, settings_from
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("gc", help="delete old ended runs with their events and checkpoints")
     p.add_argument(
         "--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w or 48h: ended before then"
@@ -34,7 +39,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_restore)
 
 
-def _store_args(p) -> None:
+def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, help="the SQLite store's folder (default ~/.normlab)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -47,7 +52,7 @@ def parse_age(text: str) -> float:
     return int(m.group(1)) * UNITS[m.group(2)]
 
 
-def cmd_gc(args) -> int:
+def cmd_gc(args: argparse.Namespace) -> int:
     from normlab.store import get_store
 
     age = parse_age(args.older_than)
@@ -69,7 +74,7 @@ def cmd_gc(args) -> int:
     return 0
 
 
-def _store_engine(args):
+def _store_engine(args: argparse.Namespace) -> tuple[Engine, str]:
     from normlab.store.store import make_engine
 
     settings = settings_from(args)
@@ -77,7 +82,7 @@ def _store_engine(args):
     return make_engine(url), url
 
 
-def cmd_backup(args) -> int:
+def cmd_backup(args: argparse.Namespace) -> int:
     from normlab.store.backup import BackupError, backup
 
     engine, url = _store_engine(args)
@@ -95,7 +100,7 @@ def cmd_backup(args) -> int:
     return 0
 
 
-def cmd_restore(args) -> int:
+def cmd_restore(args: argparse.Namespace) -> int:
     from normlab.store import migrate
     from normlab.store.backup import BackupError, restore
 

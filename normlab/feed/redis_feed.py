@@ -10,7 +10,7 @@ import logging
 
 import redis
 
-from normlab.events import TERMINAL_STATUSES
+from normlab.events import parse_event
 from normlab.settings import Settings
 from normlab.store import EventRow, event_json
 
@@ -23,9 +23,8 @@ def stream_key(settings: Settings, run_id: str) -> str:
 
 
 def is_terminal_row(row: EventRow) -> bool:
-    return row.kind == "status" and any(
-        f'"status": "{s}"' in row.payload or f'"status":"{s}"' in row.payload for s in TERMINAL_STATUSES
-    )
+    """Whether a stored event ends its run, read from its typed payload (only status events can)."""
+    return row.kind == "status" and parse_event(event_json("", row)).terminal
 
 
 class RedisPublisher:

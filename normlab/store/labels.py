@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, delete, func, insert, or_, select, update
 
 from normlab.events import RunStatus
+from normlab.store.rows import RunRow, run_row
 from normlab.store.schema import run_tags, runs
 
 
@@ -88,9 +89,7 @@ class LabelsMixin:
                 out.setdefault(run_id, []).append(tag)
         return out
 
-    def search_runs(
-        self, query: RunQuery, *, offset: int = 0, limit: int = 50
-    ) -> tuple[list[dict[str, Any]], int]:
+    def search_runs(self, query: RunQuery, *, offset: int = 0, limit: int = 50) -> tuple[list[RunRow], int]:
         """Runs matching the query, newest first, and how many match in all."""
         cond = _conditions(query)
         with self.engine.connect() as conn:
@@ -102,7 +101,7 @@ class LabelsMixin:
                 .mappings()
                 .all()
             )
-        return [dict(r) for r in rows], int(total)
+        return [run_row(r) for r in rows], int(total)
 
     def old_runs(self, before: float, *, keep_tagged: bool) -> list[dict[str, Any]]:
         """Ended runs that finished (or, never started, were created) before the time, oldest first:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from normlab.events import Scalars
 
@@ -28,7 +29,7 @@ class Bucket:
     time_last: float = 0.0
     n: int = 0  # events in the bucket
 
-    def add_point(self, seq: int, step: int, time: float, values: dict) -> None:
+    def add_point(self, seq: int, step: int, time: float, values: dict[str, Any]) -> None:
         for name, v in values.items():
             if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
                 continue
@@ -64,7 +65,7 @@ class RollupBuilder:
         self.index = start_index  # index of the next scalars event
         self._open: list[Bucket] = [Bucket() for _ in range(MAX_LEVEL + 1)]  # [0] unused
 
-    def add(self, seq: int, step: int, time: float, values: dict) -> list[tuple[int, int, Bucket]]:
+    def add(self, seq: int, step: int, time: float, values: dict[str, Any]) -> list[tuple[int, int, Bucket]]:
         """Add one scalars event; return (level, bucket_number, bucket) for every bucket it closes."""
         done: list[tuple[int, int, Bucket]] = []
         self._open[1].add_point(seq, step, time, values)
@@ -93,7 +94,7 @@ def bucket_json(bucket: Bucket) -> str:
     return json.dumps(bucket.data, separators=(",", ":"))
 
 
-def bucket_rows(closed: list[tuple[int, int, Bucket]]) -> list[dict]:
+def bucket_rows(closed: list[tuple[int, int, Bucket]]) -> list[dict[str, Any]]:
     """The `rollups` rows (less run_id) of the buckets `RollupBuilder.add` closed, for Store.append_events."""
     return [
         {
@@ -108,11 +109,11 @@ def bucket_rows(closed: list[tuple[int, int, Bucket]]) -> list[dict]:
     ]
 
 
-def series_from_buckets(buckets: list[Bucket], names: list[str]) -> dict[str, dict[str, list]]:
+def series_from_buckets(buckets: list[Bucket], names: list[str]) -> dict[str, dict[str, list[float]]]:
     """Series per metric (only buckets where it has a value): step, value = mean, min, max, time."""
-    out: dict[str, dict[str, list]] = {}
+    out: dict[str, dict[str, list[float]]] = {}
     for name in names:
-        s: dict[str, list] = {"step": [], "value": [], "min": [], "max": [], "time": []}
+        s: dict[str, list[float]] = {"step": [], "value": [], "min": [], "max": [], "time": []}
         for b in buckets:
             agg = b.data.get(name)
             if agg is None or agg[3] == 0:

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
@@ -24,6 +25,7 @@ from normlab.store.deadline import pg_engine
 from normlab.store.group_rows import GroupsMixin
 from normlab.store.labels import LabelsMixin
 from normlab.store.migrate import ensure_current
+from normlab.store.rows import RollupRow, RunRow, run_row
 from normlab.store.schema import cache, events, rollups, run_tags, runs
 
 
@@ -59,7 +61,7 @@ def make_engine(url: str, timeout_s: float | None = None) -> Engine:
         )
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # WAL: one writer and many readers at once
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:  # WAL: one writer and many readers at once
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
@@ -126,14 +128,22 @@ class Store(GroupsMixin, LabelsMixin):
                 check_caps(conn, rows, max_active, max_per_owner)
             conn.execute(insert(runs), rows)
 
-    def get_run(self, run_id: str) -> dict | None:
+    def get_run(self, run_id: str) -> RunRow | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
-            return dict(row) if row else None
+            return run_row(row) if row else None
 
     def list_runs(
-        self, *, task=None, norm=None, status=None, group=None, owner=None, offset: int = 0, limit: int = 50
-    ) -> tuple[list[dict], int]:
+        self,
+        *,
+        task: str | None = None,
+        norm: str | None = None,
+        status: str | None = None,
+        group: str | None = None,
+        owner: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[RunRow], int]:
         """Runs matching every given filter, newest first, and how many match in all."""
         cond = []
         for col, val in (
@@ -154,7 +164,7 @@ class Store(GroupsMixin, LabelsMixin):
                 .mappings()
                 .all()
             )
-        return [dict(r) for r in rows], int(total)
+        return [run_row(r) for r in rows], int(total)
 
     def queue_position(self, created_at: float) -> int:
         with self.engine.connect() as conn:
@@ -165,7 +175,7 @@ class Store(GroupsMixin, LabelsMixin):
             ).scalar_one()
         return int(ahead) + 1
 
-    def claim(self, run_id: str, worker_host: str | None = None) -> dict | None:
+    def claim(self, run_id: str, worker_host: str | None = None) -> RunRow | None:
         """Mark a queued run running (atomically); None when it was cancelled or deleted meanwhile."""
         now = time.time()
         with self.engine.begin() as conn:
@@ -180,7 +190,7 @@ class Store(GroupsMixin, LabelsMixin):
             ).rowcount
             if n != 1:
                 return None
-            return dict(conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one())
+            return run_row(conn.execute(select(runs).where(runs.c.id == run_id)).mappings().one())
 
     def heartbeat(self, run_id: str) -> None:
         with self.engine.begin() as conn:
@@ -271,9 +281,9 @@ class Store(GroupsMixin, LabelsMixin):
         self,
         run_id: str,
         rows: list[EventRow],
-        buckets: list[dict],
+        buckets: list[dict[str, Any]],
         scalars_added: int,
-        finish: dict | None = None,
+        finish: dict[str, Any] | None = None,
     ) -> None:
         """One transaction: the events, the roll-up buckets they closed, the run's counters, and
         (with ``finish``) the run's final status and summary, so a reader never sees one without the
@@ -304,7 +314,7 @@ class Store(GroupsMixin, LabelsMixin):
         with self.engine.connect() as conn:
             return [EventRow(*r) for r in conn.execute(q.order_by(events.c.seq).limit(limit))]
 
-    def iter_events(self, run_id: str, kind: str | None = None, chunk: int = 5000):
+    def iter_events(self, run_id: str, kind: str | None = None, chunk: int = 5000) -> Iterator[EventRow]:
         """Every stored event of a run in order, fetched in chunks."""
         after = 0
         while True:
@@ -314,15 +324,16 @@ class Store(GroupsMixin, LabelsMixin):
                 return
             after = batch[-1].seq
 
-    def rollup_rows(self, run_id: str, level: int) -> list[tuple]:
+    def rollup_rows(self, run_id: str, level: int) -> list[RollupRow]:
         with self.engine.connect() as conn:
-            return list(
-                conn.execute(
+            return [
+                RollupRow(*r)
+                for r in conn.execute(
                     select(rollups.c.seq_last, rollups.c.step_last, rollups.c.time_last, rollups.c.data)
                     .where(rollups.c.run_id == run_id, rollups.c.level == level)
                     .order_by(rollups.c.bucket)
                 )
-            )
+            ]
 
     # ---- cache ----------------------------------------------------------------------------------
     def cache_get(self, key: str) -> str | None:

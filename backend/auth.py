@@ -13,7 +13,7 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request, Security
@@ -78,7 +78,7 @@ class TokenStore:
         self._cache.clear()
         return int(n)
 
-    def list(self) -> list[dict]:
+    def list(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(
@@ -111,7 +111,7 @@ def token_store(request: Request) -> TokenStore:
     state = request.app.state
     if getattr(state, "tokens", None) is None:
         state.tokens = TokenStore(state.store)
-    return state.tokens
+    return cast(TokenStore, state.tokens)
 
 
 bearer = HTTPBearer(
@@ -186,7 +186,7 @@ router = APIRouter(prefix="/api", tags=["auth"])
 
 
 @router.get("/me")
-def me(request: Request) -> dict:
+def me(request: Request) -> dict[str, Any]:
     """Who the token identifies, whether this server asks for tokens, and its limits."""
     settings = request.app.state.settings
     who = principal_of(request)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, HTTPException, Request
 
@@ -13,15 +13,15 @@ from normlab.store import RunRow, Store
 
 
 def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return cast(Settings, request.app.state.settings)
 
 
 def _store(request: Request) -> Store:
-    return request.app.state.store
+    return cast(Store, request.app.state.store)
 
 
 def _hub(request: Request) -> FeedHub:
-    return request.app.state.hub
+    return cast(FeedHub, request.app.state.hub)
 
 
 def _current_user(request: Request) -> str | None:

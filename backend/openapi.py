@@ -32,7 +32,7 @@ SSE_EVENT = {
 SUBMITTING = {("post", "/api/runs"), ("post", "/api/sweeps"), ("post", "/api/runs/{run_id}/resubmit")}
 
 
-def _error(description: str, headers: dict | None = None) -> dict[str, Any]:
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"description": description, "content": ERROR}
     if headers:
         out["headers"] = headers

@@ -5,6 +5,7 @@ Create shapes are what a client sends (a `RunSpec`, a `SweepCreate`); Public sha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -65,12 +66,12 @@ class SweepCreate(BaseModel):
 
     @field_validator("batch_sizes", "seeds", mode="before")
     @classmethod
-    def _numbers(cls, values):
+    def _numbers(cls, values: Any) -> Any:
         return [refuse_bool(v) for v in values] if isinstance(values, list) else values
 
     @field_validator("norms", "batch_sizes", "seeds")
     @classmethod
-    def _each_once(cls, values: list):
+    def _each_once(cls, values: list[Any]) -> list[Any]:
         """A repeated value would queue the same run twice (same spec, same seed): refused."""
         repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
         if repeated:
@@ -107,7 +108,7 @@ class ErrorDetail(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
 
 
-def build_catalog(data_dir: Path | str | None = None, settings: Settings | None = None) -> dict:
+def build_catalog(data_dir: Path | str | None = None, settings: Settings | None = None) -> dict[str, Any]:
     """The whole catalog as JSON-ready data: tasks (with availability), normalizers, cells, field ranges.
 
     With `settings`, the field ranges are this server's: steps capped at `max_steps`, probe cadences
@@ -129,7 +130,7 @@ def build_catalog(data_dir: Path | str | None = None, settings: Settings | None 
     }
 
 
-def _tighten(prop: dict[str, Any], key: str, value: int, pick) -> None:
+def _tighten(prop: dict[str, Any], key: str, value: int, pick: Callable[[int, int], int]) -> None:
     """Set a JSON-schema bound on a field's numeric branch (an Optional field keeps it under anyOf)."""
     for branch in [prop, *prop.get("anyOf", [])]:
         if branch.get("type") in ("integer", "number"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 TaskKind = Literal["flat", "image", "sequence"]
 Target = Literal["class", "per_step_class", "regression", "density"]
@@ -49,7 +49,7 @@ class TaskInfo:
     eval_longer: bool = False  # can it be evaluated on sequences longer than it was trained on?
     needs_files: bool = False  # read from the user's data directory (MNIST)
 
-    def public(self) -> dict:
+    def public(self) -> dict[str, Any]:
         d = asdict(self)
         d["sequential"] = self.kind == "sequence"
         return d

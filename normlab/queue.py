@@ -17,6 +17,8 @@ message nobody holds any more (its worker died after taking it) is sent again by
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 
 from normlab import queuefs
@@ -25,7 +27,7 @@ from normlab.settings import Settings
 TRAIN_TASK = "normlab.train_run"
 
 
-def broker_options(settings: Settings) -> tuple[str, dict]:
+def broker_options(settings: Settings) -> tuple[str, dict[str, Any]]:
     """(broker URL, transport options) for the configured form."""
     if settings.broker_url:
         # With acks_late, an unacked message comes back after this long: above the longest allowed run

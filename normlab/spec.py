@@ -244,7 +244,7 @@ class RunSpec(BaseModel):
     def field_ranges(cls) -> dict[str, Any]:
         """JSON-schema description of every field (type, range, default, description) for forms."""
         schema = cls.model_json_schema()
-        props = schema["properties"]
+        props: dict[str, Any] = schema["properties"]
         props["probes"] = ProbeSpec.model_json_schema()["properties"]
         return props
 

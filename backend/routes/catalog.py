@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from backend.deps import SettingsDep
@@ -13,12 +15,12 @@ router = APIRouter(prefix="/api", tags=["catalog"])
 
 
 @router.get("/catalog")
-def catalog(settings: SettingsDep) -> dict:
+def catalog(settings: SettingsDep) -> dict[str, Any]:
     return build_catalog(settings.data_dir, settings)
 
 
 @router.get("/presets")
-def presets() -> list[dict]:
+def presets() -> list[dict[str, Any]]:
     """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order."""
     return [preset.public() for preset in PRESETS.values()]
 

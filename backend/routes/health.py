@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
@@ -24,7 +25,7 @@ def _limiter() -> anyio.CapacityLimiter:
 
 
 @router.get("/health")
-async def health(request: Request, settings: SettingsDep, store: StoreDep) -> dict:
+async def health(request: Request, settings: SettingsDep, store: StoreDep) -> dict[str, Any]:
     """`status` is "ok", or "degraded" with `problems` saying what cannot work (runs would wait)."""
     # a dead database answers 503 via the error handler
     await anyio.to_thread.run_sync(store.ping, limiter=_limiter())

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from normlab.settings import Settings
 
 # sub-command module -> owner area. Each module defines register(subparsers).
 COMMAND_MODULES = [
@@ -42,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from(args: argparse.Namespace):
+def settings_from(args: argparse.Namespace) -> Settings:
     """The settings a command runs with: NORMLAB_* from the environment, read here once, with the
     command's --data-dir / --api-url on top. Passed down from here; never written back to os.environ."""
     from pathlib import Path

@@ -4,13 +4,19 @@ results store named by NORMLAB_DATABASE_URL (or the SQLite store under --data-di
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
 from normlab.cli import CLIError
 
+if TYPE_CHECKING:
+    from backend.auth import TokenStore
+    from normlab.settings import Settings
 
-def register(sub) -> None:
+
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("token", help="create, revoke or list API tokens (NORMLAB_AUTH=tokens)")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     c = verbs.add_parser("create", help="make a token for a user; it is printed once, stored hashed")
@@ -26,7 +32,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_token)
 
 
-def _tokens(args):
+def _tokens(args: argparse.Namespace) -> tuple[TokenStore, Settings]:
     from backend.auth import TokenStore
     from normlab.cli import settings_from
     from normlab.store import get_store
@@ -35,7 +41,7 @@ def _tokens(args):
     return TokenStore(get_store(settings)), settings
 
 
-def cmd_token(args) -> int:
+def cmd_token(args: argparse.Namespace) -> int:
     tokens, settings = _tokens(args)
     if args.verb == "create":
         try:

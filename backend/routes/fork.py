@@ -19,7 +19,7 @@ from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
 from normlab.settings import Settings
 from normlab.spec import Intervention, RunSpec
-from normlab.store import Store, lineage
+from normlab.store import RunRow, Store, lineage
 
 router = APIRouter(prefix="/api/runs", tags=["fork"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}
@@ -66,12 +66,12 @@ class Checkpoints(BaseModel):
     bytes: int
 
 
-def _require_running(run: dict, what: str) -> None:
+def _require_running(run: RunRow, what: str) -> None:
     if run["status"] != RunStatus.RUNNING:
         raise HTTPException(409, f"Run {run['id']} is {run['status']}, not running; {what}")
 
 
-async def _checkpoint_now(store: Store, settings: Settings, run: dict) -> int:
+async def _checkpoint_now(store: Store, settings: Settings, run: RunRow) -> int:
     """Ask a running run for a checkpoint at its next step and wait for it; returns its step."""
     _require_running(run, 'fork it from a step instead ({"step": k}).')
     root, run_id = settings.checkpoint_root, run["id"]
@@ -92,7 +92,7 @@ async def _checkpoint_now(store: Store, settings: Settings, run: dict) -> int:
 
 
 def _fork(
-    store: Store, settings: Settings, parent: dict, step: int, changes: dict, user, kind: str
+    store: Store, settings: Settings, parent: RunRow, step: int, changes: dict, user, kind: str
 ) -> ForkCreated:
     root = settings.checkpoint_root
     from_step = checkpoints.at_or_before(root, parent["id"], step)

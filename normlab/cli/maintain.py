@@ -53,15 +53,21 @@ def parse_age(text: str) -> float:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from normlab.store import get_store
+    from normlab import checkpoints
+    from normlab.store import get_store, lineage
 
     age = parse_age(args.older_than)
-    store = get_store(settings_from(args))
+    settings = settings_from(args)
+    store = get_store(settings)
     old = store.old_runs(time.time() - age, keep_tagged=args.keep_tagged)
     deleted = 0
     if not args.dry_run:
         for run in old:
-            deleted += store.delete_run(run["id"])  # its events, roll-ups, tags and checkpoints too
+            # What DELETE /api/runs/{id} removes: the run with its events, roll-ups and tags, its
+            # checkpoints (files under the checkpoint root) and its place in the fork tree.
+            deleted += store.delete_run(run["id"])
+            checkpoints.delete_run(settings.checkpoint_root, run["id"])
+            lineage.forget(store, run["id"])
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "runs": old, "deleted": deleted}))
         return 0

@@ -74,7 +74,12 @@ def make_engine(url: str, timeout_s: float | None = None) -> Engine:
     # pre_ping: after a database outage the pool drops dead connections and recovers by itself (a ping
     # that hangs is cut by the deadline too). hide_parameters: an error's text (logged) names the
     # statement, never the values (tokens' hashes, users' input).
-    options: dict = {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20, "hide_parameters": True}
+    options: dict[str, Any] = {
+        "pool_pre_ping": True,
+        "pool_size": 10,
+        "max_overflow": 20,
+        "hide_parameters": True,
+    }
     return pg_engine(url, timeout_s, **options) if timeout_s else create_engine(url, **options)
 
 

@@ -13,7 +13,7 @@ import io
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -39,7 +39,9 @@ class LoopState:
 
 
 def _rng_state() -> dict[str, Any]:
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    # numpy's stub also allows the dict form (legacy=False); the default is the legacy tuple.
+    state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    kind, keys, pos, has_gauss, gauss = state
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

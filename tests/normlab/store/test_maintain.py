@@ -58,7 +58,10 @@ def counts(store: Store, run_id: str) -> tuple[int, ...]:
         )
 
 
-def test_gc_dry_run_lists_then_real_run_deletes_old_runs_with_their_history(store, capsys):
+def test_gc_dry_run_lists_then_real_run_deletes_old_runs_with_their_history(store, tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoints" / "old1" / "step-00000005.pt"  # the default checkpoint root
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"state")
     add_run(store, "old1", status="completed", ended_days_ago=120)
     add_run(store, "old2", status="failed", ended_days_ago=91)
     add_run(store, "oldtag", status="completed", ended_days_ago=200, tags=["paper"])
@@ -69,12 +72,14 @@ def test_gc_dry_run_lists_then_real_run_deletes_old_runs_with_their_history(stor
     listed = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in listed["runs"]] == ["old1", "old2"] and listed["deleted"] == 0
     assert store.get_run("old1") is not None and counts(store, "old1") == (2, 1, 0)  # nothing deleted
+    assert checkpoint.exists()
 
     assert main(["gc", "--older-than", "90d", "--keep-tagged"]) == 0
     out = capsys.readouterr().out
     assert "old1" in out and "deleted 2 run(s)" in out
     for gone in ("old1", "old2"):
         assert store.get_run(gone) is None and counts(store, gone) == (0, 0, 0)
+    assert not checkpoint.parent.exists()
     assert counts(store, "oldtag") == (2, 1, 1)
 
     assert main(["gc", "--older-than", "13w"]) == 0  # without --keep-tagged the tagged one goes too

@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from backend.deps import StoreDep, get_run_or_404
 from normlab.api_models import ErrorDetail
 from normlab.metrics_models import ScalarsPage
+from normlab.store import RunRow, Store
 from normlab.store.rollup import SCALAR_NAMES
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -28,7 +29,7 @@ def _cell(v):
     return v
 
 
-def scalars_page(store, run: dict, after: int, limit: int) -> bytes:
+def scalars_page(store: Store, run: RunRow, after: int, limit: int) -> bytes:
     """The page as JSON bytes (built by hand: pydantic would re-validate every float of the page)."""
     rows = store.events_after(run["id"], after, limit, kind="scalars")
     columns: dict[str, list] = {n: [] for n in SCALAR_NAMES}

@@ -26,9 +26,10 @@ TARGETS = {
         "normlab.client's full-resolution download vs the raw export; embed pages",
     ),
     "demo": ("benchmarks.demo", "normlab up: click -> first point, cancel latency, page weight"),
+    "fork": ("benchmarks.fork", "checkpoint overhead and bytes per task; fork -> child's first point"),
 }
 # targets whose main takes (argv, settings): they run the engine in this process
-WITH_SETTINGS = {"engine", "lstm", "probes"}
+WITH_SETTINGS = {"engine", "lstm", "probes", "fork"}
 
 
 def register(sub) -> None:

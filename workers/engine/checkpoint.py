@@ -10,7 +10,9 @@ stream's place in its epoch, the step, and the loop's open logging window.
 from __future__ import annotations
 
 import io
+import queue
 import random
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -76,13 +78,52 @@ def capture(
     }
 
 
-def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
-    """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
+def serialize(state: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    size = checkpoints.write(checkpoints.path_for(root, run_id, state["loop"]["step"]), buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
+    """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
+    return _write(root, run_id, state["loop"]["step"], serialize(state), cap_bytes)
+
+
+def _write(root: Path, run_id: str, step: int, body: bytes, cap_bytes: int) -> int:
+    size = checkpoints.write(checkpoints.path_for(root, run_id, step), body)
     checkpoints.prune(root, run_id, cap_bytes)
     return size
+
+
+class Writer:
+    """Writes a run's checkpoints from a thread: the training loop only serializes the state (a copy, so
+    training may go on), while the checksum, the write, its fsync and retention happen beside it.
+    `close()` waits for every write, so a run reported ended has its last checkpoint on disk."""
+
+    def __init__(self, root: Path, run_id: str, cap_bytes: int):
+        self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
+        self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"checkpoints-{run_id}", daemon=True)
+        self._thread.start()
+
+    def submit(self, state: dict[str, Any]) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
+        self._queue.put((state["loop"]["step"], serialize(state)))
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                _write(self.root, self.run_id, item[0], item[1], self.cap_bytes)
+            except BaseException as exc:  # noqa: BLE001 - reported by the next submit or close
+                self.error = exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
 
 
 def load(root: Path, run_id: str, step: int) -> dict[str, Any]:

@@ -76,6 +76,7 @@ class _Run:
         self.options = options
         self.run_id = run_id  # checkpoints are kept for runs with an id (the service's), under settings
         self.poll: Poll | None = None
+        self.writer: checkpoint.Writer | None = None
         self.step = 0
         self.device = "cpu"
         self.kernel_backend = "torch"
@@ -131,17 +132,21 @@ class _Run:
             resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
             self.step = resumed.step
             self.metrics.update(resumed.metrics)
-        return self._loop(model, data, optimizer, device, batches, resumed)
+        if self.run_id is not None:
+            root, cap = self.settings.checkpoint_root, self.settings.checkpoint_bytes_per_run
+            self.writer = checkpoint.Writer(root, self.run_id, cap)
+        try:
+            return self._loop(model, data, optimizer, device, batches, resumed)
+        finally:
+            if self.writer is not None:
+                self.writer.close()  # the last checkpoint is on disk before the run is reported ended
 
     def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> None:
         """Save the state after step loop.step (a run without an id keeps none)."""
-        if self.run_id is None:
+        if self.writer is None:
             return
         loop.metrics = dict(self.metrics)
-        state = checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop)
-        checkpoint.save(
-            self.settings.checkpoint_root, self.run_id, state, self.settings.checkpoint_bytes_per_run
-        )
+        self.writer.submit(checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop))
 
     def _loop(self, model, data, optimizer, device, batches, resumed: LoopState) -> tuple[str, str | None]:
         spec, prober = self.spec, self.prober

@@ -118,10 +118,10 @@ class Run:
         values: dict[str, list[Any]] = {}
         after = 0
         while True:
-            page = ScalarsPage.model_validate(
+            page = ScalarsPage.model_validate_json(
                 self.client.request(
                     "GET", f"/api/runs/{self.id}/scalars", params={"after": after, "limit": page_size}
-                ).json()
+                ).content
             )
             cols["seq"] += page.seq
             cols["step"] += page.step

@@ -1,10 +1,12 @@
 """`normlab bench faults --chaos`: the faults mixed while runs stream, on a real Redis/PostgreSQL stack
 started here (its own redis-server on a free port, its own PostgreSQL schema reached through a proxy
-that can cut it), an API and two workers. While runs of both users train and every run has a live SSE
-viewer, it takes PostgreSQL away, SIGKILLs a worker mid-run (and starts another), restarts Redis, and
-kills a process holding a queued run's message. It reports runs submitted / completed / lost / run
-twice, events stored vs emitted, viewer gaps, and the longest time queued runs waited with a worker
-free. Bounded: it stops by itself within `--timeout` seconds.
+that can cut it or go silent), an API and two workers. While runs of both users train and every run
+has a live SSE viewer, it takes PostgreSQL away, makes it silent (connections open, nothing answered),
+submits and cancels a storm of runs, SIGKILLs a worker mid-run (and starts another), restarts Redis,
+and kills a process holding a queued run's message; /api/health is polled throughout. It reports runs
+submitted / completed / lost / run twice / not finished, events stored vs emitted, viewer gaps, the
+longest time queued runs waited with a worker free, and health's latency during the faults. Bounded:
+it stops by itself within `--timeout` seconds.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ from benchmarks.service import iter_sse, start_api, start_worker, stop_process
 from benchmarks.service_faults import RedisServer, TCPProxy
 from normlab.events import TERMINAL_STATUSES
 
-TARGETS = {"lost_events": 0, "run_twice": 0, "max_wait_with_free_worker_s": 30, "incomplete_viewers": 0}
+TARGETS = {
+    "lost_events": 0,
+    "run_twice": 0,
+    "not_finished": 0,
+    "max_wait_with_free_worker_s": 30,
+    "incomplete_viewers": 0,
+    "health_p95_during_faults_s": 5,
+}
+SILENT_S = 12  # longer than every store deadline: only deadlines end the calls it holds
+STORM = 40  # runs submitted and cancelled at once
 SHORT = {"task": "digits", "steps": 600, "hidden_size": 16, "eval_every": 100}
 LONG = {"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
 HOLDER = (
@@ -71,7 +82,23 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     viewers: dict[str, list[int]] = {}
     threads: list[threading.Thread] = []
     killed: dict[str, float] = {}  # run id -> when its worker was killed
+    health: list[tuple[float, float, int]] = []  # (when, seconds, status; 0 = no answer)
+    outages: list[tuple[float, float]] = []  # while the database was away or silent: nobody can claim
     t0 = time.monotonic()
+
+    def poll_health() -> None:
+        with httpx.Client(timeout=30) as c:
+            while time.monotonic() < t0 + timeout and not done.is_set():
+                start = time.monotonic()
+                try:
+                    code = c.get(url + "api/health").status_code
+                except httpx.HTTPError:
+                    code = 0
+                health.append((time.time(), time.monotonic() - start, code))
+                time.sleep(0.25)
+
+    done = threading.Event()
+    threading.Thread(target=poll_health, daemon=True).start()
 
     def view(run_id: str) -> None:
         """A viewer as a browser's EventSource is: it reconnects after an error with Last-Event-ID."""
@@ -124,6 +151,16 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             proxy.stop()
             time.sleep(8)
             proxy.start()
+            outages.append((faults[-1][0], time.time()))
+            time.sleep(10)  # apart, so that each outage's effect on the queue shows on its own
+            faults.append((time.time(), f"postgresql silent {SILENT_S} s"))
+            proxy.silence()
+            time.sleep(SILENT_S)
+            proxy.resume()
+            outages.append((faults[-1][0], time.time()))
+            time.sleep(3)
+            faults.append((time.time(), f"{STORM} runs submitted and cancelled"))
+            storm = _cancel_storm(c, url, STORM)
             ids += [submit(c, SHORT, i) for i in range(100, 100 + n_runs - n_runs // 2)]
             time.sleep(5)
             victim = _wait_running(c, url, ids[:2], 30)
@@ -160,6 +197,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             runs = _wait_all(c, url, ids, t0 + timeout)
         for t in threads:
             t.join(max(1.0, t0 + timeout - time.monotonic()))
+        done.set()
         return _report(
             c_url=url,
             ids=ids,
@@ -169,7 +207,11 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             killed=killed,
             faults=faults,
             wall_s=time.monotonic() - t0,
-        )
+        ) | {
+            "storm_cancelled": storm,
+            "max_wait_outside_db_outages_s": round(_max_wait(ids, runs, alive, killed, outages), 1),
+            **_health_report(health, faults),
+        }
     finally:
         stop_process(api, signal.SIGTERM, timeout=10)
         for w in workers:
@@ -178,6 +220,38 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
         proxy.stop()
         with psycopg.connect(pg_base, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _cancel_storm(c: httpx.Client, url: str, n: int) -> int:
+    """Submit n short runs and cancel each at once (as a user changing their mind); how many ended
+    cancelled."""
+    cancelled = 0
+    for i in range(n):
+        try:
+            r = c.post(url + "api/runs", json={**SHORT, "seed": 1000 + i})
+            if r.status_code == 201:
+                rid = r.json()["id"]
+                cancelled += c.post(url + f"api/runs/{rid}/cancel").json().get("status") == "cancelled"
+        except httpx.HTTPError:
+            pass
+    return cancelled
+
+
+def _health_report(health: list[tuple[float, float, int]], faults: list[tuple[float, str]]) -> dict:
+    """Health's latency while a fault was on (from each fault to 15 s after it), and overall."""
+
+    def p95(xs: list[float]) -> float | None:
+        return round(sorted(xs)[int(0.95 * (len(xs) - 1))], 2) if xs else None
+
+    during = [s for t, s, _ in health if any(f <= t <= f + 15 for f, _ in faults)]
+    return {
+        "health_samples": len(health),
+        "health_p95_during_faults_s": p95(during),
+        "health_max_s": round(max((s for _, s, _ in health), default=0.0), 2),
+        "health_p95_s": p95([s for _, s, _ in health]),
+        "health_non_200": sum(code != 200 for _, _, code in health),
+        "health_no_answer": sum(code == 0 for _, _, code in health),
+    }
 
 
 def _get(c: httpx.Client, url: str) -> dict | None:
@@ -262,9 +336,10 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
     }
 
 
-def _max_wait(ids, runs, alive, killed) -> float:
+def _max_wait(ids, runs, alive, killed, outages=()) -> float:
     """Longest stretch during which a run was queued while fewer runs were training than workers were
-    alive (sampled every 0.1 s; a killed worker's run stops counting at the kill)."""
+    alive (sampled every 0.1 s; a killed worker's run stops counting at the kill). Time inside
+    `outages` (database away: no worker can claim) does not count, nor does it end a stretch."""
     inf = float("inf")
     spans: list[tuple[float, float]] = []
     queued: list[tuple[float, float]] = []
@@ -286,6 +361,9 @@ def _max_wait(ids, runs, alive, killed) -> float:
         workers = [n for since, n in alive if since <= t]
         training = sum(a <= t < b for a, b in spans)
         waiting = any(a <= t < b for a, b in queued)
+        if any(a <= t < b for a, b in outages):
+            t += 0.1
+            continue
         current = current + 0.1 if waiting and training < (workers[-1] if workers else 0) else 0.0
         worst = max(worst, current)
         t += 0.1

@@ -246,5 +246,12 @@ def print_chaos(c: dict) -> None:
     print(f"  viewers: {c['viewers']}, {c['incomplete_viewers']} incomplete (a gap, a duplicate or a hang)")
     print(
         f"  longest wait of a queued run with a worker free: {c['max_wait_with_free_worker_s']} s "
-        f"(target < 30 s); wall {c['wall_s']} s"
+        f"(target < 30 s), {c['max_wait_outside_db_outages_s']} s not counting the database outages; "
+        f"wall {c['wall_s']} s"
+    )
+    print(
+        f"  cancel storm: {c['storm_cancelled']} cancelled; /api/health: p95 "
+        f"{c['health_p95_during_faults_s']} s during faults (target ≤ 5 s), max {c['health_max_s']} s, "
+        f"{c['health_non_200']} of "
+        f"{c['health_samples']} not 200 ({c['health_no_answer']} unanswered)"
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -157,6 +158,25 @@ def measure_history(base: str, store, n_points: int, max_points: int, reps: int 
     }
 
 
+TRAINING = {"task": "digits", "steps": 20000, "hidden_size": 256, "eval_every": 500}
+
+
+@contextlib.contextmanager
+def training(base: str):
+    """A long run trained by the real worker meanwhile (waits until it is running; cancelled after)."""
+    with httpx.Client(timeout=30) as c:
+        run_id = c.post(base + "api/runs", json=TRAINING).json()["id"]
+        deadline = time.monotonic() + 120
+        while c.get(base + f"api/runs/{run_id}").json()["status"] != "running":
+            if time.monotonic() > deadline:
+                raise RuntimeError("the training run did not start within 120 s")
+            time.sleep(0.2)
+        try:
+            yield run_id
+        finally:
+            c.post(base + f"api/runs/{run_id}/cancel")
+
+
 def run_form(form: str, args) -> dict:
     # the viewers all come from this one address
     with bench_service(form, "nlbench", args.pg_url, args.redis_url, max_streams_per_client=100_000) as svc:
@@ -170,6 +190,12 @@ def run_form(form: str, args) -> dict:
             result["fanout"] = [
                 measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate) for n in args.clients
             ]
+            if args.train_load:  # the same fan-out while the worker trains a run on the same cores
+                with training(base):
+                    result["fanout_training"] = [
+                        measure_feed(base, svc.store, svc.publisher, n, args.events, args.rate)
+                        for n in args.clients
+                    ]
             result["history"] = measure_history(base, svc.store, args.history_points, 2000)
             return result
         finally:
@@ -185,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=100, help="events per fan-out run")
     p.add_argument("--rate", type=float, default=10.0, help="events per second")
     p.add_argument("--submit-reps", type=int, default=3)
+    p.add_argument(
+        "--train-load", action="store_true", help="also measure fan-out while the worker trains a run"
+    )
     p.add_argument("--history-points", type=int, default=1_000_000)
     p.add_argument("--pg-url", default="postgresql://127.0.0.1:5432/test")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
@@ -231,6 +260,16 @@ def print_table(results: dict) -> None:
             ],
         )
     )
+    for i, fan in enumerate(next(iter(results.values())).get("fanout_training", [])):
+        rows.append(
+            (
+                f"{fan['clients']} clients, worker training: p95 ms / lost / dup",
+                [
+                    f"{f['p95_ms']} / {f['lost']} / {f['duplicates']}"
+                    for f in (r["fanout_training"][i] for r in results.values())
+                ],
+            )
+        )
     h = next(iter(results.values()))["history"]
     rows.append(
         (

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api", tags=["presets"])
     "/presets/{name}",
     status_code=201,
     response_model=PresetLaunched,
-    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+    responses={code: {"model": ErrorDetail} for code in (404, 422, 429, 503)},
 )
 def launch_preset(
     name: str, store: StoreDep, settings: SettingsDep, user: UserDep, body: PresetLaunch | None = None

@@ -44,7 +44,12 @@ OWNER_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # no NUL or control characters: never se
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}}
 
 
-@router.post("", status_code=201, response_model=RunCreated, responses=ERRORS)
+@router.post(
+    "",
+    status_code=201,
+    response_model=RunCreated,
+    responses={**ERRORS, 429: {"model": ErrorDetail}, 503: {"model": ErrorDetail}},
+)
 def submit_run(spec: RunSpec, store: StoreDep, settings: SettingsDep, user: UserDep) -> RunCreated:
     """Queue one run. Invalid specs get 422 with the spec's messages per field."""
     [run_id] = create_and_enqueue(store, settings, [spec], user)

@@ -19,7 +19,12 @@ router = APIRouter(prefix="/api", tags=["runs"])
 MAX_SWEEP_RUNS = 64
 
 
-@router.post("/sweeps", status_code=201, response_model=SweepCreated, responses={422: {"model": ErrorDetail}})
+@router.post(
+    "/sweeps",
+    status_code=201,
+    response_model=SweepCreated,
+    responses={code: {"model": ErrorDetail} for code in (422, 429, 503)},
+)
 def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user: UserDep) -> SweepCreated:
     base = body.base.model_dump()
     combos = list(

@@ -210,6 +210,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
         ) | {
             "storm_cancelled": storm,
             "max_wait_outside_db_outages_s": round(_max_wait(ids, runs, alive, killed, outages), 1),
+            "longest_wait_after": _longest_wait_after(ids, runs, alive, killed, outages, faults),
             **_health_report(health, faults),
         }
     finally:
@@ -336,7 +337,17 @@ def _report(c_url: str, ids, runs, viewers, alive, killed, faults, wall_s: float
     }
 
 
-def _max_wait(ids, runs, alive, killed, outages=()) -> float:
+def _longest_wait_after(ids, runs, alive, killed, outages, faults) -> str:
+    """Which fault the longest wait (outside the outages) came after, and how long after it began."""
+    end: list[float] = []
+    _max_wait(ids, runs, alive, killed, outages, end)
+    if not end:
+        return "none"
+    before = [(t, f) for t, f in faults if t <= end[0]]
+    return f"{before[-1][1]} (+{end[0] - before[-1][0]:.0f} s)" if before else "before any fault"
+
+
+def _max_wait(ids, runs, alive, killed, outages=(), worst_end: list | None = None) -> float:
     """Longest stretch during which a run was queued while fewer runs were training than workers were
     alive (sampled every 0.1 s; a killed worker's run stops counting at the kill). Time inside
     `outages` (database away: no worker can claim) does not count, nor does it end a stretch."""
@@ -365,6 +376,8 @@ def _max_wait(ids, runs, alive, killed, outages=()) -> float:
             t += 0.1
             continue
         current = current + 0.1 if waiting and training < (workers[-1] if workers else 0) else 0.0
+        if current > worst and worst_end is not None:
+            worst_end[:] = [t]
         worst = max(worst, current)
         t += 0.1
     return worst

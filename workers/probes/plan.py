@@ -1,8 +1,8 @@
-"""`plan(spec, kind)`: which steps trace hidden states and which estimate Fisher curvature, from the spec.
+"""`plan(spec, kind, own_forward)`: which steps trace hidden states and which estimate Fisher curvature.
 
-The plan reads no clock, so a run's probe steps are a function of its spec: the same on an idle or a busy
-host, on a replay, and in a test. Costs are counted in training steps of the run's own model (one forward
-and backward pass over a batch), which is the unit an estimate's passes are made of:
+The plan reads no clock: a run's probe steps follow from its spec (and the model kind and device it gives),
+the same on an idle or a busy host, on a replay, and in a test. Costs are counted in training steps of the
+run's own model (one forward and backward pass over a batch), the unit an estimate's passes are made of:
 
 - a hidden-state trace adds a fraction of its step (TRACE_STEPS);
 - a Fisher estimate is one pass for the per-layer traces (BASE_STEPS[kind]) and one Fisher-vector

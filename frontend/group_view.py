@@ -11,7 +11,7 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
 
-from frontend import figures
+from frontend import figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
 from normlab.catalog import NORMS
 
@@ -210,6 +210,8 @@ def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list
             config={"displaylogo": False},
         ),
     ]
+    if group.get("map"):  # a map preset: its effect per axis value beside the bands
+        out.append(map_figure.map_graph(group["map"]))
     if group.get("kind") != "preset":
         out.append(
             html.Div(results_table(group, ids_["table"]), id=ids_["table_box"], className="table-card")

@@ -47,3 +47,29 @@ def test_the_zero_line_and_the_claims_side_are_drawn(claim_side, sign):
 
 def test_the_graph_carries_its_class_for_the_browser():
     assert map_graph(_map()).className == "map-graph"
+
+
+def test_compares_group_card_draws_the_map_of_a_map_preset():
+    from frontend import group_view, ids
+
+    group = {
+        "group_id": "g1",
+        "kind": "preset",
+        "title": "Over T",
+        "metric": "val_loss",
+        "higher_is_better": False,
+        "counts": {"completed": 2},
+        "done": False,
+        "runs": [],
+        "cells": [],
+        "claims": None,
+        "map": _map(),
+    }
+    card = group_view.group_card(group, ids.GROUP_IDS)
+    graphs = [c for c in card if getattr(c, "className", None) == "map-graph"]
+    assert len(graphs) == 1 and list(graphs[0].figure["data"][0]["y"]) == [0.01, -0.05]
+    assert not [
+        c
+        for c in group_view.group_card({**group, "map": None}, ids.GROUP_IDS)
+        if getattr(c, "className", None) == "map-graph"
+    ]

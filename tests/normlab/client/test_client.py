@@ -94,7 +94,11 @@ def test_cancel_a_running_run(lab_client):
             break
     assert run.cancel() is run
     run.wait(progress=False, timeout=60)
-    assert run.status == RunStatus.CANCELLED
+    assert run.status == RunStatus.CANCELLED and run.done
+    run.delete()
+    with pytest.raises(NormlabError) as info:
+        run.refresh()
+    assert info.value.status == 404
 
 
 def test_events_resume_after_a_cut_connection_without_gap_or_repeat(lab, lab_client):
@@ -131,6 +135,7 @@ def test_sweep_group_cells_and_finals(lab_client):
         assert cell["mean"] == pytest.approx(lab_client.run(row["run_id"]).summary.metrics["val_loss"])
     assert group.claims == []
     assert lab_client.group(group.id).run_ids == group.run_ids
+    assert sorted(r.id for r in lab_client.runs(group=group.id)) == sorted(group.run_ids)
 
 
 def test_preset_verdicts(lab_client):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, State, callback, dcc, html, no_update
+from dash import Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
 from frontend import data, ids
 from frontend.api_client import ApiError
@@ -41,11 +41,13 @@ def _number(id_: str, value: Any, step: Any = "any", minimum: float | None = Non
     )
 
 
-def fork_card(run: dict) -> html.Div:
-    """The fork form, prefilled with the run's own values; the step comes from a click on a curve."""
-    spec = run.get("spec", {})
+def fork_card(run: dict | None) -> html.Div:
+    """The fork form, prefilled with the run's own values (Run page) or empty (the Lab's board: the
+    clicked curve's run is forked, its values kept where a field is left empty); the step and the run
+    come from a click on a curve."""
+    spec = (run or {}).get("spec", {})
     fields = [
-        ("Fork from step", _number(ids.FORK_STEP, spec.get("checkpoint_every") or 1, 1, 0)),
+        ("Fork from step", _number(ids.FORK_STEP, spec.get("checkpoint_every"), 1, 0)),
         (
             "Normalizer",
             dcc.Dropdown(id=ids.FORK_NORM, options=NORMS, value=spec.get("norm"), clearable=False),
@@ -68,6 +70,7 @@ def fork_card(run: dict) -> html.Div:
             html.Button("Fork", id=ids.FORK_GO, className="btn"),
             html.Span(id=ids.FORK_MESSAGE, className="message", role="status"),
             dcc.Location(id=ids.FORK_LOCATION, refresh=True),
+            dcc.Store(id=ids.FORK_RUN, data=(run or {}).get("id")),
         ],
     )
 
@@ -122,19 +125,22 @@ def _joined(items: list) -> list:
     return out
 
 
-@callback(
+# The clicked point's step (its hover data carries [step, wall time, value] in either x mode) and the
+# run its trace belongs to (the trace's legend group), read in the browser: no figure round trip.
+clientside_callback(
+    """function (click) {
+        var p = click && click.points && click.points[0];
+        if (!p) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
+        var gd = document.querySelector('#nl-curves .js-plotly-plot');
+        var trace = gd && gd.data && gd.data[p.curveNumber];
+        var step = Array.isArray(p.customdata) ? p.customdata[0] : p.x;
+        return [Math.round(step), (trace && trace.legendgroup) || window.dash_clientside.no_update];
+    }""",
     Output(ids.FORK_STEP, "value"),
+    Output(ids.FORK_RUN, "data"),
     Input(ids.CURVES, "clickData"),
     prevent_initial_call=True,
 )
-def on_curve_click(click):
-    """The clicked point's step (its hover data carries [step, wall time, value] in either x mode)."""
-    points = (click or {}).get("points") or []
-    if not points:
-        return no_update
-    custom = points[0].get("customdata")
-    step = custom[0] if isinstance(custom, list) and custom else points[0].get("x")
-    return int(step) if isinstance(step, (int, float)) else no_update
 
 
 def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
@@ -148,7 +154,7 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
     Output(ids.FORK_MESSAGE, "children"),
     Output(ids.FORK_LOCATION, "href"),
     Input(ids.FORK_GO, "n_clicks"),
-    State(ids.RUN_ID, "data"),
+    State(ids.FORK_RUN, "data"),
     State(ids.FORK_STEP, "value"),
     State(ids.FORK_NORM, "value"),
     State(ids.FORK_LR, "value"),
@@ -159,8 +165,8 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
     prevent_initial_call=True,
 )
 def on_fork(_n, run_id, step, norm, lr, batch_size, steps, seed, token):
-    if step is None:
-        return "Pick a step: click a point of a curve, or type one.", no_update
+    if step is None or not run_id:
+        return "Pick a run and a step: click a point of a curve.", no_update
     try:
         client = data.api(token)
         changes = fork_changes(client.run(run_id), norm, lr, batch_size, steps, seed)

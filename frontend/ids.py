@@ -114,6 +114,7 @@ FORK_SEED = "nl-fork-seed"
 FORK_GO = "nl-fork-go"
 FORK_MESSAGE = "nl-fork-message"
 FORK_LOCATION = "nl-fork-location"
+FORK_RUN = "nl-fork-run"  # dcc.Store: the run a fork starts from (the clicked curve's)
 LINEAGE = "nl-lineage"
 CHANGE_LR = "nl-change-lr"
 CHANGE_WD = "nl-change-wd"

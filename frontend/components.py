@@ -9,8 +9,13 @@ from dash import dcc, html
 from frontend import figures, ids, status
 
 # Any: dcc.Graph's `config` type is a TypedDict these plain dicts (shared, extended below) do not name
-GRAPH_CONFIG: Any = {  # the mode bar exports PNG and SVG; no Plotly logo
+# The mode bar exports PNG and SVG; no Plotly logo, and never plotly.js's "Share chart" button (on by
+# default in plotly.js 4): a lab server must not offer to upload its data to Plotly's cloud.
+GRAPH_CONFIG: Any = {
     "displaylogo": False,
+    "showSendToCloud": False,
+    "plotlyServerURL": "",
+    "modeBarButtonsToRemove": ["sendChartToCloud"],
     "responsive": True,
     "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "normlab"},
     "modeBarButtonsToAdd": ["toImage"],

@@ -130,8 +130,12 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
     if present:
         fig.update_xaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
         fig.update_yaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
-        # thick lines for the room; the raw series under a smoothed curve stays thin and faint
-        fig.update_traces(line={"width": 4}, selector=lambda t: not str(t.meta).endswith(":raw"))
+        # thick lines for the room; the raw series under a smoothed curve stays thin and faint. Only
+        # line traces: a heatmap has no `line`, and setting one on it raises.
+        fig.update_traces(
+            line={"width": 4},
+            selector=lambda t: t.type == "scatter" and not str(t.meta).endswith(":raw"),
+        )
     fig.update_annotations(font={"size": size + 1})
     return fig
 

@@ -11,9 +11,10 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
 
-from frontend import figures, map_figure
+from frontend import components, figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
 from normlab.catalog import NORMS
+from normlab.claims import MIN_SEEDS
 
 # good → bad, colour-blind safe (Okabe–Ito bluish green … vermillion), for the results table's cells
 SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
@@ -37,8 +38,22 @@ def progress(group: dict) -> str:
     return f"{ended} of {total} runs finished ({rest})."
 
 
+def pending_text(claim: dict) -> str:
+    """'pending — 3 of 5 seeds in' (or why no more seeds will settle it)."""
+    got, want = claim.get("seeds_in") or 0, claim.get("seeds_expected")
+    text = (
+        f"pending — {got} of {want} seeds in" if want else f"pending — {got} seed{'s' if got != 1 else ''} in"
+    )
+    if want is not None and got >= want and got < MIN_SEEDS:
+        text += f"; a standard error needs {MIN_SEEDS} seeds: launch the preset with more"
+    return text
+
+
 def claim_text(claim: dict) -> str:
-    """'holds on all 5 seeds — Δ = −0.14 ± 0.02' (the effect and its paired standard error)."""
+    """'holds on all 5 seeds — Δ = −0.14 ± 0.02' (the effect and its paired standard error), or, while
+    too few seeds are in for a verdict, 'pending — 3 of 5 seeds in'."""
+    if claim.get("pending"):
+        return pending_text(claim)
     n = claim.get("n")
     seeds = f"{n} seed{'s' if n != 1 else ''}" if isinstance(n, int) else "the finished seeds"
     if claim.get("holds") and claim.get("all_seeds"):
@@ -47,6 +62,9 @@ def claim_text(claim: dict) -> str:
         verdict = f"holds on the mean of {seeds}, not on every seed"
     else:
         verdict = f"does not hold ({seeds})"
+    got, want = claim.get("seeds_in"), claim.get("seeds_expected")
+    if isinstance(got, int) and isinstance(want, int) and got < want:
+        verdict += f" so far ({got} of {want} seeds in)"
     effect = ""
     if isinstance(claim.get("difference"), int | float):
         effect = f" — Δ = {_num(claim['difference'])}"
@@ -63,12 +81,13 @@ def verdicts(group: dict, expect: bool = True) -> list:
     if expect and group.get("expect"):
         out.append(html.Div(f"Expect: {group['expect']}", className="expect"))
     for c in claims:
-        ok = bool(c.get("holds"))
+        ok, wait = bool(c.get("holds")), bool(c.get("pending"))
+        state, mark = ("pending", "… ") if wait else ("holds", "✓ ") if ok else ("fails", "✗ ")
         out.append(
             html.Div(
-                className=f"verdict {'holds' if ok else 'fails'}",
+                className=f"verdict {state}",
                 children=[
-                    html.Span("✓ " if ok else "✗ ", className="mark"),
+                    html.Span(mark, className="mark"),
                     html.Strong(c.get("claim", "")),
                     ": ",
                     claim_text(c),
@@ -207,7 +226,7 @@ def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list
             id=ids_["bands"],
             figure=band_figure(group, present),
             className="graph",
-            config={"displaylogo": False},
+            config=components.GRAPH_CONFIG,
         ),
     ]
     if group.get("map"):  # a map preset: its effect per axis value beside the bands

@@ -22,7 +22,11 @@ standard error SE = sd(d)/√n. The rules, stated once here and reported with ev
     refused N      the spec refuses norm N at the preset's batch size (checked, not trained)
 
 "holds" is the rule on the paired differences; "all_seeds" says whether every seed's own difference
-pointed the claimed way. With one seed SE is unknown (0) and "holds" reduces to the sign.
+pointed the claimed way. A standard error needs at least MIN_SEEDS paired differences: with fewer, a
+claim never "holds". It is *pending* ("seeds_in" of "seeds_expected" in) while it has fewer than
+MIN_SEEDS paired seeds (even when no more are coming), or, when the caller says how many seeds were
+launched, while it does not hold and seeds are still to come: an audience never sees a claim fail on
+the first seeds, nor hold on one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from normlab.cells import START, is_number
 from normlab.spec import RunSpec
 
 Z = 2.0  # effects must exceed 2 paired standard errors (≈ a 95 % interval) to count
+MIN_SEEDS = 2  # a standard error sd/√n needs at least two paired differences
 EQUIV_REL = 0.10  # "≈": the difference's interval within ±10 % of the reference run's mean
 HIGHER_IS_BETTER = {"accuracy", "recall"}
 CURVE_FIELD = {
@@ -127,7 +132,8 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
     return {
         "claim": claim,
         "kind": kind,
-        "holds": bool(holds),
+        "holds": bool(holds) and eff["n"] >= MIN_SEEDS,
+        "seeds_in": len(seeds),
         "all_seeds": bool(wins) and all(wins),
         "per_seed": [_sub(pa[s], pb[s]) for s in seeds],
         **eff,
@@ -143,7 +149,8 @@ def _below_zero(kind: str, claim: str, diffs: list[float], seeds: int, **extra) 
     return {
         "claim": claim,
         "kind": kind,
-        "holds": d is not None and d < 0 and abs(d) > Z * eff["se"],
+        "holds": d is not None and d < 0 and abs(d) > Z * eff["se"] and eff["n"] >= MIN_SEEDS,
+        "seeds_in": seeds,
         "all_seeds": bool(diffs) and len(diffs) == seeds and all(x < 0 for x in diffs),
         "per_seed": diffs,
         **extra,
@@ -201,11 +208,13 @@ def judge(
             eff["difference"] is not None
             and margin is not None
             and abs(eff["difference"]) + Z * eff["se"] <= margin
+            and eff["n"] >= MIN_SEEDS
         )
         return {
             "claim": f"{a} ≈ {b}",
             "kind": kind,
             "holds": bool(holds),
+            "seeds_in": len(pairs),
             "all_seeds": bool(ok)
             and len(ok) == len(pairs)
             and all(abs(x - y) <= EQUIV_REL * abs(y) for x, y in ok),
@@ -232,6 +241,7 @@ def judge(
             "kind": kind,
             "holds": bool(parts) and all(p["holds"] for p in parts),
             "all_seeds": bool(parts) and all(p["all_seeds"] for p in parts),
+            "seeds_in": min((p["seeds_in"] for p in parts), default=0),
             "versus": parts,
             "rule": RULE_TEXT[kind],
         }
@@ -250,6 +260,7 @@ def judge(
             "kind": kind,
             "holds": message is not None,
             "all_seeds": message is not None,
+            "seeds_in": None,  # checked on the spec: no seed to wait for
             "message": message,
             "rule": RULE_TEXT[kind],
         }
@@ -265,14 +276,33 @@ def refusal(spec: RunSpec, norm: str) -> str | None:
     return None
 
 
-def judge_all(rules: list[tuple], cells: dict[str, dict], metric: str, base_spec: RunSpec) -> dict:
-    """Every claim whose runs are present (a trimmed preset drops the others), and the overall verdict."""
+def pending(claim: dict, expected: int | None = None) -> bool:
+    """Whether a judged claim is still waiting for seeds: fewer than MIN_SEEDS paired seeds in, or (with
+    `expected`, the seeds launched) not holding while seeds are still to come."""
+    seeds_in = claim.get("seeds_in")
+    if seeds_in is None:
+        return False
+    if seeds_in < MIN_SEEDS:  # even when no more are coming: "launch more seeds", never a verdict
+        return True
+    return expected is not None and seeds_in < expected and not claim["holds"]
+
+
+def judge_all(
+    rules: list[tuple], cells: dict[str, dict], metric: str, base_spec: RunSpec, expected: int | None = None
+) -> dict:
+    """Every claim whose runs are present (a trimmed preset drops the others), and the overall verdict.
+
+    `expected`: how many seeds were launched (a live group), so a claim not yet holding is pending."""
     usable = [r for r in rules if r[0] == "refused" or set(r[1:]) <= set(cells)]
     classes = CLASSES.get(base_spec.task)
     chance = math.log(classes) if classes else None
     claims = [judge(r, cells, metric, chance=chance, base_spec=base_spec) for r in usable]
+    for c in claims:
+        c["seeds_expected"] = None if c["seeds_in"] is None else expected
+        c["pending"] = pending(c, expected)
     return {
         "claims": claims,
+        "pending": any(c["pending"] for c in claims),
         "holds": bool(claims) and all(c["holds"] for c in claims),
         "all_seeds": bool(claims) and all(c["all_seeds"] for c in claims),
         "rule": None if usable else "no rule for this preset: compare the numbers",

@@ -101,6 +101,9 @@ class Claim(BaseModel):
     n: int | None = None
     per_seed: list[float | None] = Field(default_factory=list)
     rule: str
+    pending: bool = False  # too few paired seeds yet for a verdict (normlab.claims.pending)
+    seeds_in: int | None = None  # paired seeds that ended (None: a claim checked on the spec)
+    seeds_expected: int | None = None  # seeds launched
 
 
 class MapPoint(BaseModel):
@@ -144,3 +147,4 @@ class GroupPublic(BaseModel):
     holds: bool | None = None
     all_seeds: bool | None = None
     map: ScaleMapPublic | None = None  # a map preset's effect per axis value
+    pending: bool | None = None  # some claim still waits for seeds

@@ -123,7 +123,13 @@ def summarize(
     if preset and preset.scale_map:
         out["map"] = map_points(preset.scale_map, cells, metric)
     if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
-        # cells with no finished seed yet are kept: their claims read "does not hold" until data arrives
-        verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0])
-        out.update(claims=verdict["claims"], holds=verdict["holds"], all_seeds=verdict["all_seeds"])
+        # cells with no finished seed yet are kept: their claims stay pending until the seeds are in
+        launched = len({int(s.get("seed", 0)) for s in specs.values()})
+        verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0], expected=launched)
+        out.update(
+            claims=verdict["claims"],
+            holds=verdict["holds"],
+            all_seeds=verdict["all_seeds"],
+            pending=verdict["pending"],
+        )
     return out

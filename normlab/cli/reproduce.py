@@ -14,6 +14,8 @@ import json
 import shlex
 import sys
 
+from normlab.claims import MIN_SEEDS
+
 
 def register(sub) -> None:
     p = sub.add_parser("reproduce", help="run a preset (a figure of the paper) over seeds and compare")
@@ -99,7 +101,10 @@ def print_table(out: dict, file=None) -> None:
     if out.get("map"):
         print_map(out["map"], file)
     for c in d["claims"]:
-        mark = "holds" if c["holds"] else "does NOT hold"
+        if c.get("pending"):  # one seed is a sign, not a verdict (normlab.claims.MIN_SEEDS)
+            mark = f"undecided: {c['seeds_in']} seed(s), a standard error needs {MIN_SEEDS}"
+        else:
+            mark = "holds" if c["holds"] else "does NOT hold"
         seeds = "on every seed" if c["all_seeds"] else "not on every seed"
         size = (
             f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
@@ -112,7 +117,13 @@ def print_table(out: dict, file=None) -> None:
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
     verdict = (
-        "HOLDS on every seed" if d["all_seeds"] else "holds on the means" if d["holds"] else "does NOT hold"
+        "undecided (too few seeds)"
+        if d.get("pending")
+        else "HOLDS on every seed"
+        if d["all_seeds"]
+        else "holds on the means"
+        if d["holds"]
+        else "does NOT hold"
     )
     if out.get("map") and not d["claims"]:
         verdict = "read from the map (no claim)"

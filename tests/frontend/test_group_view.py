@@ -142,3 +142,22 @@ def test_presets_launch_as_one_group_and_fall_back_to_single_runs_on_an_older_ap
     assert presets.launch("fig6") == (None, "Could not start fig6: give fewer seeds")
     box = str(presets.verdict_box({"group": "g9", "runs": ["r1"]}, _group()))
     assert "/compare?group=g9" in box and "holds on all 5 seeds" in box
+
+
+def test_a_pending_claim_reads_as_seeds_in_never_as_a_verdict():
+    claim = {
+        "claim": "layer better than batch",
+        "holds": False,
+        "pending": True,
+        "seeds_in": 3,
+        "seeds_expected": 5,
+        "n": 3,
+        "rule": "r",
+    }
+    assert group_view.claim_text(claim) == "pending — 3 of 5 seeds in"
+    text = str(group_view.verdicts({"claims": [claim], "counts": {"running": 2}}))
+    assert "✗" not in text and "✓" not in text and "pending — 3 of 5 seeds in" in text
+    lonely = {**claim, "seeds_in": 1, "seeds_expected": 1, "n": 1}
+    assert "a standard error needs 2 seeds" in group_view.claim_text(lonely)
+    held = {**claim, "holds": True, "pending": False, "all_seeds": True, "difference": -0.2, "se": 0.05}
+    assert group_view.claim_text(held).startswith("holds on all 3 seeds so far (3 of 5 seeds in)")

@@ -174,3 +174,53 @@ def test_every_preset_has_claims_naming_its_own_runs_and_states_its_setup():
 
 def test_metric_key():
     assert metric_key("val_loss") == "val_loss" and metric_key("accuracy") == "val_accuracy"
+
+
+def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
+    base = PRESETS["fig6-batch4"].runs[0]
+    # the case: every batch seed ended before any layer seed, so no pair is in yet
+    none_paired = {
+        "layer": aggregate("layer", {"steps": 20}, [], "val_loss"),
+        "batch": aggregate("batch", {"steps": 20}, _records([0.6, 0.7, 0.8, 0.7, 0.6]), "val_loss"),
+    }
+    out = judge_all([("better", "layer", "batch")], none_paired, "val_loss", base, expected=5)
+    c = out["claims"][0]
+    assert c["pending"] and not c["holds"] and c["seeds_in"] == 0 and c["seeds_expected"] == 5
+    assert out["pending"] and not out["holds"]
+    # one seed with a large effect: a sign, not a verdict (a standard error needs two differences)
+    one = _cells(layer=[0.2], batch=[0.9])
+    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=5)["claims"][0]
+    assert c["pending"] and not c["holds"] and c["difference"] == pytest.approx(-0.7)
+    # every seed that will come is in, but only one: still no verdict, never "holds"
+    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=1)["claims"][0]
+    assert c["pending"] and not c["holds"]
+    # 3 of 5 in, not beyond 2 SE: pending (seeds to come); all 5 in, same differences: it fails
+    mixed = [0.3, 0.5, 0.2]
+    c = judge_all(
+        [("better", "layer", "batch")],
+        _cells(layer=mixed, batch=[0.6, 0.4, 0.9]),
+        "val_loss",
+        base,
+        expected=5,
+    )["claims"][0]
+    assert c["pending"] and not c["holds"] and c["seeds_in"] == 3
+    c = judge_all(
+        [("better", "layer", "batch")],
+        _cells(layer=mixed, batch=[0.6, 0.4, 0.9]),
+        "val_loss",
+        base,
+        expected=3,
+    )["claims"][0]
+    assert not c["pending"] and not c["holds"]
+    # a clear effect on 3 of 5 holds (with its count), and "refused" never waits for seeds
+    clear = _cells(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
+    out = judge_all(
+        [("better", "layer", "batch"), ("refused", "batch")],
+        clear,
+        "val_loss",
+        base.model_copy(update={"batch_size": 1, "norm": "layer"}),
+        expected=5,
+    )
+    held, refused = out["claims"]
+    assert held["holds"] and not held["pending"] and (held["seeds_in"], held["seeds_expected"]) == (3, 5)
+    assert refused["seeds_in"] is None and not refused["pending"]

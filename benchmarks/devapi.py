@@ -122,7 +122,8 @@ class DevAPI:
 
         @app.get("/api/presets")
         def presets():
-            return [p.public() for p in PRESETS.values()]
+            latest = getattr(self, "latest_presets", {})  # filled by devapi_groups' launches
+            return [{**p.public(), "latest_group": latest.get(p.name)} for p in PRESETS.values()]
 
         @app.get("/api/invariance", response_model=Table1)
         def invariance():

@@ -21,6 +21,7 @@ def add_routes(app: FastAPI, api: Any) -> None:
     """Register both routes on the synthetic API's app (before the dashboard is mounted at "/");
     `api` is the benchmarks.devapi.DevAPI (its runs, events and `create`)."""
     meta: dict[str, dict] = {}
+    api.latest_presets = {}  # preset name -> its latest launch's group (GET /api/presets)
 
     @app.post("/api/presets/{name}", status_code=201, response_model=PresetLaunched)
     async def launch_preset(name: str, request: Request):
@@ -39,6 +40,7 @@ def add_routes(app: FastAPI, api: Any) -> None:
             for seed in seeds:
                 labels[api.create(spec.model_copy(update={"seed": seed}), group)] = label
         meta[group] = preset_meta(name, labels, body.steps)
+        api.latest_presets[name] = group
         return {"group_id": group, "run_ids": list(labels)}
 
     @app.get("/api/groups/{group_id}", response_model=GroupPublic)

@@ -130,6 +130,13 @@ def shell() -> html.Div:
                     dcc.Link("normlab", href="/", className="brand"),
                     html.Span("Layer Normalization, live", className="tagline"),
                     html.Nav(id=ids.NAV, className="nav", children=nav_links()),
+                    # presentation mode for a talk: large type, controls hidden (?present=1 does the same)
+                    html.Button(
+                        "Present",
+                        id=ids.PRESENT_TOGGLE,
+                        className="btn small present-toggle",
+                        title="Presentation mode: large type and thick lines for a room (toggle)",
+                    ),
                     html.Div(
                         className="share",
                         children=[
@@ -278,4 +285,10 @@ def _register_shell(app: dash.Dash) -> None:
     )
     app.clientside_callback(
         ClientsideFunction("normlab", "present"), Output(ids.PRESENT, "data"), Input(ids.URL, "search")
+    )
+    app.clientside_callback(
+        ClientsideFunction("normlab", "togglePresent"),
+        Output(ids.PRESENT_TOGGLE, "title"),
+        Input(ids.PRESENT_TOGGLE, "n_clicks"),
+        prevent_initial_call=True,
     )

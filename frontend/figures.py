@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.smoothing import RAW_OPACITY, ema, format_elapsed, hovertemplate
+from frontend.smoothing import RAW_OPACITY, SMOOTHED_PANELS, ema, format_elapsed, hovertemplate
 from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES, RunStatus
 from normlab.palette import NORM_COLORS  # one colour per normalizer, shared with normlab.client
@@ -187,7 +187,8 @@ def curves_figure(
             s = history.get("series", {}).get(key) or {"step": [], "value": []}
             steps = list(s["step"])
             values = list(s["value"])
-            smoothed, (acc, n) = ema(values, smoothing) if smoothing > 0 else (values, (0.0, 0))
+            weight = smoothing if panel in SMOOTHED_PANELS else 0.0  # sparse evaluations: raw
+            smoothed, (acc, n) = ema(values, weight) if weight > 0 else (values, (0.0, 0))
             elapsed = _elapsed_at(steps, history)
             xs = elapsed if x_mode == "time" else steps
             # hover: [step, wall time since the start, raw value]; live points carry the same (normlab.js)
@@ -214,7 +215,7 @@ def curves_figure(
                 index += 1
             mode = "lines" if panel == "loss" else "lines+markers"  # evaluations are sparse: markers
             raw_index = None
-            if smoothing > 0:  # the raw series, faint, under the smoothed one (TensorBoard's look)
+            if weight > 0:  # the raw series, faint, under the smoothed one (TensorBoard's look)
                 fig.add_trace(
                     go.Scatter(
                         x=xs,
@@ -249,7 +250,7 @@ def curves_figure(
                     line={"color": color, "dash": dash, "width": 2},
                     connectgaps=True,
                     meta=rid,
-                    hovertemplate=hovertemplate(SERIES_LABELS[key], smoothing > 0),
+                    hovertemplate=hovertemplate(SERIES_LABELS[key], weight > 0),
                 ),
                 row=1,
                 col=col,
@@ -262,6 +263,7 @@ def curves_figure(
                     "last": steps[-1] if steps else -1,
                     "acc": acc,
                     "n": n,
+                    "smooth": weight,  # the browser continues this series' EMA with its own weight
                 }
             )
             index += 1

@@ -104,7 +104,7 @@ def _cell_color(cell: dict, index: int) -> str:
     return figures.norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
 
 
-def band_figure(group: dict, present: bool = False) -> dict:
+def band_figure(group: dict, present: bool = False, height: int = 360) -> dict:
     """Mean ± std over seeds per cell, of the group's metric along training (one band per cell)."""
     fig = go.Figure()
     metric = group.get("metric", "val_loss")
@@ -149,7 +149,7 @@ def band_figure(group: dict, present: bool = False) -> dict:
     fig.update_yaxes(title_text=f"{metric} (mean ± std over seeds)")
     if not fig.data:
         figures.empty(fig, "No finished seed yet: the bands appear as runs end.")
-    apply_theme(fig, present, height=360)
+    apply_theme(fig, present, height=height)
     fig.update_layout(uirevision="group-bands")
     return fig.to_plotly_json()
 

@@ -9,6 +9,7 @@ URL = "nl-url"  # dcc.Location of the shell (read-only use: the page modules rea
 TICK = "nl-tick"  # dcc.Interval, 100 ms: the redraw throttle (at most ~10 appends per second)
 LIVE_STATUS = "nl-live-status"  # dcc.Store {run_id: status} as the stream reports it
 PRESENT = "nl-present"  # dcc.Store: presentation mode on/off (?present=1)
+PRESENT_TOGGLE = "nl-present-toggle"  # button: presentation mode on/off (reloads with ?present=1)
 COPY_LINK = "nl-copy-link"  # button "Copy link"
 COPY_DONE = "nl-copy-done"  # "Link copied" note
 EMBED = "nl-embed"  # button "Embed": copies an <iframe> of this page's runs (frontend/embed.py)
@@ -101,6 +102,7 @@ PRESET_START = "preset-start"  # pattern-matching: {"type": PRESET_START, "name"
 PRESET_MESSAGE = "preset-message"
 PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a preset
 PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, "name": preset}
+PRESET_LATEST = "preset-latest"  # dcc.Store {preset: group id}: each preset's latest launch on the server
 PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
 PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end
 

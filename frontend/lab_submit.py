@@ -3,6 +3,8 @@ the new run ids, a message, and the API's messages under the fields they are abo
 
 from __future__ import annotations
 
+from dash import dcc
+
 from frontend import data, lab_form
 from frontend.api_client import ApiError
 from frontend.lab_builder import FIELD_NAMES
@@ -35,18 +37,43 @@ def submit(
             except ValueError as exc:
                 return {"run_ids": [], "message": str(exc), "errors": {}}
             created = data.api(token).create_sweep(body)
-            ids_ = created["run_ids"]
+            ids_, group = created["run_ids"], created["group_id"]
             return {
                 "run_ids": ids_,
+                "group": group,
                 "errors": {},
-                "message": f"Started sweep {created['group_id']}: {len(ids_)} runs.",
+                "message": [
+                    "Started sweep ",
+                    dcc.Link(group, href=f"/compare?group={group}", className="group-link"),
+                    f": {len(ids_)} runs. Its results table and mean ± std bands are in ",
+                    dcc.Link("Compare", href=f"/compare?group={group}"),
+                    ".",
+                ],
             }
         created = data.api(token).create_run(spec)
-        return {"run_ids": [created["id"]], "errors": {}, "message": f"Started run {created['id']}."}
+        return {"run_ids": [created["id"]], "errors": {}, "message": started_message(created)}
     except ApiError as exc:
         errors = lab_form.field_messages(exc.fields, names)
         shown = len(errors) >= len(exc.fields) > 0  # every message sits next to its field
         return {"run_ids": [], "errors": errors, "message": _see_fields(errors) if shown else exc.detail}
+
+
+def started_message(run: dict) -> str:
+    """'Started run X.' when it trains at once; while it waits, its place in the queue and an estimate."""
+    position = run.get("queue_position")
+    if run.get("status") == "queued" and position:
+        wait = run.get("queue_wait_s")
+        about = f", about {format_wait(wait)}" if isinstance(wait, int | float) else ""
+        return f"Queued run {run['id']}: position {position} in the queue{about}."
+    return f"Started run {run['id']}."
+
+
+def format_wait(seconds: float) -> str:
+    """'under a minute', '4 min', '1 h 05 min': an estimate, so no seconds."""
+    if seconds < 60:
+        return "under a minute"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def _see_fields(errors: dict) -> str:

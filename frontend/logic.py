@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from frontend.smoothing import DEFAULT_WEIGHT
 from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
@@ -57,7 +58,10 @@ def compare_state(params: dict[str, Any]) -> dict[str, Any]:
     panels = [p for p in split_list(params.get("panels")) if p in ("loss", "val", "metric")]
     return {
         "runs": split_list(params.get("runs"))[:24],
-        "smooth": clamp_float(params.get("smooth"), 0.0, 0.99, 0.0),
+        # no smoothing in the URL: the default (dense curves readable); one the URL gives: kept as given
+        "smooth": DEFAULT_WEIGHT
+        if params.get("smooth") in (None, "")
+        else clamp_float(params.get("smooth"), 0.0, 0.99, 0.0),
         "color": params.get("color") if params.get("color") in ("norm", "batch_size") else "norm",
         "x": params.get("x") if params.get("x") in ("step", "time") else "step",
         "panels": panels or ["loss", "val", "metric"],

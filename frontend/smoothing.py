@@ -7,8 +7,13 @@ series is drawn faint underneath the smoothed one; the hover of a point says run
 raw value when smoothed) and the wall time since the run started, formatted like `format_elapsed`
 (`normlab.formatElapsed` in the browser).
 
-Lab and Run share one browser-wide smoothing setting (a cookie the server reads when it renders them);
-Compare keeps its own in the URL. The slider and its callback are in frontend/smoothing_control.py.
+The weight applies to the dense series only, the training loss recorded every step, where a small
+batch makes the raw curve a band; the validation curves are sparse evaluations (a handful of points),
+where an EMA would drag each point towards the start of training, so they are always drawn raw
+(`SMOOTHED_PANELS`). Lab and Run share one browser-wide smoothing setting (a cookie the server reads
+when it renders them, DEFAULT_WEIGHT until the browser picks one) and also carry it in their URL, so a
+copied link opens the same view; Compare keeps its own in the URL. The slider and its callback are in
+frontend/smoothing_control.py.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import math
 from normlab.palette import RAW_OPACITY, ema  # noqa: F401  (one definition, shared with the client)
 
 COOKIE = "normlab_smooth"  # Lab and Run: the smoothing weight this browser chose last
+DEFAULT_WEIGHT = 0.6  # dense training-loss curves open readable; the raw series stays faint underneath
+SMOOTHED_PANELS = ("loss",)  # the per-step training loss; validation panels are sparse: drawn raw
 
 
 def format_elapsed(seconds: float | None) -> str:
@@ -44,10 +51,12 @@ def parse_weight(value) -> float:
 
 
 def cookie_weight() -> float:
-    """The browser's smoothing setting for Lab and Run (0 outside a request or when never set)."""
+    """The browser's smoothing setting for Lab and Run (DEFAULT_WEIGHT outside a request or when never
+    set)."""
     import flask
 
-    return parse_weight(flask.request.cookies.get(COOKIE)) if flask.has_request_context() else 0.0
+    raw = flask.request.cookies.get(COOKIE) if flask.has_request_context() else None
+    return DEFAULT_WEIGHT if raw is None else parse_weight(raw)
 
 
 def hovertemplate(series_label: str, smoothed: bool) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from backend.deps import SettingsDep
+from backend.deps import SettingsDep, StoreDep
 from normlab.api_models import build_catalog
 from normlab.presets import PRESETS
 from normlab.table1 import Table1, computed_table
@@ -20,9 +20,11 @@ def catalog(settings: SettingsDep) -> dict[str, Any]:
 
 
 @router.get("/presets")
-def presets() -> list[dict[str, Any]]:
-    """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order."""
-    return [preset.public() for preset in PRESETS.values()]
+def presets(store: StoreDep) -> list[dict[str, Any]]:
+    """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order, each with the
+    group id of its latest launch on this server ("latest_group", None if never launched)."""
+    latest = store.latest_preset_groups()
+    return [{**preset.public(), "latest_group": latest.get(name)} for name, preset in PRESETS.items()]
 
 
 @router.get("/invariance")

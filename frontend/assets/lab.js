@@ -7,6 +7,7 @@
     normlab_lab: {
       state: function (board, task, norm, sweep, sweepNorms, sweepBatch, sweepSeeds, values, probeValues, d) {
         var state = {runs: (board && board.runs) || [], task: task};
+        if (board && board.group) { state.group = board.group; }  // the last sweep: Compare's results table
         if (norm && norm !== "layer") { state.norm = norm; }
         var defaults = (d && d.tasks && d.tasks[task]) || {};
         function keep(names, vals) {

@@ -205,7 +205,8 @@
         var x = state.x === "time" ? ev.payload.elapsed : ev.step;
         var cd = [ev.step, formatElapsed(ev.payload.elapsed), v];  // the hover's [step, wall time, raw]
         if (en.raw !== null && en.raw !== undefined) { push(en.raw, x, v, cd); }
-        push(en.i, x, emaStep(en, s, v), cd);
+        // each series its own weight (sparse validation curves are drawn raw: frontend/smoothing.py)
+        push(en.i, x, emaStep(en, en.smooth === undefined ? s : en.smooth, v), cd);
       }
     }
     if (!order.length) { return ns(); }
@@ -327,7 +328,19 @@
       present: function (search) {
         var on = /(^|[?&])present=(1|true|yes|on)(&|$)/.test(search || "");
         document.body.classList.toggle("present", on);
+        var btn = document.getElementById("nl-present-toggle");
+        if (btn) { btn.textContent = on ? "Exit presentation" : "Present"; }
         return on;
+      },
+      /* The figures are drawn on the server for the mode (type size, line widths): reload with it. */
+      togglePresent: function (n) {
+        if (!n) { return ns(); }
+        var params = new URLSearchParams(window.location.search);
+        var on = /^(1|true|yes|on)$/.test(params.get("present") || "");
+        if (on) { params.delete("present"); } else { params.set("present", "1"); }
+        var q = params.toString().replace(/%2C/g, ",");
+        window.location.assign(window.location.pathname + (q ? "?" + q : ""));
+        return ns();
       }
     }
   });

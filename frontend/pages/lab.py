@@ -36,7 +36,17 @@ from normlab.catalog import TASKS
 
 MAX_LIVE = 24
 LAB_COOKIE = "normlab_lab"  # the last Lab query (written by the clientside callback at the end)
-STATE_KEYS = {"runs", "task", "norm", "sweep", "sweep_norms", "sweep_batch", "sweep_seeds", *lab_form.KINDS}
+STATE_KEYS = {
+    "runs",
+    "group",
+    "task",
+    "norm",
+    "sweep",
+    "sweep_norms",
+    "sweep_batch",
+    "sweep_seeds",
+    *lab_form.KINDS,
+}
 
 
 def remembered_query() -> dict[str, str]:
@@ -79,7 +89,7 @@ def layout(**query) -> html.Div:
                         "Compare these runs →",
                         id=ids.LAB_COMPARE_LINK,
                         className="compare-link",
-                        href="/compare" + logic.encode_query({"runs": run_ids}),
+                        href=compare_href(run_ids, query.get("group") or None),
                         style={} if run_ids else {"display": "none"},
                     ),
                     html.Button(
@@ -105,7 +115,7 @@ def layout(**query) -> html.Div:
             builder,
             live,
             dcc.Store(id=ids.LAB_RUNS_DATA, data=bundle["runs"]),
-            dcc.Store(id=ids.LAB_BOARD, data={"runs": run_ids}),
+            dcc.Store(id=ids.LAB_BOARD, data={"runs": run_ids, "group": query.get("group") or None}),
             dcc.Store(id=ids.LAB_FORM_DEFAULTS, data=defaults),
             dcc.Store(id=ids.LAB_LIMITS, data=limits),
             *components.page_stores(bundle["watch"], {"runs": run_ids, "task": task}),
@@ -187,16 +197,21 @@ BOARD_OUTPUTS = [
 ]
 
 
-def board(run_ids: list[str], present: bool) -> tuple:
+def compare_href(run_ids: list[str], group: str | None) -> str:
+    """Compare for the board's runs, with the last sweep's group (its results table and bands)."""
+    return "/compare" + logic.encode_query({"runs": run_ids, "group": group})
+
+
+def board(run_ids: list[str], present: bool, group: str | None = None) -> tuple:
     """The Live card for these runs: board store, watch, figure, trace map, runs, compare link."""
     bundle = data.curves_bundle(run_ids, present=present)
     return (
-        {"runs": run_ids},
+        {"runs": run_ids, "group": group},
         bundle["watch"],
         bundle["figure"],
         bundle["map"],
         bundle["runs"],
-        "/compare" + logic.encode_query({"runs": run_ids}),
+        compare_href(run_ids, group),
         {} if run_ids else {"display": "none"},
     )
 
@@ -245,7 +260,9 @@ def on_submit(
         return (errors, result["message"], "message error", *([no_update] * len(BOARD_OUTPUTS)))
     previous = logic.split_list((board_state or {}).get("runs"))
     run_ids = [r for r in previous if r not in result["run_ids"]] + result["run_ids"]
-    return (errors, result["message"], "message ok", *board(run_ids[-MAX_LIVE:], bool(present)))
+    group = result.get("group") or (board_state or {}).get("group")
+    cls = "message ok" if not str(result["message"]).startswith("Queued") else "message queued"
+    return (errors, result["message"], cls, *board(run_ids[-MAX_LIVE:], bool(present), group))
 
 
 @callback(

@@ -2,7 +2,8 @@
 (`POST /api/presets/{name}`); its card then shows the verdict live (`GET /api/groups/{id}`: each claim,
 whether it held on every seed, the effect ± its standard error, the rule) and links to Compare, which
 draws mean ± std bands per cell. The launches are remembered in the browser, so the verdicts are still
-there after navigating away and back."""
+there after navigating away and back; the server also remembers each preset's latest launch, so a fresh
+browser (a colleague's, the talk's laptop) shows its verdict, its bands and the link to it too."""
 
 from __future__ import annotations
 
@@ -59,10 +60,16 @@ def layout(**_) -> html.Div:
             html.Div([preset_card(p) for p in presets], className="gallery"),
             dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
             dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
+            dcc.Store(id=ids.PRESET_LATEST, data=latest_launches(presets)),
             dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
             *components.page_stores(),
         ],
     )
+
+
+def latest_launches(presets: list[dict]) -> dict:
+    """{preset: {"group": id, "runs": []}} of each preset's latest launch on the server (any browser's)."""
+    return {p["name"]: {"group": p["latest_group"], "runs": []} for p in presets if p.get("latest_group")}
 
 
 def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str]:
@@ -115,12 +122,19 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     """A card's live part: the group's verdicts and progress, and where to watch the curves."""
     gid, runs = launched.get("group"), launched.get("runs") or []
     href = "/compare" + logic.encode_query({"group": gid} if gid else {"runs": runs})
-    text = "Watch in Compare (mean ± std per cell) →" if gid else f"Compare these {len(runs)} runs →"
+    text = "Per-seed curves and bands in Compare →" if gid else f"Compare these {len(runs)} runs →"
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    drawn = [map_figure.map_graph(group["map"])] if group.get("map") else []
-    return [*drawn, *group_view.verdicts(group, expect=False), link]
+    if group.get("map"):
+        drawn = map_figure.map_graph(group["map"])
+    else:
+        drawn = dcc.Graph(
+            figure=group_view.band_figure(group, height=240),
+            config=components.GRAPH_CONFIG,
+            className="graph preset-bands",
+        )
+    return [drawn, *group_view.verdicts(group, expect=False), link]
 
 
 @callback(
@@ -128,13 +142,15 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     Output(ids.PRESET_POLL, "disabled"),
     Input(ids.PRESET_POLL, "n_intervals"),
     Input(ids.PRESET_GROUPS, "data"),
+    State(ids.PRESET_LATEST, "data"),
 )
-def on_poll(_n, launches):
-    """Every launched preset's verdict as its runs finish; the polling stops once every group ended."""
+def on_poll(_n, launches, latest):
+    """Every launched preset's verdict as its runs finish (this browser's launch, else the server's
+    latest); the polling stops once every group ended."""
     names = [o["id"]["name"] for o in ctx.outputs_list[0]]
     out, live = [], False
     for name in names:
-        launched = (launches or {}).get(name)
+        launched = (launches or {}).get(name) or (latest or {}).get(name)
         if not launched:
             out.append(no_update)
             continue

@@ -96,12 +96,18 @@ def spec_table(spec: dict) -> html.Table:
     return html.Table(className="spec", children=html.Tbody(rows))
 
 
-def layout(run_id: str | None = None, present=None, **_) -> html.Div:
+def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **_) -> html.Div:
     present_on = logic.is_present({"present": present})
+    # a copied link carries the smoothing and panels it was copied with; without them, the browser's
+    view = logic.compare_state({"smooth": smooth, "panels": panels})
+    weight = view["smooth"] if smooth not in (None, "") else None
+    chosen = view["panels"] if panels else None
     try:
         run = data.api().run(run_id or "")
         family = fork_view.family_ids(run)  # a fork's parent and siblings share its chart
-        bundle = data.curves_bundle(family, present=present_on, from_start=True)
+        bundle = data.curves_bundle(
+            family, smoothing=weight, panels=chosen, present=present_on, from_start=True
+        )
         fork_view.mark_children(bundle["figure"], family, family[0])
     except ApiError as exc:
         msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
@@ -182,12 +188,25 @@ def layout(run_id: str | None = None, present=None, **_) -> html.Div:
             dcc.Store(id=ids.RUN_ID, data=run["id"]),
             dcc.Store(id=ids.RUN_SPEC, data=run["spec"]),
             dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
-            *components.page_stores(bundle["watch"], None),
+            *components.page_stores(
+                bundle["watch"], {"smooth": bundle["map"].get("smooth"), "panels": chosen}
+            ),
         ],
     )
 
 
 smoothing_control.register(ids.RUN_SMOOTH)  # the smoothing slider redraws the curves
+# ... and the URL follows it, so "Copy link" opens the run as seen (assets/normlab.js urlState)
+clientside_callback(
+    """function (weight, state) {
+        if (weight === undefined || weight === null) { return window.dash_clientside.no_update; }
+        return Object.assign({}, state || {}, {smooth: weight});
+    }""",
+    Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Input(ids.RUN_SMOOTH, "value"),
+    State(ids.URL_STATE, "data"),
+    prevent_initial_call=True,
+)
 
 
 LEVEL_ORDER = {"error": 0, "warning": 1}  # then info (and anything else), each in the order it came

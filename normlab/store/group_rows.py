@@ -39,6 +39,16 @@ class GroupsMixin:
                 )
             )
 
+    def latest_preset_groups(self) -> dict[str, str]:
+        """{preset name: the id of its latest launch} (the Presets page, in any browser)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(groups.c.preset, groups.c.id)
+                .where(groups.c.kind == "preset")
+                .order_by(groups.c.created_at)
+            ).all()
+        return {preset: gid for preset, gid in rows if preset}  # the latest launch wins
+
     def get_group(self, group_id: str) -> GroupRow | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(groups).where(groups.c.id == group_id)).mappings().first()

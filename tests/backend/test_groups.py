@@ -64,6 +64,11 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
     assert not g["done"] and [c["label"] for c in g["cells"]] == ["batch", "layer"]
     assert all(c["n"] == 0 for c in g["cells"])
     assert g["claims"] and not any(c["holds"] for c in g["claims"])  # nothing finished: nothing holds yet
+    # ... and nothing fails either: every seed-judged claim waits for its seeds
+    assert all(c["pending"] and c["seeds_expected"] == 3 for c in g["claims"] if c["kind"] != "refused")
+    # any browser finds the preset's latest launch (the Presets page after a fresh start)
+    latest = {p["name"]: p["latest_group"] for p in client.get("/api/presets").json()}
+    assert latest["fig6-batch4"] == body["group_id"] and latest["online"] is None
 
     finals = {
         ("batch", 0): 0.9,

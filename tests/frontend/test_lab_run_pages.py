@@ -94,17 +94,20 @@ def test_layout_shows_the_servers_limits_and_restores_the_lab_from_the_query_or_
     assert _find(page, {"type": "lab-field", "field": "lr"}).value == 0.002
     assert _find(page, "lab-task").value == "adding"
     assert _find(page, "lab-probe-box").style == {}  # probes on: its settings show
-    assert _find(page, "lab-board").data == {"runs": ["a1", "b2"]}
+    assert _find(page, "lab-board").data == {"runs": ["a1", "b2"], "group": None}
+    swept = lab.layout(task="digits", runs="a1", group="g7")  # the last sweep's group: Compare's table
+    assert _find(swept, "lab-board").data == {"runs": ["a1"], "group": "g7"}
+    assert _find(swept, "lab-compare-link").href == "/compare?runs=a1&group=g7"
     cookie = quote("runs=c3&task=adding&steps=90&sweep=1&sweep_batch=4%2C+8")
     with app.server.test_request_context("/", headers={"Cookie": f"{lab.LAB_COOKIE}={cookie}"}):
         bare = lab.layout()
-        assert _find(bare, "lab-board").data == {"runs": ["c3"]}
+        assert _find(bare, "lab-board").data == {"runs": ["c3"], "group": None}
         assert _find(bare, {"type": "lab-field", "field": "steps"}).value == 90
         assert _find(bare, "lab-sweep").value == ["on"] and _find(bare, "lab-sweep-batch").value == "4, 8"
         linked = lab.layout(task="digits", budget="40")  # a link to a form keeps this browser's board
-        assert _find(linked, "lab-board").data == {"runs": ["c3"]}
+        assert _find(linked, "lab-board").data == {"runs": ["c3"], "group": None}
         assert _find(linked, {"type": "lab-field", "field": "steps"}).value == 300  # the link's form
-        assert _find(lab.layout(task="digits", runs=""), "lab-board").data == {"runs": []}
+        assert _find(lab.layout(task="digits", runs=""), "lab-board").data == {"runs": [], "group": None}
 
 
 def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(pages):
@@ -116,7 +119,7 @@ def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(page
     values = dict(zip(lab.FIELD_NAMES, out[3], strict=True))
     assert values["probes"] == ["on"] and values["seq_len"] == lab_form.field_defaults("adding")["seq_len"]
     cleared = lab.on_clear(1, False)
-    assert cleared[0] == {"runs": []} and cleared[-1] == {"display": "none"}
+    assert cleared[0] == {"runs": [], "group": None} and cleared[-1] == {"display": "none"}
     assert lab.on_probes_toggle(["on"]) == {} and lab.on_probes_toggle([]) == {"display": "none"}
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from fastapi import HTTPException
 
+from normlab import fair_queue
 from normlab.api_models import RunPublic
 from normlab.events import RunStatus
 from normlab.queue import enqueue_run
@@ -23,8 +24,18 @@ def _dt(x: float | None) -> datetime | None:
     return None if x is None else datetime.fromtimestamp(x, UTC)
 
 
-def run_public(store: Store, row: RunRow, tags: list[str] | None = None) -> RunPublic:
-    """The run as the API shows it; `tags` when the caller already read them (a list of runs)."""
+def run_public(
+    store: Store, row: RunRow, tags: list[str] | None = None, queue: dict | None = None
+) -> RunPublic:
+    """The run as the API shows it; `tags` when the caller already read them (a list of runs); `queue`
+    (Store.queue_view, read once for a list) gives a queued run its place in the fair order and an
+    estimate of its wait."""
+    position = wait = None
+    if row["status"] == RunStatus.QUEUED:
+        queue = queue if queue is not None else store.queue_view()
+        position = queue["positions"].get(row["id"])
+        if position is not None:
+            wait = fair_queue.wait_estimate(position, queue["typical_s"], queue["workers"])
     return RunPublic(
         id=row["id"],
         spec=json.loads(row["spec"]),
@@ -40,7 +51,8 @@ def run_public(store: Store, row: RunRow, tags: list[str] | None = None) -> RunP
         error=row["error"],
         summary=json.loads(row["summary"]) if row["summary"] else {},
         last_seq=row["last_seq"],
-        queue_position=store.queue_position(row["created_at"]) if row["status"] == RunStatus.QUEUED else None,
+        queue_position=position,
+        queue_wait_s=wait,
         name=row["name"],
         note=row["note"],
         tags=tags if tags is not None else store.tags_of([row["id"]]).get(row["id"], []),

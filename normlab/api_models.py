@@ -38,7 +38,8 @@ class RunPublic(BaseModel):
     error: str | None = None
     summary: RunSummary = Field(default_factory=RunSummary)  # {} until the run finishes
     last_seq: int = 0  # sequence number of the newest stored event
-    queue_position: int | None = None  # 1 = next to run; None unless queued
+    queue_position: int | None = None  # 1 = next to run (normlab.fair_queue order); None unless queued
+    queue_wait_s: float | None = None  # about how long until it starts; None unless queued and judged
     name: str | None = None
     tags: list[str] = Field(default_factory=list)
     note: str | None = None  # markdown

@@ -95,10 +95,13 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     """Train one stored run to its end; return its final status (None if it was no longer queued)."""
     train = train or train_fn
     store = get_store(settings)
-    run = store.claim(run_id, worker_host=f"{socket.gethostname()}:{os.getpid()}")
+    # the fair order decides which queued run this message trains (normlab/fair_queue.py); the run it
+    # names is taken by a later message, or trained here when it is the only one waiting
+    run = store.claim_next(run_id, worker_host=f"{socket.gethostname()}:{os.getpid()}")
     if run is None:
-        log.info("run %s is no longer queued (cancelled or deleted); skipping", run_id)
+        log.info("run %s is no longer queued (cancelled or deleted) and none waits; skipping", run_id)
         return None
+    run_id = run["id"]
     publisher = RedisPublisher(settings) if settings.uses_redis_feed else None
     writer = EventWriter(store, run_id, publisher)
     watch = RunWatch(store, run_id, settings.worker_heartbeat_s, poll_s=0.1, writer=writer)

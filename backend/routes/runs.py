@@ -94,7 +94,8 @@ def list_runs(
     )
     rows, total = store.search_runs(query, offset=offset, limit=limit)
     tags = store.tags_of([r["id"] for r in rows])
-    items = [run_public(store, r, tags.get(r["id"], [])) for r in rows]
+    queue = store.queue_view() if any(r["status"] == "queued" for r in rows) else None
+    items = [run_public(store, r, tags.get(r["id"], []), queue) for r in rows]
     return RunList(items=items, total=total, offset=offset, limit=limit)
 
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,12 @@ READY_TIMEOUT_S = 180.0  # a worker's start and warm-up; past it `up` serves any
 def register(sub) -> None:
     p = sub.add_parser("up", help="start the lab: API and pages on one origin, workers, SQLite (embedded)")
     _common(p, port=8050)
-    p.add_argument("--workers", type=int, default=1, help="worker processes (one run each at a time)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes, one run each at a time (default: one per CPU core, at most 16)",
+    )
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("api", help="start the HTTP API only (uses NORMLAB_* settings)")
@@ -193,8 +199,31 @@ def check_schema(settings) -> None:
     get_store(settings)  # raises SchemaOutOfDate, whose message names `normlab db upgrade`
 
 
+def default_workers() -> int:
+    """One worker per core this process may use (a run trains on one core's worth), 1 to 16."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(16, cores))
+
+
+def _warm_then_watch(pool, log_dir: Path) -> None:
+    """Once the workers are warm (or late), supervise them: a worker that exits is started again."""
+    late = wait_ready(pool.procs)
+    pool.start_watching()
+    if late:
+        print(
+            f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see {log_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def cmd_up(args) -> int:
     settings = settings_from(args)
+    if args.workers is None:
+        args.workers = default_workers()
     if args.workers < 0 or args.workers > 16:
         raise CLIError("--workers must be between 0 and 16")
     host, port = _listen(args, settings)
@@ -210,15 +239,8 @@ def cmd_up(args) -> int:
     try:
         app = app_with_pages(settings)
         app.state.workers = pool.state  # /api/health reports them
-        late = wait_ready(pool.procs)
-        pool.start_watching()  # from here on a worker that exits is started again
-        if late:
-            print(
-                f"normlab up: worker process(es) {', '.join(map(str, late))} did not report ready; see "
-                f"{settings.data_dir / 'logs'}",
-                file=sys.stderr,
-                flush=True,
-            )
+        # the URL now; the workers finish warming in the background (a run queued meanwhile just waits)
+        threading.Thread(target=_warm_then_watch, args=(pool, log_dir), daemon=True).start()
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         print(
             f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: "

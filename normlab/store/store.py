@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.pool import NullPool
 
+from normlab import fair_queue
 from normlab.events import RunStatus
 from normlab.settings import Settings
 from normlab.store.admission import admission_lock, check_caps
@@ -179,6 +180,46 @@ class Store(GroupsMixin, LabelsMixin):
                 .where(runs.c.status == RunStatus.QUEUED, runs.c.created_at < created_at)
             ).scalar_one()
         return int(ahead) + 1
+
+    def queue_rows(self) -> tuple[list[dict], list[dict]]:
+        """(queued, running) runs as normlab.fair_queue reads them: id, created_at, owner, group_id."""
+        cols = (runs.c.id, runs.c.created_at, runs.c.owner, runs.c.group_id, runs.c.status)
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(*cols).where(runs.c.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
+            ).mappings()
+            rows: list[dict] = [dict(r) for r in found]
+        return [r for r in rows if r["status"] == RunStatus.QUEUED], [
+            r for r in rows if r["status"] == RunStatus.RUNNING
+        ]
+
+    def queue_view(self) -> dict:
+        """{"positions": {run id: place in the fair order}, "typical_s", "workers"} of the queue now."""
+        queued, running = self.queue_rows()
+        with self.engine.connect() as conn:
+            recent = conn.execute(
+                select(runs.c.summary)
+                .where(runs.c.status == RunStatus.COMPLETED)
+                .order_by(runs.c.finished_at.desc())
+                .limit(20)
+            ).scalars()
+            walls = [(json.loads(s) if s else {}).get("wall_time") for s in recent]
+        return {
+            "positions": fair_queue.positions(queued, running),
+            "typical_s": fair_queue.typical_run_s(walls),
+            "workers": len(running),
+        }
+
+    def claim_next(self, preferred: str, worker_host: str | None = None) -> RunRow | None:
+        """Claim the first queued run in the fair order (normlab.fair_queue), whichever run's message
+        brought the worker here: interactive runs overtake batch work, users and groups take turns.
+        `preferred` (the message's run) is claimed when nothing else is queued; None when no run is."""
+        queued, running = self.queue_rows()
+        for run_id in [*fair_queue.order(queued, running), preferred]:
+            claimed = self.claim(run_id, worker_host)
+            if claimed is not None:  # another worker may have taken the first: try the next
+                return claimed
+        return None
 
     def claim(self, run_id: str, worker_host: str | None = None) -> RunRow | None:
         """Mark a queued run running (atomically); None when it was cancelled or deleted meanwhile."""

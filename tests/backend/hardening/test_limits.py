@@ -44,9 +44,10 @@ def test_active_cap_429_with_retry_after_and_queue_position(make_client, tokens)
     assert client.post("/api/runs", json=SPEC, headers=alice).status_code == 201  # 3rd is fine
     assert client.post("/api/runs", json=SPEC, headers=alice).status_code == 429
     assert client.post("/api/runs", json=SPEC, headers=bob).status_code == 201  # bob has his own cap
-    # queue positions of queued runs: alice's two, then bob's, then alice's third …
+    # queue positions in the fair order (normlab.fair_queue): users take turns, so bob's first run comes
+    # between alice's first and her second
     positions = [client.get(f"/api/runs/{i}").json()["queue_position"] for i in ids]
-    assert positions == [1, 2]
+    assert positions == [1, 3]
     client.post(f"/api/runs/{ids[0]}/cancel", headers=alice)
     assert client.get(f"/api/runs/{ids[1]}").json()["queue_position"] == 1
     assert client.post("/api/runs", json=SPEC, headers=alice).status_code == 201  # a slot was freed

@@ -56,15 +56,37 @@ def curves_graph(figure: dict, trace_map: dict) -> list:
     ]
 
 
+def format_wait(seconds: float) -> str:
+    """'under a minute', '4 min', '1 h 05 min': an estimate, so no seconds."""
+    if seconds < 60:
+        return "under a minute"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def queue_note(run: dict) -> str:
+    """'position 3 in the queue, about 4 min' for a queued run ('' otherwise)."""
+    position = run.get("queue_position")
+    if run.get("status") != "queued" or not position:
+        return ""
+    wait = run.get("queue_wait_s")
+    about = f", about {format_wait(wait)}" if isinstance(wait, int | float) else ""
+    return f"position {position} in the queue{about}"
+
+
 def run_chip(run: dict, status: str | None = None, color: str | None = None) -> html.Div:
-    """A run as one line: colour swatch (as in the figure), label, status badge, link to its page."""
+    """A run as one line: colour swatch (as in the figure), label, status badge, link to its page, and
+    while it waits, its place in the queue."""
     color = color or figures.norm_color(run.get("spec", {}).get("norm", ""))
+    status = status or run.get("status", "")
+    note = queue_note(run) if status == "queued" else ""
     return html.Div(
         className="run-chip",
         children=[
             html.Span(className="swatch", style={"background": color}),
             dcc.Link(figures.run_label(run), href=f"/run/{run['id']}", className="run-link"),
-            badge(status or run.get("status", "")),
+            badge(status),
+            *([html.Span(note, className="queue-note")] if note else []),
         ],
     )
 

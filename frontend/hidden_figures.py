@@ -133,9 +133,10 @@ def hidden_figure(events: list[dict], present: bool = False, ended: bool = False
     )
     has_h, n_h = _heat(fig, events, "hidden_norms", "‖h_t‖", 1)
     has_g, n_g = _heat(fig, events, "grad_norms", "‖∂L/∂h_t‖", 2)
-    for row in (1, 2):
+    for row, what in ((1, "‖h_t‖"), (2, "‖∂L/∂h_t‖")):
         fig.update_xaxes(title_text="time step t", row=row)
         fig.update_yaxes(title_text="training step", row=row, col=1)
+        fig.update_yaxes(title_text=f"{what} (L2 norm)", row=row, col=2)
     if not (has_h or has_g):
         figures.empty(
             fig,
@@ -177,5 +178,7 @@ def _layers_figure(events: list[dict], present: bool) -> dict:
             )
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text="std of summed inputs", row=1, col=1)
+    fig.update_yaxes(title_text="activation norm (L2)", row=1, col=2)
     figures.apply_theme(fig, present, height=360)
     return fig.to_plotly_json()

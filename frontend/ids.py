@@ -47,6 +47,11 @@ LAB_BOARD = "lab-board"  # dcc.Store {runs: [...]}: the runs on the Live card
 LAB_RUNS_DATA = "lab-runs-data"  # dcc.Store: those runs as the API returned them (for the chips)
 LAB_FORM_DEFAULTS = "lab-form-defaults"  # dcc.Store {task: {field: default}}: what the URL leaves out
 LAB_LIMITS = "lab-limits"  # dcc.Store {field: {min, max, min_open}}: the server's limits
+LAB_QUEUE_POLL = "lab-queue-poll"  # dcc.Interval: the board's queued runs' positions, while any waits
+LAB_STRIP = "lab-strip"  # the compact probe strip of the newest board run with probes
+LAB_STRIP_GRAPH = "lab-strip-graph"
+LAB_STRIP_RUN = "lab-strip-run"  # dcc.Store: that run's id (None: the strip is hidden)
+LAB_STRIP_PROBES = "lab-strip-probes"  # dcc.Store: its hidden/fisher snapshots from the stream
 LAB_CLEAR = "lab-clear"  # button: take every run off the Live card
 
 # Runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dash import dcc
 
-from frontend import data, lab_form
+from frontend import components, data, lab_form
 from frontend.api_client import ApiError
 from frontend.lab_builder import FIELD_NAMES
 
@@ -59,21 +59,10 @@ def submit(
 
 
 def started_message(run: dict) -> str:
-    """'Started run X.' when it trains at once; while it waits, its place in the queue and an estimate."""
-    position = run.get("queue_position")
-    if run.get("status") == "queued" and position:
-        wait = run.get("queue_wait_s")
-        about = f", about {format_wait(wait)}" if isinstance(wait, int | float) else ""
-        return f"Queued run {run['id']}: position {position} in the queue{about}."
-    return f"Started run {run['id']}."
-
-
-def format_wait(seconds: float) -> str:
-    """'under a minute', '4 min', '1 h 05 min': an estimate, so no seconds."""
-    if seconds < 60:
-        return "under a minute"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+    """'Started run X.' when a worker is free for it; while it waits, its place in the queue and an
+    estimate (not a green "Started" for a run that waits behind others)."""
+    note = components.queue_note(run)
+    return f"Queued run {run['id']}: {note}." if note else f"Started run {run['id']}."
 
 
 def _see_fields(errors: dict) -> str:

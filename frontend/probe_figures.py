@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend import figures, theory_lines
+from frontend import figures, probe_names, theory_lines
 
 # Fisher panel: layers and weight groups are names, not an order: neighbours get clearly different hues
 # (Okabe–Ito again), and a name keeps its hue in every subplot.
@@ -86,20 +86,24 @@ def fisher_figure(
         return fig.to_plotly_json()
     last = events[-1]["payload"]
     estimators = last.get("trace_estimator", {})
+    group_names = [name for name, _ in _group_series(events, "weight_norm")]
+    cell = probe_names.cell_of([*last.get("trace", {}), *group_names])
     for k, layer in enumerate(last.get("trace", {})):
+        # plain words in the legend; the module path and how it was estimated in the hover
+        how = probe_names.estimator_words(estimators.get(layer))
         fig.add_trace(
             go.Scatter(
                 x=steps,
                 y=[e["payload"].get("trace", {}).get(layer) for e in events],
-                name=f"{layer} ({estimators.get(layer, '?')})",
+                name=probe_names.plain_name(layer, cell),
                 legend="legend",
                 line={"color": CATEGORY[k % 8]},
+                hovertemplate=f"{layer} ({how})<br>step %{{x}}: %{{y:.3g}}<extra></extra>",
             ),
             row=1,
             col=1,
         )
     _eta_lambda(fig, events, steps)
-    group_names = [name for name, _ in _group_series(events, "weight_norm")]
     for legend, (row, col), field in (
         ("legend3", (2, 1), "weight_norm"),
         ("legend4", (2, 2), step_field),
@@ -109,13 +113,24 @@ def fisher_figure(
         for name, ys in _group_series(events, field):
             k = group_names.index(name) if name in group_names else len(group_names)
             fig.add_trace(
-                go.Scatter(x=steps, y=ys, name=name, legend=legend, line={"color": CATEGORY[k % 8]}),
+                go.Scatter(
+                    x=steps,
+                    y=ys,
+                    name=probe_names.plain_name(name.removesuffix(".weight"), cell)
+                    if name.endswith(".weight")
+                    else probe_names.plain_name(name, cell),
+                    legend=legend,
+                    line={"color": CATEGORY[k % 8]},
+                    hovertemplate=f"{name}<br>step %{{x}}: %{{y:.3g}}<extra></extra>",
+                ),
                 row=row,
                 col=col,
             )
     if step_field == "effective_step":
         theory_lines.draw_angular(fig, spec, steps, row=2, col=2, legend="legend4")
     fig.update_xaxes(title_text="training step")
+    for (row, col), title in probe_names.FISHER_AXES.items():
+        fig.update_yaxes(title_text=title, row=row, col=col)
     traces = (v for e in events for v in (e["payload"].get("trace") or {}).values())
     fig.update_yaxes(type="log", row=1, col=1, **figures.log_ticks(traces))
     fig.update_yaxes(
@@ -128,7 +143,7 @@ def fisher_figure(
     figures.apply_theme(fig, present, height=900)
     _place_legends(fig, present)
     cost = last.get("cost_steps")
-    note = "Trace estimator per layer in its legend"
+    note = "Hover a line for its module and how it was estimated"
     if cost is not None:
         note += f" · each estimate costs ≈ {cost:.2g} training steps"
     if last.get("empirical") is not None:

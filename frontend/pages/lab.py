@@ -27,7 +27,17 @@ from dash import (
     no_update,
 )
 
-from frontend import components, data, ids, lab_builder, lab_form, logic, smoothing_control
+from frontend import (
+    components,
+    data,
+    ids,
+    lab_builder,
+    lab_form,
+    lab_live,
+    logic,
+    probe_strip,
+    smoothing_control,
+)
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from frontend.lab_builder import FIELD_NAMES, task_changed
@@ -102,6 +112,7 @@ def layout(**query) -> html.Div:
             ),
             smoothing_control.control(ids.LAB_SMOOTH, bundle["map"].get("smooth", 0.0)),
             *components.curves_graph(bundle["figure"], bundle["map"]),
+            lab_live.probe_strip_box(bundle["runs"], present_on),
         ],
     )
     defaults = {
@@ -115,6 +126,10 @@ def layout(**query) -> html.Div:
             builder,
             live,
             dcc.Store(id=ids.LAB_RUNS_DATA, data=bundle["runs"]),
+            # while a run on the board waits, its place in the queue is refreshed (the chips show it)
+            dcc.Interval(
+                id=ids.LAB_QUEUE_POLL, interval=3000, disabled=not lab_live.any_queued(bundle["runs"])
+            ),
             dcc.Store(id=ids.LAB_BOARD, data={"runs": run_ids, "group": query.get("group") or None}),
             dcc.Store(id=ids.LAB_FORM_DEFAULTS, data=defaults),
             dcc.Store(id=ids.LAB_LIMITS, data=limits),
@@ -126,6 +141,7 @@ def layout(**query) -> html.Div:
 EMPTY_BOARD = html.P("Runs you start appear here and stream live.", className="muted")
 
 smoothing_control.register(ids.LAB_SMOOTH)  # the smoothing slider redraws the curves
+lab_live.register()  # queue positions of waiting runs, the probe strip
 
 
 # prevent_initial_call: the layout already shows the task's options and the form (from the URL); a
@@ -194,6 +210,9 @@ BOARD_OUTPUTS = [
     Output(ids.LAB_RUNS_DATA, "data", allow_duplicate=True),
     Output(ids.LAB_COMPARE_LINK, "href", allow_duplicate=True),
     Output(ids.LAB_COMPARE_LINK, "style", allow_duplicate=True),
+    Output(ids.LAB_QUEUE_POLL, "disabled", allow_duplicate=True),
+    Output(ids.LAB_STRIP_RUN, "data", allow_duplicate=True),
+    Output(ids.LAB_STRIP, "style", allow_duplicate=True),
 ]
 
 
@@ -213,6 +232,9 @@ def board(run_ids: list[str], present: bool, group: str | None = None) -> tuple:
         bundle["runs"],
         compare_href(run_ids, group),
         {} if run_ids else {"display": "none"},
+        not lab_live.any_queued(bundle["runs"]),
+        probe_strip.newest_probe_run(bundle["runs"]),
+        {} if probe_strip.newest_probe_run(bundle["runs"]) else {"display": "none"},
     )
 
 

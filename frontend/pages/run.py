@@ -16,6 +16,7 @@ from frontend import (
     lab_form,
     logic,
     probe_figures,
+    probe_names,
     smoothing_control,
 )
 from frontend.api_client import ApiError
@@ -135,6 +136,7 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
                 className="card",
                 children=[
                     html.H2("Curves"),
+                    html.P(probe_names.PANEL_HELP["curves"], className="panel-help"),
                     smoothing_control.control(ids.RUN_SMOOTH, bundle["map"].get("smooth", 0.0)),
                     *components.curves_graph(bundle["figure"], bundle["map"]),
                 ],
@@ -148,6 +150,9 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
                 children=[
                     # feed-forward runs have no time steps: their panel shows each layer over training
                     html.H2("Hidden states over time steps" if sequential else "Layer statistics"),
+                    html.P(
+                        probe_names.PANEL_HELP["hidden" if sequential else "layers"], className="panel-help"
+                    ),
                     dcc.Graph(
                         id=ids.RUN_HIDDEN,
                         figure=hidden_figures.hidden_figure([], present_on, ended),
@@ -162,6 +167,10 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
                 style=off,
                 children=[
                     html.H2("Fisher curvature"),
+                    html.P(probe_names.PANEL_HELP["fisher"], className="panel-help"),
+                    html.Ul(
+                        [html.Li(line) for line in probe_names.FISHER_SUBPLOT_HELP], className="panel-help"
+                    ),
                     html.Div(
                         fisher_note, id=ids.RUN_FISHER_WARNING, className="fisher-warning", role="status"
                     ),

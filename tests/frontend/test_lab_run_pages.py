@@ -119,7 +119,9 @@ def test_task_change_keeps_the_probes_switch_and_on_clear_empties_the_board(page
     values = dict(zip(lab.FIELD_NAMES, out[3], strict=True))
     assert values["probes"] == ["on"] and values["seq_len"] == lab_form.field_defaults("adding")["seq_len"]
     cleared = lab.on_clear(1, False)
-    assert cleared[0] == {"runs": [], "group": None} and cleared[-1] == {"display": "none"}
+    assert cleared[0] == {"runs": [], "group": None} and cleared[6] == {"display": "none"}
+    # nothing queued: the queue-position poll stays off; no run with probes: the probe strip is hidden
+    assert cleared[7] is True and cleared[8] is None and cleared[9] == {"display": "none"}
     assert lab.on_probes_toggle(["on"]) == {} and lab.on_probes_toggle([]) == {"display": "none"}
 
 

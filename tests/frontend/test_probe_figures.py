@@ -79,7 +79,9 @@ def _fisher(step, groups):
 def test_fisher_figure_names_estimators_and_summarises_many_groups():
     fig = probe_figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
     names = [t.get("name") for t in fig["data"]]
-    assert "fc1 (per-sample)" in names and "fc2 (summed-gradient)" in names
+    assert "fc1" in names and "fc2" in names  # names the plain-word table does not know stay as they are
+    hovers = {t["name"]: t.get("hovertemplate", "") for t in fig["data"]}
+    assert "fc1 (exact per example)" in hovers["fc1"] and "fc2 (noisy batch estimate)" in hovers["fc2"]
     eta = next(t for t in fig["data"] if t.get("name") == "η·λ_max(F)")
     assert list(eta["y"]) == [0.5, 1.0]
     line = next(t for t in fig["data"] if t.get("name") == "2: stability line")
@@ -100,7 +102,7 @@ def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_group():
     for n, legend in enumerate(sorted(legends), start=1):  # beside its subplot, at its top
         axis = layout["yaxis" if n == 1 else f"yaxis{n}"]
         assert layout[legend]["y"] == pytest.approx(axis["domain"][1])
-    layers = {t["legend"] for t in fig["data"] if "(" in t["name"] and "η" not in t["name"]}
+    layers = {t["legend"] for t in fig["data"] if t["name"] in ("fc1", "fc2")}
     assert layers == {"legend"}  # the layers' traces apart from the weight groups
     for g in ("g0", "g1", "g2"):
         colours = {t["line"]["color"] for t in fig["data"] if t["name"] == g}
@@ -145,3 +147,28 @@ def test_colour_bar_ticks_are_round_norms():
     assert text == ["0.02", "0.05", "0.1", "0.2", "0.5", "1", "2"]
     vals, text = hidden_figures._log_ticks(-6, 3)
     assert all(v == int(v) for v in vals) and len(vals) >= 2  # whole decades over a wide range
+
+
+def test_fisher_panels_speak_plain_words_with_axis_titles_and_units():
+    from frontend import probe_names
+
+    fisher = {
+        "step": 5,
+        "kind": "fisher",
+        "payload": {
+            "trace": {"rnn.0.ih": 1.0, "rnn.0.hh": 2.0, "rnn.0.norm_c": 0.1, "out": 3.0},
+            "trace_estimator": {"rnn.0.ih": "per-sample", "out": "per-sample"},
+            "eta_lambda_max": 0.4,
+            "groups": [{"name": "rnn.0.ih.weight", "weight_norm": 2.0}, {"name": "hidden.1.weight"}],
+        },
+    }
+    fig = probe_figures.fisher_figure([fisher])
+    names = {t["name"] for t in fig["data"]}
+    assert {"LSTM input weights", "LSTM recurrent weights", "LSTM cell-state norm", "output layer"} <= names
+    assert "hidden layer 2" in names  # a weight group, in words
+    assert not any(n.startswith("rnn.") or n == "out" for n in names)
+    titles = [fig["layout"][k]["title"]["text"] for k in sorted(fig["layout"]) if k.startswith("yaxis")]
+    assert len(titles) == 6 and "trace of F (per example)" in titles and "‖w‖ (L2 norm)" in titles
+    assert probe_names.plain_name("rnn.1.ih_gates", "GRU") == "GRU input-to-gates weights (layer 2)"
+    assert probe_names.plain_name("convs.0.weight") == "conv layer 1 weights"
+    assert probe_names.plain_name("something.else") == "something.else"

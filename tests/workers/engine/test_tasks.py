@@ -183,16 +183,12 @@ def test_missing_mnist_names_the_folder_to_fill(tmp_path):
     assert str(tmp_path / "mnist") in str(err.value) and "digits" in str(err.value)
 
 
-def test_mnist1d_is_generated_once_then_read_from_the_disk_cache(settings):
-    from workers.engine.tasks import mnist
-
+def test_mnist1d_is_read_from_the_shipped_arrays_and_keeps_the_published_split(settings):
     first = load_task(RunSpec(task="mnist1d"), settings)
-    cache = settings.data_dir / "cache" / f"mnist1d-v{mnist.MNIST1D_VERSION}.npz"
-    assert cache.exists()
-    mnist._raw_mnist1d.cache_clear()  # the next load must come from the file, not memory
     again = load_task(RunSpec(task="mnist1d"), settings)
     assert torch.equal(first.split("test")[0], again.split("test")[0])
     assert first.split("test")[0].shape == (1000, 40)  # MNIST-1D's published 4000/1000 split
+    assert not (settings.data_dir / "cache").exists()  # nothing generated or cached at run time
 
 
 def test_mnist5k_is_the_shipped_mnist_subset_with_every_class_and_pixel_order_kept(settings):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -13,6 +9,7 @@ from normlab.catalog import TASKS
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from workers.engine.tasks.base import TaskData, seeded
+from workers.engine.tasks.shipped import shipped
 
 SPLIT_FRACTIONS = (0.70, 0.15, 0.15)  # train / val / test
 _SEQ_LEN = {"sequence": 8, "pixel": 64}
@@ -20,21 +17,10 @@ _SEQ_LEN = {"sequence": 8, "pixel": 64}
 _INPUT_DIM = {"flat": 64, "sequence": 8, "pixel": 1, "image": 1}
 
 
-@lru_cache(maxsize=1)
 def _raw_digits() -> tuple[np.ndarray, np.ndarray]:
-    """(1797 × 64 pixels 0..16, labels): the CSV that ships inside scikit-learn, read directly because
-    importing sklearn costs ≈ 1 s; sklearn's own load_digits is the fallback. Never downloads."""
-    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
-    if spec and spec.submodule_search_locations:
-        csv = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
-        if csv.exists():
-            table = np.loadtxt(csv, delimiter=",", dtype=np.float32)
-            if table.shape == (1797, 65):
-                return np.ascontiguousarray(table[:, :64]), table[:, 64].astype(np.int64)
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    return bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+    """(1797 × 64 pixels 0..16 as float32, int64 labels): scikit-learn's digits, shipped in normlab."""
+    d = shipped("digits")
+    return d["x"].astype(np.float32), d["y"].astype(np.int64)
 
 
 def split_indices(n: int, seed: int, fractions=SPLIT_FRACTIONS) -> dict[str, torch.Tensor]:

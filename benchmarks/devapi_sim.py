@@ -69,14 +69,19 @@ async def train(api: Any, rid: str) -> None:
                 "fisher",
                 step,
                 {
-                    "trace": {"layer1": 10 / wn, "layer2": 5 / wn},
-                    "trace_estimator": {"layer1": "per-sample", "layer2": "summed-gradient"},
+                    # the engine's module names for a one-layer LSTM (workers/engine/models.py)
+                    "trace": {"rnn.0.ih": 10 / wn, "rnn.0.hh": 5 / wn, "out": 2 / wn},
+                    "trace_estimator": {
+                        "rnn.0.ih": "per-sample",
+                        "rnn.0.hh": "summed-gradient",
+                        "out": "per-sample",
+                    },
                     "lambda_max": 100 / wn,
                     "eta_lambda_max": spec["lr"] * 100 / wn,
                     "hessian_lambda_max": None,
                     "groups": [
                         {
-                            "name": "layer1.weight",
+                            "name": "rnn.0.ih.weight",
                             "weight_norm": wn,
                             "along_w_curvature": 1e-9,
                             "trace_ww": 1.0,

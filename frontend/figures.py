@@ -19,8 +19,9 @@ from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES, RunStatus
 from normlab.palette import NORM_COLORS  # one colour per normalizer, shared with normlab.client
 
-# For colouring by batch size (or anything ordinal): an ordered subset that stays distinct in grey too.
-ORDINAL_COLORS = ["#56B4E9", "#0072B2", "#009E73", "#E69F00", "#D55E00", "#CC79A7", "#000000", "#F0E442"]
+# For colouring by batch size (or anything categorical in order): Okabe–Ito with neighbours far apart
+# in hue (sky blue and blue, nearly alike on a projector, are never next to each other).
+ORDINAL_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 
 PANELS = {  # panel key -> (title, how to pick the series of a run)

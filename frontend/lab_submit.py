@@ -51,7 +51,11 @@ def submit(
                 ],
             }
         created = data.api(token).create_run(spec)
-        return {"run_ids": [created["id"]], "errors": {}, "message": started_message(created)}
+        try:  # the run as the API sees it now: queued behind others, or already taken by a worker
+            run = data.api(token).run(created["id"])
+        except ApiError:
+            run = created
+        return {"run_ids": [created["id"]], "errors": {}, "message": started_message(run)}
     except ApiError as exc:
         errors = lab_form.field_messages(exc.fields, names)
         shown = len(errors) >= len(exc.fields) > 0  # every message sits next to its field

@@ -130,6 +130,14 @@ def test_preset_and_sweep_results_are_found_again_from_a_fresh_browser(page, bro
         # a sweep from the Lab: its group is a link, and "Compare these runs" opens its results table
         page.goto(f"{dev_server.url}/")
         page.get_by_text("Sweep: several normalizers").click()
+        # the sweep's "Batch sizes" and "Seeds" replace the single run's fields: never two of each
+        single = page.locator("[id*='lab-box'][id*='\"batch_size\"'], [id*='lab-box'][id*='\"seed\"']")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('[id*=lab-box]')].filter(e => /\"(batch_size|seed)\"/"
+            ".test(e.id)).every(e => e.offsetParent === null)",
+            timeout=10000,
+        )
+        assert single.count() == 2
         page.locator("#lab-sweep-batch").fill("4, 16")
         page.get_by_role("button", name="Start sweep").click()
         link = page.locator("#lab-message a.group-link")

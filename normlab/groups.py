@@ -22,14 +22,6 @@ from normlab.presets import PRESETS
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
 
 
-<<<<<<< HEAD
-=======
-def group_meta_key(group_id: str) -> str:
-    """The store cache key holding a group's metadata (until the store has a groups table)."""
-    return f"group:{group_id}"
-
-
->>>>>>> ede2538 (Presets and sweeps remember their results: the server keeps each preset's latest launch (GET /api/presets latest_group) so any browser shows its verdict and bands; the Lab links a sweep's group (message and Compare link carry it); smoothing 0.6 by default on the dense training loss only (sparse validation curves raw), and the Run page's URL carries smoothing and panels for Copy link; a Present button)
 def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> dict:
     return {"kind": "preset", "preset": name, "labels": run_labels, "steps": steps}
 

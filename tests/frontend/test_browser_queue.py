@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from frontend.devapi import DevAPI
+from benchmarks.devapi import DevAPI
 from tests.frontend.test_browser_lab import field
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quiet_queue")]

@@ -27,10 +27,24 @@ def test_the_url_is_printed_while_the_workers_still_warm(monkeypatch, tmp_path, 
     started: list[int] = []
     seen: dict[str, str] = {}
     monkeypatch.setenv("NORMLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(serve, "start_workers", lambda n, *_: started.append(n) or [])
+
+    class Pool:  # the supervised workers, none started for real
+        def __init__(self, n, start_one, say):
+            started.append(n)
+            self.procs, self.state = [], {}
+
+        def start_watching(self):
+            pass
+
+        def stop(self, how):
+            pass
+
+    class App:
+        state = type("State", (), {})()
+
+    monkeypatch.setattr(serve, "WorkerPool", Pool)
     monkeypatch.setattr(serve, "wait_ready", lambda procs: warm.wait(30) and [])  # still warming
-    monkeypatch.setattr(serve, "app_with_pages", lambda settings: object())
-    monkeypatch.setattr(serve, "stop_workers", lambda procs: None)
+    monkeypatch.setattr(serve, "app_with_pages", lambda settings: App())
 
     def fake_serve(app, host, port):
         seen["printed"] = capsys.readouterr().out

@@ -64,7 +64,10 @@ class ApiClient:
             raise ApiError(r.status_code, detail, fields)
         if r.status_code == 204 or not r.content:
             return None
-        return r.json()
+        try:
+            return r.json()
+        except ValueError as exc:  # not the API answering (an older server's pages catch-all): say so
+            raise ApiError(404, f"{path} is not an API route on the server at {self.base}.") from exc
 
     def catalog(self) -> dict:
         return self._call("GET", "/api/catalog")

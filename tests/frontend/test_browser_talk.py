@@ -197,6 +197,7 @@ def test_smoothing_opens_at_0_6_on_the_dense_curve_only_and_a_copied_link_keeps_
         page.goto(page.url + "&panels=loss,val")
         page.wait_for_function(f"() => {CURVES} && {CURVES}.data.length > 0", timeout=20000)
         page.get_by_role("button", name="Copy link").click()
+        page.wait_for_function("() => !!window.normlabLastCopied", timeout=15000)  # the clientside copy
         copied = page.evaluate("() => window.normlabLastCopied")
         assert "smooth=0.9" in copied and "panels=loss,val" in copied
         fresh = browser.new_context(viewport={"width": 1400, "height": 950})  # no cookie: only the link

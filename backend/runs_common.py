@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import HTTPException
 
@@ -25,7 +26,7 @@ def _dt(x: float | None) -> datetime | None:
 
 
 def run_public(
-    store: Store, row: RunRow, tags: list[str] | None = None, queue: dict | None = None
+    store: Store, row: RunRow, tags: list[str] | None = None, queue: dict[str, Any] | None = None
 ) -> RunPublic:
     """The run as the API shows it; `tags` when the caller already read them (a list of runs); `queue`
     (Store.queue_view, read once for a list) gives a queued run its place in the fair order and an

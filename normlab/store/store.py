@@ -181,19 +181,19 @@ class Store(GroupsMixin, LabelsMixin):
             ).scalar_one()
         return int(ahead) + 1
 
-    def queue_rows(self) -> tuple[list[dict], list[dict]]:
+    def queue_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(queued, running) runs as normlab.fair_queue reads them: id, created_at, owner, group_id."""
         cols = (runs.c.id, runs.c.created_at, runs.c.owner, runs.c.group_id, runs.c.status)
         with self.engine.connect() as conn:
             found = conn.execute(
                 select(*cols).where(runs.c.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
             ).mappings()
-            rows: list[dict] = [dict(r) for r in found]
+            rows: list[dict[str, Any]] = [dict(r) for r in found]
         return [r for r in rows if r["status"] == RunStatus.QUEUED], [
             r for r in rows if r["status"] == RunStatus.RUNNING
         ]
 
-    def queue_view(self) -> dict:
+    def queue_view(self) -> dict[str, Any]:
         """{"positions": {run id: place in the fair order}, "typical_s", "workers"} of the queue now."""
         queued, running = self.queue_rows()
         with self.engine.connect() as conn:

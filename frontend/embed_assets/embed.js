@@ -117,7 +117,8 @@
     });
     panelKeys.forEach(function (key, i) {
       Plotly.newPlot(divs[i], traces[key], layout(key), {
-        responsive: true, displaylogo: false, displayModeBar: C.controls ? "hover" : false
+        responsive: true, displaylogo: false, displayModeBar: C.controls ? "hover" : false,
+        showSendToCloud: false  // never offer to upload a lab's data to Plotly's cloud ("Share chart")
       });
       linkHover(divs[i]);
     });

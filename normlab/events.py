@@ -179,6 +179,11 @@ class LogEvent(_TypedEvent):
     payload: LogPayload
 
 
+class InterventionEvent(_TypedEvent):
+    kind: Literal["intervention"]
+    payload: InterventionPayload
+
+
 class StatusEvent(_TypedEvent):
     kind: Literal["status"]
     payload: StatusPayload
@@ -190,7 +195,8 @@ class StatusEvent(_TypedEvent):
 
 # An event read back (from the store, the live feed, the API) with its payload typed by its kind.
 TypedEvent = Annotated[
-    ScalarsEvent | HiddenEvent | FisherEvent | LogEvent | StatusEvent, Field(discriminator="kind")
+    ScalarsEvent | HiddenEvent | FisherEvent | LogEvent | InterventionEvent | StatusEvent,
+    Field(discriminator="kind"),
 ]
 _TYPED_EVENT: TypeAdapter[TypedEvent] = TypeAdapter(TypedEvent)
 

@@ -8,7 +8,16 @@ import json
 import pydantic
 import pytest
 
-from normlab.events import HiddenEvent, LogEvent, ScalarsEvent, StatusEvent, parse_event
+from normlab.events import (
+    PAYLOADS,
+    HiddenEvent,
+    InterventionEvent,
+    LogEvent,
+    ScalarsEvent,
+    StatusEvent,
+    TypedEvent,
+    parse_event,
+)
 from normlab.feed.redis_feed import is_terminal_row
 from normlab.spec import RunSpec
 from normlab.store import EventRow, RunRow, Store
@@ -42,6 +51,10 @@ def test_each_kind_reads_back_with_its_typed_payload():
     assert isinstance(hidden, HiddenEvent) and hidden.payload.hidden_norms == [1.0, None]
     log = parse_event(json.dumps({**base, "kind": "log", "payload": {"message": "hi", "where": "x"}}))
     assert isinstance(log, LogEvent) and log.payload.level == "info"
+    change = {"changes": {"lr": {"old": 0.1, "new": 0.01}}, "source": "live"}
+    intervention = parse_event({**base, "kind": "intervention", "payload": change})
+    assert isinstance(intervention, InterventionEvent) and intervention.payload.changes["lr"].new == 0.01
+    assert not intervention.terminal
     status = parse_event({**base, "kind": "status", "payload": {"status": "diverged"}})
     assert isinstance(status, StatusEvent) and status.terminal
     with pytest.raises(pydantic.ValidationError):  # a payload that breaks its kind's contract
@@ -63,3 +76,12 @@ def test_each_kind_reads_back_with_its_typed_payload():
 )
 def test_the_feed_decides_terminal_from_the_typed_status(kind, payload, terminal):
     assert is_terminal_row(EventRow(4, 10, kind, 1.0, json.dumps(payload))) is terminal
+
+
+def test_the_union_has_one_member_per_event_kind():
+    """A kind added to the event contract (PAYLOADS) must get its typed member too."""
+    members = TypedEvent.__origin__.__args__
+    assert {m.model_fields["kind"].annotation.__args__[0] for m in members} == set(PAYLOADS)
+    for m in members:
+        kind = m.model_fields["kind"].annotation.__args__[0]
+        assert m.model_fields["payload"].annotation is PAYLOADS[kind]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
+from typing import Any
 
 from normlab.store import RunRow, Store
 from normlab.store.rollup import BASE, SCALAR_NAMES, Bucket, choose_level, series_from_buckets
 
 
-def run_metrics(store: Store, run: RunRow, names: list[str] | None, max_points: int) -> dict:
+def run_metrics(store: Store, run: RunRow, names: list[str] | None, max_points: int) -> dict[str, Any]:
     """MetricsPublic for a run: raw points when they fit in max_points, else buckets of 4**L points
     (between max_points/4 and max_points of them) read from the roll-ups plus the open tail."""
     names = list(names or SCALAR_NAMES)
@@ -45,7 +47,7 @@ def run_metrics(store: Store, run: RunRow, names: list[str] | None, max_points: 
     }
 
 
-def export_csv(store: Store, run_id: str):
+def export_csv(store: Store, run_id: str) -> Iterator[str]:
     """Yield CSV text: one row per scalars event (seq, step, time and every metric), raw."""
     buf = io.StringIO()
     writer = csv.writer(buf)
@@ -67,7 +69,7 @@ def export_csv(store: Store, run_id: str):
     yield buf.getvalue()
 
 
-def export_json(store: Store, run_id: str, run_public_json: str):
+def export_json(store: Store, run_id: str, run_public_json: str) -> Iterator[str]:
     """Yield JSON text {"run": RunPublic, "events": [every Event, raw]}."""
     from normlab.store import event_json
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import anyio
 
 from normlab.events import RunStatus
-from normlab.store import Store
+from normlab.store import EventRow, Store
+
+# How the reaper puts the terminal events it writes on the live feed: publish(run_id, rows).
+Publish = Callable[[str, list[EventRow]], object]
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +24,7 @@ LOST_MESSAGE = (
 )
 
 
-def reap_once(store: Store, lost_after_s: float, publish=None) -> list[str]:
+def reap_once(store: Store, lost_after_s: float, publish: Publish | None = None) -> list[str]:
     """Mark every stale running run lost; return their ids."""
     lost = []
     for run_id in store.stale_runs(time.time() - lost_after_s):
@@ -45,7 +49,9 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
     return period, max(floor, lost_after_s - heartbeat_s - 0.2 - 1.5 * period)
 
 
-async def reaper_loop(store: Store, lost_after_s: float, publish=None, heartbeat_s: float = 2.0) -> None:
+async def reaper_loop(
+    store: Store, lost_after_s: float, publish: Publish | None = None, heartbeat_s: float = 2.0
+) -> None:
     """Every `period`, mark stale running runs lost. While the database is away the workers' heartbeats
     cannot reach it either: from the moment it answers again, they get a whole staleness window before
     any run is called lost (counted from the first answer, not the last failure, so a worker whose

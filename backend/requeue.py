@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import anyio
 from sqlalchemy import select
@@ -18,6 +19,9 @@ from sqlalchemy import select
 from normlab.events import RunStatus
 from normlab.queue import enqueue_run, waiting_run_ids
 from normlab.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
 from normlab.store import Store
 from normlab.store.schema import runs
 
@@ -39,7 +43,7 @@ def queued_ids(store: Store) -> list[str]:
         )
 
 
-def requeue_if_broker_was_reset(store: Store, settings: Settings, client) -> list[str]:
+def requeue_if_broker_was_reset(store: Store, settings: Settings, client: redis.Redis) -> list[str]:
     """If the sentinel is missing (a new or emptied Redis), set it and re-send every queued run."""
     if not client.set(sentinel_key(settings), str(time.time()), nx=True):
         return []

@@ -2,6 +2,7 @@
 `pages_app(wsgi)`: the pages as served, compressed."""
 
 import warnings
+from typing import Any
 
 from starlette.middleware.gzip import GZipMiddleware
 
@@ -12,7 +13,7 @@ with warnings.catch_warnings():
 __all__ = ["WSGIMiddleware", "pages_app"]
 
 
-def pages_app(wsgi_app) -> GZipMiddleware:
+def pages_app(wsgi_app: Any) -> GZipMiddleware:
     """The Dash pages as an ASGI app, gzip-compressed for browsers that accept it: the scripts a page
     loads shrink about 4x (issue 19: 6.2 MB on the wire for the Lab's first visit). Caching is Dash's
     own: its component bundles have fingerprinted URLs served with a year's max-age, /assets/ files an

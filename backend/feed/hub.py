@@ -80,7 +80,7 @@ class Channel:
         self.done = False
         self.refs = 0
         self.changed = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     @property
     def last(self) -> int:

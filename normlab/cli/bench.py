@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from typing import Any
 
 TARGETS = {
     "engine": ("benchmarks.engine", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
@@ -32,14 +33,14 @@ TARGETS = {
 WITH_SETTINGS = {"engine", "lstm", "probes", "fork"}
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("bench", help="run a benchmark (" + ", ".join(TARGETS) + ")")
     p.add_argument("target", choices=sorted(TARGETS))
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options for the benchmark (e.g. --json)")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from normlab.cli import CLIError, settings_from
 
     module_name, _ = TARGETS[args.target]

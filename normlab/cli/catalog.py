@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("catalog", help="list tasks, normalizers and option ranges")
     p.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from normlab.api_models import build_catalog
     from normlab.cli import settings_from
 

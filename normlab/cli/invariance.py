@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from normlab.table1 import Table1, Transform
 
 _SHORT: dict[Transform, str] = {
@@ -14,7 +17,7 @@ _SHORT: dict[Transform, str] = {
 }
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:  # argparse's private _SubParsersAction
     p = sub.add_parser("invariance", help="compute Table 1: which transformations each normalizer ignores")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int, default=0, help="seed of the random layers and batches")
@@ -22,7 +25,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from normlab.cli import CLIError
 
     if args.tol is not None and not args.tol > 0:

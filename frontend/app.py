@@ -195,6 +195,16 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     return app
 
 
+# What the browser shows until Dash's renderer has drawn the page: the page's outline in grey (a top bar,
+# a narrow and a wide card), not Dash's blank "Loading..." — the first paint already reads as the lab.
+SKELETON = (
+    '<div id="react-entry-point"><div class="_dash-loading nl-skeleton" role="status" '
+    'aria-label="normlab is loading"><div class="sk-top"><span class="sk-brand">normlab</span></div>'
+    '<div class="sk-grid"><div class="sk-card"></div><div class="sk-card sk-wide"><div class="sk-plot">'
+    "</div></div></div></div></div>"
+)
+
+
 def _preload_lazy_scripts(app: dash.Dash) -> None:
     render = app.interpolate_index
 
@@ -205,6 +215,7 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
             parts["metas"] = parts.get("metas", "") + preload_links(page.get("module", ""), prefix)
             # the page's own title at once (the router's callback, which used to set it, has no cause to run)
             parts["title"] = title or parts.get("title", "")
+        parts["app_entry"] = SKELETON
         return render(**parts)
 
     setattr(app, "interpolate_index", interpolate_index)  # noqa: B010  (an instance override of the method)

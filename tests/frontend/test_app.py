@@ -49,6 +49,16 @@ def test_pages_with_a_graph_name_their_lazy_scripts_in_the_head_and_the_others_d
     assert preload_links("frontend.pages.runs", "/normlab/") == ""
 
 
+def test_every_page_opens_with_its_outline_not_a_blank_loading_line():
+    app = create_app(Settings(api_url=""))
+    client = app.server.test_client()
+    for path in ("/", "/compare", "/run/abc123", "/runs", "/presets", "/invariance"):
+        html = client.get(path).get_data(as_text=True)
+        entry = html[html.index('<div id="react-entry-point">') :]
+        assert "nl-skeleton" in entry and "sk-card" in entry, path  # the renderer replaces it
+        assert "Loading..." not in html, path
+
+
 def _find(node, id_):
     if isinstance(node, dict):
         if node.get("props", {}).get("id") == id_:

@@ -1,10 +1,11 @@
 #!/bin/bash
 # Install and start time of the README command from a fresh clone of REV (docs/shared-lab.md):
-#   scripts/measure_install.sh NAME REV  ->  /tmp/talk-install/NAME/result.json
+#   scripts/measure_install.sh NAME REV  ->  $TMPDIR/normlab-install/NAME/result.json
 set -u
-name=$1; rev=$2; dir=/tmp/talk-install/$name
+repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+name=$1; rev=$2; dir=${TMPDIR:-/tmp}/normlab-install/$name
 rm -rf $dir; mkdir -p $dir
-git clone -q /work/main $dir/src && git -C $dir/src checkout -q $rev
+git clone -q "$repo" $dir/src && git -C $dir/src checkout -q $rev
 cd $dir/src
 t0=$(date +%s.%N)
 python3 -m venv .venv && . .venv/bin/activate

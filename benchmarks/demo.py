@@ -7,6 +7,8 @@
 - cancel latency: POST /api/runs/{id}/cancel -> the `cancelled` status event on the SSE stream, with the
   run queued (behind a training one), setting up (cancelled as soon as its `running` event arrives; the
   phase it was really in is reported: scalars seen before the cancel or not) and training;
+- Chromium click: "Start run" on the Lab -> the first training point drawn on its graph, and the main
+  thread's long tasks in between (benchmarks/clicks.py); with --hog also under one busy process per core;
 - page weight: bytes on the wire for every request a page makes (as served: compressed or not), on a
   first visit (empty cache) and a repeat visit (the browser's cache), and the uncompressed size; first
   contentful paint and first meaningful paint (the Lab's form drawn) in headless Chromium
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.clicks import clicks, hog
 from benchmarks.pages import pages
 from benchmarks.service import iter_sse, running_lab
 from normlab.events import TERMINAL_STATUSES
@@ -154,8 +158,11 @@ def cancel_latencies(url: str, repeats: int) -> dict:
     return out
 
 
-def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repeats: int) -> dict:
-    """Every figure on one `normlab up` started now (its code from `pythonpath` when given)."""
+def measure(
+    pythonpath: str | None, repeats: int, cancel_repeats: int, page_repeats: int, loaded: bool = False
+) -> dict:
+    """Every figure on one `normlab up` started now (its code from `pythonpath` when given); with
+    `loaded`, the Chromium click figures are also taken with a CPU hog per core."""
     with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp:
         t0 = time.perf_counter()
         with running_lab(tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath) as lab:
@@ -164,7 +171,12 @@ def measure(pythonpath: str | None, repeats: int, cancel_repeats: int, page_repe
             more = [first_point(lab.url) for _ in range(repeats)]
             cancels = cancel_latencies(lab.url, cancel_repeats)
             weight = pages(lab.url, page_repeats)
+            browser_clicks = clicks(lab.url, max(1, repeats))
+            with hog(loaded):
+                hogged = clicks(lab.url, max(1, repeats)) if loaded else None
     return {
+        "clicks": browser_clicks,
+        "clicks_hog": hogged,
         "startup_s": startup,
         "first_point_after_start_s": first,
         "first_point_median_s": statistics.median(more),
@@ -207,6 +219,13 @@ def rows(res: dict) -> list[tuple[str, float | None, float | None]]:
                 TARGETS["cancel_s"],
             )
         )
+    for key, label in (("clicks", ""), ("clicks_hog", ", a CPU hog per core")):
+        c = res.get(key) or {}
+        if "first_point_s" in c:
+            out.append((f"Chromium: click -> first point drawn{label} (s)", c["first_point_s"], None))
+            out.append(
+                (f"Chromium: main-thread long tasks after a click{label} (ms)", c["long_tasks_ms"], None)
+            )
     for name, r in res["pages"].items() if "skipped" not in res["pages"] else ():
         for visit in ("first", "repeat"):
             v = r[visit]
@@ -230,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel-repeats", type=int, default=3, help="cancels per phase")
     p.add_argument("--page-repeats", type=int, default=3, help="page loads per page and visit")
     p.add_argument("--baseline", default=None, help="a checkout of another revision to measure first")
+    p.add_argument("--hog", action="store_true", help="also time the Chromium clicks with a CPU hog per core")
     args = p.parse_args(argv)
-    results = {}
+    results: dict = {"load_before": os.getloadavg()}
     if args.baseline:
         results["baseline"] = measure(
-            str(Path(args.baseline).resolve()), args.repeats, args.cancel_repeats, args.page_repeats
+            str(Path(args.baseline).resolve()), args.repeats, args.cancel_repeats, args.page_repeats, args.hog
         )
-    results["current"] = measure(None, args.repeats, args.cancel_repeats, args.page_repeats)
+    results["current"] = measure(None, args.repeats, args.cancel_repeats, args.page_repeats, args.hog)
     results["targets"] = TARGETS
     if args.json:
         print(json.dumps(results, indent=2))
@@ -255,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{before / value:>7.1f}×"
         print(line)
     print("ratio = baseline ÷ current (above 1: current is faster / lighter).")
+    print("load average when the measurement began: " + " ".join(f"{x:.1f}" for x in results["load_before"]))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -150,5 +150,9 @@ def test_embed_button_copies_an_iframe_of_the_page_runs(page, server):
     page.get_by_role("button", name="Embed").click()
     page.wait_for_function("() => !!window.normlabLastEmbed", timeout=10000)
     code = page.evaluate("() => window.normlabLastEmbed")
-    origin = urlsplit(server.url)
-    assert code.startswith(f'<iframe src="http://{origin.netloc}/embed/run/{run.id}"')
+    assert code.startswith('<iframe src="') and code.endswith("</iframe>")
+    src = urlsplit(code.split('"')[1])
+    assert f"{src.scheme}://{src.netloc}" == server.url.rstrip("/")
+    assert src.path == f"/embed/run/{run.id}"
+    # the embed keeps the page's smoothing (when the page's URL has one)
+    assert parse_qs(src.query).get("smoothing") == parse_qs(urlsplit(page.url).query).get("smooth")

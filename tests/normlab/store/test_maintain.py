@@ -141,3 +141,28 @@ def test_restore_refuses_what_is_not_a_backup_of_this_kind_of_store(store, tmp_p
     assert "not a normlab backup" in capsys.readouterr().err
     assert main(["restore", str(tmp_path / "missing.bak")]) == 2
     assert "no backup file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # its restore is one transaction
+def test_a_postgresql_restore_that_fails_midway_leaves_the_store_as_it_was(store, tmp_path, monkeypatch):
+    import subprocess
+
+    import normlab.store.backup as backup_module
+    from normlab.store.backup import BackupError, backup, restore
+
+    add_run(store, "r1", status="completed", ended_days_ago=1)
+    path = tmp_path / "lab.bak"
+    backup(store.engine, store.url, path)
+    add_run(store, "r2", status="completed", ended_days_ago=0)
+    before = snapshot(store)
+    real_run = subprocess.run
+
+    def failing_at_the_end(cmd, **kw):  # the archive's SQL runs, then one statement fails
+        if kw.get("input") is not None:
+            kw["input"] += "\nSELECT 1 / 0;\n"
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(backup_module.subprocess, "run", failing_at_the_end)
+    with pytest.raises(BackupError, match="the store is unchanged"):
+        restore(store.engine, store.url, path)
+    assert snapshot(store) == before

@@ -85,3 +85,20 @@ def test_an_intervention_marker_reaches_a_second_viewer(page, browser, shot, ser
     finally:
         other.context.close()
         httpx.post(f"{server.url}/api/runs/{rid}/cancel", timeout=10)
+
+
+def test_the_labs_live_card_shows_an_intervention_marker(page, server, quiet_queue):
+    rid = _run(server, steps=20000, eval_every=1000)
+    _wait_status(server, rid, "running")
+    try:
+        page.goto(f"{server.url}/?runs={rid}")
+        page.wait_for_function(f"() => {GD} && {GD}.data.some(t => t.x.length > 0)", timeout=30000)
+        r = httpx.post(f"{server.url}/api/runs/{rid}/interventions", json={"weight_decay": 0.01}, timeout=10)
+        assert r.status_code == 202, r.text
+        page.wait_for_function(
+            f"""() => (({GD} || {{}}).layout.annotations || [])
+                .some(a => (a.text || '').includes('weight_decay 0 → 0.01'))""",
+            timeout=30000,
+        )
+    finally:
+        httpx.post(f"{server.url}/api/runs/{rid}/cancel", timeout=10)

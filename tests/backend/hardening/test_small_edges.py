@@ -60,3 +60,10 @@ def test_a_broker_outage_answers_503_with_retry_after(make_client):
     client = make_client(broker_url="redis://127.0.0.1:1/0")  # nothing listens there
     r = client.post("/api/runs", json=SPEC)
     assert r.status_code == 503 and r.headers["retry-after"], r.text
+
+
+def test_health_says_degraded_when_the_broker_is_unreachable(make_client):
+    h = make_client(broker_url="redis://127.0.0.1:1/0").get("/api/health")
+    assert h.status_code == 200  # the API itself answers; what cannot work is named
+    assert h.json()["status"] == "degraded" and h.json()["broker_reachable"] is False
+    assert "broker" in h.json()["problems"][0]

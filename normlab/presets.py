@@ -339,6 +339,10 @@ PRESETS: dict[str, Preset] = {
             paper_ref="§6 (learning rates a plain net cannot take)",
             metric="val_loss",
             expect="LN keeps training at learning rates where the plain net degrades",
+            claims=(
+                ("better", "layer lr=0.01", "none lr=0.01"),
+                ("better", "layer lr=0.1", "none lr=0.1"),
+            ),
             setup="Paper: each baseline at its published learning rate. Here: scikit-learn's 8×8 digits, "
             "MLP 64-256-256-10, Adam, batch 32, 300 steps at each learning rate.",
             tags=("map",),

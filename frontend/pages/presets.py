@@ -129,10 +129,13 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     if group.get("map"):
         drawn = map_figure.map_graph(group["map"])
     else:
+        # a fixed height, so the card grows by exactly the plot (a responsive plot sized itself after
+        # the card had been laid out, and ran over the card below)
         drawn = dcc.Graph(
             figure=group_view.band_figure(group, height=240),
-            config=components.GRAPH_CONFIG,
-            className="graph preset-bands",
+            config={**components.GRAPH_CONFIG, "responsive": False},
+            style={"height": "240px"},
+            className="preset-bands",
         )
     return [drawn, *group_view.verdicts(group, expect=False), link]
 

@@ -188,7 +188,8 @@ def test_preset_verdict_goes_live_and_compare_draws_bands_and_a_sweep_table(page
             timeout=20000
         )
         shot(page, "preset-verdict")
-        page.locator(".verdict-box .compare-link").first.click()
+        # this preset's own link (other cards show the server's earlier launches of theirs)
+        page.locator(".preset.card").filter(has_text="batch size 128").locator(".compare-link").click()
         page.wait_for_url(re.compile(r".*/compare\?group=\w+"), timeout=15000)
         bands = "document.querySelector('#cmp-group-bands .js-plotly-plot')"
         page.wait_for_function(

@@ -66,7 +66,8 @@ def test_live_appends_never_repeat_a_point(page, dev_server):
         for norm in ("layer", "batch", "none", "rms", "weight", "layer")
     ]
     try:
-        page.goto(f"{dev_server.url}/compare?runs={','.join(ids)}&panels=loss,val,metric")
+        # smooth=0: one trace per run and panel (Compare smooths the training loss by default)
+        page.goto(f"{dev_server.url}/compare?runs={','.join(ids)}&panels=loss,val,metric&smooth=0")
         page.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
         page.evaluate("() => { normlabStream.adaptive = false; }")
         # a slow machine (a talk's laptop, a loaded CI box): each redraw outlasts the 100 ms tick

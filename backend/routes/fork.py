@@ -139,17 +139,19 @@ async def fork(
 
 @router.post("/{run_id}/resume", status_code=201, response_model=ForkCreated, responses=ERRORS)
 def resume(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep) -> ForkCreated:
-    """Continue a `lost` run (its worker died) from its last checkpoint, as a child that trains only the
-    steps after it; the lost run keeps its history up to there."""
+    """Continue a `lost` run (its worker died) from its last checkpoint that its stored history reaches
+    (the dead worker may have written a checkpoint whose steps' events never got stored), as a child
+    that trains only the steps after it; the lost run keeps its history up to there."""
     run = get_run_or_404(store, run_id)
     if run["status"] != RunStatus.LOST:
         raise HTTPException(
             409, f"Run {run_id} is {run['status']}; only a lost run is resumed (fork or resubmit others)."
         )
-    have = checkpoints.steps(settings.checkpoint_root, run_id)
-    if not have:
+    recorded = lineage.last_scalars_step(store, run_id)
+    step = checkpoints.at_or_before(settings.checkpoint_root, run_id, recorded)
+    if step is None:
         raise HTTPException(409, f"Run {run_id} has no checkpoint to resume from; resubmit it instead.")
-    return _fork(store, settings, run, have[-1], {}, user, "resume")
+    return _fork(store, settings, run, step, {}, user, "resume")
 
 
 @router.post(

@@ -7,10 +7,10 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 
 from normlab.spec import Intervention, RunSpec
-from normlab.store.schema import lineage, run_requests, runs
+from normlab.store.schema import events, lineage, run_requests, runs
 from normlab.store.store import Store
 
 
@@ -58,6 +58,13 @@ def family(store: Store, run_id: str) -> list[str]:
         out.append(rid)
         todo += [c["id"] for c in children_of(store, rid)]
     return out
+
+
+def last_scalars_step(store: Store, run_id: str) -> int:
+    """The step of the run's last stored `scalars` event (0 without one)."""
+    q = select(func.max(events.c.step)).where(events.c.run_id == run_id, events.c.kind == "scalars")
+    with store.engine.connect() as conn:
+        return int(conn.execute(q).scalar_one_or_none() or 0)
 
 
 def forget(store: Store, run_id: str) -> None:

@@ -105,7 +105,7 @@ def test_second_tab_mid_run_sees_full_history(page, shot, browser, server):
         time.sleep(0.2)
     second = browser.new_page()
     try:
-        second.goto(f"{server.url}/compare?runs={rid}&panels=loss")
+        second.goto(f"{server.url}/compare?runs={rid}&panels=loss&smooth=0")  # one trace: the raw loss
         second.wait_for_selector("#nl-curves .js-plotly-plot", timeout=15000)
         xs = second.evaluate("() => document.querySelector('#nl-curves .js-plotly-plot').data[0].x")
         n0 = len(xs)

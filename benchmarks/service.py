@@ -131,9 +131,21 @@ def running_lab(
     lab = Lab(f"http://127.0.0.1:{port}/", data_dir, env, [proc])
     try:
         wait_http(lab.api("api/health"), timeout, proc)
+        _wait_warm(lab.api("api/health"), timeout)
         yield lab
     finally:
         lab.stop()
+
+
+def _wait_warm(url: str, timeout: float) -> None:
+    """Until `normlab up`'s workers are warm (it prints its address before): a test's first run then
+    starts at once. A revision whose health does not say (an older checkout) is taken as it is."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = httpx.get(url, timeout=10).json().get("workers")
+        if not isinstance(workers, dict) or workers.get("warm", True):
+            return
+        time.sleep(0.2)
 
 
 def start_api(data_dir: Path, env: dict[str, str], timeout: float = 60.0) -> tuple[str, subprocess.Popen]:

@@ -208,9 +208,11 @@ def default_workers() -> int:
     return max(1, min(16, cores))
 
 
-def _warm_then_watch(pool, log_dir: Path) -> None:
-    """Once the workers are warm (or late), supervise them: a worker that exits is started again."""
+def _warm_then_watch(pool, log_dir: Path, warm: threading.Event) -> None:
+    """Once the workers are warm (or late), supervise them: a worker that exits is started again.
+    `warm` is set then (/api/health's workers.warm: the next run starts at once)."""
     late = wait_ready(pool.procs)
+    warm.set()
     pool.start_watching()
     if late:
         print(
@@ -238,9 +240,10 @@ def cmd_up(args) -> int:
     )
     try:
         app = app_with_pages(settings)
-        app.state.workers = pool.state  # /api/health reports them
+        warm = threading.Event()
+        app.state.workers = lambda: {**pool.state(), "warm": warm.is_set()}  # /api/health reports them
         # the URL now; the workers finish warming in the background (a run queued meanwhile just waits)
-        threading.Thread(target=_warm_then_watch, args=(pool, log_dir), daemon=True).start()
+        threading.Thread(target=_warm_then_watch, args=(pool, log_dir, warm), daemon=True).start()
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         print(
             f"normlab is running at http://{shown}:{port}/  (API docs: /api/docs; data: "

@@ -31,7 +31,10 @@ def test_the_url_is_printed_while_the_workers_still_warm(monkeypatch, tmp_path, 
     class Pool:  # the supervised workers, none started for real
         def __init__(self, n, start_one, say):
             started.append(n)
-            self.procs, self.state = [], {}
+            self.procs = []
+
+        def state(self):
+            return {"configured": 0, "alive": 0, "restarts": 0}
 
         def start_watching(self):
             pass
@@ -49,6 +52,7 @@ def test_the_url_is_printed_while_the_workers_still_warm(monkeypatch, tmp_path, 
     def fake_serve(app, host, port):
         seen["printed"] = capsys.readouterr().out
         seen["warm"] = str(warm.is_set())
+        seen["health"] = str(app.state.workers()["warm"])  # /api/health says the workers still warm
 
     monkeypatch.setattr(serve, "_serve", fake_serve)
     try:
@@ -56,4 +60,5 @@ def test_the_url_is_printed_while_the_workers_still_warm(monkeypatch, tmp_path, 
     finally:
         warm.set()
     assert "normlab is running at http://" in seen["printed"] and seen["warm"] == "False"
+    assert seen["health"] == "False"
     assert started == [serve.default_workers()]

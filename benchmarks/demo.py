@@ -165,7 +165,9 @@ def measure(
     `loaded`, the Chromium click figures are also taken with a CPU hog per core."""
     with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp:
         t0 = time.perf_counter()
-        with running_lab(tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath) as lab:
+        with running_lab(
+            tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath, wait_warm=False
+        ) as lab:
             startup = time.perf_counter() - t0
             first = first_point(lab.url)
             more = [first_point(lab.url) for _ in range(repeats)]

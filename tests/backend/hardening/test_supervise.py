@@ -48,7 +48,7 @@ def _wait(predicate, timeout: float, what: str):
 def test_up_restarts_killed_workers_reaps_them_and_health_reports_them(tmp_path):
     with running_lab(tmp_path, workers=2, lost_after_s=3) as lab, httpx.Client(timeout=30) as client:
         health = client.get(lab.api("api/health")).json()
-        assert health["workers"] == {"configured": 2, "alive": 2, "restarts": 0}
+        assert health["workers"] == {"configured": 2, "alive": 2, "restarts": 0, "warm": True}
         assert health["status"] == "ok" and health["broker_reachable"] is True
         up = lab.procs[0].pid
         workers = _children(up)

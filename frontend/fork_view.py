@@ -69,7 +69,8 @@ def fork_card(run: dict | None) -> html.Div:
             html.Div(className="fork-fields", children=[html.Label([text, field]) for text, field in fields]),
             html.Button("Fork", id=ids.FORK_GO, className="btn"),
             html.Span(id=ids.FORK_MESSAGE, className="message", role="status"),
-            dcc.Location(id=ids.FORK_LOCATION, refresh=True),
+            dcc.Store(id=ids.FORK_LOCATION),  # the child's page, opened by the browser (below)
+            html.Span(id=ids.FORK_SINK, hidden=True),
             dcc.Store(id=ids.FORK_RUN, data=(run or {}).get("id")),
         ],
     )
@@ -152,7 +153,7 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
 
 @callback(
     Output(ids.FORK_MESSAGE, "children"),
-    Output(ids.FORK_LOCATION, "href"),
+    Output(ids.FORK_LOCATION, "data"),
     Input(ids.FORK_GO, "n_clicks"),
     State(ids.FORK_RUN, "data"),
     State(ids.FORK_STEP, "value"),
@@ -174,6 +175,19 @@ def on_fork(_n, run_id, step, norm, lr, batch_size, steps, seed, token):
     except ApiError as exc:
         return exc.detail, no_update
     return f"Forked after step {made['from_step']}: opening {made['id']}…", f"/run/{made['id']}"
+
+
+# A full load of the child's page (its chart is its family's); through the browser, because the page's
+# own URL state (smoothing, panels) is written to the location and would win over a Location update.
+clientside_callback(
+    """function (href) {
+        if (href) { window.location.assign(href); }
+        return window.dash_clientside.no_update;
+    }""",
+    Output(ids.FORK_SINK, "children"),
+    Input(ids.FORK_LOCATION, "data"),
+    prevent_initial_call=True,
+)
 
 
 @callback(

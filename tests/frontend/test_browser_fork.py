@@ -31,9 +31,9 @@ def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page
     parent = _run(server, norm="batch", steps=60, eval_every=20)
     _wait_status(server, parent, "completed")
     page.goto(f"{server.url}/run/{parent}")
-    page.wait_for_function(
-        f"() => {GD} && {GD}.data.length > 0 && {GD}.data[0].x.length >= 60", timeout=30000
-    )
+    # the page writes its state (smoothing) into the URL once loaded, and redraws: act after that
+    page.wait_for_function("() => location.search.includes('smooth=')", timeout=30000)
+    page.wait_for_function(f"() => {GD} && {GD}.data.some(d => d.x.length >= 60)", timeout=30000)
     # a click on the loss curve at step 31 (Plotly's own click event, as a mouse click on the point sends)
     page.evaluate(
         f"""() => {{ const gd = {GD}; const t = gd.data.findIndex(d => d.x.length >= 60);
@@ -44,7 +44,6 @@ def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page
     page.click("#nl-fork-norm")
     page.get_by_role("option", name="layer", exact=True).click()
     page.click("#nl-fork-go")
-    page.wait_for_url(f"{server.url}/run/*", timeout=20000)
     page.wait_for_function(f"() => !location.pathname.endsWith('{parent}')", timeout=20000)
     child = page.url.rstrip("/").rsplit("/", 1)[1]
     spec = httpx.get(f"{server.url}/api/runs/{child}", timeout=10).json()["spec"]

@@ -95,9 +95,21 @@ def _write(root: Path, run_id: str, step: int, body: bytes, cap_bytes: int) -> i
     return size
 
 
+def _copied(obj: Any) -> Any:
+    """The state with every tensor copied: training goes on updating the live ones in place."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _copied(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copied(v) for v in obj]
+    return obj
+
+
 class Writer:
-    """Writes a run's checkpoints from a thread: the training loop only serializes the state (a copy, so
-    training may go on), while the checksum, the write, its fsync and retention happen beside it.
+    """Writes a run's checkpoints from a thread: the training loop only copies the state's tensors (so
+    training may go on), while serializing, the checksum, the write, its fsync and retention happen
+    beside it.
     `close()` waits for every write, so a run reported ended has its last checkpoint on disk."""
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
@@ -110,12 +122,12 @@ class Writer:
     def submit(self, state: dict[str, Any]) -> None:
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
-        self._queue.put((state["loop"]["step"], serialize(state)))
+        self._queue.put((state["loop"]["step"], _copied(state)))
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
             try:
-                _write(self.root, self.run_id, item[0], item[1], self.cap_bytes)
+                _write(self.root, self.run_id, item[0], serialize(item[1]), self.cap_bytes)
             except BaseException as exc:  # noqa: BLE001 - reported by the next submit or close
                 self.error = exc
 

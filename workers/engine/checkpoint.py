@@ -114,7 +114,7 @@ class Writer:
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
-        self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=f"checkpoints-{run_id}", daemon=True)
         self._thread.start()

@@ -275,12 +275,13 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
                 "batch_size.",
             )
         )
-    if spec.parent is not None and spec.steps is not None and spec.steps <= spec.parent.step:
+    steps = spec.steps if spec.steps is not None else task.steps  # what resolved() will store
+    if spec.parent is not None and steps <= spec.parent.step:
         out.append(
             (
                 "steps",
                 f"A fork from step {spec.parent.step} must train past it: set steps above "
-                f"{spec.parent.step} (got {spec.steps}).",
+                f"{spec.parent.step} (got {steps}).",
             )
         )
     if spec.interventions and [i.step for i in spec.interventions] != sorted(

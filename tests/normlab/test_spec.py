@@ -107,3 +107,13 @@ def test_warm_krylov_vectors_default_per_task_kind_and_an_explicit_value_is_kept
     assert RunSpec(task="adding").resolved().probes.power_iterations == 2
     given = RunSpec(task="conv-digits", probes=ProbeSpec(enabled=True, power_iterations=5)).resolved()
     assert given.probes.power_iterations == 5 and given.probes.enabled
+
+
+def test_a_fork_must_train_past_its_step_even_when_steps_is_left_to_the_task():
+    # steps left out resolves to the task's default (digits: 300): a parent step beyond it is refused at
+    # the edge, not stored and then unreadable (the fuzzer found a stored spec the API could not list)
+    past = TASKS["digits"].steps + 10
+    with pytest.raises(ValidationError, match=f"must train past it: set steps above {past}"):
+        RunSpec(task="digits", norm="layer", parent={"id": "abc", "step": past})
+    ok = RunSpec(task="digits", norm="layer", parent={"id": "abc", "step": TASKS["digits"].steps - 1})
+    assert ok.resolved().steps == TASKS["digits"].steps

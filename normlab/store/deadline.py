@@ -6,6 +6,7 @@ keeps the connection, which can be hours. Each layer gets its own bound:
 
 - connecting (and authenticating): libpq's `connect_timeout`;
 - a statement the server is slow to finish: the server's `statement_timeout` (and lock waits with it);
+- a transaction its client was cut off from: the server's `idle_in_transaction_session_timeout`;
 - a peer that stopped acknowledging what we send: TCP keepalives and `tcp_user_timeout`;
 - a peer that acknowledges but never answers (a hung proxy, a stopped server process): the watchdog
   below, which shuts the socket of any connection held longer than the deadline. The blocked call then
@@ -40,7 +41,11 @@ def pg_connect_args(timeout_s: float) -> dict[str, Any]:
         "keepalives_interval": 1,
         "keepalives_count": 2,
         "tcp_user_timeout": ms,
-        "options": f"-c statement_timeout={ms} -c lock_timeout={ms}",
+        # A client cut off mid-transaction (a partition) leaves its server backend holding row locks
+        # until the server's own keepalives notice, which can be hours: the server ends such a
+        # transaction itself once it has waited twice the deadline for the client's next command.
+        "options": f"-c statement_timeout={ms} -c lock_timeout={ms} "
+        f"-c idle_in_transaction_session_timeout={2 * ms}",
     }
 
 

@@ -141,6 +141,10 @@ def layer_norm_fwd(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd): y like x (row-major); mean and rstd fp32 of shape (M,), M = x.numel() // N."""
+    return _triton_forward(x, weight, bias, eps)
+
+
+def _triton_forward(x, weight, bias, eps):
     x2 = _rows(x)
     M = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -232,16 +236,6 @@ def triton_layer_norm(
 def _aten_forward(x, weight, bias, eps):
     y, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)
     return y, mean.reshape(-1), rstd.reshape(-1)
-
-
-def _triton_forward(x, weight, bias, eps):
-    x2 = _rows(x)
-    M = x2.shape[0]
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    mean = torch.empty(M, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(M, dtype=torch.float32, device=x.device)
-    forward_into(x2, _unit(weight), _unit(bias), eps, y, mean, rstd)
-    return y, mean, rstd
 
 
 _DEVICE_NAMES: dict[int, str] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -13,7 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from backend import auth, errors, openapi, resubmit
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
-from backend.reaper import reaper_loop
+from backend.reaper import Publish, reaper_loop
 from backend.requeue import broker_watch_loop, orphan_watch_loop
 from backend.routes import ROUTERS
 from backend.stream_slots import StreamSlots
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hub = FeedHub(app.state.store, settings)
         reaper = asyncio.create_task(
             reaper_loop(
@@ -67,7 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _publisher(settings: Settings):
+def _publisher(settings: Settings) -> Publish:
     """How the API puts the terminal events it writes itself (cancel, lost) on the live feed."""
     if not settings.uses_redis_feed:
         return lambda run_id, rows: None  # the embedded feed tails the store

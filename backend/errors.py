@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,12 +19,12 @@ from normlab.spec import RunSpec, combination_problems
 log = logging.getLogger(__name__)
 
 
-def _field_name(loc: tuple) -> str:
+def _field_name(loc: tuple[int | str, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
 
 
-def validation_fields(errors: list[dict]) -> dict[str, str]:
+def validation_fields(errors: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Per-field messages from pydantic errors; a spec's combination error names several fields."""
     fields: dict[str, str] = {}
     for err in errors:
@@ -55,7 +57,7 @@ def validation_fields(errors: list[dict]) -> dict[str, str]:
 BOUND_CHECKS = {"less_than", "less_than_equal", "greater_than", "greater_than_equal", "finite_number"}
 
 
-def _not_finite(value) -> bool:
+def _not_finite(value: object) -> bool:
     """NaN or ±infinity (as a float, or a string pydantic would read as one): bounds checks on them say
     "less than or equal to 10", which does not tell what to change."""
     if isinstance(value, str):
@@ -64,7 +66,7 @@ def _not_finite(value) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _combination_messages(data) -> dict[str, str]:
+def _combination_messages(data: object) -> dict[str, str]:
     """Each field's own message, recomputed from the submitted values (the error joins them)."""
     if not isinstance(data, dict):
         return {}
@@ -80,13 +82,13 @@ def _combination_messages(data) -> dict[str, str]:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError):
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
         fields = validation_fields(list(exc.errors()))
         detail = "; ".join(f"{k}: {v}" for k, v in fields.items()) or "Invalid request."
         return JSONResponse({"detail": detail, "fields": fields}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)  # also FastAPI's own (a body it cannot parse, 404s)
-    async def _http(_request: Request, exc: StarletteHTTPException):
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         fields: dict[str, str] = {}
         detail = exc.detail
         if exc.status_code == 400 and detail == "There was an error parsing the body":
@@ -104,13 +106,13 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(PoolTimeout)
-    async def _pool_timeout(_request: Request, exc: PoolTimeout):
+    async def _pool_timeout(_request: Request, exc: PoolTimeout) -> JSONResponse:
         # Every connection is busy (or held by calls waiting on a silent database): the same answer.
         log.warning("results database: no free connection (%s)", str(exc).splitlines()[0][:120])
         return outage_response()
 
     @app.exception_handler(InvalidRequestError)
-    async def _closed(_request: Request, exc: InvalidRequestError):
+    async def _closed(_request: Request, exc: InvalidRequestError) -> JSONResponse:
         if str(exc) == "This connection is closed":  # the pool's reconnect attempts all failed
             return outage_response()
         log.error("database error: %s", exc)
@@ -123,7 +125,7 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(DBAPIError)
-    async def _database(_request: Request, exc: DBAPIError):
+    async def _database(_request: Request, exc: DBAPIError) -> JSONResponse:
         # The driver's own message only: str(exc) would add the SQL and its parameters (a user's input,
         # a token hash) to the log.
         reason = f"{type(exc.orig).__name__}: {str(exc.orig).splitlines()[0] if str(exc.orig) else ''}"

@@ -15,6 +15,7 @@ from collections import deque
 
 from fastapi import HTTPException
 from sqlalchemy import func, select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from normlab.catalog import TASKS
 from normlab.events import ACTIVE_STATUSES, RunStatus
@@ -122,7 +123,7 @@ def spec_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
     return out
 
 
-def limits_public(settings: Settings) -> dict:
+def limits_public(settings: Settings) -> dict[str, int]:
     return {
         "max_steps": settings.max_steps,
         "max_params": settings.max_params,
@@ -138,7 +139,7 @@ def limits_public(settings: Settings) -> dict:
 class RateLimiter:
     """A sliding one-minute window of submission times per user (in this API process)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._seen: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
@@ -262,10 +263,10 @@ class BodyLimit:
     """ASGI middleware: 413 for an API request body over `max_bytes` (by Content-Length, or counted
     while it streams in), before any route parses it."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Only the API: the pages mounted at "/" post Dash callback state, which may be large.
         if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
             return await self.app(scope, receive, send)
@@ -280,7 +281,8 @@ class BodyLimit:
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)  # SSE listens on receive for disconnects
         # No Content-Length (chunked): read the body here, counting, then hand it on in one piece.
-        chunks, size, more = [], 0, True
+        chunks: list[bytes] = []
+        size, more = 0, True
         while more:
             message = await receive()
             if message["type"] != "http.request":
@@ -292,12 +294,12 @@ class BodyLimit:
             more = message.get("more_body", False)
         replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        async def replayed():
+        async def replayed() -> Message:
             return replay.pop() if replay else await receive()
 
         await self.app(scope, replayed, send)
 
-    async def _reject(self, send) -> None:
+    async def _reject(self, send: Send) -> None:
         import json
 
         body = json.dumps(

@@ -7,6 +7,7 @@ EventSource to stop reconnecting).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ from sse_starlette import EventSourceResponse
 
 from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
 from backend.sse import CursorError, parse_multi_cursor, parse_single_cursor, stream_runs
+from backend.stream_slots import StreamSlots
 from normlab.api_models import ErrorDetail
 from normlab.events import TERMINAL_STATUSES
 from normlab.store import RunRow
@@ -41,10 +43,11 @@ MAX_RUNS_PER_STREAM = 50
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _held(request: Request, stream):
+def _held(request: Request, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The stream, holding one of its client's slots (429 when none is free: backend/stream_slots.py)."""
     client = request.client.host if request.client else "unknown"
-    return request.app.state.stream_slots.hold(client, stream)
+    slots: StreamSlots = request.app.state.stream_slots
+    return slots.hold(client, stream)
 
 
 def _finished(run: RunRow, cursor: int) -> bool:
@@ -60,7 +63,7 @@ async def run_events(
     settings: SettingsDep,
     after: str | None = Query(None, json_schema_extra=SINGLE),
     last_event_id: str | None = Header(None, json_schema_extra=SINGLE_HEADER),
-):
+) -> Response:
     """SSE of one run: its history after the cursor, then live events, until its terminal status."""
     try:
         given = parse_single_cursor(after)  # checked even when the header wins: bad input is never ignored
@@ -86,7 +89,7 @@ async def multiplexed_events(
     runs: str = Query(json_schema_extra=RUN_IDS),
     after: str | None = Query(None, json_schema_extra=MULTI),
     last_event_id: str | None = Header(None, json_schema_extra=MULTI_HEADER),
-):
+) -> Response:
     """One SSE stream for several runs (a browser tab): `event:` = kind, `data:` = Event JSON with its
     run_id, `id:` = the cursor of every run, so a reconnect resumes each where it was."""
     ids = list(dict.fromkeys(r.strip() for r in runs.split(",") if r.strip()))

@@ -92,7 +92,13 @@ async def _checkpoint_now(store: Store, settings: Settings, run: RunRow) -> int:
 
 
 def _fork(
-    store: Store, settings: Settings, parent: RunRow, step: int, changes: dict, user, kind: str
+    store: Store,
+    settings: Settings,
+    parent: RunRow,
+    step: int,
+    changes: dict[str, Any],
+    user: str | None,
+    kind: str,
 ) -> ForkCreated:
     root = settings.checkpoint_root
     from_step = checkpoints.at_or_before(root, parent["id"], step)
@@ -115,7 +121,7 @@ def _fork(
     except ForkRefused as exc:
         raise HTTPException(422, {"detail": str(exc), "fields": exc.fields}) from None
     except ValidationError as exc:
-        fields = validation_fields(exc.errors())  # type: ignore[arg-type]
+        fields = validation_fields(exc.errors())
         raise HTTPException(
             422, {"detail": "; ".join(f"{k}: {v}" for k, v in fields.items()), "fields": fields}
         ) from None

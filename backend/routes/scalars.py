@@ -23,7 +23,7 @@ router = APIRouter(prefix="/api/runs", tags=["runs"])
 MAX_PAGE = 50_000
 
 
-def _cell(v):
+def _cell(v: float | None) -> float | str | None:
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     return v

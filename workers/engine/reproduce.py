@@ -20,6 +20,7 @@ from normlab.maps import map_points
 from normlab.presets import PRESETS, Preset
 from normlab.settings import Settings
 from normlab.spec import RunSpec
+from normlab.tuning import choose
 
 __all__ = ["metric_key", "reproduce", "run_one"]
 
@@ -59,6 +60,51 @@ def _worker_init(threads: int | None) -> None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+def _train_all(
+    work: list[tuple[str, int, RunSpec]],
+    metric: str,
+    settings: Settings,
+    threads: int | None,
+    jobs: int,
+    progress: Callable[[str, int, dict], None] | None,
+) -> list[dict]:
+    """Train each (label, seed, spec) of `work`, `jobs` at a time; the records in `work`'s order."""
+    records: list[dict] = []
+    if jobs == 1:
+        for label, seed, spec in work:
+            records.append(run_one(spec, metric, settings, threads))
+            if progress is not None:
+                progress(label, seed, records[-1])
+        return records
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,)) as pool:
+        futures = [pool.submit(run_one, spec, metric, settings, threads) for _, _, spec in work]
+        for fut, (label, seed, _) in zip(futures, work, strict=True):
+            records.append(fut.result())
+            if progress is not None:
+                progress(label, seed, records[-1])
+    return records
+
+
+def _with(spec: RunSpec, **update) -> RunSpec:
+    # validated, not model_copy'd: a value the spec refuses fails here, not in a worker
+    return RunSpec(**{**spec.model_dump(exclude_unset=True), **update})
+
+
+def _cells(
+    preset: Preset, specs: dict[str, RunSpec], records: dict[tuple[str, int], dict], seeds: list[int]
+) -> dict[str, dict]:
+    return {
+        label: aggregate(
+            label,
+            spec.resolved().model_dump(exclude={"seed", "probes"}),
+            [records[label, s] for s in seeds],
+            preset.metric,
+        )
+        for label, spec in specs.items()
+    }
+
+
 def reproduce(
     preset: Preset | str,
     seeds: list[int] | None = None,
@@ -68,6 +114,7 @@ def reproduce(
     threads: int | None = 1,
     jobs: int | None = None,
     progress: Callable[[str, int, dict], None] | None = None,
+    tune: bool = False,
 ) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
 
@@ -75,49 +122,64 @@ def reproduce(
     `threads` sets torch's intra-op threads per run (1 by default: small models on a shared machine);
     `jobs` runs that many at once in worker processes (default: the CPU count; 1 trains in this
     process); `progress(label, seed, record)` is called after each run.
+
+    `tune`: first train every run at each value of the preset's tuning grid on its tuning seeds and choose
+    each run's value by its rule (normlab.tuning); the runs, claims and map then come from the verdict
+    seeds at the chosen values, and "same_hyperparameters" holds the preset's own setting judged on the
+    same verdict seeds (a run whose chosen value is its own setting trains once).
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     seeds = list(preset.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("give at least one seed")
+    tuning = preset.tuning if tune else None
+    if tune and tuning is None:
+        raise ValueError(f"preset {preset.name!r} declares no tuning rule")
+    if tuning is not None and set(tuning.seeds) & set(seeds):
+        raise ValueError(f"the tuning seeds {list(tuning.seeds)} must not be verdict seeds")
     jobs = jobs or os.cpu_count() or 1
     start = time.perf_counter()
-    specs = {
-        label: (base if steps is None else base.model_copy(update={"steps": steps}))
-        for label, base in zip(preset.run_labels(), preset.runs, strict=True)
+    base = {
+        label: (spec if steps is None else spec.model_copy(update={"steps": steps}))
+        for label, spec in zip(preset.run_labels(), preset.runs, strict=True)
     }
-    work = [(label, seed) for seed in seeds for label in specs]  # seed-major: the first seeds finish first
-    records: dict[tuple[str, int], dict] = {}
-    if jobs == 1:
-        for label, seed in work:
-            records[label, seed] = run_one(
-                specs[label].model_copy(update={"seed": seed}), preset.metric, settings, threads
-            )
-            if progress is not None:
-                progress(label, seed, records[label, seed])
-    else:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,)) as pool:
-            futures = {
-                pool.submit(
-                    run_one, specs[label].model_copy(update={"seed": seed}), preset.metric, settings, threads
-                ): (label, seed)
-                for label, seed in work
-            }
-            for fut, key in futures.items():
-                records[key] = fut.result()
-                if progress is not None:
-                    progress(key[0], key[1], records[key])
-    cells = {
-        label: aggregate(
-            label,
-            spec.resolved().model_dump(exclude={"seed", "probes"}),
-            [records[label, s] for s in seeds],
-            preset.metric,
-        )
-        for label, spec in specs.items()
-    }
-    return {
+    cpu = 0.0
+    tuned = None
+    specs = base
+    if tuning is not None:
+        grid = [
+            (f"{label} {tuning.field}={value:g}", seed, _with(spec, **{tuning.field: value}, seed=seed))
+            for label, spec in base.items()
+            for value in tuning.grid
+            for seed in tuning.seeds
+        ]
+        got = _train_all(grid, preset.metric, settings, threads, jobs, progress)
+        cpu += sum(r.get("cpu_time") or 0.0 for r in got)
+        finals: dict[str, dict[float, list]] = {label: {} for label in base}
+        it = iter(got)
+        for label in base:
+            for value in tuning.grid:
+                finals[label][value] = [next(it).get("value") for _ in tuning.seeds]
+        tuned = {**tuning.public(preset.metric), **choose(tuning, finals, preset.metric)}
+        tuned["cpu_time"] = sum(r.get("cpu_time") or 0.0 for r in got)
+        specs = {label: _with(spec, **{tuning.field: tuned["chosen"][label]}) for label, spec in base.items()}
+    # seed-major: the first seeds finish first; a spec and seed wanted twice (the chosen value is the
+    # preset's own) trains once
+    wanted: dict[tuple[str, int], RunSpec] = {}
+    for seed in seeds:
+        for label in specs:
+            wanted[label, seed] = specs[label].model_copy(update={"seed": seed})
+            if tuning is not None:
+                wanted[f"same: {label}", seed] = base[label].model_copy(update={"seed": seed})
+    unique: dict[str, tuple[str, int, RunSpec]] = {}
+    for (label, seed), spec in wanted.items():
+        unique.setdefault(spec.resolved().model_dump_json(), (label, seed, spec))
+    got = _train_all(list(unique.values()), preset.metric, settings, threads, jobs, progress)
+    cpu += sum(r.get("cpu_time") or 0.0 for r in got)
+    by_spec = dict(zip(unique, got, strict=True))
+    records = {key: by_spec[spec.resolved().model_dump_json()] for key, spec in wanted.items()}
+    cells = _cells(preset, specs, records, seeds)
+    out = {
         "preset": preset.name,
         "title": preset.title,
         "paper_ref": preset.paper_ref,
@@ -132,8 +194,22 @@ def reproduce(
         "runs": list(cells.values()),
         "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]),
         "map": map_points(preset.scale_map, cells, preset.metric) if preset.scale_map else None,
+        "tuning": tuned,
+        "same_hyperparameters": None,
         "wall_time": time.perf_counter() - start,
         # CPU seconds of all runs ÷ jobs: the wall time on an otherwise idle machine (the shared one is not)
-        "cpu_time": sum(r.get("cpu_time") or 0.0 for r in records.values()),
-        "idle_wall_estimate": sum(r.get("cpu_time") or 0.0 for r in records.values()) / jobs,
+        "cpu_time": cpu,
+        "idle_wall_estimate": cpu / jobs,
     }
+    if tuning is not None:
+        same = _cells(
+            preset,
+            base,
+            {(k[0].removeprefix("same: "), k[1]): r for k, r in records.items() if k[0].startswith("same: ")},
+            seeds,
+        )
+        out["same_hyperparameters"] = {
+            "runs": list(same.values()),
+            "direction": judge_all(list(preset.claims), same, preset.metric, preset.runs[0]),
+        }
+    return out

@@ -10,6 +10,7 @@ import pytest
 
 from normlab.presets import PRESETS
 from normlab.spec import ProbeSpec
+from normlab.tuning import Tuning
 from workers.engine import train
 from workers.engine.reproduce import reproduce
 
@@ -120,3 +121,38 @@ def test_the_batch_map_favours_layernorm_at_batch_two_through_the_engine(setting
     assert p["n"] == 2 and all(d < 0 for d in p["per_seed"]) and p["favours"] == "a"
     (claim,) = out["direction"]["claims"]
     assert claim["all_seeds"] and claim["difference"] == pytest.approx(p["difference"])
+
+
+def test_tune_chooses_on_tuning_seeds_and_judges_at_the_chosen_setting_beside_the_preset_own(settings):
+    # `online` with a two-value rule on two tuning seeds, 3 steps: the tuning table's numbers are the
+    # engine's runs on the tuning seeds; the verdict runs train at the chosen rate on seeds 0-1; the
+    # preset's own rate (3e-4) is judged beside them on the same seeds.
+    rule = Tuning("lr", (3e-4, 3e-2), seeds=(100, 101))
+    preset = dataclasses.replace(PRESETS["online"], tuning=rule)
+    out = reproduce(preset, seeds=[0, 1], steps=3, settings=settings, jobs=1, tune=True)
+    t = out["tuning"]
+    assert t["field"] == "lr" and t["seeds"] == [100, 101] and len(t["table"]) == 4
+    spec = preset.runs[1].model_copy(update={"steps": 3, "seed": 101, "lr": 3e-2})
+    row = next(r for r in t["table"] if r["label"] == "layer" and r["value"] == 3e-2)
+    assert row["values"][1] == pytest.approx(train(spec, settings=settings).metrics["val_loss"], rel=1e-5)
+    for label in ("none", "layer"):
+        rows = [r for r in t["table"] if r["label"] == label]
+        best = min(rows, key=lambda r: r["mean"])
+        assert t["chosen"][label] == best["value"] and [r["chosen"] for r in rows].count(True) == 1
+    runs = {r["label"]: r for r in out["runs"]}
+    same = {r["label"]: r for r in out["same_hyperparameters"]["runs"]}
+    for label, chosen in t["chosen"].items():
+        assert runs[label]["spec"]["lr"] == chosen and runs[label]["seeds"] == [0, 1]
+        assert same[label]["spec"]["lr"] == 3e-4
+        if chosen == 3e-4:  # the same spec and seed trained once: identical numbers
+            assert runs[label]["values"] == same[label]["values"]
+    assert [c["claim"] for c in out["same_hyperparameters"]["direction"]["claims"]] == [
+        c["claim"] for c in out["direction"]["claims"]
+    ]
+
+
+def test_tune_refuses_a_preset_without_a_rule_and_tuning_seeds_as_verdict_seeds(settings):
+    with pytest.raises(ValueError, match="no tuning rule"):
+        reproduce("online", seeds=[0, 1], steps=1, settings=settings, tune=True)
+    with pytest.raises(ValueError, match="must not be verdict seeds"):
+        reproduce("pixel-digits", seeds=[0, 100], steps=1, settings=settings, tune=True)

@@ -15,7 +15,7 @@ __all__ = ["WSGIMiddleware", "pages_app"]
 
 def pages_app(wsgi_app: Any) -> GZipMiddleware:
     """The Dash pages as an ASGI app, gzip-compressed for browsers that accept it: the scripts a page
-    loads shrink about 4x (issue 19: 6.2 MB on the wire for the Lab's first visit). Caching is Dash's
+    loads (most of a first visit's bytes) shrink several times over. Caching is Dash's
     own: its component bundles have fingerprinted URLs served with a year's max-age, /assets/ files an
     ETag (a repeat visit revalidates them with 304s)."""
     return GZipMiddleware(WSGIMiddleware(wsgi_app), minimum_size=1024, compresslevel=6)

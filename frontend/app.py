@@ -25,8 +25,8 @@ HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
 PLOTLY = "assets/vendor/plotly-cartesian-4.1.1.min.js"  # assets/normlab.js points dcc.Graph here
 DCC_CHUNK = "_dash-component-suites/dash/dcc/async-{}.js"  # dcc's lazy chunks, as its loader names them
-# What the pages that open with a graph load lazily, once their layout has arrived (≈ 0.5 s into the
-# page, then ≈ 0.5 s more to fetch and compile): named in the page's head, they load in parallel with
+# What the pages that open with a graph load lazily, once their layout has arrived (and then fetch and
+# compile, on the first paint's critical path): named in the page's head, they load in parallel with
 # Dash's own scripts instead. The URLs are the ones the loaders request, so the preloaded copies serve.
 GRAPH_PAGE = (PLOTLY, DCC_CHUNK.format("graph"), DCC_CHUNK.format("dropdown"), DCC_CHUNK.format("slider"))
 PRELOAD = {  # by page module (the page Dash Pages' own matching finds for a path)
@@ -39,7 +39,7 @@ PRELOAD = {  # by page module (the page Dash Pages' own matching finds for a pat
 def preload_links(module: str, prefix: str = "/") -> str:
     """The head tags for what the page `module` (served below the app's `prefix`) loads lazily."""
     # plotly.js itself is run (deferred: after Dash's scripts have started the renderer), not just
-    # fetched: its ≈ 0.3 s of compiling then falls in the wait for the page's layout callback, and
+    # fetched: its compiling then falls in the wait for the page's layout callback, and
     # dcc.Graph, finding window.Plotly, loads nothing more.
     return "".join(
         f'<script defer src="{prefix}{url}"></script>'
@@ -72,8 +72,8 @@ def routed_container() -> html.Div:
     with the page the browser is opening already in it.
 
     Stock Dash Pages sends an empty container with the layout; the page appears only after the router's
-    callback, a second round trip started once the location component has mounted (0.15-0.45 s of the
-    Lab's first paint under load). The layout request carries the page's URL as its Referer: the page
+    callback, a second round trip started once the location component has mounted (on the first
+    paint's critical path). The layout request carries the page's URL as its Referer: the page
     is rendered into the container right away, and the location component gets that URL's parts, so it
     finds nothing to report on mounting and the router does not render the page a second time. Without
     a Referer (or when the page fails to render here) the container is the stock empty one."""
@@ -213,7 +213,7 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
             page, _, title = page_at(flask.request.path)
             prefix = app.config.requests_pathname_prefix or "/"
             parts["metas"] = parts.get("metas", "") + preload_links(page.get("module", ""), prefix)
-            # the page's own title at once (the router's callback, which used to set it, has no cause to run)
+            # the page's own title at once (the router's callback, which would set it, has no cause to run)
             parts["title"] = title or parts.get("title", "")
         parts["app_entry"] = SKELETON
         return render(**parts)

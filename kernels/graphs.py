@@ -1,8 +1,8 @@
 """CUDA graphs for the fused recurrences: a T-step loop of small launches replayed as one.
 
 The LN-LSTM / LN-GRU sequences launch, per time step, one product and one fused-cell kernel each way.
-Each kernel takes microseconds on a GPU, but every launch from Python costs host time (a torch op
-≈ 5 µs, a Triton launch more), so an eager 64-step recurrence is bound by the host, not the GPU. Here
+Each kernel takes microseconds on a GPU, but every launch from Python costs host time of the same order
+(a Triton launch more than a torch op), so an eager 64-step recurrence is bound by the host, not the GPU. Here
 such a loop is captured once per shape into a `torch.cuda.CUDAGraph` and replayed with one call.
 
 `run(key, fn, inputs, keep)`:
@@ -53,8 +53,8 @@ from kernels.graph_entry import _Entry, _Lease, _nbytes, stats
 
 MAX_ENTRIES = 8
 # Static inputs and outputs kept: per entry and for all entries together (least recently used go first).
-# On a GPU the larger of these and a share of its memory (10 % / 25 %: on an H200, 14 / 35 GB, so even a
-# T=512, B=128, H=1024 fp32 LN-LSTM — 1 GiB of ax alone — keeps its graphs).
+# On a GPU the larger of these and a share of its memory (GPU_SHARE: on a large GPU tens of GB, so even
+# a T=512, B=128, H=1024 fp32 LN-LSTM — 1 GiB of ax alone — keeps its graphs).
 MAX_STATIC_BYTES = 1 << 30
 MAX_TOTAL_BYTES = 4 << 30
 GPU_SHARE = (0.10, 0.25)

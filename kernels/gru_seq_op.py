@@ -22,7 +22,7 @@ On CUDA both loops (`_forward`, `_backward`) replay as CUDA graphs through `kern
 `lstm_seq_op` describes (the backward reading the forward graph's lent buffers).
 """
 
-# No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
+# No `from __future__ import annotations`, like the other op modules (older torch, e.g. 2.11, needs them).
 import torch
 from torch.autograd.function import once_differentiable
 

@@ -5,8 +5,8 @@ one fixed-order column sum of the parameter partials), with fake implementations
 Launch heuristics and shape checks live here; the kernels and their maths in `lstm_triton.py`.
 """
 
-# No `from __future__ import annotations`: older torch (2.11 on the GPU machine) infers custom-op
-# schemas more reliably from real annotation objects.
+# No `from __future__ import annotations`: older torch (e.g. 2.11) infers custom-op schemas more
+# reliably from real annotation objects.
 import functools
 from typing import NamedTuple
 

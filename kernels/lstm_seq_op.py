@@ -1,8 +1,8 @@
 """`triton_ln_lstm_sequence(...) -> hs`: a whole LN-LSTM recurrence (eq. 20) as one autograd node.
 
 The per-step cell of `lstm_op` pays, on every step, a torch custom-op dispatch, an autograd node, a
-fixed-order column sum of the parameter partials and fresh allocations: measured on an H200, 85 µs of
-host time per forward call, so a 64-step LN-LSTM ran 16–32× slower than cuDNN's `nn.LSTM` although each
+fixed-order column sum of the parameter partials and fresh allocations: tens of µs of host time per
+call, so a 64-step LN-LSTM stepped cell by cell is many times slower than cuDNN's `nn.LSTM` although each
 kernel takes microseconds. Here the time loop runs inside one `torch.autograd.Function`:
 
 - before the loop: the input side, which does not depend on h, for all T·B rows at once:
@@ -30,7 +30,7 @@ The `gpu` tests check replays against each other bit for bit and against the eag
 someone else's capture, and on CPU.
 """
 
-# No `from __future__ import annotations`, like the other op modules (torch 2.11 on the GPU machine).
+# No `from __future__ import annotations`, like the other op modules (older torch, e.g. 2.11, needs them).
 import torch
 from torch.autograd.function import once_differentiable
 

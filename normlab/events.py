@@ -250,7 +250,8 @@ class EventCounter:
 
     def __call__(self, kind: EventKind, step: int, payload: dict[str, Any], check: bool = True) -> Event:
         """check=False: the caller vouches for the payload (the same code built one that passed the check
-        earlier in this run, e.g. the training loop's per-step scalars: 8 µs of a 1 ms step)."""
+        earlier in this run, e.g. the training loop's per-step scalars, where the check is a visible share
+        of a small model's step)."""
         if check:
             check_payload(kind, payload)  # the engine's events keep the contract the API and pages read
         self.seq += 1

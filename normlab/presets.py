@@ -3,7 +3,8 @@
 Each preset is a handful of `RunSpec`s compared on one metric over ≥ 5 seeds, with the paper's claims as
 rules (`claims`, judged with effect sizes by `normlab.claims`) and what was scaled (`setup`).
 `normlab reproduce PRESET` runs it; `POST /api/presets/{name}` launches it as a group; REPRODUCTIONS.md
-records the outcomes. Each preset fits ≈ 3 minutes on a 2-core machine (one thread per run, 2 at once).
+records the outcomes. Each preset is scaled to finish in minutes on a small CPU machine (one thread per
+run, two runs at once).
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ class Settings(BaseSettings):
     # A server-wide cap on queued + running runs (every user together, auth on or off): the queue and the
     # store stay bounded on a server without tokens too.
     max_active_runs: int = Field(1000, ge=1)
-    # Larger request bodies get 413. A spec or sweep is under 2 kB; parsing JSON holds the API's event
-    # loop, so a 1 MB body would stall every other request for about a second.
+    # Larger request bodies get 413. A spec or sweep is a few kB at most; parsing JSON holds the API's
+    # event loop, so a body of megabytes would stall every other request meanwhile.
     max_body_bytes: int = Field(65_536, ge=1024)
     # Open event streams: per client address and for the whole server (429 past them). A browser tab
     # holds one multiplexed stream.

@@ -64,9 +64,9 @@ def refuse_bool(value: Any) -> Any:
 
 
 def warm_vectors(kind: str) -> int:
-    """Krylov vectors a warm λ_max(F) estimate takes by default, per task kind. Conv nets: 3 — with 2,
-    estimates 50 steps apart were 8 % (at worst 30 %) below the converged λ_max, with 3 2 % (8 %); MLPs
-    and recurrent nets: 2 (`normlab bench probes --accuracy`; BENCHMARKS.md, issue 17)."""
+    """Krylov vectors a warm λ_max(F) estimate takes by default, per task kind: conv nets 3 (with 2, a
+    warm estimate 50 steps after the last one stays well below the converged λ_max), MLPs and recurrent
+    nets 2. `normlab bench probes --accuracy` measures how far below it each setting lands."""
     return 3 if kind == "image" else 2
 
 

@@ -1,7 +1,7 @@
 """A warm worker parent: pay torch's lazy start-up once, before the pool forks a child per run.
 
 A fresh process pays seconds before its first training step: the first `torch.optim.Adam(...)` imports
-torch._dynamo (5.6–7 s on the 2-core machine, most of issue 19's 7–9 s from click to first point), the
+torch._dynamo (most of the time from click to first point in a cold process), the
 first pass through each model builder, normalizer and cell imports and initialises its code (weight
 norm's parametrizations, the probes, the native LSTM step built with `cc`), and each
 task's data is loaded. `warm_parent(settings)` does all of that once in the Celery worker's parent by

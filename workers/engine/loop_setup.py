@@ -16,8 +16,8 @@ from workers.engine.tasks import TaskData
 # torch's own choice when this module was imported: physical cores, or OMP_NUM_THREADS when set
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 _threads_we_set: int | None = None
-# Work per training step (FLOPs) that earns one more thread. Measured on 2 shared cores: the adding
-# task's default LSTM (≈ 1.3e9 FLOPs a step) ran 20 steps in 34 s with 2 threads and 2.8 s with 1.
+# Work per training step (FLOPs) that earns one more thread: on shared cores a step of the adding task's
+# default LSTM (≈ 1.3e9 FLOPs) runs many times slower on 2 threads than on 1, so it stays on one.
 FLOPS_PER_THREAD = 4e9
 
 
@@ -35,8 +35,8 @@ def pick_device(requested: str) -> torch.device:
 def choose_threads(n_params: int, cases_per_step: int) -> int:
     """CPU threads for a run of this size; returns the count in force.
 
-    The models here are small: on a shared machine one OpenMP thread per run is often 10-50× faster than
-    several spinning against other processes (a Celery host runs several runs at once, too). So threads
+    The models here are small: on a shared machine one OpenMP thread per run is often many times faster
+    than several spinning against other processes (a Celery host runs several runs at once, too). So threads
     grow with the work per step (≈ 6 · params · cases, cases = batch × time steps), capped by the CPUs
     this process may use and by torch's default.
     An explicit choice is respected: OMP_NUM_THREADS in the environment (the OpenMP runtime's own

@@ -8,8 +8,8 @@ switched off):
     f, i, o, g = σ(a_f), σ(a_i), σ(a_o), tanh(a_g)   c_t = f ⊙ c_{t-1} + i ⊙ g
     h_t   = o ⊙ tanh(LN(c_t; α3, β3))               (or o ⊙ tanh(c_t))
 
-Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower than `torch.nn.LSTM` on a
-2-core CPU. Two implementations of the same equations:
+Why a custom node: with per-step autograd a Python-loop LN-LSTM is several times slower than
+`torch.nn.LSTM` on a small CPU. Two implementations of the same equations:
 
 - float32 on the CPU with EngineOptions.c_step (training here; `workers.engine.lstm_native`): per step,
   torch's product and everything element-wise (LNs, gates, c_t, h_t, and in the backward their
@@ -23,7 +23,7 @@ Why a custom node: per-step autograd made a Python-loop LN-LSTM 4–5× slower t
 
 Threads: the per-step work is small (B×H×4H multiply-adds, ~40K elements). `recurrence_threads()` is
 all threads on an idle machine and one on an oversubscribed one (load average above 1.5× the cores,
-e.g. a shared 2-core box), where every fork/join waits for a descheduled thread and costs milliseconds.
+e.g. a small shared box), where every fork/join waits for a descheduled thread and costs milliseconds.
 In the C path the step's product and its element-wise call use it (the C library's OpenMP is torch's
 own libgomp, so its threads are already awake); each batch row belongs to one thread and dγ/dβ are
 summed per row, then over the rows in order, so the numbers do not depend on the count. In the torch
@@ -48,9 +48,9 @@ from workers.engine.options import DEFAULT, EngineOptions
 _ln = torch.native_layer_norm
 _ln_backward = torch.ops.aten.native_layer_norm_backward
 # Work buffers a finished backward handed back, for the next forward of the same shape: a fresh buffer
-# costs a page fault per 4 KiB on its first touch (≈ 1.6 µs each here, 55 µs per step's (B, 4H) row,
-# up to 9 ms per call). Sets of the latest shape only (one per layer of that shape, at most 8): 12·T·B·H
-# values each, held between calls, which the next training step needs anyway; `_SPARE.clear()` frees them.
+# costs a page fault per 4 KiB on its first touch, every call. Sets of the latest shape only (one per
+# layer of that shape, at most 8): 12·T·B·H values each, held between calls, which the next training
+# step needs anyway; `_SPARE.clear()` frees them.
 _SPARE: dict = {}  # (T, B, 4H, dtype, device, LN on W_h h) -> list of buffer dicts
 
 
@@ -143,8 +143,8 @@ def _forward(
                 torch.addmm(X[t], h, w_hT, out=a)
                 if n > 1:
                     set_threads(1)
-            # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper here than σ on
-            # three blocks plus torch's tanh (≈ 3 ns per element on this CPU); z + z = 2z exactly
+            # tanh(z) = 2σ(2z) − 1: one σ over the whole contiguous row is cheaper than σ on three
+            # blocks plus torch's tanh (a slow op on the CPU); z + z = 2z exactly
             tg.add_(tg)
             a.sigmoid_()
             tg.add_(tg).sub_(one)

@@ -9,8 +9,8 @@ conv nets), the output layer's own Fisher block gives a direction q0 and its F q
 (`workers.probes.start`); elsewhere (recurrent nets) the sampled-label gradient ∇S (free: the trace pass
 computes it, its covariance is N·F). Warm, the best combination of that vector and the previous Ritz
 vector (Rayleigh–Ritz: a Jacobian-vector product each, the combination's F u one vjp) — a previous vector
-alone, 50 steps old, left λ_max 20-70 % low; cold, the vector itself. Cold (the first estimate, or after
-a failure) iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX
+alone, tens of steps old, leaves λ_max far too low; cold, the vector itself. Cold (the first estimate, or
+after a failure) iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX
 vectors; `lambda_residual` in the payload says how far it got (after the last full product).
 """
 
@@ -28,7 +28,8 @@ from workers.probes.likelihood import Likelihood
 from workers.probes.start import best_start, output_layer_start
 
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
-COLD_MAX = 4  # Krylov vectors at most for a cold start (keeps it ≤ 1.5× a warm one); the residual is reported
+# Krylov vectors at most for a cold start (its cost stays near a warm one's); the residual is reported
+COLD_MAX = 4
 EMA = 0.5  # weight of the newest summed-gradient trace
 ALONG_ROWS = (
     "uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "

@@ -38,7 +38,8 @@ def _norm(v: Tensor) -> float:
 def _top_ritz(alphas: list[float], betas: list[float]) -> tuple[float, list[float]]:
     """(largest eigenvalue, its unit eigenvector) of the symmetric tridiagonal matrix (α on the diagonal,
     β beside it), in plain Python: a Lanczos run has at most a handful of vectors, and numpy's `eigh`
-    (and even its array constructor) cost 50-100 µs each inside an estimate, where its code is cold.
+    (and even its array constructor) costs more than the whole solve inside an estimate, where its code
+    is cold.
 
     Two vectors: closed form. More: Newton on the characteristic polynomial, kept in a Sturm-count
     bracket (`_largest`), then two steps of inverse iteration (a tridiagonal solve) for the vector."""

@@ -12,7 +12,7 @@ capture record are restored afterwards, parameter .grad is never touched) and of
 Three paths, chosen per model. A model with LSTM layers that train as one fused autograd node
 (`lstm_sequence`, no double backward and no forward mode) is probed through that same fast path: per-case
 gradient norms from its boundary tensors (`workers.probes.fused`), Jv by central differences of two
-forward passes without a graph (float32: ≲ 0.7 % relative, see `_step`), ∇²L v by central
+forward passes without a graph (float32, with the step `_step` chooses), ∇²L v by central
 differences of two gradients. The engine's MLP with LayerNorm or no normalizer takes its exact Jv from a
 tangent pass over the recorded forward (`workers.probes.tangent`), no double backward. Every other model
 keeps the exact products by double backward (Jv as the derivative of a vjp, since forward mode is missing
@@ -224,7 +224,7 @@ class FisherPass:
         verified = self.layout.verified
         # the engine MLP whose tangent pass applies is complete by construction (MLPTangent.of checked one
         # recorded call per layer, no batch-mixing normalizer, the head's output the predictions): no
-        # numeric check needed (it took 0.4 of a step on digits' first estimate)
+        # numeric check needed (it would cost a good part of a step at the first estimate)
         complete = self._tangent is not None
         for full, st in per_sample.items():
             if full in by_name and (complete or full in verified or _consistent(st, *by_name[full])):
@@ -284,11 +284,11 @@ class FisherPass:
     def _step(self, v: list[Tensor]) -> float:
         """Central-difference step for direction v: ∛(machine ε) × ‖θ‖ / FD_SHRINK.
 
-        ∛ε × ‖θ‖ alone (the textbook step) moved the weights by ≈ 0.2 in norm in float32: along the top
-        eigendirection, the one λ_max needs, the LSTMs saturate over such a step and J v came out 5-67 %
-        off (adding, copy, seq-digits; against a float64 difference with a 1e-6 step). With FD_SHRINK
-        the error is ≤ 0.2 % along the top and a random direction on those tasks (charlm: 0.15 % and
-        0.7 %)."""
+        ∛ε × ‖θ‖ alone (the textbook step) is a large move of the weights in float32: along the top
+        eigendirection, the one λ_max needs, the LSTMs saturate over such a step and J v comes out far
+        off (against a float64 difference with a tiny step). FD_SHRINK keeps the step inside the region
+        where the difference is accurate along the top and a random direction (the fused-path tests
+        check it against float64)."""
         theta = _norm(self.params)
         eps = float(torch.finfo(self.pred.dtype).eps)
         return eps ** (1 / 3) * max(theta, 1.0) / FD_SHRINK / max(_norm(v), 1e-30)
@@ -320,7 +320,7 @@ class FisherPass:
     def _shifted_in_place(self, v: list[Tensor], h: float) -> Tensor:
         """The scored predictions at θ + h v, the model's own forward with its parameters moved in place
         and put back bit for bit (a copy of θ made once per pass): no graph, and no functional_call or
-        shifted copies, which cost 0.11 of a seq-digits training step on top of its 0.27-step forward.
+        shifted copies, which would cost a sizeable share of a training step on top of the forward.
         Moved through `.data`, so autograd's version counters — which the kept graph checks — see nothing;
         every kept tensor reads θ again before anything else runs."""
         data = [p.data for p in self.params]

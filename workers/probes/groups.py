@@ -193,8 +193,8 @@ def _row_update(entry: dict, b: Tensor, a: Tensor) -> None:
     """`add_update` for row groups: per row, then the medians."""
     # In the weights' own precision, from the update d = w_{t+1} − w_t: exact for a small step (Sterbenz),
     # so the angle keeps full relative precision however small it is (arccos of a float32 cosine rounds a
-    # 1e-3 rad Adam turn to 0), as the float64 atan2 of the unit rows did before at 4× the cost (226 µs a
-    # digits group): θ = atan2(‖d⊥‖, ‖w_t‖ + d·ŵ_t), d⊥ the part of d orthogonal to w_t.
+    # 1e-3 rad Adam turn to 0), as a float64 atan2 of the unit rows would at several times the cost:
+    # θ = atan2(‖d⊥‖, ‖w_t‖ + d·ŵ_t), d⊥ the part of d orthogonal to w_t.
     d = a - b
     nb = b.norm(dim=1)
     unit = b / nb.clamp_min(1e-30).unsqueeze(1)

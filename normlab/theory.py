@@ -5,6 +5,10 @@
 - Norm growth of a scale-invariant weight group (§5.2.2): its gradient is orthogonal to w, so a plain SGD
   step without weight decay gives ‖w_{t+1}‖² = ‖w_t‖² + η²‖g_t‖² exactly; the norm only grows and the
   effective learning rate η/‖w‖² only falls.
+  One probe step checks it: ‖w_{t+1}‖ measured against √(‖w_t‖² + η²‖g_t‖²) from the same step's ‖w_t‖,
+  ‖g_t‖ and η (`growth_step`, `growth_departs`).
+- Along w, a scale-invariant group's loss is flat: the curvature uᵀFu along u = w/‖w‖ is 0
+  (`curvature_departs` says when a measured value is not, relative to the group's whole trace).
 - Spherical equilibrium (van Laarhoven 2017; Wan et al. 2021): with weight decay λ the norm settles where
   the decay's shrinkage (≈ 2ηλ‖w‖²) balances the gradient's growth (η²‖g‖²), so the angular update
   η‖g‖/‖w‖ tends to √(2ηλ) — √(2ηλ/(1+μ)) with heavy-ball momentum μ.
@@ -51,3 +55,26 @@ def departs(
         o is not None and p is not None and abs(o - p) > rel * abs(p)
         for o, p in zip(observed, predicted, strict=True)
     ]
+
+
+def growth_step(norm: float, grad_norm: float, lr: float) -> float:
+    """‖w_{t+1}‖ after one plain SGD step (no weight decay, no momentum) of a scale-invariant group:
+    √(‖w_t‖² + η²‖g_t‖²)."""
+    return math.sqrt(norm * norm + lr * lr * grad_norm * grad_norm)
+
+
+def growth_departs(
+    norm: float, next_norm: float, grad_norm: float, lr: float, rel: float = 0.1, floor: float = 1e-5
+) -> bool:
+    """Whether one step's measured growth ‖w_{t+1}‖² − ‖w_t‖² departs from the law's η²‖g_t‖² by more than
+    `rel` of it and by more than `floor`·‖w_t‖² (the growth is a difference of two squared norms measured
+    in float32, so below that it is rounding, not a departure)."""
+    measured = next_norm * next_norm - norm * norm
+    predicted = lr * lr * grad_norm * grad_norm
+    return abs(measured - predicted) > max(rel * predicted, floor * norm * norm)
+
+
+def curvature_departs(along_w: float, trace: float, rel: float = 1e-3) -> bool:
+    """Whether uᵀFu along a scale-invariant group's own direction departs from 0: |uᵀFu| above `rel` of
+    the group's Fisher trace (the sum of the curvature over all its directions)."""
+    return abs(along_w) > rel * abs(trace)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from normlab import theory
 from normlab.theory import angular_equilibrium, departs, effective_lr, norm_growth, stability_threshold
 
 
@@ -65,3 +66,21 @@ def test_weight_decay_brings_the_angular_update_to_its_equilibrium(momentum):
 
 def test_departures_are_flagged_beyond_the_tolerance():
     assert departs([1.0, 1.2, None, 0.5], [1.0, 1.0, 1.0, None], rel=0.1) == [False, True, False, False]
+
+
+def test_growth_step_and_its_departure_against_a_float64_sgd_step_on_a_scale_invariant_loss():
+    # ℓ(w) = cᵀ(w/‖w‖): one plain SGD step, computed here, reaches the law's ‖w_{t+1}‖
+    rng = np.random.default_rng(3)
+    w, c, lr = rng.normal(size=(8, 8)), rng.normal(size=(8, 8)), 0.3
+    n = np.linalg.norm(w)
+    g = (c - w * (w * c).sum() / n**2) / n
+    after = float(np.linalg.norm(w - lr * g))
+    assert theory.growth_step(n, float(np.linalg.norm(g)), lr) == pytest.approx(after, rel=1e-13)
+    assert not theory.growth_departs(n, after, float(np.linalg.norm(g)), lr)
+    grown = math.sqrt(n**2 + 1.2 * (after**2 - n**2))  # 20 % more growth than the law's
+    assert theory.growth_departs(n, grown, float(np.linalg.norm(g)), lr)
+    assert not theory.growth_departs(n, grown, float(np.linalg.norm(g)), lr, rel=0.25)
+
+
+def test_curvature_departs_relative_to_the_trace():
+    assert not theory.curvature_departs(1e-4, 1.0) and theory.curvature_departs(-2e-3, 1.0)

@@ -46,8 +46,10 @@ def fork_card(run: dict | None) -> html.Div:
     clicked curve's run is forked, its values kept where a field is left empty); the step and the run
     come from a click on a curve."""
     spec = (run or {}).get("spec", {})
+    # until a click picks one: the run's own cadence, or its middle when the engine chose the cadence
+    first = spec.get("checkpoint_every") or (spec["steps"] // 2 if spec.get("steps") else None)
     fields = [
-        ("Fork from step", _number(ids.FORK_STEP, spec.get("checkpoint_every"), 1, 0)),
+        ("Fork from step", _number(ids.FORK_STEP, first, 1, 0)),
         (
             "Normalizer",
             dcc.Dropdown(id=ids.FORK_NORM, options=NORMS, value=spec.get("norm"), clearable=False),

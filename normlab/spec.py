@@ -8,7 +8,6 @@ combinations are checked here, each violation answered with a message that says 
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -173,7 +172,11 @@ class RunSpec(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
     checkpoint_every: int | None = Field(
-        None, ge=1, le=MAX_STEPS, description="Steps between checkpoints (default: about 10 per run)."
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description="Steps between checkpoints (default: chosen by the engine: about 10 a run, fewer "
+        "when the run is so fast that they would cost more than 2 % of its time).",
     )
     parent: ParentRef | None = Field(None, description="A forked run's parent and fork step.")
     interventions: list[Intervention] = Field(
@@ -226,8 +229,6 @@ class RunSpec(BaseModel):
         for name in ("steps", "lr", "hidden_size", "layers"):
             if getattr(self, name) is None:
                 updates[name] = getattr(task, name)
-        if self.checkpoint_every is None:
-            updates["checkpoint_every"] = default_checkpoint_every(updates.get("steps") or self.steps or 1)
         if self.probes.power_iterations is None:
             updates["probes"] = self.probes.model_copy(update={"power_iterations": warm_vectors(task.kind)})
         if task.kind == "sequence":
@@ -247,11 +248,6 @@ class RunSpec(BaseModel):
         props: dict[str, Any] = schema["properties"]
         props["probes"] = ProbeSpec.model_json_schema()["properties"]
         return props
-
-
-def default_checkpoint_every(steps: int) -> int:
-    """About 10 checkpoints a run (the last step always gets one besides)."""
-    return max(1, math.ceil(steps / 10))
 
 
 def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:

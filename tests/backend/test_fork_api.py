@@ -37,12 +37,12 @@ def wait_status(client, stack, run_id: str, wanted: str, timeout: float = 60) ->
 
 
 def test_fork_a_finished_run_lineage_and_refusals(stack, client):
-    parent = stack.submit(client, seed=3)
+    parent = stack.submit(client, seed=3, checkpoint_every=3)
     parent_events = events_of(client, stack, parent)
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 10, "changes": {}})
     assert r.status_code == 201, r.text
     same = r.json()
-    assert same["from_step"] == 9  # the default cadence: every 3 steps of 30
+    assert same["from_step"] == 9  # the latest checkpoint at or before step 10
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 9, "changes": {"norm": "batch"}})
     other = r.json()["id"]
     same_events, other_events = events_of(client, stack, same["id"]), events_of(client, stack, other)
@@ -75,7 +75,7 @@ def test_fork_a_finished_run_lineage_and_refusals(stack, client):
 
 
 def test_cli_fork(stack, client, capsys):
-    parent = stack.submit(client, steps=12)
+    parent = stack.submit(client, steps=12, checkpoint_every=2)
     events_of(client, stack, parent)
     args = ["fork", parent, "--step", "7", "--norm", "rms", "--lr", "0.01", "--url", stack.url, "--json"]
     assert main(args) == 0
@@ -163,7 +163,7 @@ def test_resume_a_lost_run_trains_each_step_once(fresh_stack, client):
 
 def test_lab_form_forks_a_run_another_worker_trained(fresh_stack, client):
     stack = fresh_stack("redis", workers=2)
-    parent = stack.submit(client, steps=2000, eval_every=1000)
+    parent = stack.submit(client, steps=2000, eval_every=1000, checkpoint_every=200)
     read_until_training(client, stack.api(f"api/runs/{parent}/events"), 2)
     trained_by = client.get(stack.api(f"api/runs/{parent}")).json()["worker_host"]
     pid = int(trained_by.rsplit(":", 1)[1])  # the pool child training it, alive until the run ends

@@ -28,7 +28,7 @@ def _wait_status(server, rid: str, wanted: str, timeout: float = 120) -> None:
 
 
 def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page, shot, server, quiet_queue):
-    parent = _run(server, norm="batch", steps=60, eval_every=20)
+    parent = _run(server, norm="batch", steps=60, eval_every=20, checkpoint_every=6)
     _wait_status(server, parent, "completed")
     page.goto(f"{server.url}/run/{parent}")
     # the page writes its state (smoothing) into the URL once loaded, and redraws: act after that

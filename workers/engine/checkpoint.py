@@ -10,9 +10,11 @@ stream's place in its epoch, the step, and the loop's open logging window.
 from __future__ import annotations
 
 import io
+import math
 import queue
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -95,6 +97,42 @@ def _write(root: Path, run_id: str, step: int, body: bytes, cap_bytes: int) -> i
     return size
 
 
+class Cadence:
+    """Which steps the loop checkpoints after (besides the last step and the ones a fork asks for "now").
+
+    An explicit `checkpoint_every` is kept exactly. Left to the engine, a run is offered about ten
+    checkpoints (every ceil(steps / 10) steps) and takes an offer only while its checkpoints, this one
+    included (priced at the last one's cost), stay within BUDGET of the run's time so far: the cost is
+    what they take from the training thread plus the writer thread's CPU time. A long run takes every
+    offer; a run so fast that ten would cost more than the budget takes its first offer and fewer later
+    ones (a fork then starts from the latest checkpoint before the step asked for)."""
+
+    BUDGET = 0.02
+    OFFERS = 10
+
+    def __init__(self, every: int | None, steps: int):
+        self.fixed = every is not None
+        self.every = every if every is not None else max(1, math.ceil(steps / self.OFFERS))
+        self.spent = 0.0  # the training thread's seconds in capturing and copying checkpoints
+        self.count = 0
+
+    def due(self, step: int, elapsed: float, writer_cpu: float) -> bool:
+        """Whether to checkpoint after `step`, `elapsed` seconds into the run; `writer_cpu` is the
+        writer thread's CPU time so far."""
+        if step % self.every:
+            return False
+        if self.fixed:
+            return True
+        cost = self.spent + writer_cpu
+        price = cost / self.count if self.count else 0.0
+        return cost + price <= self.BUDGET * elapsed
+
+    def charge(self, seconds: float) -> None:
+        """A checkpoint took `seconds` of the training thread."""
+        self.spent += seconds
+        self.count += 1
+
+
 def _copied(obj: Any) -> Any:
     """The state with every tensor copied: training goes on updating the live ones in place."""
     if isinstance(obj, torch.Tensor):
@@ -116,6 +154,7 @@ class Writer:
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
         self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
         self.error: BaseException | None = None
+        self.cpu_s = 0.0  # the thread's CPU time serializing, hashing and writing
         self._thread = threading.Thread(target=self._loop, name=f"checkpoints-{run_id}", daemon=True)
         self._thread.start()
 
@@ -126,10 +165,12 @@ class Writer:
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
+            t0 = time.thread_time()
             try:
                 _write(self.root, self.run_id, item[0], serialize(item[1]), self.cap_bytes)
             except BaseException as exc:  # noqa: BLE001 - reported by the next submit or close
                 self.error = exc
+            self.cpu_s += time.thread_time() - t0
 
     def close(self) -> None:
         self._queue.put(None)

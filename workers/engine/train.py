@@ -141,12 +141,15 @@ class _Run:
             if self.writer is not None:
                 self.writer.close()  # the last checkpoint is on disk before the run is reported ended
 
-    def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> None:
-        """Save the state after step loop.step (a run without an id keeps none)."""
+    def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> float:
+        """Save the state after step loop.step (a run without an id keeps none); returns the seconds the
+        training thread spent on it."""
         if self.writer is None:
-            return
+            return 0.0
+        t0 = time.perf_counter()
         loop.metrics = dict(self.metrics)
         self.writer.submit(checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop))
+        return time.perf_counter() - t0
 
     def _loop(self, model, data, optimizer, device, batches, resumed: LoopState) -> tuple[str, str | None]:
         spec, prober = self.spec, self.prober
@@ -158,18 +161,24 @@ class _Run:
             resumed.window_time,
         )
         controls = Controls(spec, lambda step, payload: self.events("intervention", step, payload), self.poll)
-        cadence = spec.checkpoint_every or spec.steps
+        cadence, writer = checkpoint.Cadence(spec.checkpoint_every, spec.steps), self.writer
+        began = time.perf_counter()
         params = list(model.parameters())  # once: walking the module tree every step is a visible cost
         on_gpu, checked = device.type != "cpu", False
         model.train()
         for step in range(resumed.step + 1, spec.steps + 1):
-            if controls.take() or (step - 1 > resumed.step and (step - 1) % cadence == 0):
+            asked = controls.take()  # (live interventions too: applied below)
+            if writer is not None and (
+                asked
+                or step - 1 > resumed.step
+                and cadence.due(step - 1, time.perf_counter() - began, writer.cpu_s)
+            ):
                 # after the previous step's evaluation, before this step's interventions: the state a fork
                 # from step - 1 continues
                 loop = LoopState(
                     step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
                 )
-                self._checkpoint(model, optimizer, batches, loop)
+                cadence.charge(self._checkpoint(model, optimizer, batches, loop))
             controls.apply_due(step, model, optimizer)
             if self.should_stop is not None and self.should_stop():
                 return RunStatus.CANCELLED, f"Cancelled before step {step}."

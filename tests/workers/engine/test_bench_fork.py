@@ -17,7 +17,9 @@ def test_bench_fork_json(settings, capsys):
     assert set(out["overhead"]) == set(out["bytes"]) == {"digits"}
     for r in out["overhead"].values():
         assert (
-            r["steps"] == 12 and r["checkpoint_every"] == 2 and len(r["with_s"]) == len(r["without_s"]) == 1
+            r["steps"] == 12
+            and len(r["with_s"]) == len(r["without_s"]) == len(r["checkpoints"]) == 1
+            and 1 <= r["checkpoints"][0] <= fork.PER_RUN
         )
     digits = out["bytes"]["digits"]
     assert (

@@ -12,7 +12,7 @@ from normlab.fork import child_spec
 from normlab.settings import Settings
 from normlab.spec import Intervention, RunSpec
 from workers.engine import train
-from workers.engine.checkpoint import load
+from workers.engine.checkpoint import Cadence, load
 from workers.engine.fork import map_parameters
 from workers.engine.loop_setup import build_model
 from workers.engine.tasks import load_task
@@ -205,3 +205,46 @@ def test_retention_keeps_the_latest_and_pinned_checkpoints(ck_settings):
     assert deleted == [2, 6, 8, 10] and checkpoints.steps(root, "p") == [4, 12]
     checkpoints.delete_run(root, "p")
     assert checkpoints.steps(root, "p") == []
+
+
+def test_an_explicit_cadence_is_kept_whatever_it_costs():
+    cadence = Cadence(4, 12)
+    # checkpoints that cost far more than the run's time so far are still taken every 4 steps
+    assert [s for s in range(1, 13) if cadence.due(s, elapsed=0.001 * s, writer_cpu=10.0)] == [4, 8, 12]
+
+
+def _offers_taken(cadence: Cadence, steps: int, step_s: float, capture_s: float, write_s: float) -> list[int]:
+    """Drive a cadence through a run of `steps` steps of `step_s` seconds whose checkpoints cost
+    `capture_s` on the training thread and `write_s` on the writer."""
+    taken: list[int] = []
+    elapsed = 0.0
+    for step in range(1, steps):
+        elapsed += step_s
+        if cadence.due(step, elapsed, writer_cpu=write_s * len(taken)):
+            cadence.charge(capture_s)
+            elapsed += capture_s
+            taken.append(step)
+    return taken
+
+
+def test_the_default_cadence_offers_ten_and_keeps_to_its_budget():
+    # a slow run (0.1 s a step, 4 ms checkpoints): every offer of about ten is taken
+    slow = _offers_taken(Cadence(None, 300), 300, step_s=0.1, capture_s=0.001, write_s=0.003)
+    assert slow == list(range(30, 300, 30))
+    # a fast run (1 ms a step, the same checkpoints): the first offer, then only what the budget allows
+    fast_cadence = Cadence(None, 300)
+    fast = _offers_taken(fast_cadence, 300, step_s=0.001, capture_s=0.001, write_s=0.003)
+    assert fast[0] == 30 and len(fast) < 9
+    run_s = 0.001 * 299 + 0.001 * len(fast)
+    spent = (0.001 + 0.003) * len(fast)
+    # past the first checkpoint (always taken: it gives the run its first fork point and its price),
+    # checkpoints cost at most the budget of the run's time
+    assert spent - 0.004 <= Cadence.BUDGET * run_s
+
+
+def test_a_run_left_to_the_default_cadence_keeps_an_early_checkpoint_and_its_last(ck_settings):
+    spec = RunSpec(task="digits", hidden_size=16, steps=40, eval_every=50, device="cpu")
+    assert spec.resolved().checkpoint_every is None  # left to the engine in the stored spec too
+    run(spec, ck_settings, "auto")
+    kept = checkpoints.steps(ck_settings.checkpoint_root, "auto")
+    assert kept[0] == 4 and kept[-1] == 40 and set(kept) <= set(range(4, 41, 4))

@@ -175,3 +175,54 @@ def main(argv: list[str] | None, settings: Settings) -> int:
             f"ratio {f['fork_first_point_median_s'] / f['fresh_first_point_median_s']:.2f}×"
         )
     return 0
+
+
+def tables(result: dict) -> list[dict]:
+    """BENCHMARKS.md's tables of a saved result (benchmarks.report)."""
+    target = f"≤ {TARGETS['checkpoint_overhead']:.0%}"
+    overhead = {
+        "caption": "Checkpoint overhead at the default cadence: median of the paired ratios (with ÷ without) "
+        "of the run's wall time and of the process's CPU time (the writer thread's included).",
+        "columns": ["task", "steps", "checkpoints kept", "without (s)", "wall", "CPU", "target"],
+        "rows": [
+            [
+                task,
+                r["steps"],
+                f"{min(r['checkpoints'])}–{max(r['checkpoints'])}",
+                f"{statistics.median(r['without_s']):.3f}",
+                f"{r['overhead']:+.1%}",
+                f"{r['cpu_overhead']:+.1%}",
+                target,
+            ]
+            for task, r in result["overhead"].items()
+        ],
+    }
+    size = {
+        "caption": "One checkpoint of each task's default model after a step (Adam's moments present), "
+        "and at "
+        f"most {PER_RUN} a run.",
+        "columns": ["task's default model", "parameters", "one checkpoint (bytes)", f"{PER_RUN} (bytes)"],
+        "rows": [
+            [task, f"{r['params']:,}", f"{r['bytes']:,}", f"{r['bytes_per_run']:,}"]
+            for task, r in result["bytes"].items()
+        ],
+    }
+    out = [overhead, size]
+    if "fork" in result:
+        f = result["fork"]
+        out.append(
+            {
+                "caption": "On a warm `normlab up` (one worker), median of the repeats.",
+                "columns": ["figure", "seconds", "target"],
+                "rows": [
+                    [
+                        "fork → child's first point",
+                        f"{f['fork_first_point_median_s']:.2f} "
+                        f"({min(f['fork_first_point_s']):.2f}–{max(f['fork_first_point_s']):.2f})",
+                        f"≤ {TARGETS['fork_first_point_median_s']:g}",
+                    ],
+                    ["a fresh run: submit → first point", f"{f['fresh_first_point_median_s']:.2f}", ""],
+                ],
+            }
+        )
+    return out

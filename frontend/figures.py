@@ -74,9 +74,12 @@ def run_label(run: dict) -> str:
 
 def colors_for(runs: list[dict], color_by: str) -> dict[str, tuple[str, str]]:
     """run id -> (colour, dash). Colour by normalizer (fixed palette) or by batch size (ordinal);
-    the other attribute picks the line dash, so every run stays distinguishable."""
+    the other attribute picks the line dash, so every run stays distinguishable. A fork drawn beside
+    its parent is dashed: its own points start after the fork step, so the chart shows the parent's
+    curve solid up to there (drawn once) and each branch dashed past it."""
     sizes = sorted({r["spec"].get("batch_size", 0) for r in runs})
     norms = sorted({r["spec"].get("norm", "") for r in runs})
+    drawn = {r["id"] for r in runs}
     out = {}
     for r in runs:
         spec = r["spec"]
@@ -86,6 +89,8 @@ def colors_for(runs: list[dict], color_by: str) -> dict[str, tuple[str, str]]:
         else:
             color = norm_color(spec.get("norm", ""))
             dash = DASHES[sizes.index(spec.get("batch_size", 0)) % len(DASHES)]
+        if (spec.get("parent") or {}).get("id") in drawn:
+            dash = "dash"
         out[r["id"]] = (color, dash)
     return out
 

@@ -25,16 +25,6 @@ def family_ids(run: dict) -> list[str]:
     return family if run["id"] in family else [run["id"], *family]
 
 
-def mark_children(figure: dict, run_ids: list[str], root: str) -> dict:
-    """Every run of the family but the tree's root drawn dashed: a fork reads as a branch of its parent,
-    whose shared prefix is drawn once (the child's own points start after its fork step)."""
-    forked = set(run_ids) - {root}
-    for trace in figure.get("data", []):
-        if trace.get("legendgroup") in forked:
-            trace.setdefault("line", {})["dash"] = "dash"
-    return figure
-
-
 def _number(id_: str, value: Any, step: Any = "any", minimum: float | None = None) -> dcc.Input:
     return dcc.Input(
         id=id_, type="number", value=value, step=step, min=minimum, debounce=True, className="num"

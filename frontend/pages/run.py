@@ -109,7 +109,6 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
         bundle = data.curves_bundle(
             family, smoothing=weight, panels=chosen, present=present_on, from_start=True
         )
-        fork_view.mark_children(bundle["figure"], family, family[0])
     except ApiError as exc:
         msg = f"No run '{run_id}'. Pick one on the Runs page." if exc.status == 404 else exc.detail
         return html.Div([components.error_box(msg), *components.page_stores()])

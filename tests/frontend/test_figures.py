@@ -125,3 +125,29 @@ def test_live_runs_without_points_say_they_are_waiting_until_points_exist():
     ended = dict(_run("a"), status="completed")
     fig, _ = figures.curves_figure([ended], {}, panels=["loss"])
     assert waiting(fig) == []  # an ended run without points says so instead
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.6])
+@pytest.mark.parametrize("color_by", ["norm", "batch_size"])
+def test_a_fork_beside_its_parent_is_dashed_past_the_fork_step_only(smoothing, color_by):
+    parent, child, other = _run("p", norm="batch"), _run("c", norm="layer"), _run("o", norm="rms")
+    child["spec"]["parent"] = {"id": "p", "step": 30}
+    other["spec"]["parent"] = {"id": "elsewhere", "step": 5}  # a fork whose parent is not on this chart
+    steps = list(range(1, 61))
+    histories = {
+        "p": _history(steps, [1.0 / s for s in steps]),
+        "c": _history(steps[30:], [0.5 / s for s in steps[30:]]),  # the child's own points: 31 on
+        "o": _history(steps, [2.0 / s for s in steps]),
+    }
+    fig, _ = figures.curves_figure(
+        [parent, child, other], histories, panels=["loss"], smoothing=smoothing, color_by=color_by
+    )
+    traces = {rid: [t for t in fig["data"] if t["legendgroup"] == rid] for rid in "pco"}
+    assert all(traces.values()) and len(traces["c"]) == (2 if smoothing else 1)
+    assert all(t["line"]["dash"] == "dash" for t in traces["c"])
+    assert all(min(t["x"]) == 31 for t in traces["c"])  # the shared prefix is not drawn twice
+    for rid in "po":  # the parent, and a run whose parent is not drawn, keep their own line
+        assert all(t["line"]["dash"] != "dash" for t in traces[rid])
+        assert all(list(t["x"]) == steps for t in traces[rid])
+    # the child keeps its normalizer's colour (or its batch size's), like any run
+    assert traces["c"][-1]["line"]["color"] == figures.colors_for([child], color_by)["c"][0]

@@ -134,8 +134,11 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
         legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": size}},
     )
     if present:
-        fig.update_xaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
-        fig.update_yaxes(linecolor="black", gridcolor="#BBBBBB", tickfont={"color": "black"})
+        # high contrast from the grid and the labels, no axis lines: a line colour turns plotly's axis
+        # lines on, and plotly draws a subplot's line before it has placed an axis whose traces are all
+        # still empty (a validation panel before the first evaluation), as a path of NaN coordinates
+        fig.update_xaxes(gridcolor="#BBBBBB", zerolinecolor="#888888", tickfont={"color": "black"})
+        fig.update_yaxes(gridcolor="#BBBBBB", zerolinecolor="#888888", tickfont={"color": "black"})
         # thick lines for the room; the raw series under a smoothed curve stays thin and faint. Only
         # line traces: a heatmap has no `line`, and setting one on it raises.
         fig.update_traces(

@@ -59,6 +59,7 @@ class Preset:
             "runs": [r.model_dump(exclude_none=True) for r in self.runs],
             "map": self.scale_map.public() if self.scale_map else None,
             "tuning": self.tuning.public(self.metric) if self.tuning else None,
+            "tags": list(self.tags),
         }
 
 

@@ -35,6 +35,7 @@ def preset_card(p: dict) -> html.Div:
             html.P(p.get("shows", ""), className="shows"),
             html.Div(chips, className="chips"),
             html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
+            setup_details(p),
             html.Button(
                 f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
                 id={"type": ids.PRESET_START, "name": p["name"]},
@@ -47,6 +48,48 @@ def preset_card(p: dict) -> html.Div:
     )
 
 
+def setup_details(p: dict) -> html.Details | str:
+    """The setup here beside the paper's, and the tuning rule `normlab reproduce --tune` applies, folded."""
+    tuning = p.get("tuning")
+    if not p.get("setup") and not tuning:
+        return ""
+    return html.Details(
+        [
+            html.Summary("Setup here and in the paper"),
+            html.P(p.get("setup") or "", className="setup"),
+            html.P(
+                f"Tuning rule (normlab reproduce {p['name']} --tune): {tuning['rule']}.", className="muted"
+            )
+            if tuning
+            else "",
+        ],
+        className="preset-setup",
+    )
+
+
+SECTIONS = (
+    ("paper", "The paper's experiments"),
+    ("map", "Where does it help? One comparison along a scale"),
+    ("modern", "Modern findings"),
+)
+
+
+def section_of(p: dict) -> str:
+    """'map', 'modern' or 'paper' (the default): where a preset's card is grouped on the page."""
+    tags = p.get("tags") or []
+    return "map" if "map" in tags or p.get("map") else "modern" if "modern" in tags else "paper"
+
+
+def gallery(presets: list[dict]) -> list:
+    """The cards grouped by section (paper experiments, maps, modern findings), each under its heading."""
+    out: list = []
+    for key, title in SECTIONS:
+        cards = [preset_card(p) for p in presets if section_of(p) == key]
+        if cards:
+            out += [html.H3(title, className="preset-section"), html.Div(cards, className="gallery")]
+    return out
+
+
 def layout(**_) -> html.Div:
     try:
         presets = data.api().presets()
@@ -57,7 +100,7 @@ def layout(**_) -> html.Div:
         children=[
             html.H2("The paper's figures, ready to run"),
             html.Div(id=ids.PRESET_MESSAGE, className="message", role="status"),
-            html.Div([preset_card(p) for p in presets], className="gallery"),
+            *gallery(presets),
             dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
             dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
             dcc.Store(id=ids.PRESET_LATEST, data=latest_launches(presets)),

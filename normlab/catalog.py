@@ -251,6 +251,19 @@ TASKS: dict[str, TaskInfo] = {
             layers=2,
             steps=300,
         ),
+        TaskInfo(
+            "reverse",
+            "Sequence reversal (16 symbols of 10) by a tiny Transformer encoder, LayerNorm before or after "
+            "each residual sublayer (ln_position: pre / post; Xiong et al. 2020).",
+            "flat",
+            "per_step_class",
+            "accuracy",
+            ("layer", "rms"),
+            hidden_size=64,
+            layers=6,
+            lr=5e-3,
+            steps=300,
+        ),
     ]
 }
 

@@ -19,6 +19,8 @@ standard error SE = sd(d)/√n. The rules, stated once here and reported with ev
                    with B (log10 g_T/g_1 per seed), beyond Z·SE (§3.1: vanishing gradients)
     best A         A better than every other run (each by the rule "better")
     trains A       A's validation loss ends below ln(classes) (a uniform guess) by more than Z·SE
+    chance A       A stays at a uniform guess: |final validation loss − ln(classes)| + Z·SE ≤ EQUIV_REL ×
+                   ln(classes) (equivalence, as "close"); per seed within EQUIV_REL × ln(classes)
     refused N      the spec refuses norm N at the preset's batch size (checked, not trained)
 
 "holds" is the rule on the paired differences; "all_seeds" says whether every seed's own difference
@@ -59,6 +61,7 @@ CLASSES = {
     "pixel-digits": 10,
     "conv-digits": 10,
     "conv-mnist5k": 10,
+    "reverse": 10,  # per output position: 10 symbols
 }
 
 RULE_TEXT = {
@@ -74,6 +77,8 @@ RULE_TEXT = {
     "best": "better (the rule above) than every other run",
     "trains": f"final validation loss − ln(classes) below 0 by more than {Z:g} standard errors",
     "refused": "the RunSpec refuses the norm at this batch size",
+    "chance": f"|final validation loss − ln(classes)| + {Z:g} standard errors ≤ {EQUIV_REL:.0%} of "
+    "ln(classes) (equivalence with a uniform guess)",
 }
 
 
@@ -251,6 +256,34 @@ def judge(
         diffs = [v - chance for v in vals if is_number(v)] if chance is not None else []
         claim = f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains"
         return _below_zero(kind, claim, diffs, len(vals), chance=chance)
+    if kind == "chance":
+        (a,) = labels
+        vals = cells[a]["values"]
+        ok = [v for v in vals if is_number(v)]
+        diffs = [v - chance for v in ok] if chance is not None else []
+        eff = effect(diffs)
+        margin = None if chance is None else EQUIV_REL * chance
+        holds = (
+            eff["difference"] is not None
+            and margin is not None
+            and abs(eff["difference"]) + Z * eff["se"] <= margin
+            and eff["n"] >= MIN_SEEDS
+        )
+        return {
+            "claim": f"{a} stays at chance (val loss ≈ ln(classes) = {chance:.3f})" if chance else a,
+            "kind": kind,
+            "holds": bool(holds),
+            "seeds_in": len(vals),
+            "all_seeds": bool(diffs)
+            and len(diffs) == len(vals)
+            and margin is not None
+            and all(abs(d) <= margin for d in diffs),
+            "per_seed": diffs,
+            "margin": margin,
+            "chance": chance,
+            **eff,
+            "rule": RULE_TEXT[kind],
+        }
     if kind == "refused":
         (norm,) = labels
         message = refusal(base_spec, norm) if base_spec is not None else None

@@ -33,6 +33,8 @@ REFUSED = {
     "seq_len": "the data stream and recurrent BatchNorm's statistics follow the sequence length",
     "eval_seq_len": "the validation data follow it",
     "ln_placement": "another LayerNorm placement has other parameters",
+    "weight_standardization": "the filters were trained as they are used (standardized or not)",
+    "ln_position": "a pre-LN Transformer has a final LayerNorm a post-LN one lacks",
     "gain_init": "the gains already have their values at the fork (a new normalizer's gain starts at 1)",
     "parent": "the parent is the run being forked",
     "interventions": "interventions apply to a running run: POST /api/runs/{id}/interventions",

@@ -30,11 +30,13 @@ TaskName = Literal[
     "charlm",
     "conv-digits",
     "conv-mnist5k",
+    "reverse",
 ]
 NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
 CellName = Literal["lstm", "gru", "tanh"]
 
 MAX_STEPS = 200_000
+TRANSFORMER_TASKS = ("reverse",)  # tasks whose model is a Transformer (ln_position applies)
 NAMED_UNKNOWN = 5  # an answer names this many unknown fields at most
 
 
@@ -168,6 +170,16 @@ class RunSpec(BaseModel):
     ln_placement: Literal["full", "cell"] = Field(
         "full", description="LSTM LayerNorm: 'full' = eq. 20/26, 'cell' = LN(c_t) only, eq. 29."
     )
+    weight_standardization: bool = Field(
+        False,
+        description="ConvNet: standardize each conv filter over its fan-in before the conv (Weight "
+        "Standardization, Qiao et al. 2019), with a normalizer after it (batch, layer, rms or group).",
+    )
+    ln_position: Literal["pre", "post"] = Field(
+        "pre",
+        description="Transformer LayerNorm: 'pre' = inside each residual branch, x + F(LN(x)); 'post' = "
+        "after the residual sum, LN(x + F(x)) (Xiong et al. 2020).",
+    )
     eval_every: int = Field(50, ge=1, le=100_000, description="Steps between validation evaluations.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train.")
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
@@ -287,6 +299,25 @@ def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
     if spec.bn_variance != "biased" and spec.norm != "batch":
         out.append(
             ("bn_variance", "bn_variance applies to norm 'batch' only; remove it or use norm 'batch'.")
+        )
+    if spec.weight_standardization and (task.kind != "image" or spec.norm in ("none", "weight")):
+        out.append(
+            (
+                "weight_standardization",
+                "Weight Standardization reparametrises a ConvNet's conv filters and goes with a normalizer "
+                "after the conv: use an image task ("
+                + ", ".join(n for n, t in TASKS.items() if t.kind == "image")
+                + ") with norm batch, layer, rms or group, or remove weight_standardization.",
+            )
+        )
+    if spec.ln_position != "pre" and spec.task not in TRANSFORMER_TASKS:
+        out.append(
+            (
+                "ln_position",
+                f"ln_position '{spec.ln_position}' places the LayerNorm of a Transformer block; task "
+                f"'{spec.task}' has no Transformer. Use task {', '.join(TRANSFORMER_TASKS)}, or remove "
+                "ln_position.",
+            )
         )
     if task.kind != "sequence":
         if spec.cell is not None:

@@ -39,6 +39,14 @@ def submit(client, **spec) -> str:
     return r.json()["id"]
 
 
+def test_a_bad_transformer_layernorm_position_gets_422_saying_what_to_use(client):
+    r = client.post("/api/runs", json={"task": "reverse", "ln_position": "middle"})
+    assert r.status_code == 422 and "'pre' or 'post'" in r.json()["fields"]["ln_position"]
+    r = client.post("/api/runs", json={"task": "digits", "ln_position": "post"})
+    assert r.status_code == 422 and "has no Transformer" in r.json()["fields"]["ln_position"]
+    assert "reverse" in r.json()["fields"]["ln_position"]
+
+
 def test_bad_specs_get_422_with_the_specs_messages(client):
     r = client.post("/api/runs", json={"task": "digits", "norm": "batch", "batch_size": 1})
     assert r.status_code == 422

@@ -224,3 +224,23 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
     held, refused = out["claims"]
     assert held["holds"] and not held["pending"] and (held["seeds_in"], held["seeds_expected"]) == (3, 5)
     assert refused["seeds_in"] is None and not refused["pending"]
+
+
+def test_chance_is_an_equivalence_with_a_uniform_guess():
+    chance = math.log(10)
+    at_chance = [chance + 0.01, chance - 0.02, chance + 0.005]
+    c = judge(("chance", "post-LN"), _cells(**{"post-LN": at_chance}), "val_loss", chance=chance)
+    diffs = [v - chance for v in at_chance]
+    se = statistics.stdev(diffs) / math.sqrt(3)
+    assert c["per_seed"] == pytest.approx(diffs) and c["se"] == pytest.approx(se)
+    assert c["margin"] == pytest.approx(EQUIV_REL * chance) and c["holds"] and c["all_seeds"]
+    learned = judge(("chance", "pre-LN"), _cells(**{"pre-LN": [0.01, 0.02, 2.3]}), "val_loss", chance=chance)
+    assert not learned["holds"] and not learned["all_seeds"]
+    preset = PRESETS["transformer-ln-position"]
+    out = judge_all(
+        list(preset.claims),
+        _cells(**{"pre-LN": [0.01, 0.002, 0.03], "post-LN": at_chance}),
+        "val_loss",
+        preset.runs[0],
+    )
+    assert [c["kind"] for c in out["claims"]] == ["better", "trains", "chance"] and out["holds"]

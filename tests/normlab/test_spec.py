@@ -29,6 +29,8 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
         ({"task": "adding", "cell": "gru", "ln_placement": "cell"}, "ln_placement"),
         ({"task": "digits", "norm": "layer", "bn_variance": "unbiased"}, "bn_variance"),
         ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
+        ({"task": "digits", "ln_position": "post"}, "ln_position"),
+        ({"task": "reverse", "norm": "batch"}, "norm"),
     ],
 )
 def test_each_bad_combination_is_refused_with_its_field(bad, field):
@@ -46,6 +48,7 @@ def test_each_bad_combination_is_refused_with_its_field(bad, field):
         {"norm": "foo"},
         {"unknown_field": 1},
         {"gain_init": -1},
+        {"task": "reverse", "ln_position": "middle"},
     ],
 )
 def test_out_of_range_fields_are_refused(bad):

@@ -62,17 +62,33 @@ class MLP(nn.Module):
         return self.out(x)
 
 
-class NormConv2d(nn.Module):
-    """A bias-free 3×3 conv `weight` and a channel normalizer `norm` (its gain and bias per channel)."""
+WS_EPS = 1e-5
 
-    def __init__(self, c_in: int, c_out: int, norm: nn.Module):
+
+def standardize_weight(weight: torch.Tensor, eps: float = WS_EPS) -> torch.Tensor:
+    """Weight Standardization (Qiao et al. 2019): each output filter W_i shifted to mean 0 and scaled to
+    variance 1 over its fan-in (input channels × kernel): Ŵ_i = (W_i − μ_i) / √(σ_i² + eps), population
+    variance. Differentiable: the gradient flows through μ_i and σ_i to W."""
+    flat = weight.flatten(1)
+    mean = flat.mean(dim=1, keepdim=True)
+    var = flat.var(dim=1, unbiased=False, keepdim=True)
+    return ((flat - mean) / torch.sqrt(var + eps)).view_as(weight)
+
+
+class NormConv2d(nn.Module):
+    """A bias-free 3×3 conv `weight` and a channel normalizer `norm` (its gain and bias per channel); with
+    ``standardize`` the conv uses the standardized filters (`standardize_weight`) of `weight`."""
+
+    def __init__(self, c_in: int, c_out: int, norm: nn.Module, standardize: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(c_out, c_in, 3, 3))
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         self.norm = norm
+        self.standardize = standardize
 
     def summed(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, self.weight, padding=1)
+        weight = standardize_weight(self.weight) if self.standardize else self.weight
+        return F.conv2d(x, weight, padding=1)
 
     def normalize(self, a: torch.Tensor) -> torch.Tensor:
         return self.norm(a)
@@ -109,17 +125,24 @@ class PlainConv2d(nn.Conv2d):
         return a + self.bias.view(1, -1, 1, 1)
 
 
-def make_conv(norm: str, c_in: int, c_out: int, gain_init: float = 1.0) -> nn.Module:
+def make_conv(
+    norm: str, c_in: int, c_out: int, gain_init: float = 1.0, standardize: bool = False
+) -> nn.Module:
+    if norm in ("none", "weight") and standardize:
+        raise ValueError(
+            "Weight Standardization needs a normalizer after the conv: batch, layer, rms or group"
+        )
     if norm == "none":
         return PlainConv2d(c_in, c_out)
     if norm == "weight":
         return WeightNormConv2d(c_in, c_out, gain_init)
-    return NormConv2d(c_in, c_out, make_normalizer(norm, c_out, gain_init, channels=True))
+    return NormConv2d(c_in, c_out, make_normalizer(norm, c_out, gain_init, channels=True), standardize)
 
 
 class ConvNet(nn.Module):
     """`convs[k]` = ReLU(normalize(conv3×3(x))) with `channels` maps each, a 2×2 max-pool after the first,
-    then an adaptive average pool to 4×4 and a plain Linear `out` to the logits."""
+    then an adaptive average pool to 4×4 and a plain Linear `out` to the logits (``standardize``: every
+    conv's filters weight-standardized)."""
 
     def __init__(
         self,
@@ -129,11 +152,12 @@ class ConvNet(nn.Module):
         norm: str,
         gain_init: float = 1.0,
         in_channels: int = 1,
+        standardize: bool = False,
     ):
         super().__init__()
         sizes = [in_channels] + [channels] * layers
         pairs = zip(sizes[:-1], sizes[1:], strict=True)
-        self.convs = nn.ModuleList(make_conv(norm, a, b, gain_init) for a, b in pairs)
+        self.convs = nn.ModuleList(make_conv(norm, a, b, gain_init, standardize) for a, b in pairs)
         self.out = nn.Linear(channels * 16, n_outputs)
         self.capture, self.captured = False, {}
 
@@ -205,7 +229,9 @@ def build_model(spec, info: TaskInfo, input_dim: int, n_outputs: int) -> nn.Modu
     if info.kind == "flat":
         model = MLP(input_dim, hidden, layers, n_outputs, spec.norm, spec.gain_init)
     elif info.kind == "image":
-        model = ConvNet(hidden, layers, n_outputs, spec.norm, spec.gain_init)
+        model = ConvNet(
+            hidden, layers, n_outputs, spec.norm, spec.gain_init, standardize=spec.weight_standardization
+        )
     elif info.kind == "sequence":
         model = RecurrentNet(
             input_dim,

@@ -207,6 +207,8 @@ class _Run:
             on_eval = step % spec.eval_every == 0 or step == spec.steps
             on_log = on_eval or step % every == 0
             grad_norm = _grad_norm(params, on_gpu) if on_log else 0.0
+            if step == 1:
+                self._log_init_gradients(model)
             if prober is not None:
                 for kind, payload in prober.after_backward(step, x, y, outputs, loss):
                     self.events(kind, step, payload)
@@ -249,6 +251,19 @@ class _Run:
         )
         self._evaluate(model, data, device, "test", None)
         return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
+
+    def _log_init_gradients(self, model) -> None:
+        """A model that reports per-layer gradient norms (the Transformer) has them logged at
+        initialisation: the first step's gradients, before any update."""
+        layer_norms = getattr(model, "layer_grad_norms", None)
+        if not callable(layer_norms):
+            return
+        norms = layer_norms()
+        self.log(
+            "Gradient norms at initialisation, per block from the input (‖∂ℓ/∂W‖ over its weight "
+            "matrices): " + ", ".join(f"{v:.3g}" for v in norms) + ".",
+            layer_grad_norms=norms,
+        )
 
     def _evaluate(self, model, data, device, split: str, scalars: dict | None) -> None:
         m = evaluate(model, data, split, device, (self.spec.hidden_size or 0) * (self.spec.layers or 1))

@@ -156,3 +156,11 @@ def test_tune_refuses_a_preset_without_a_rule_and_tuning_seeds_as_verdict_seeds(
         reproduce("online", seeds=[0, 1], steps=1, settings=settings, tune=True)
     with pytest.raises(ValueError, match="must not be verdict seeds"):
         reproduce("pixel-digits", seeds=[0, 100], steps=1, settings=settings, tune=True)
+
+
+def test_pre_ln_learns_reversal_and_post_ln_stays_at_chance_without_warm_up(settings):
+    # 60 of the preset's 300 steps: pre-LN has already solved the task, post-LN is still a uniform guess.
+    out = reproduce("transformer-ln-position", seeds=[0, 1], steps=60, settings=settings, jobs=1)
+    claims = {c["kind"]: c for c in out["direction"]["claims"]}
+    assert set(claims) == {"better", "trains", "chance"}
+    assert all(c["all_seeds"] for c in claims.values()), claims

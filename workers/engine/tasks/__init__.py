@@ -1,7 +1,8 @@
 """Tasks: `load_task(spec, settings) -> TaskData`, one loader per catalog task in one registry dict.
 
-All data is local (scikit-learn's digits, generated MNIST-1D / adding / copy, the stdlib's sources, and
-MNIST's IDX files when the user put them in ``<data_dir>/mnist``). Splits are fixed by the spec's seed.
+All data is local (scikit-learn's digits, generated MNIST-1D / adding / copy / reversal, the stdlib's
+sources, and MNIST's IDX files when the user put them in ``<data_dir>/mnist``). Splits are fixed by the
+spec's seed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
 from workers.engine.tasks.mnist5k import load_conv_mnist5k, load_mnist5k
 from workers.engine.tasks.order_embed import load_order_embed
+from workers.engine.tasks.reverse import load_reverse
 from workers.engine.tasks.synthetic import load_adding, load_copy
 
 Loader = Callable[[RunSpec, Settings], TaskData]
@@ -37,6 +39,7 @@ LOADERS: dict[str, Loader] = {
     "charlm": load_charlm,
     "conv-digits": load_conv_digits,
     "conv-mnist5k": load_conv_mnist5k,
+    "reverse": load_reverse,
 }
 
 

@@ -36,7 +36,8 @@ def _option(parser, flag: str, dest: str, field) -> None:
     kwargs: dict[str, Any] = {
         "dest": dest,
         "default": None,
-        "help": f"{field.description} (default: {shown})",
+        # argparse %-formats help strings: a literal "%" in a description is written "%%"
+        "help": f"{field.description} (default: {shown})".replace("%", "%%"),
     }
     if typing.get_origin(annotation) is Literal:
         choices = list(typing.get_args(annotation))

@@ -139,3 +139,12 @@ def test_user_mistakes_exit_2_with_a_message(data_dir, capsys, argv, needle):
     assert needle in err and out == "" and "Traceback" not in err
     if argv[1] == "mnist":
         assert str(data_dir / "mnist") in err
+
+
+def test_run_help_lists_every_spec_option_even_with_a_percent_sign_in_its_description(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--ln-position {pre,post}" in out and "--weight-standardization" in out
+    assert "2 % of its time" in out  # checkpoint_every's description, printed as written

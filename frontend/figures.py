@@ -40,6 +40,9 @@ SERIES_LABELS = {
     "accuracy": "val accuracy",
     "bpc": "val bpc",
 }
+# a loss axis before its first point: 0.01 to 10 (log10), where the losses of every task start and
+# fall, instead of plotly's default for an empty log axis (0.1 to 10,000)
+EMPTY_LOG_RANGE = (-2.0, 1.0)
 MAX_POINTS = 20_000  # live appends (Plotly.extendTraces) keep at most this many points per trace
 
 
@@ -282,12 +285,22 @@ def curves_figure(
                 if i is not None:
                     seen_values.setdefault(e["key"], []).extend(fig.data[i].y or [])
     fig.update_xaxes(title_text="wall time (s)" if x_mode == "time" else "training step")
+    waiting: list[str] = []  # axes drawn over a placeholder range until their first point (normlab.js)
     for col, panel in enumerate(panels, start=1):
+        suffix = "" if col == 1 else str(col)
         if panel in ("loss", "val"):
             key = "train_loss" if panel == "loss" else "val_loss"
             fig.update_yaxes(type="log", **log_ticks(seen_values.get(key, [])), row=1, col=col)
+            if runs and not _positive(seen_values.get(key, [])):
+                fig.update_yaxes(range=list(EMPTY_LOG_RANGE), row=1, col=col)
+                waiting.append(f"yaxis{suffix}")
+                last = _last_step(runs)
+                if x_mode == "step" and last:
+                    fig.update_xaxes(range=[0, last], row=1, col=col)
+                    waiting.append(f"xaxis{suffix}")
         elif panel == "metric" and tasks and all(metric_key(t) == "accuracy" for t in tasks):
             fig.update_yaxes(range=[0, 1.02], row=1, col=col)
+    trace_map["waiting_axes"] = waiting
     if not runs:
         empty(fig, "No runs yet: start one, or pick runs to compare")
     elif (
@@ -318,6 +331,17 @@ def curves_figure(
     # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
     fig.update_layout(uirevision=f"curves-{x_mode}")
     return fig.to_plotly_json(), trace_map
+
+
+def _positive(values: Iterable[float | None]) -> bool:
+    """Whether a log axis has anything to show: a finite value above zero."""
+    return any(isinstance(v, int | float) and v > 0 and math.isfinite(v) for v in values)
+
+
+def _last_step(runs: list[dict]) -> int | None:
+    """The longest of the runs' planned step counts (None when no run states one)."""
+    steps = [s for r in runs if isinstance(s := (r.get("spec") or {}).get("steps"), int) and s > 0]
+    return max(steps) if steps else None
 
 
 def empty(fig: go.Figure, text: str) -> None:

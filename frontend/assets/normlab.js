@@ -12,6 +12,7 @@
   var S = window.normlabStream = {
     es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: 0,
     probeSentAt: 0, status: {}, statusVersion: 0, statusSent: 0, maps: {}, reopenTimer: null,
+    lines: {}, lineVersion: 0, lineSent: 0, lineSentAt: 0,
     received: 0, opened: 0, appended: 0, extends: 0, apiBase: ""
   };
 
@@ -35,15 +36,20 @@
     S.received += 1;
     if (ev.kind === "scalars") {
       if (S.scalars.length < MAX_QUEUE) { S.scalars.push(ev); }
+      if (ev.payload && ev.payload.val_loss !== null && ev.payload.val_loss !== undefined) {
+        keepLine(rid, {step: ev.step, seq: ev.seq, kind: "eval", payload: ev.payload});
+      }
     } else if (ev.kind === "hidden" || ev.kind === "fisher") {
       var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
       p[ev.kind].push({step: ev.step, kind: ev.kind, payload: ev.payload});
       S.probeVersion += 1;
     } else if (ev.kind === "log") {
       keepLog(rid, ev);
+      keepLine(rid, {step: ev.step, seq: ev.seq, kind: "log", payload: ev.payload});
     } else if (ev.kind === "intervention" && window.normlabFork) {
       window.normlabFork.intervention(ev);  // a marker on the curves (assets/fork.js)
     } else if (ev.kind === "status" && ev.payload) {
+      keepLine(rid, {step: ev.step, seq: ev.seq, kind: "status", payload: ev.payload});
       S.status[rid] = ev.payload.status;
       S.statusVersion += 1;
       if (TERMINAL[ev.payload.status]) { S.probeVersion += 1; }  // panels then say "none recorded"
@@ -56,6 +62,12 @@
     var p = S.probes[rid] || (S.probes[rid] = {hidden: [], fisher: []});
     (p.log || (p.log = [])).push({step: ev.step, seq: ev.seq, kind: "log", payload: ev.payload});
     S.probeVersion += 1;
+  }
+
+  /* The Run page's log panel: the run's log lines, its status changes and its evaluations as they come. */
+  function keepLine(rid, line) {
+    (S.lines[rid] || (S.lines[rid] = [])).push(line);
+    S.lineVersion += 1;
   }
 
   function open() {
@@ -88,9 +100,10 @@
     S.apiBase = (watch && watch.api_base) || "";
     ((watch && watch.terminal) || []).forEach(function (s) { TERMINAL[s] = 1; });
     S.runs = Object.keys(cursor);
-    S.cursor = {}; S.status = {}; S.scalars = []; S.probes = {};
+    S.cursor = {}; S.status = {}; S.scalars = []; S.probes = {}; S.lines = {};
     S.runs.forEach(function (r) { S.cursor[r] = cursor[r] || 0; });
     S.probeVersion = 0; S.probeSent = 0; S.statusVersion = 0; S.statusSent = 0;
+    S.lineVersion = 0; S.lineSent = 0; S.lineReader = false;
     open();
   };
 
@@ -219,7 +232,27 @@
                                     y: order.map(function (i) { return ys[i]; }),
                                     customdata: order.map(function (i) { return cds[i]; })},
                                order, state.max_points || 20000);
+    releaseAxes(gd, state, order);
     return ns();
+  }
+
+  /* An axis drawn over a placeholder range while its panel had no point (frontend/figures.py
+   * `waiting_axes`) follows its data from the first point on. */
+  function releaseAxes(gd, state, order) {
+    var waiting = state.waiting_axes || [];
+    if (!waiting.length) { return; }
+    var update = {};
+    order.forEach(function (i) {
+      var t = gd.data[i] || {};
+      [["xaxis", t.xaxis || "x"], ["yaxis", t.yaxis || "y"]].forEach(function (pair) {
+        var name = pair[0] + pair[1].slice(1);
+        if (waiting.indexOf(name) >= 0) { update[name + ".autorange"] = true; }
+      });
+    });
+    var names = Object.keys(update).map(function (k) { return k.split(".")[0]; });
+    if (!names.length) { return; }
+    state.waiting_axes = waiting.filter(function (a) { return names.indexOf(a) < 0; });
+    window.Plotly.relayout(gd, update);
   }
 
   /* plotly.js: dcc.Graph loads it, on the pages that show a graph, from window._dashPlotlyJSURL (Dash
@@ -275,7 +308,8 @@
       watch: function (watch) { S.watch(watch); return ["", S.runs.length === 0]; },
       drainCurves: drainCurves,
       status: function () {
-        var idle = !S.es && !S.reopenTimer && S.scalars.length === 0 && S.probeVersion === S.probeSent;
+        var idle = !S.es && !S.reopenTimer && S.scalars.length === 0 && S.probeVersion === S.probeSent &&
+          (S.lineVersion === S.lineSent || !S.lineReader);
         var off = idle && S.statusVersion === S.statusSent ? true : ns();
         if (S.statusVersion === S.statusSent) { return [ns(), off]; }
         S.statusSent = S.statusVersion;
@@ -288,6 +322,14 @@
         S.probeSent = S.probeVersion; S.probeSentAt = now;
         var p = S.probes[runId] || {hidden: [], fisher: []};
         return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};
+      },
+      lines: function (n, runId) {
+        // the log panel's lines, to the server (which lists them) at most once a second
+        S.lineReader = true;
+        var now = Date.now();
+        if (!runId || S.lineVersion === S.lineSent || now - S.lineSentAt < 1000) { return ns(); }
+        S.lineSent = S.lineVersion; S.lineSentAt = now;
+        return (S.lines[runId] || []).slice();
       },
       urlState: function (state) {
         if (!state) { return ""; }

@@ -196,6 +196,7 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
             dcc.Store(id=ids.RUN_ID, data=run["id"]),
             dcc.Store(id=ids.RUN_SPEC, data=run["spec"]),
             dcc.Store(id=ids.RUN_PROBES, data={"hidden": [], "fisher": [], "log": []}),
+            dcc.Store(id=ids.RUN_LINES, data=[]),
             *components.page_stores(
                 bundle["watch"], {"smooth": bundle["map"].get("smooth"), "panels": chosen}
             ),
@@ -218,33 +219,64 @@ clientside_callback(
 
 
 LEVEL_ORDER = {"error": 0, "warning": 1}  # then info (and anything else), each in the order it came
+MAX_INFO_LINES = 50  # the newest info lines (evaluations, status changes); errors and warnings all
+EVAL_NAMES = {"val_loss": "val loss", "accuracy": "accuracy", "bpc": "bpc", "mse": "mse"}
 
 
 def log_items(events: list[dict]) -> list:
-    """The run's `log` events as list items, errors and warnings first."""
+    """The run's log as list items, errors and warnings first: its `log` events, and, as the stream
+    brings them, its status changes (kind "status") and evaluations (kind "eval", a scalars payload)."""
     if not events:
         return [html.Li("No log lines yet.", className="muted")]
     seen: dict[tuple[str, str], int] = {}  # a line repeated (a warning during the run and at its end): once
     for i, e in enumerate(events):
-        seen.setdefault((_level(e), str((e.get("payload") or {}).get("message", ""))), i)
+        seen.setdefault((_level(e), _message(e)), i)
     ranked = sorted(
         ((i, events[i]) for i in seen.values()), key=lambda ie: (LEVEL_ORDER.get(_level(ie[1]), 2), ie[0])
     )
-    return [
+    info = [i for i, e in ranked if _level(e) not in LEVEL_ORDER]
+    shown = set(info[-MAX_INFO_LINES:])
+    items = [
         html.Li(
             className=f"log-line {_level(e)}",
             children=[
                 html.Span(_level(e), className=f"log-level {_level(e)}"),
                 html.Span(f"step {e.get('step', 0)}", className="log-step"),
-                html.Span(str((e.get("payload") or {}).get("message", "")), className="log-message"),
+                html.Span(_message(e), className="log-message"),
             ],
         )
-        for _, e in ranked
+        for i, e in ranked
+        if _level(e) in LEVEL_ORDER or i in shown
     ]
+    if len(info) > len(shown):
+        items.append(html.Li(f"{len(info) - len(shown)} earlier lines not shown", className="muted"))
+    return items
 
 
 def _level(event: dict) -> str:
-    return str((event.get("payload") or {}).get("level") or "info")
+    payload = event.get("payload") or {}
+    if event.get("kind") == "status":
+        return "error" if payload.get("status") == "failed" else "info"
+    if event.get("kind") == "eval":
+        return "info"
+    return str(payload.get("level") or "info")
+
+
+def _message(event: dict) -> str:
+    payload = event.get("payload") or {}
+    if event.get("kind") == "status":
+        said = payload.get("message")
+        return f"run {payload.get('status', '')}" + (
+            f": {said}" if said and said != payload.get("status") else ""
+        )
+    if event.get("kind") == "eval":
+        parts = [
+            f"{label} {payload[key]:.4g}"
+            for key, label in EVAL_NAMES.items()
+            if isinstance(payload.get(key), int | float)
+        ]
+        return "evaluation: " + ", ".join(parts)
+    return str(payload.get("message", ""))
 
 
 def fisher_warning(events: list[dict], fallback: str = "") -> str:
@@ -266,10 +298,24 @@ clientside_callback(
 )
 
 
+clientside_callback(
+    ClientsideFunction("normlab", "lines"),
+    Output(ids.RUN_LINES, "data"),
+    Input(ids.TICK, "n_intervals"),
+    State(ids.RUN_ID, "data"),
+    prevent_initial_call=True,
+)
+
+
+@callback(Output(ids.RUN_LOG, "children"), Input(ids.RUN_LINES, "data"), prevent_initial_call=True)
+def on_lines(lines):
+    """The log panel, live: log lines, status changes and evaluations as the stream brings them."""
+    return log_items(lines or [])
+
+
 @callback(
     Output(ids.RUN_HIDDEN, "figure"),
     Output(ids.RUN_FISHER, "figure"),
-    Output(ids.RUN_LOG, "children"),
     Output(ids.RUN_FISHER_WARNING, "children"),
     Output(ids.RUN_FISHER_RETRY, "children"),
     Input(ids.RUN_PROBES, "data"),
@@ -286,7 +332,6 @@ def on_probes(probes, present, note, run_id, spec=None):
     return (
         hidden_figures.hidden_figure(probes.get("hidden", []), bool(present), ended),
         probe_figures.fisher_figure(fishers, bool(present), ended, blocked=bool(warned), spec=spec),
-        log_items(log),
         fisher_warning(log, note or ""),
         [] if fishers else retry_link(run_id, log),
     )

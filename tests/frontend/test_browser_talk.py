@@ -7,6 +7,7 @@ no graph offers to upload its data. The queue's order and the Lab's position run
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -272,5 +273,49 @@ def test_no_graph_offers_to_send_its_data_to_plotly_cloud(page, dev_server):
             )
             assert any("PNG" in (t or "") for t in titles), titles  # the mode bar is there …
             assert not any("Share" in (t or "") or "Cloud" in (t or "") for t in titles), (path, titles)
+    finally:
+        _cancel(dev_server, [rid])
+
+
+def test_run_page_log_is_live_and_an_empty_loss_axis_waits_over_a_loss_range(page, shot, dev_server):
+    dev_server.api.rate = 25.0
+    r = httpx.post(
+        dev_server.url + "/api/runs",
+        json={"task": "adding", "seq_len": 30, "steps": 300, "eval_every": 150},
+        timeout=10,
+    )
+    rid = r.json()["id"]
+    try:
+        page.goto(f"{dev_server.url}/run/{rid}")
+        page.wait_for_function(
+            f"() => {CURVES} && {CURVES}._fullLayout && {CURVES}._fullLayout.yaxis2", timeout=15000
+        )
+        # before the first evaluation (step 150, 6 s in): the validation axis spans 0.01-10, not plotly's 0.1-10,000
+        assert page.evaluate(f"() => {CURVES}.data[2].x.length") == 0
+        low, high = page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.range")
+        assert (round(low, 6), round(high, 6)) == (-2.0, 1.0)
+        log = page.locator("#run-log")
+        # the log panel follows the run: its start, then each evaluation as it comes
+        page.wait_for_function(
+            "() => document.querySelector('#run-log').innerText.includes('run running')", timeout=15000
+        )
+        page.wait_for_function(
+            "() => document.querySelector('#run-log').innerText.includes('evaluation: val loss')",
+            timeout=20000,
+        )
+        first = log.inner_text().count("evaluation:")
+        page.wait_for_function(
+            "(n) => document.querySelector('#run-log').innerText.split('evaluation:').length - 1 > n",
+            arg=first,
+            timeout=20000,
+        )
+        # from its first point on, the validation axis follows the data
+        vals = page.evaluate(f"() => {CURVES}.data[2].y")
+        low, high = page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.range")
+        assert page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.autorange") is True
+        assert low <= math.log10(min(vals)) and math.log10(max(vals)) <= high
+        assert high - low < 2  # fitted to the values, not the placeholder's three decades
+        shot(page, "talk-run-log-live")
+        assert not page.errors, page.errors
     finally:
         _cancel(dev_server, [rid])

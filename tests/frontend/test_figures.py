@@ -151,3 +151,24 @@ def test_a_fork_beside_its_parent_is_dashed_past_the_fork_step_only(smoothing, c
         assert all(list(t["x"]) == steps for t in traces[rid])
     # the child keeps its normalizer's colour (or its batch size's), like any run
     assert traces["c"][-1]["line"]["color"] == figures.colors_for([child], color_by)["c"][0]
+
+
+def test_an_empty_loss_axis_waits_over_a_loss_range_and_follows_its_data_from_the_first_point():
+    run = {**_run("a"), "spec": {**_run("a")["spec"], "steps": 3000}}
+    # nothing yet: both loss panels show 0.01-10 over the planned steps, and the map names their axes
+    fig, tmap = figures.curves_figure([run], {}, panels=["loss", "val"])
+    lay = fig["layout"]
+    for y, x in (("yaxis", "xaxis"), ("yaxis2", "xaxis2")):
+        assert lay[y]["type"] == "log"
+        assert [10 ** v for v in lay[y]["range"]] == pytest.approx([0.01, 10.0])
+        assert lay[x]["range"] == [0, 3000]
+    assert sorted(tmap["waiting_axes"]) == ["xaxis", "xaxis2", "yaxis", "yaxis2"]
+    # training points but no evaluation yet: only the validation panel waits
+    fig, tmap = figures.curves_figure([run], {"a": _history([1, 2], [2.3, 2.1])}, panels=["loss", "val"])
+    assert "range" not in fig["layout"]["yaxis"] and "range" not in fig["layout"]["xaxis"]
+    assert sorted(tmap["waiting_axes"]) == ["xaxis2", "yaxis2"]
+    # wall time on x: the steps say nothing about seconds, so x keeps plotly's own range
+    fig, tmap = figures.curves_figure([run], {}, panels=["loss"], x_mode="time")
+    assert "range" not in fig["layout"]["xaxis"] and tmap["waiting_axes"] == ["yaxis"]
+    # no runs at all: the figure says so instead (no axes to wait on)
+    assert figures.curves_figure([], {}, panels=["loss"])[1]["waiting_axes"] == []

@@ -145,7 +145,7 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     assert run.fisher_warning(log[:1], "summary note") == "summary note"
     assert run.log_items([])[0].children == "No log lines yet."
     assert len(run.log_items(log + log[1:2])) == 3  # a warning repeated at the end is listed once
-    hidden, fisher, items, warning, retry = run.on_probes(
+    hidden, fisher, warning, retry = run.on_probes(
         {"hidden": [], "fisher": [], "log": log, "ended": True}, False, "", "r9"
     )
     assert "see the warning above" in str(fisher["layout"]["annotations"]) and warning.startswith("No Fisher")
@@ -157,3 +157,31 @@ def test_run_log_puts_warnings_first_and_the_fisher_warning_above_the_panel(page
     assert query["lr"] == "0.003"
     too_much = [{"step": 5, "payload": {"level": "warning", "budget_needed": 9.0, "message": "train longer"}}]
     assert run.retry_link("r9", too_much) == []  # above the largest budget: no link
+
+
+def test_run_log_lists_status_changes_and_evaluations_newest_info_lines_only(pages):
+    _, _, _, run = pages
+    lines = [
+        {"step": 0, "kind": "status", "payload": {"status": "running"}},
+        {"step": 0, "kind": "log", "payload": {"level": "info", "message": "MLP: 85514 parameters"}},
+        *(
+            {"step": s, "kind": "eval", "payload": {"val_loss": 1.0 / s, "accuracy": 0.5, "bpc": None}}
+            for s in range(100, 6100, 100)
+        ),
+        {"step": 6000, "kind": "status", "payload": {"status": "failed", "message": "out of memory"}},
+    ]
+    items = run.on_lines(lines)
+    texts = [
+        " ".join(str(c.children) for c in i.children) if isinstance(i.children, list) else i.children
+        for i in items
+    ]
+    # the failure first (an error), then the newest 50 info lines in order, then how many were left out
+    assert texts[0] == "error step 6000 run failed: out of memory"
+    assert items[0].className == "log-line error"
+    assert texts[-2] == "info step 6000 evaluation: val loss 0.0001667, accuracy 0.5"
+    assert (
+        texts[1]
+        == f"info step {6000 - 49 * 100} evaluation: val loss {1 / (6000 - 49 * 100):.4g}, accuracy 0.5"
+    )
+    assert len(items) == 1 + 50 + 1 and texts[-1] == "12 earlier lines not shown"
+    assert run.on_lines([])[0].children == "No log lines yet."

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from normlab.claims import CURVE_FIELD
-from normlab.group_models import GroupPublic, PresetLaunch, PresetLaunched
+from normlab.group_models import GroupPublic, PresetLaunch, PresetLaunched, PresetMeta
 from normlab.groups import preset_meta, summarize
 from normlab.presets import PRESETS
 
@@ -20,7 +20,7 @@ from normlab.presets import PRESETS
 def add_routes(app: FastAPI, api: Any) -> None:
     """Register both routes on the synthetic API's app (before the dashboard is mounted at "/");
     `api` is the benchmarks.devapi.DevAPI (its runs, events and `create`)."""
-    meta: dict[str, dict] = {}
+    meta: dict[str, PresetMeta] = {}
     api.latest_presets = {}  # preset name -> its latest launch's group (GET /api/presets)
 
     @app.post("/api/presets/{name}", status_code=201, response_model=PresetLaunched)

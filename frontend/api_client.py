@@ -12,6 +12,9 @@ import threading
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
+
+from normlab.group_models import GroupPublic, problems
 
 
 class ApiError(Exception):
@@ -100,9 +103,17 @@ class ApiClient:
         body = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
         return self._call("POST", f"/api/presets/{name}", json=body)
 
-    def group(self, group_id: str) -> dict:
-        """GET /api/groups/{id}: the group's runs, cells (mean ± std, bands) and, for a preset, claims."""
-        return self._call("GET", f"/api/groups/{group_id}")
+    def group(self, group_id: str) -> GroupPublic:
+        """GET /api/groups/{id}: the group's runs, cells (mean ± std, bands) and, for a preset, claims.
+        An answer not of that shape (another server's) is an ApiError saying so."""
+        body = self._call("GET", f"/api/groups/{group_id}")
+        try:
+            return GroupPublic.model_validate(body)
+        except ValidationError as exc:
+            raise ApiError(
+                502,
+                f"The server at {self.base} answered group {group_id} in another shape ({problems(exc)}).",
+            ) from None
 
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")

@@ -1,5 +1,6 @@
 """A preset's or sweep's group as the pages show it (`GET /api/groups/{id}`): verdicts of the claims,
-mean ± std bands per cell, and a sortable results table — pure functions from the API's JSON."""
+mean ± std bands per cell, and a sortable results table — pure functions of the API's answer
+(`normlab.group_models.GroupPublic`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import plotly.graph_objects as go
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
+from dash.development.base_component import Component
 
 from frontend import components, figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
 from normlab.catalog import NORMS
 from normlab.claims import MIN_SEEDS
+from normlab.group_models import Cell, Claim, GroupPublic
 
 # good → bad, colour-blind safe (Okabe–Ito bluish green … vermillion), for the results table's cells
 SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
@@ -26,21 +29,21 @@ def _num(v: Any, digits: int = 2) -> str:
     return f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:+.{digits}f}".replace("-", "−")
 
 
-def progress(group: dict) -> str:
+def progress(group: GroupPublic) -> str:
     """'3 of 10 runs finished (2 running, 5 queued)' — or that every run ended."""
-    counts = group.get("counts") or {}
+    counts = group.counts
     total = sum(counts.values())
     live = {k: v for k, v in counts.items() if k in ("queued", "running") and v}
     ended = total - sum(live.values())
-    if group.get("done"):
+    if group.done:
         return f"All {total} runs ended."
     rest = ", ".join(f"{v} {k}" for k, v in sorted(live.items()))
     return f"{ended} of {total} runs finished ({rest})."
 
 
-def pending_text(claim: dict) -> str:
+def pending_text(claim: Claim) -> str:
     """'pending — 3 of 5 seeds in' (or why no more seeds will settle it)."""
-    got, want = claim.get("seeds_in") or 0, claim.get("seeds_expected")
+    got, want = claim.seeds_in or 0, claim.seeds_expected
     text = (
         f"pending — {got} of {want} seeds in" if want else f"pending — {got} seed{'s' if got != 1 else ''} in"
     )
@@ -49,49 +52,48 @@ def pending_text(claim: dict) -> str:
     return text
 
 
-def claim_text(claim: dict) -> str:
+def claim_text(claim: Claim) -> str:
     """'holds on all 5 seeds — Δ = −0.14 ± 0.02' (the effect and its paired standard error), or, while
     too few seeds are in for a verdict, 'pending — 3 of 5 seeds in'."""
-    if claim.get("pending"):
+    if claim.pending:
         return pending_text(claim)
-    n = claim.get("n")
-    seeds = f"{n} seed{'s' if n != 1 else ''}" if isinstance(n, int) else "the finished seeds"
-    if claim.get("holds") and claim.get("all_seeds"):
-        verdict = f"holds on all {seeds}" if isinstance(n, int) else "holds on every seed"
-    elif claim.get("holds"):
+    n = claim.n
+    seeds = f"{n} seed{'s' if n != 1 else ''}" if n is not None else "the finished seeds"
+    if claim.holds and claim.all_seeds:
+        verdict = f"holds on all {seeds}" if n is not None else "holds on every seed"
+    elif claim.holds:
         verdict = f"holds on the mean of {seeds}, not on every seed"
     else:
         verdict = f"does not hold ({seeds})"
-    got, want = claim.get("seeds_in"), claim.get("seeds_expected")
-    if isinstance(got, int) and isinstance(want, int) and got < want:
+    got, want = claim.seeds_in, claim.seeds_expected
+    if got is not None and want is not None and got < want:
         verdict += f" so far ({got} of {want} seeds in)"
     effect = ""
-    if isinstance(claim.get("difference"), int | float):
-        effect = f" — Δ = {_num(claim['difference'])}"
-        if isinstance(claim.get("se"), int | float):
-            effect += f" ± {_num(claim['se']).lstrip('+')}"
+    if claim.difference is not None:
+        effect = f" — Δ = {_num(claim.difference)}"
+        if claim.se is not None:
+            effect += f" ± {_num(claim.se).lstrip('+')}"
     return verdict + effect
 
 
-def verdicts(group: dict, expect: bool = True) -> list:
+def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     """The preset's expectation (unless `expect` is False: its card says it already), one line per
     claim (what it says, whether it held, the effect, the rule that decided it), and the progress."""
-    claims = group.get("claims") or []
-    out: list = []
-    if expect and group.get("expect"):
-        out.append(html.Div(f"Expect: {group['expect']}", className="expect"))
-    for c in claims:
-        ok, wait = bool(c.get("holds")), bool(c.get("pending"))
+    out: list[Component] = []
+    if expect and group.expect:
+        out.append(html.Div(f"Expect: {group.expect}", className="expect"))
+    for c in group.claims or []:
+        ok, wait = c.holds, c.pending
         state, mark = ("pending", "… ") if wait else ("holds", "✓ ") if ok else ("fails", "✗ ")
         out.append(
             html.Div(
                 className=f"verdict {state}",
                 children=[
                     html.Span(mark, className="mark"),
-                    html.Strong(c.get("claim", "")),
+                    html.Strong(c.claim),
                     ": ",
                     claim_text(c),
-                    html.Div(f"rule: {c.get('rule', '')}", className="muted rule"),
+                    html.Div(f"rule: {c.rule}", className="muted rule"),
                 ],
             )
         )
@@ -99,18 +101,17 @@ def verdicts(group: dict, expect: bool = True) -> list:
     return out
 
 
-def _cell_color(cell: dict, index: int) -> str:
-    norm = (cell.get("spec") or {}).get("norm")
+def _cell_color(cell: Cell, index: int) -> str:
+    norm = cell.spec.get("norm")
     return figures.norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
 
 
-def band_figure(group: dict, present: bool = False, height: int = 360) -> dict:
+def band_figure(group: GroupPublic, present: bool = False, height: int = 360) -> dict[str, Any]:
     """Mean ± std over seeds per cell, of the group's metric along training (one band per cell)."""
     fig = go.Figure()
-    metric = group.get("metric", "val_loss")
-    for k, cell in enumerate(group.get("cells") or []):
-        curve = cell.get("curve") or {}
-        steps, mean, std = curve.get("steps") or [], curve.get("mean") or [], curve.get("std") or []
+    metric = group.metric
+    for k, cell in enumerate(group.cells):
+        steps, mean, std = cell.curve.steps, cell.curve.mean, cell.curve.std
         if not steps:
             continue
         color = _cell_color(cell, k)
@@ -127,8 +128,8 @@ def band_figure(group: dict, present: bool = False, height: int = 360) -> dict:
                 line={"width": 0},
                 hoverinfo="skip",
                 showlegend=False,
-                legendgroup=cell["label"],
-                meta=f"{cell['label']}:band",
+                legendgroup=cell.label,
+                meta=f"{cell.label}:band",
             )
         )
         fig.add_trace(
@@ -136,12 +137,12 @@ def band_figure(group: dict, present: bool = False, height: int = 360) -> dict:
                 x=steps,
                 y=mean,
                 mode="lines" if len(steps) > 20 else "lines+markers",
-                name=f"{cell['label']} (n={cell.get('n', 0)})",
+                name=f"{cell.label} (n={cell.n})",
                 line={"color": color, "width": 2},
-                legendgroup=cell["label"],
-                meta=cell["label"],
+                legendgroup=cell.label,
+                meta=cell.label,
                 customdata=std,
-                hovertemplate=f"<b>{cell['label']}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
+                hovertemplate=f"<b>{cell.label}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
                 " ± %{customdata:.2g}<extra></extra>",
             )
         )
@@ -151,27 +152,22 @@ def band_figure(group: dict, present: bool = False, height: int = 360) -> dict:
         figures.empty(fig, "No finished seed yet: the bands appear as runs end.")
     apply_theme(fig, present, height=height)
     fig.update_layout(uirevision="group-bands")
-    return fig.to_plotly_json()
+    plotly_json: dict[str, Any] = fig.to_plotly_json()
+    return plotly_json
 
 
-def results_rows(group: dict) -> list[dict]:
+def results_rows(group: GroupPublic) -> list[dict[str, Any]]:
     """One row per cell: the varied fields (or the preset's label), n, mean and std of the final metric."""
     rows = []
-    for cell in group.get("cells") or []:
-        spec = cell.get("spec") or {}
-        row: dict[str, Any] = {
-            "cell": cell["label"],
-            "n": cell.get("n", 0),
-            "mean": cell.get("mean"),
-            "std": cell.get("std"),
-        }
-        for field in group.get("varied") or []:
-            row[field] = spec.get(field)
+    for cell in group.cells:
+        row: dict[str, Any] = {"cell": cell.label, "n": cell.n, "mean": cell.mean, "std": cell.std}
+        for field in group.varied:
+            row[field] = cell.spec.get(field)
         rows.append(row)
     return rows
 
 
-def _shade(rows: list[dict], higher_is_better: bool) -> list[dict]:
+def _shade(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
     """Background per row by its mean's rank: best green … worst vermillion (the number is shown too)."""
     ranked = sorted(
         (r["mean"] for r in rows if isinstance(r.get("mean"), int | float)), reverse=higher_is_better
@@ -183,10 +179,10 @@ def _shade(rows: list[dict], higher_is_better: bool) -> list[dict]:
     return styles
 
 
-def results_table(group: dict, table_id: str) -> DataTable:
+def results_table(group: GroupPublic, table_id: str) -> DataTable:
     """A sweep's cells × mean ± std of the final metric, sortable (numbers sort as numbers), coloured."""
     rows = results_rows(group)
-    metric = group.get("metric", "val_loss")
+    metric = group.metric
     num = Format(precision=4, scheme=Scheme.decimal)
     cols: list[Any] = [
         {
@@ -194,7 +190,7 @@ def results_table(group: dict, table_id: str) -> DataTable:
             "id": f,
             "type": "numeric" if isinstance(rows[0].get(f) if rows else None, int | float) else "text",
         }
-        for f in group.get("varied") or []
+        for f in group.varied
     ] or [{"name": "cell", "id": "cell"}]
     cols += [
         {"name": f"{metric} mean", "id": "mean", "type": "numeric", "format": num},
@@ -203,23 +199,22 @@ def results_table(group: dict, table_id: str) -> DataTable:
     ]
     return DataTable(
         id=table_id,
-        data=rows,
+        # dash's annotation leaves out None, which a DataTable shows as an empty cell (no finished seed)
+        data=rows,  # type: ignore[arg-type]
         columns=cols,
         sort_action="native",
-        sort_by=[{"column_id": "mean", "direction": "desc" if group.get("higher_is_better") else "asc"}],
+        sort_by=[{"column_id": "mean", "direction": "desc" if group.higher_is_better else "asc"}],
         style_as_list_view=True,
         style_header={"fontWeight": 600, "background": "#f4f6f8"},
         style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": 14, "padding": "6px 10px"},
-        style_data_conditional=_shade(rows, bool(group.get("higher_is_better"))),
+        style_data_conditional=_shade(rows, group.higher_is_better),
     )
 
 
-def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list:
+def group_card(group: GroupPublic, ids_: dict[str, str], present: bool = False) -> list[Component]:
     """The group's card on Compare: title, verdicts, bands, and (a sweep) the results table."""
-    title = group.get("title") or (
-        f"Sweep over {', '.join(group['varied'])}" if group.get("varied") else "Group"
-    )
-    out: list = [
+    title = group.title or (f"Sweep over {', '.join(group.varied)}" if group.varied else "Group")
+    out: list[Component] = [
         html.H2(title),
         html.Div(verdicts(group), id=ids_["verdicts"]),
         dcc.Graph(
@@ -229,9 +224,9 @@ def group_card(group: dict, ids_: dict[str, str], present: bool = False) -> list
             config=components.GRAPH_CONFIG,
         ),
     ]
-    if group.get("map"):  # a map preset: its effect per axis value beside the bands
-        out.append(map_figure.map_graph(group["map"]))
-    if group.get("kind") != "preset":
+    if group.map is not None:  # a map preset: its effect per axis value beside the bands
+        out.append(map_figure.map_graph(group.map))
+    if group.kind != "preset":
         out.append(
             html.Div(results_table(group, ids_["table"]), id=ids_["table_box"], className="table-card")
         )

@@ -1,4 +1,4 @@
-"""A "where does it help?" map as a Plotly figure (pure: the group's `map` JSON in, a figure dict out).
+"""A "where does it help?" map as a Plotly figure (pure: the group's `map` in, a figure dict out).
 
 One point per axis value: Δ = A − B (paired by seed) with error bars of ± z paired standard errors, the
 zero line, and the side of zero where A beats B shaded, so a point whose bar stays inside the shade
@@ -8,42 +8,43 @@ on every poll, so points appear as runs end.
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from dash import dcc
 
 from frontend import figures
+from normlab.group_models import ScaleMapPublic
 
 FAVOURS_TEXT = {"a": "favours {a}", "b": "favours {b}", "neither": "within noise"}
 
 
-def map_figure(m: dict) -> dict:
+def map_figure(m: ScaleMapPublic) -> dict[str, Any]:
     """The map's figure: points with ± z·SE bars, a zero line and the claim's side shaded."""
-    pts = [p for p in m.get("points") or [] if p.get("difference") is not None]
-    z = float(m.get("z") or 2.0)
-    a, b = m.get("a", "A"), m.get("b", "B")
+    pts = [(p, p.difference) for p in m.points if p.difference is not None]
+    z, a, b = m.z, m.a, m.b
     fig = go.Figure()
-    xs = [str(v) for v in m.get("values") or []]
+    xs = [str(v) for v in m.values]
     fig.add_trace(
         go.Scatter(
-            x=[str(p["value"]) for p in pts],
-            y=[p["difference"] for p in pts],
-            error_y={"type": "data", "array": [z * (p.get("se") or 0.0) for p in pts], "visible": True},
+            x=[str(p.value) for p, _ in pts],
+            y=[d for _, d in pts],
+            error_y={"type": "data", "array": [z * (p.se or 0.0) for p, _ in pts], "visible": True},
             mode="markers+lines",
             marker={"size": 9, "color": figures.norm_color(a)},
             line={"dash": "dot", "width": 1, "color": figures.norm_color(a)},
             name=f"Δ = {a} − {b}",
             text=[
-                f"n = {p['n']} seeds; " + FAVOURS_TEXT.get(p.get("favours") or "", "").format(a=a, b=b)
-                for p in pts
+                f"n = {p.n} seeds; " + FAVOURS_TEXT.get(p.favours or "", "").format(a=a, b=b) for p, _ in pts
             ],
             hovertemplate="%{x}: Δ = %{y:.4g}<br>%{text}<extra></extra>",
         )
     )
     fig.add_hline(y=0, line={"color": "#555", "width": 1})
-    below = m.get("claim_side") == "below"
+    below = m.claim_side == "below"
     # a rectangle from zero to the plot's edge (paper-relative bound on y is not available, so span a
     # range wider than every bar)
-    reach = max([abs(p["difference"]) + z * (p.get("se") or 0.0) for p in pts] or [1.0]) * 1.5 or 1.0
+    reach = max([abs(d) + z * (p.se or 0.0) for p, d in pts] or [1.0]) * 1.5 or 1.0
     fig.add_hrect(
         y0=0,
         y1=-reach if below else reach,
@@ -54,15 +55,16 @@ def map_figure(m: dict) -> dict:
         annotation_position="bottom left" if below else "top left",
     )
     fig.update_layout(
-        xaxis={"title": m.get("axis_name") or m.get("axis"), "type": "category", "categoryarray": xs},
-        yaxis={"title": f"Δ {m.get('metric', '')} ({a} − {b})", "range": [-reach, reach]},
+        xaxis={"title": m.axis_name or m.axis, "type": "category", "categoryarray": xs},
+        yaxis={"title": f"Δ {m.metric} ({a} − {b})", "range": [-reach, reach]},
         showlegend=False,
         height=260,
         margin={"l": 60, "r": 10, "t": 10, "b": 40},
     )
-    return fig.to_dict()
+    figure: dict[str, Any] = fig.to_dict()
+    return figure
 
 
-def map_graph(m: dict) -> dcc.Graph:
+def map_graph(m: ScaleMapPublic) -> dcc.Graph:
     """The map as a graph for a preset card (its class lets browser tests find it)."""
     return dcc.Graph(figure=map_figure(m), className="map-graph", config={"displayModeBar": False})

@@ -3,19 +3,35 @@ seeds, with mean ± std of the final metric, the mean ± band validation curve a
 figures. Torch-free: `normlab reproduce` (through the engine) and `GET /api/groups/{id}` (from the store)
 build cells with the same functions; `normlab.claims` judges the claims on them.
 
-A record is one (run, seed): {"seed", "status", "value" (final metric), "curve" [(step, value)],
-"wall_time", "message", "probes" (the run's last probe payloads, optional) or "traces" (trace_stats of
-them)}.
+A record (`SeedRecord`) is one (run, seed): its seed, status, final metric, validation curve
+[(step, value)], wall time, message, and the run's last probe payloads or their `trace_stats`.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, TypeGuard
+from typing import Any, NotRequired, TypedDict, TypeGuard
+
+from normlab.group_models import CellResult, Curve, CurvePoint, TraceName, TraceStat
 
 START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
 FRACTIONS = (0.25, 0.5, 1.0)
+TRACE_NAMES: tuple[TraceName, ...] = ("hidden_spread", "hidden_spread_late", "grad_orders")
+
+
+class SeedRecord(TypedDict):
+    """One (run, seed) as `aggregate` reads it (plain data: it crosses process boundaries)."""
+
+    seed: int
+    status: NotRequired[str | None]
+    value: NotRequired[float | None]  # the final metric (None, NaN or ±inf for a failed run)
+    curve: NotRequired[list[tuple[int, float]]]
+    wall_time: NotRequired[float | None]
+    cpu_time: NotRequired[float]
+    message: NotRequired[str | None]
+    probes: NotRequired[dict[str, Any] | None]  # the run's last probe payloads (JSON)
+    traces: NotRequired[dict[str, float | None]]  # trace_stats of them
 
 
 def is_number(v: Any) -> TypeGuard[float]:
@@ -38,7 +54,7 @@ def curve_area(curve: list[tuple[int, float]]) -> float | None:
     return area / (pts[-1][0] - pts[0][0])
 
 
-def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
+def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> Curve:
     """Mean ± std validation curve over seeds, the mean near ¼, ½, 1 of training, and area ÷ span."""
     by_step: dict[int, list[float]] = {}
     for curve in curves:
@@ -52,22 +68,22 @@ def curve_summary(curves: list[list[tuple[int, float]]], steps: int) -> dict:
     for frac in FRACTIONS:
         before = [i for i, s in enumerate(xs) if s <= max(1, round(frac * steps))]
         at.append(
-            {
-                "fraction": frac,
-                "step": xs[before[-1]] if before else None,
-                "value": ys[before[-1]] if before else None,
-            }
+            CurvePoint(
+                fraction=frac,
+                step=xs[before[-1]] if before else None,
+                value=ys[before[-1]] if before else None,
+            )
         )
-    return {"steps": xs, "mean": ys, "std": sd, "at": at, "auc": curve_area(list(zip(xs, ys, strict=True)))}
+    return Curve(steps=xs, mean=ys, std=sd, at=at, auc=curve_area(list(zip(xs, ys, strict=True))))
 
 
-def _series(hidden: dict, key: str) -> list[tuple[int, float]]:
+def _series(hidden: dict[str, Any], key: str) -> list[tuple[int, float]]:
     values = hidden.get(key) or []
     index = hidden.get("time_index") or list(range(len(values)))
     return [(int(t), float(v)) for t, v in zip(index, values, strict=False) if is_number(v)]
 
 
-def trace_stats(probes: dict | None) -> dict[str, float | None]:
+def trace_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     """From a run's last per-time-step trace: ‖h_t‖ max ÷ min over all steps and over t ≥ START, and the
     orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace)."""
     hidden = (probes or {}).get("hidden") or {}
@@ -85,29 +101,29 @@ def trace_stats(probes: dict | None) -> dict[str, float | None]:
     return out
 
 
-def aggregate(label: str, spec: dict, records: list[dict], metric: str) -> dict:
+def aggregate(label: str, spec: dict[str, Any], records: list[SeedRecord], metric: str) -> CellResult:
     """One cell (a run label, or a sweep's combination) over its seeds."""
     values = [r.get("value") for r in records]
     mean, std = mean_std([v for v in values if is_number(v)])
     per_seed_traces = [r.get("traces") or trace_stats(r.get("probes")) for r in records]
     traces = {}
-    for key in ("hidden_spread", "hidden_spread_late", "grad_orders"):
+    for key in TRACE_NAMES:
         vals = [t.get(key) for t in per_seed_traces]
         m, s = mean_std([v for v in vals if v is not None])
-        if m is not None:
-            traces[key] = {"values": vals, "mean": m, "std": s}
-    return {
-        "label": label,
-        "spec": spec,
-        "seeds": [r["seed"] for r in records],
-        "values": values,
-        "n": sum(is_number(v) for v in values),
-        "mean": mean,
-        "std": std,
-        "statuses": [r.get("status") for r in records],
-        "messages": [r.get("message") for r in records if r.get("status") not in ("completed", None)],
-        "wall_time": sum(r.get("wall_time") or 0.0 for r in records),
-        "aucs": [curve_area(r.get("curve") or []) for r in records],
-        "curve": curve_summary([r.get("curve") or [] for r in records], int(spec.get("steps") or 1)),
-        "traces": traces,
-    }
+        if m is not None and s is not None:
+            traces[key] = TraceStat(values=vals, mean=m, std=s)
+    return CellResult(
+        label=label,
+        spec=spec,
+        seeds=[r["seed"] for r in records],
+        values=values,
+        n=sum(is_number(v) for v in values),
+        mean=mean,
+        std=std,
+        statuses=[r.get("status") for r in records],
+        messages=[r.get("message") for r in records if r.get("status") not in ("completed", None)],
+        wall_time=sum(r.get("wall_time") or 0.0 for r in records),
+        aucs=[curve_area(r.get("curve") or []) for r in records],
+        curve=curve_summary([r.get("curve") or [] for r in records], int(spec.get("steps") or 1)),
+        traces=traces,
+    )

@@ -35,11 +35,28 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Literal
 
 from pydantic import ValidationError
 
 from normlab.cells import START, is_number
+from normlab.group_models import (
+    BestClaim,
+    CellResult,
+    ChanceClaim,
+    Claim,
+    CloseClaim,
+    Comparison,
+    Effect,
+    PairedClaim,
+    RefusedClaim,
+    TraceName,
+    TrainsClaim,
+    Verdict,
+)
 from normlab.spec import RunSpec
+
+Rule = tuple[str, ...]  # ("better", "layer", "batch"): a kind and its run labels (normlab.presets)
 
 Z = 2.0  # effects must exceed 2 paired standard errors (≈ a 95 % interval) to count
 MIN_SEEDS = 2  # a standard error sd/√n needs at least two paired differences
@@ -100,26 +117,38 @@ def _sub(x: float | None, y: float | None) -> float | None:
     return x - y if is_number(x) and is_number(y) else None
 
 
-def _per_seed(cell: dict, key: str) -> dict[int, float | None]:
+def _per_seed(cell: CellResult, key: Literal["value", "auc"] | TraceName) -> dict[int, float | None]:
+    vals: list[float | None]
     if key == "value":
-        vals = cell["values"]
+        vals = cell.values
     elif key == "auc":
-        vals = cell["aucs"]
+        vals = cell.aucs
     else:
-        vals = (cell["traces"].get(key) or {}).get("values") or [None] * len(cell["seeds"])
-    return dict(zip(cell["seeds"], vals, strict=True))
+        trace = cell.traces.get(key)
+        vals = trace.values if trace is not None else [None] * len(cell.seeds)
+    return dict(zip(cell.seeds, vals, strict=True))
 
 
-def effect(diffs: list[float]) -> dict:
-    """{"difference": mean of the paired differences, "se": its standard error, "n"}."""
+def effect(diffs: list[float]) -> Effect:
+    """The mean of the paired differences, its standard error and n."""
     n = len(diffs)
     if not n:
-        return {"difference": None, "se": None, "n": 0}
+        return Effect(difference=None, se=None, n=0)
     se = statistics.stdev(diffs) / math.sqrt(n) if n > 1 else 0.0
-    return {"difference": statistics.fmean(diffs), "se": se, "n": n}
+    return Effect(difference=statistics.fmean(diffs), se=se, n=n)
 
 
-def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: bool) -> dict:
+Directional = Literal["better", "faster", "steadier", "gradient"]
+
+
+def _directional(
+    kind: Directional,
+    claim: str,
+    a: CellResult,
+    b: CellResult,
+    key: Literal["value", "auc"] | TraceName,
+    lower_wins: bool,
+) -> PairedClaim:
     """A paired claim that A's `key` is lower (lower_wins) or higher than B's beyond Z·SE."""
     pa, pb = _per_seed(a, key), _per_seed(b, key)
     seeds = [s for s in pa if s in pb]
@@ -132,59 +161,58 @@ def _directional(kind: str, claim: str, a: dict, b: dict, key: str, lower_wins: 
         else:  # a failed or diverged run loses its seed
             wins.append(is_number(x) and not is_number(y))
     eff = effect(diffs)
-    d = eff["difference"]
-    holds = d is not None and (d < 0 if lower_wins else d > 0) and abs(d) > Z * eff["se"]
-    return {
-        "claim": claim,
-        "kind": kind,
-        "holds": bool(holds) and eff["n"] >= MIN_SEEDS,
-        "seeds_in": len(seeds),
-        "all_seeds": bool(wins) and all(wins),
-        "per_seed": [_sub(pa[s], pb[s]) for s in seeds],
-        **eff,
-        "rule": RULE_TEXT[kind],
-    }
+    d, se = eff.difference, eff.se
+    holds = d is not None and se is not None and (d < 0 if lower_wins else d > 0) and abs(d) > Z * se
+    return PairedClaim(
+        claim=claim,
+        kind=kind,
+        holds=holds and eff.n >= MIN_SEEDS,
+        seeds_in=len(seeds),
+        all_seeds=bool(wins) and all(wins),
+        per_seed=[_sub(pa[s], pb[s]) for s in seeds],
+        difference=d,
+        se=se,
+        n=eff.n,
+        rule=RULE_TEXT[kind],
+    )
 
 
-def _below_zero(kind: str, claim: str, diffs: list[float], seeds: int, **extra) -> dict:
-    """A claim that the per-seed differences `diffs` (of `seeds` seeds; a failed run gives none) lie below
-    0 beyond Z·SE; "all_seeds" also needs every seed to have given one."""
+def _below_zero(diffs: list[float], seeds: int) -> tuple[Effect, bool, bool]:
+    """Whether the per-seed differences `diffs` (of `seeds` seeds; a failed run gives none) lie below 0
+    beyond Z·SE: (the effect, holds, all_seeds); "all_seeds" also needs every seed to have given one."""
     eff = effect(diffs)
-    d = eff["difference"]
-    return {
-        "claim": claim,
-        "kind": kind,
-        "holds": d is not None and d < 0 and abs(d) > Z * eff["se"] and eff["n"] >= MIN_SEEDS,
-        "seeds_in": seeds,
-        "all_seeds": bool(diffs) and len(diffs) == seeds and all(x < 0 for x in diffs),
-        "per_seed": diffs,
-        **extra,
-        **eff,
-        "rule": RULE_TEXT[kind],
-    }
+    d, se = eff.difference, eff.se
+    holds = d is not None and se is not None and d < 0 and abs(d) > Z * se and eff.n >= MIN_SEEDS
+    all_seeds = bool(diffs) and len(diffs) == seeds and all(x < 0 for x in diffs)
+    return eff, holds, all_seeds
 
 
 def judge(
-    rule: tuple,
-    cells: dict[str, dict],
+    rule: Rule,
+    cells: dict[str, CellResult],
     metric: str,
     *,
     chance: float | None = None,
     base_spec: RunSpec | None = None,
-) -> dict:
-    """One claim: {"claim", "kind", "holds", "all_seeds", "difference", "se", "n", "per_seed", "rule"}."""
+) -> Claim:
+    """One claim: its effect (difference ± se over n paired seeds), whether it holds, and its rule."""
     kind, *labels = rule
     lower = not higher_is_better(metric)
     if kind in ("better", "faster"):
         a, b = labels
         word = "better than" if kind == "better" else "converges faster than"
         return _directional(
-            kind, f"{a} {word} {b}", cells[a], cells[b], "value" if kind == "better" else "auc", lower
+            "better" if kind == "better" else "faster",
+            f"{a} {word} {b}",
+            cells[a],
+            cells[b],
+            "value" if kind == "better" else "auc",
+            lower,
         )
     if kind == "steadier":
         a, b = labels
         return _directional(
-            kind,
+            "steadier",
             f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})",
             cells[a],
             cells[b],
@@ -194,7 +222,7 @@ def judge(
     if kind == "gradient":
         a, b = labels
         return _directional(
-            kind,
+            "gradient",
             f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}",
             cells[a],
             cells[b],
@@ -207,27 +235,30 @@ def judge(
         pairs = [(pa[s], pb[s]) for s in pa if s in pb]
         ok = [(x, y) for x, y in pairs if is_number(x) and is_number(y)]
         eff = effect([x - y for x, y in ok])
-        ref = cells[b]["mean"]
+        ref = cells[b].mean
         margin = None if ref is None else EQUIV_REL * abs(ref)
         holds = (
-            eff["difference"] is not None
+            eff.difference is not None
+            and eff.se is not None
             and margin is not None
-            and abs(eff["difference"]) + Z * eff["se"] <= margin
-            and eff["n"] >= MIN_SEEDS
+            and abs(eff.difference) + Z * eff.se <= margin
+            and eff.n >= MIN_SEEDS
         )
-        return {
-            "claim": f"{a} ≈ {b}",
-            "kind": kind,
-            "holds": bool(holds),
-            "seeds_in": len(pairs),
-            "all_seeds": bool(ok)
+        return CloseClaim(
+            claim=f"{a} ≈ {b}",
+            kind=kind,
+            holds=holds,
+            seeds_in=len(pairs),
+            all_seeds=bool(ok)
             and len(ok) == len(pairs)
             and all(abs(x - y) <= EQUIV_REL * abs(y) for x, y in ok),
-            "per_seed": [x - y for x, y in ok],
-            "margin": margin,
-            **eff,
-            "rule": RULE_TEXT[kind],
-        }
+            per_seed=[x - y for x, y in ok],
+            margin=margin,
+            difference=eff.difference,
+            se=eff.se,
+            n=eff.n,
+            rule=RULE_TEXT[kind],
+        )
     if kind == "gap":
         a1, a2, b1, b2 = labels
         maps = [_per_seed(cells[lab], "value") for lab in labels]
@@ -237,66 +268,100 @@ def judge(
             w, x, y, z = (m[s] for m in maps)
             if is_number(w) and is_number(x) and is_number(y) and is_number(z):
                 diffs.append(abs(w - x) - abs(y - z))
-        return _below_zero(kind, f"|{a1} − {a2}| smaller than |{b1} − {b2}|", diffs, len(seeds))
+        eff, holds, all_seeds = _below_zero(diffs, len(seeds))
+        return PairedClaim(
+            claim=f"|{a1} − {a2}| smaller than |{b1} − {b2}|",
+            kind=kind,
+            holds=holds,
+            seeds_in=len(seeds),
+            all_seeds=all_seeds,
+            per_seed=list(diffs),
+            difference=eff.difference,
+            se=eff.se,
+            n=eff.n,
+            rule=RULE_TEXT[kind],
+        )
     if kind == "best":
         (a,) = labels
-        parts = [judge(("better", a, o), cells, metric) for o in cells if o != a]
-        return {
-            "claim": f"{a} best of {', '.join(cells)}",
-            "kind": kind,
-            "holds": bool(parts) and all(p["holds"] for p in parts),
-            "all_seeds": bool(parts) and all(p["all_seeds"] for p in parts),
-            "seeds_in": min((p["seeds_in"] for p in parts), default=0),
-            "versus": parts,
-            "rule": RULE_TEXT[kind],
-        }
+        parts = [
+            _directional("better", f"{a} better than {o}", cells[a], cells[o], "value", lower)
+            for o in cells
+            if o != a
+        ]
+        return BestClaim(
+            claim=f"{a} best of {', '.join(cells)}",
+            kind=kind,
+            holds=bool(parts) and all(p.holds for p in parts),
+            all_seeds=bool(parts) and all(p.all_seeds for p in parts),
+            seeds_in=min((p.seeds_in or 0 for p in parts), default=0),
+            versus=[
+                Comparison.model_validate(p.model_dump(exclude={"pending", "seeds_expected"})) for p in parts
+            ],
+            rule=RULE_TEXT[kind],
+        )
     if kind == "trains":
         (a,) = labels
-        vals = cells[a]["values"]
+        vals = cells[a].values
         diffs = [v - chance for v in vals if is_number(v)] if chance is not None else []
         claim = f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains"
-        return _below_zero(kind, claim, diffs, len(vals), chance=chance)
+        eff, holds, all_seeds = _below_zero(diffs, len(vals))
+        return TrainsClaim(
+            claim=claim,
+            kind=kind,
+            holds=holds,
+            seeds_in=len(vals),
+            all_seeds=all_seeds,
+            per_seed=list(diffs),
+            chance=chance,
+            difference=eff.difference,
+            se=eff.se,
+            n=eff.n,
+            rule=RULE_TEXT[kind],
+        )
     if kind == "chance":
         (a,) = labels
-        vals = cells[a]["values"]
+        vals = cells[a].values
         ok = [v for v in vals if is_number(v)]
         diffs = [v - chance for v in ok] if chance is not None else []
         eff = effect(diffs)
         margin = None if chance is None else EQUIV_REL * chance
         holds = (
-            eff["difference"] is not None
+            eff.difference is not None
+            and eff.se is not None
             and margin is not None
-            and abs(eff["difference"]) + Z * eff["se"] <= margin
-            and eff["n"] >= MIN_SEEDS
+            and abs(eff.difference) + Z * eff.se <= margin
+            and eff.n >= MIN_SEEDS
         )
-        return {
-            "claim": f"{a} stays at chance (val loss ≈ ln(classes) = {chance:.3f})" if chance else a,
-            "kind": kind,
-            "holds": bool(holds),
-            "seeds_in": len(vals),
-            "all_seeds": bool(diffs)
+        return ChanceClaim(
+            claim=f"{a} stays at chance (val loss ≈ ln(classes) = {chance:.3f})" if chance else a,
+            kind=kind,
+            holds=holds,
+            seeds_in=len(vals),
+            all_seeds=bool(diffs)
             and len(diffs) == len(vals)
             and margin is not None
             and all(abs(d) <= margin for d in diffs),
-            "per_seed": diffs,
-            "margin": margin,
-            "chance": chance,
-            **eff,
-            "rule": RULE_TEXT[kind],
-        }
+            per_seed=list(diffs),
+            margin=margin,
+            chance=chance,
+            difference=eff.difference,
+            se=eff.se,
+            n=eff.n,
+            rule=RULE_TEXT[kind],
+        )
     if kind == "refused":
         (norm,) = labels
         message = refusal(base_spec, norm) if base_spec is not None else None
         batch = base_spec.batch_size if base_spec is not None else None
-        return {
-            "claim": f"norm '{norm}' refused at batch size {batch}",
-            "kind": kind,
-            "holds": message is not None,
-            "all_seeds": message is not None,
-            "seeds_in": None,  # checked on the spec: no seed to wait for
-            "message": message,
-            "rule": RULE_TEXT[kind],
-        }
+        return RefusedClaim(
+            claim=f"norm '{norm}' refused at batch size {batch}",
+            kind=kind,
+            holds=message is not None,
+            all_seeds=message is not None,
+            seeds_in=None,  # checked on the spec: no seed to wait for
+            message=message,
+            rule=RULE_TEXT[kind],
+        )
     raise ValueError(f"unknown claim kind {kind!r}")
 
 
@@ -309,20 +374,24 @@ def refusal(spec: RunSpec, norm: str) -> str | None:
     return None
 
 
-def pending(claim: dict, expected: int | None = None) -> bool:
+def pending(claim: Claim, expected: int | None = None) -> bool:
     """Whether a judged claim is still waiting for seeds: fewer than MIN_SEEDS paired seeds in, or (with
     `expected`, the seeds launched) not holding while seeds are still to come."""
-    seeds_in = claim.get("seeds_in")
+    seeds_in = claim.seeds_in
     if seeds_in is None:
         return False
     if seeds_in < MIN_SEEDS:  # even when no more are coming: "launch more seeds", never a verdict
         return True
-    return expected is not None and seeds_in < expected and not claim["holds"]
+    return expected is not None and seeds_in < expected and not claim.holds
 
 
 def judge_all(
-    rules: list[tuple], cells: dict[str, dict], metric: str, base_spec: RunSpec, expected: int | None = None
-) -> dict:
+    rules: list[Rule],
+    cells: dict[str, CellResult],
+    metric: str,
+    base_spec: RunSpec,
+    expected: int | None = None,
+) -> Verdict:
     """Every claim whose runs are present (a trimmed preset drops the others), and the overall verdict.
 
     `expected`: how many seeds were launched (a live group), so a claim not yet holding is pending."""
@@ -331,12 +400,12 @@ def judge_all(
     chance = math.log(classes) if classes else None
     claims = [judge(r, cells, metric, chance=chance, base_spec=base_spec) for r in usable]
     for c in claims:
-        c["seeds_expected"] = None if c["seeds_in"] is None else expected
-        c["pending"] = pending(c, expected)
-    return {
-        "claims": claims,
-        "pending": any(c["pending"] for c in claims),
-        "holds": bool(claims) and all(c["holds"] for c in claims),
-        "all_seeds": bool(claims) and all(c["all_seeds"] for c in claims),
-        "rule": None if usable else "no rule for this preset: compare the numbers",
-    }
+        c.seeds_expected = None if c.seeds_in is None else expected
+        c.pending = pending(c, expected)
+    return Verdict(
+        claims=claims,
+        pending=any(c.pending for c in claims),
+        holds=bool(claims) and all(c.holds for c in claims),
+        all_seeds=bool(claims) and all(c.all_seeds for c in claims),
+        rule=None if usable else "no rule for this preset: compare the numbers",
+    )

@@ -5,9 +5,9 @@ Kept apart from `normlab.api_models` only so this change merges cleanly; the sha
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from normlab.events import RunStatus
 from normlab.spec import MAX_STEPS, refuse_bool
@@ -56,6 +56,43 @@ class PresetLaunched(BaseModel):
     run_ids: list[str]
 
 
+class StoredGroupError(ValueError):
+    """A stored group (its metadata, or one of its runs) that this release cannot read; the message names
+    the group, the run and the fields."""
+
+
+def problems(exc: ValidationError, limit: int = 3) -> str:
+    """'labels: Input should be a valid dictionary; …': where and what, for a message."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()[:limit]
+    )
+
+
+class PresetMeta(BaseModel):
+    """What launched a preset's group: the preset, each run's label in it, and the steps override."""
+
+    kind: Literal["preset"] = "preset"
+    preset: str
+    labels: dict[str, str]  # run id -> the preset's run label (its cell)
+    steps: int | None = None
+
+
+class SweepMeta(BaseModel):
+    """What launched a sweep: the spec fields it varies (its cells are their combinations)."""
+
+    kind: Literal["sweep"] = "sweep"
+    varied: list[str] = Field(default_factory=list)
+
+
+class PlainMeta(BaseModel):
+    """A group launched by neither (cells by the fields that differ between its runs)."""
+
+    kind: Literal["group"] = "group"
+
+
+GroupMeta = Annotated[PresetMeta | SweepMeta | PlainMeta, Field(discriminator="kind")]
+
+
 class GroupRun(BaseModel):
     id: str
     cell: str  # the preset's label, or the sweep's varied fields ("norm=layer, batch_size=4")
@@ -65,35 +102,73 @@ class GroupRun(BaseModel):
     metrics: dict[str, float | None] = Field(default_factory=dict)  # every final metric of the run
 
 
+class CurvePoint(BaseModel):
+    """The mean validation curve near one fraction of training (None before its first evaluation)."""
+
+    fraction: float
+    step: int | None
+    value: float | None
+
+
 class Curve(BaseModel):
     steps: list[int]
     mean: list[float]
     std: list[float]  # sample std over seeds at each step: the band is mean ± std
-    at: list[dict[str, Any]]  # the mean near ¼, ½ and the end of training
+    at: list[CurvePoint]  # the mean near ¼, ½ and the end of training
     auc: float | None  # area under the mean curve ÷ its span
+
+
+class TraceStat(BaseModel):
+    """One hidden-state figure of a cell (normlab.cells.trace_stats) per seed, and its mean ± std."""
+
+    values: list[float | None]
+    mean: float
+    std: float
+
+
+TraceName = Literal["hidden_spread", "hidden_spread_late", "grad_orders"]
 
 
 class Cell(BaseModel):
     """One cell over its finished seeds."""
 
     label: str
-    spec: dict[str, Any]  # the cell's resolved spec without the seed
+    spec: dict[str, Any]  # the cell's resolved spec without the seed (JSON, as stored)
     seeds: list[int]
     values: list[float | None]  # the final metric per finished seed
     n: int  # finished seeds with a finite final metric
     mean: float | None
     std: float | None
     curve: Curve
-    traces: dict[str, Any] = Field(default_factory=dict)  # hidden-state figures (normlab.claims)
+    traces: dict[TraceName, TraceStat] = Field(default_factory=dict)  # hidden-state figures
 
 
-class Claim(BaseModel):
-    """A claim judged by normlab.claims: the effect (paired mean difference ± its standard error) and rule."""
+class CellResult(Cell):
+    """A cell as normlab.cells aggregates it: the public cell and what `normlab reproduce` also reports
+    (each seed's status, messages of the runs that did not complete, wall time, area under each curve)."""
 
-    model_config = ConfigDict(extra="allow")  # kind-specific numbers: margin, chance, versus, message
+    statuses: list[str | None]
+    messages: list[str | None]
+    wall_time: float
+    aucs: list[float | None]
+
+    def public(self) -> Cell:
+        return Cell.model_validate(self.model_dump(include=set(Cell.model_fields)))
+
+
+class Effect(BaseModel):
+    """A paired effect: the mean of the per-seed differences, its standard error and how many."""
+
+    difference: float | None
+    se: float | None
+    n: int
+
+
+class Judged(BaseModel):
+    """What every judged claim reports: the effect (paired mean difference ± its standard error), whether
+    it holds on the paired differences and on every seed, and the rule that decided it."""
 
     claim: str
-    kind: str
     holds: bool
     all_seeds: bool
     difference: float | None = None
@@ -101,9 +176,76 @@ class Claim(BaseModel):
     n: int | None = None
     per_seed: list[float | None] = Field(default_factory=list)
     rule: str
-    pending: bool = False  # too few paired seeds yet for a verdict (normlab.claims.pending)
     seeds_in: int | None = None  # paired seeds that ended (None: a claim checked on the spec)
+
+
+class Comparison(Judged):
+    """One of a "best" claim's comparisons (A better than one other run)."""
+
+    kind: Literal["better"]
+
+
+class _ClaimBase(Judged):
+    pending: bool = False  # too few paired seeds yet for a verdict (normlab.claims.pending)
     seeds_expected: int | None = None  # seeds launched
+
+
+class PairedClaim(_ClaimBase):
+    """A on its own beats (or is steadier, converges faster, is less sensitive than) B, paired by seed."""
+
+    kind: Literal["better", "faster", "steadier", "gradient", "gap"]
+
+
+class CloseClaim(_ClaimBase):
+    """A ≈ B: the difference's interval lies inside the equivalence margin."""
+
+    kind: Literal["close"]
+    margin: float | None  # ±EQUIV_REL of B's mean (None while B has no finished seed)
+
+
+class TrainsClaim(_ClaimBase):
+    """A ends below a uniform guess's loss ln(classes)."""
+
+    kind: Literal["trains"]
+    chance: float | None  # ln(classes); None for a task without classes
+
+
+class ChanceClaim(_ClaimBase):
+    """A stays at a uniform guess: its final loss's interval around ln(classes) lies inside the margin."""
+
+    kind: Literal["chance"]
+    margin: float | None  # ±EQUIV_REL of ln(classes); None for a task without classes
+    chance: float | None  # ln(classes)
+
+
+class BestClaim(_ClaimBase):
+    """A better than every other run of the preset."""
+
+    kind: Literal["best"]
+    versus: list[Comparison]
+
+
+class RefusedClaim(_ClaimBase):
+    """The spec refuses a normalizer at the preset's batch size (checked, not trained)."""
+
+    kind: Literal["refused"]
+    message: str | None  # the spec's refusal; None when it was accepted
+
+
+Claim = Annotated[
+    PairedClaim | CloseClaim | TrainsClaim | ChanceClaim | BestClaim | RefusedClaim,
+    Field(discriminator="kind"),
+]
+
+
+class Verdict(BaseModel):
+    """A preset's claims over the cells present, and the overall verdict."""
+
+    claims: list[Claim]
+    pending: bool  # some claim still waits for seeds
+    holds: bool
+    all_seeds: bool
+    rule: str | None  # why there is no claim, when there is none
 
 
 class MapPoint(BaseModel):

@@ -2,7 +2,7 @@
 
 Torch-free and store-free: `summarize(meta, runs, curve_of)` takes the group's metadata (what launched it),
 its runs as stored ({"id", "spec", "status", "summary"}, JSON as dicts or text) and a function giving a
-run's validation curve, and returns `normlab.group_models.GroupPublic`'s fields, aggregated by
+run's validation curve, and returns `normlab.group_models.GroupPublic`, aggregated by
 `normlab.cells` and judged by `normlab.claims` exactly as `normlab reproduce` does. Only runs that have
 ended enter cells and claims, so the verdict fills in as runs finish.
 """
@@ -13,30 +13,41 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from normlab.cells import aggregate, trace_stats
+from pydantic import ValidationError
+
+from normlab.cells import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.events import TERMINAL_STATUSES
+from normlab.group_models import (
+    GroupMeta,
+    GroupPublic,
+    GroupRun,
+    PresetMeta,
+    StoredGroupError,
+    SweepMeta,
+    problems,
+)
 from normlab.maps import map_points
 from normlab.presets import PRESETS
 
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
 
 
-def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> dict:
-    return {"kind": "preset", "preset": name, "labels": run_labels, "steps": steps}
+def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> PresetMeta:
+    return PresetMeta(preset=name, labels=run_labels, steps=steps)
 
 
-def sweep_meta(varied: list[str]) -> dict:
-    return {"kind": "sweep", "varied": varied}
+def sweep_meta(varied: list[str]) -> SweepMeta:
+    return SweepMeta(varied=varied)
 
 
-def _json(value: Any) -> dict:
+def _json(value: Any) -> dict[str, Any]:
     if value is None or value == "":
         return {}
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
-def varied_fields(specs: list[dict]) -> list[str]:
+def varied_fields(specs: list[dict[str, Any]]) -> list[str]:
     """The spec fields whose values differ between runs (seed and probes left out)."""
     keys = sorted({k for s in specs for k in s} - SKIP_FIELDS)
     return [k for k in keys if len({json.dumps(s.get(k), sort_keys=True) for s in specs}) > 1]
@@ -44,29 +55,30 @@ def varied_fields(specs: list[dict]) -> list[str]:
 
 def summarize(
     group_id: str,
-    meta: dict | None,
+    meta: GroupMeta | None,
     runs: Sequence[Mapping[str, Any]],
     curve_of: Callable[[str, str], list[tuple[int, float]]],
     metric: str | None = None,
-) -> dict:
-    """GroupPublic's fields for the group's runs; `curve_of(run_id, field)` reads one validation curve."""
-    meta = meta or {}
+) -> GroupPublic:
+    """The group's public summary; `curve_of(run_id, field)` reads one validation curve."""
     specs = {r["id"]: _json(r["spec"]) for r in runs}
-    preset = PRESETS.get(meta.get("preset", "")) if meta.get("kind") == "preset" else None
-    kind = meta.get("kind") if meta.get("kind") in ("preset", "sweep") else "group"
+    labels = meta.labels if isinstance(meta, PresetMeta) else {}
+    preset = PRESETS.get(meta.preset) if isinstance(meta, PresetMeta) else None
+    kind = meta.kind if isinstance(meta, PresetMeta | SweepMeta) else "group"
     metric = metric or (preset.metric if preset else "val_loss")
-    varied = [] if preset else list(meta.get("varied") or varied_fields(list(specs.values())))
+    stored_varied = meta.varied if isinstance(meta, SweepMeta) else []
+    varied = [] if preset else list(stored_varied or varied_fields(list(specs.values())))
 
     def cell_of(run_id: str) -> str:
         if preset:
-            return meta["labels"].get(run_id, "?")
+            return labels.get(run_id, "?")
         spec = specs[run_id]
         return ", ".join(f"{k}={spec.get(k)}" for k in varied) or "all"
 
     order: list[str] = list(preset.run_labels()) if preset else []
-    public_runs: list[dict] = []
-    records: dict[str, list[dict]] = {}
-    cell_spec: dict[str, dict] = {}
+    public_runs: list[GroupRun] = []
+    records: dict[str, list[SeedRecord]] = {}
+    cell_spec: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     field = curve_field(metric)
     for r in sorted(runs, key=lambda r: (specs[r["id"]].get("seed", 0), r["id"])):
@@ -75,16 +87,21 @@ def summarize(
         label, seed, status = cell_of(r["id"]), int(specs[r["id"]].get("seed", 0)), str(r["status"])
         counts[status] = counts.get(status, 0) + 1
         value = final_metrics.get(metric_key(metric))
-        public_runs.append(
-            {
-                "id": r["id"],
-                "cell": label,
-                "seed": seed,
-                "status": status,
-                "final": value,
-                "metrics": final_metrics,
-            }
-        )
+        try:
+            public_runs.append(
+                GroupRun(
+                    id=r["id"],
+                    cell=label,
+                    seed=seed,
+                    status=status,
+                    final=value,
+                    metrics=final_metrics,
+                )
+            )
+        except ValidationError as exc:
+            raise StoredGroupError(
+                f"group {group_id}: run {r['id']}'s stored summary is malformed ({problems(exc)})"
+            ) from None
         if label not in order:
             order.append(label)
         cell_spec.setdefault(label, {k: v for k, v in specs[r["id"]].items() if k not in SKIP_FIELDS})
@@ -105,31 +122,29 @@ def summarize(
         for label in order
         if label in cell_spec
     }
-    out: dict[str, Any] = {
-        "group_id": group_id,
-        "kind": kind,
-        "preset": preset.name if preset else None,
-        "title": preset.title if preset else None,
-        "expect": preset.expect if preset else None,
-        "setup": preset.setup if preset else None,
-        "metric": metric,
-        "higher_is_better": higher_is_better(metric),
-        "varied": varied,
-        "counts": counts,
-        "done": bool(runs) and all(str(r["status"]) in TERMINAL_STATUSES for r in runs),
-        "runs": public_runs,
-        "cells": list(cells.values()),
-    }
+    out = GroupPublic(
+        group_id=group_id,
+        kind=kind,
+        preset=preset.name if preset else None,
+        title=preset.title if preset else None,
+        expect=preset.expect if preset else None,
+        setup=preset.setup if preset else None,
+        metric=metric,
+        higher_is_better=higher_is_better(metric),
+        varied=varied,
+        counts=counts,
+        done=bool(runs) and all(str(r["status"]) in TERMINAL_STATUSES for r in runs),
+        runs=public_runs,
+        cells=[c.public() for c in cells.values()],
+    )
     if preset and preset.scale_map:
-        out["map"] = map_points(preset.scale_map, cells, metric)
+        out.map = map_points(preset.scale_map, cells, metric)
     if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
         # cells with no finished seed yet are kept: their claims stay pending until the seeds are in
         launched = len({int(s.get("seed", 0)) for s in specs.values()})
         verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0], expected=launched)
-        out.update(
-            claims=verdict["claims"],
-            holds=verdict["holds"],
-            all_seeds=verdict["all_seeds"],
-            pending=verdict["pending"],
-        )
+        out.claims = verdict.claims
+        out.holds = verdict.holds
+        out.all_seeds = verdict.all_seeds
+        out.pending = verdict.pending
     return out

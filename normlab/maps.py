@@ -12,10 +12,11 @@ so the map fills in as runs end.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from normlab.cells import is_number
 from normlab.claims import Z, effect, higher_is_better
+from normlab.group_models import CellResult, MapPoint, ScaleMapPublic
 
 AXES = {"seq_len": "T", "batch_size": "batch", "layers": "depth", "lr": "η"}
 
@@ -38,7 +39,7 @@ class ScaleMap:
     def label(self, norm: str, value: Any) -> str:
         return f"{norm} {self.axis}={value}"
 
-    def public(self) -> dict:
+    def public(self) -> dict[str, Any]:
         return {
             "axis": self.axis,
             "axis_name": AXES[self.axis],
@@ -48,7 +49,9 @@ class ScaleMap:
         }
 
 
-def side(difference: float | None, se: float | None, lower_is_better: bool) -> str | None:
+def side(
+    difference: float | None, se: float | None, lower_is_better: bool
+) -> Literal["a", "b", "neither"] | None:
     """Which run the point favours beyond Z·SE: "a", "b" or "neither" (None without data)."""
     if difference is None or se is None:
         return None
@@ -58,30 +61,45 @@ def side(difference: float | None, se: float | None, lower_is_better: bool) -> s
     return "a" if a_wins else "b"
 
 
-def _per_seed(cell: dict | None) -> dict[int, Any]:
-    if not cell:
+def _per_seed(cell: CellResult | None) -> dict[int, float | None]:
+    if cell is None:
         return {}
-    return dict(zip(cell.get("seeds") or [], cell.get("values") or [], strict=False))
+    return dict(zip(cell.seeds, cell.values, strict=False))
 
 
-def map_points(scale_map: ScaleMap, cells: dict[str, dict], metric: str) -> dict:
-    """The map's public shape: its axis, the claim's side of zero, and per axis value
-    {"value", "difference" (mean of A − B over seeds where both ended finite), "se", "n", "per_seed",
-    "favours"}."""
+def map_points(scale_map: ScaleMap, cells: dict[str, CellResult], metric: str) -> ScaleMapPublic:
+    """The map's public shape: its axis, the claim's side of zero, and per axis value the mean of
+    A − B over seeds where both ended finite, its paired standard error, n, the per-seed differences
+    and the run it favours."""
     lower = not higher_is_better(metric)
     points = []
     for value in scale_map.values:
         pa = _per_seed(cells.get(scale_map.label(scale_map.a, value)))
         pb = _per_seed(cells.get(scale_map.label(scale_map.b, value)))
-        diffs = [pa[s] - pb[s] for s in sorted(pa) if s in pb and is_number(pa[s]) and is_number(pb[s])]
+        diffs = []
+        for s in sorted(pa):
+            x, y = pa[s], pb.get(s)
+            if s in pb and is_number(x) and is_number(y):
+                diffs.append(x - y)
         eff = effect(diffs)
         points.append(
-            {"value": value, **eff, "per_seed": diffs, "favours": side(eff["difference"], eff["se"], lower)}
+            MapPoint(
+                value=value,
+                difference=eff.difference,
+                se=eff.se,
+                n=eff.n,
+                per_seed=diffs,
+                favours=side(eff.difference, eff.se, lower),
+            )
         )
-    return {
-        **scale_map.public(),
-        "metric": metric,
-        "claim_side": "below" if lower else "above",
-        "z": Z,
-        "points": points,
-    }
+    return ScaleMapPublic(
+        axis=scale_map.axis,
+        axis_name=AXES[scale_map.axis],
+        values=list(scale_map.values),
+        a=scale_map.a,
+        b=scale_map.b,
+        metric=metric,
+        claim_side="below" if lower else "above",
+        z=Z,
+        points=points,
+    )

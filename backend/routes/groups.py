@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from fastapi import APIRouter, HTTPException, Query
 
 from backend.deps import StoreDep
 from normlab.api_models import ErrorDetail
 from normlab.claims import CURVE_FIELD
-from normlab.group_models import GroupPublic
+from normlab.group_models import GroupPublic, StoredGroupError
 from normlab.groups import summarize
 from normlab.store import Store
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api", tags=["groups"])
 MAX_GROUP_RUNS = 1000
 METRICS = sorted({"val_loss", "accuracy", "bpc", "mse"} | set(CURVE_FIELD))
@@ -31,7 +33,11 @@ def _curve(store: Store, run_id: str, field: str) -> list[tuple[int, float]]:
 @router.get(
     "/groups/{group_id}",
     response_model=GroupPublic,
-    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+    responses={
+        404: {"model": ErrorDetail},
+        409: {"model": ErrorDetail, "description": "The group's stored data cannot be read."},
+        422: {"model": ErrorDetail},
+    },
 )
 def get_group(
     group_id: str,
@@ -53,8 +59,20 @@ def get_group(
         raise HTTPException(
             404, f"No group {group_id!r}: launch one with POST /api/presets/{{name}} or POST /api/sweeps."
         )
-    group = store.get_group(group_id)
-    meta = group.meta if group else None
-    return GroupPublic.model_validate(
-        summarize(group_id, meta, rows, lambda run_id, field: _curve(store, run_id, field), metric)
-    )
+    try:
+        group = store.get_group(group_id)
+        return summarize(
+            group_id,
+            group.meta if group else None,
+            rows,
+            lambda run_id, field: _curve(store, run_id, field),
+            metric,
+        )
+    except StoredGroupError as exc:
+        # What is stored is left as it is: its runs are still listed, read and exported one by one.
+        log.error("GET /api/groups/%s: %s", group_id, exc)
+        raise HTTPException(
+            409,
+            f"Group {group_id} cannot be summarized: {exc}. Nothing was changed; "
+            f"GET /api/runs?group={group_id} lists its runs one by one.",
+        ) from None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
+from dash.development.base_component import Component
 
 from frontend import components, data, figures, fork_view, group_view, ids, logic
 from frontend.api_client import ApiError
+from normlab.group_models import GroupPublic
 
 
 def run_options(client, selected: list[dict], live: dict | None = None) -> list[dict]:
@@ -31,7 +33,7 @@ def run_options(client, selected: list[dict], live: dict | None = None) -> list[
     return out
 
 
-def load_group(group_id: str | None) -> tuple[dict | None, str]:
+def load_group(group_id: str | None) -> tuple[GroupPublic | None, str]:
     """(the group as GET /api/groups/{id} answers, problem message or '')."""
     if not group_id:
         return None, ""
@@ -41,7 +43,7 @@ def load_group(group_id: str | None) -> tuple[dict | None, str]:
         return None, f"Group {group_id}: {exc.detail}"
 
 
-def group_box(group: dict | None, problem: str, present: bool) -> list:
+def group_box(group: GroupPublic | None, problem: str, present: bool) -> list[Component]:
     if group is None:
         return [components.error_box(problem)] if problem else []
     return group_view.group_card(group, ids.GROUP_IDS, present)
@@ -55,7 +57,7 @@ def layout(
         runs = ",".join(fork_view.family_ids({"id": str(family)}))
     group_data, problem = load_group(group)
     if group_data and not runs:  # a group's link: its runs (seeds × cells), bands and verdicts
-        runs = [r["id"] for r in group_data.get("runs", [])]
+        runs = [r.id for r in group_data.runs]
     state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
     try:
         bundle = data.curves_bundle(
@@ -173,7 +175,7 @@ def layout(
             ),
             dcc.Store(id=ids.CMP_GROUP, data=group or None),
             dcc.Interval(
-                id=ids.CMP_GROUP_POLL, interval=3000, disabled=not group_data or bool(group_data.get("done"))
+                id=ids.CMP_GROUP_POLL, interval=3000, disabled=group_data is None or group_data.done
             ),
             html.Div(
                 className="card",
@@ -289,7 +291,7 @@ def on_group_poll(_n, group_id, present):
     group, problem = load_group(group_id)
     if group is None and not problem:
         return dash.no_update, True
-    return group_box(group, problem, bool(present)), bool(group is None or group.get("done"))
+    return group_box(group, problem, bool(present)), group is None or group.done
 
 
 dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", order=2)

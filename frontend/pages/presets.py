@@ -7,12 +7,16 @@ browser (a colleague's, the talk's laptop) shows its verdict, its bands and the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash.development.base_component import Component
 
 from frontend import components, data, figures, group_view, ids, logic, map_figure
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
+from normlab.group_models import GroupPublic
 
 
 def preset_card(p: dict) -> html.Div:
@@ -161,7 +165,7 @@ def on_start(clicks, launches, token):
     return {**(launches or {}), name: launched}, problem
 
 
-def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
+def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: str = "") -> list[Component]:
     """A card's live part: the group's verdicts and progress, and where to watch the curves."""
     gid, runs = launched.get("group"), launched.get("runs") or []
     href = "/compare" + logic.encode_query({"group": gid} if gid else {"runs": runs})
@@ -169,8 +173,9 @@ def verdict_box(launched: dict, group: dict | None, problem: str = "") -> list:
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    if group.get("map"):
-        drawn = map_figure.map_graph(group["map"])
+    drawn: Component
+    if group.map is not None:
+        drawn = map_figure.map_graph(group.map)
     else:
         # a fixed height, so the card grows by exactly the plot (a responsive plot sized itself after
         # the card had been laid out, and ran over the card below)
@@ -206,7 +211,7 @@ def on_poll(_n, launches, latest):
                 group = data.api().group(launched["group"])
             except ApiError as exc:
                 problem = exc.detail
-            live = live or (group is not None and not group.get("done"))
+            live = live or (group is not None and not group.done)
         out.append(verdict_box(launched, group, problem))
     return out, not live
 

@@ -6,35 +6,57 @@ import json
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, insert, select
 
+from normlab.group_models import GroupMeta, PlainMeta, PresetMeta, StoredGroupError, SweepMeta, problems
 from normlab.store.schema import groups
+
+__all__ = ["GroupRow", "GroupsMixin", "StoredGroupError", "read_meta"]
 
 
 class GroupRow(BaseModel):
-    """A stored group: its kind, the preset it ran (if any) and the metadata `normlab.groups` reads."""
+    """A stored group: its kind, the preset it ran (if any) and what launched it."""
 
     id: str
     kind: str
     preset: str | None
-    meta: dict[str, Any]
+    meta: GroupMeta
     created_at: float
+
+
+def read_meta(group_id: str, text: str) -> GroupMeta:
+    """A stored group's metadata; a group of neither kind (no preset, no sweep) reads as a plain group.
+    Raises StoredGroupError, naming the group and the problem, for text that is not such metadata."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise StoredGroupError(f"group {group_id}: its stored metadata is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise StoredGroupError(f"group {group_id}: its stored metadata is not a JSON object")
+    model: type[PresetMeta | SweepMeta] = PresetMeta if data.get("kind") == "preset" else SweepMeta
+    if data.get("kind") not in ("preset", "sweep"):
+        return PlainMeta()
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise StoredGroupError(
+            f"group {group_id}: its stored {data['kind']} metadata is malformed ({problems(exc)})"
+        ) from None
 
 
 class GroupsMixin:
     engine: Engine
 
-    def put_group(self, group_id: str, meta: dict[str, Any]) -> None:
+    def put_group(self, group_id: str, meta: GroupMeta) -> None:
         """Record what launched a group (`normlab.groups.preset_meta` / `sweep_meta`)."""
-        kind = meta.get("kind") if meta.get("kind") in ("preset", "sweep") else "group"
         with self.engine.begin() as conn:
             conn.execute(
                 insert(groups).values(
                     id=group_id,
-                    kind=kind,
-                    preset=meta.get("preset") if kind == "preset" else None,
-                    meta=json.dumps(meta),
+                    kind=meta.kind,
+                    preset=meta.preset if isinstance(meta, PresetMeta) else None,
+                    meta=meta.model_dump_json(),
                     created_at=time.time(),
                 )
             )
@@ -50,8 +72,9 @@ class GroupsMixin:
         return {preset: gid for preset, gid in rows if preset}  # the latest launch wins
 
     def get_group(self, group_id: str) -> GroupRow | None:
+        """The stored group, or None; raises StoredGroupError when its metadata cannot be read."""
         with self.engine.connect() as conn:
             row = conn.execute(select(groups).where(groups.c.id == group_id)).mappings().first()
         if row is None:
             return None
-        return GroupRow(**{**row, "meta": json.loads(row["meta"])})
+        return GroupRow(**{**row, "meta": read_meta(group_id, row["meta"])})

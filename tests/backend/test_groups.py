@@ -176,3 +176,101 @@ def test_bad_launches_and_unknown_names_say_what_to_change(client):
     # no body: the preset's own seeds (≥ 5) and steps
     r = client.post("/api/presets/online")
     assert r.status_code == 201 and len(r.json()["run_ids"]) == 2 * len(PRESETS["online"].seeds) >= 10
+
+
+def test_the_openapi_schema_names_the_claim_and_cell_models(client):
+    schema = client.get("/api/openapi.json").json()
+    models = schema["components"]["schemas"]
+    ok = schema["paths"]["/api/groups/{group_id}"]["get"]["responses"]
+    assert ok["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/GroupPublic")
+    assert "409" in ok
+    group = models["GroupPublic"]["properties"]
+    assert group["cells"]["items"]["$ref"].endswith("/Cell")
+    claims = next(b for b in group["claims"]["anyOf"] if b.get("type") == "array")["items"]
+    # one model per kind of claim, told apart by "kind"
+    assert claims["discriminator"]["propertyName"] == "kind"
+    by_kind = {k: v.rsplit("/", 1)[-1] for k, v in claims["discriminator"]["mapping"].items()}
+    assert by_kind == {
+        "better": "PairedClaim",
+        "faster": "PairedClaim",
+        "steadier": "PairedClaim",
+        "gradient": "PairedClaim",
+        "gap": "PairedClaim",
+        "close": "CloseClaim",
+        "trains": "TrainsClaim",
+        "chance": "ChanceClaim",
+        "best": "BestClaim",
+        "refused": "RefusedClaim",
+    }
+    assert "margin" in models["CloseClaim"]["required"] and "message" in models["RefusedClaim"]["required"]
+    assert models["BestClaim"]["properties"]["versus"]["items"]["$ref"].endswith("/Comparison")
+    cell = models["Cell"]["properties"]
+    assert cell["curve"]["$ref"].endswith("/Curve")
+    assert models["Curve"]["properties"]["at"]["items"]["$ref"].endswith("/CurvePoint")
+    assert cell["traces"]["additionalProperties"]["$ref"].endswith("/TraceStat")
+    # what normlab reproduce adds to a cell never reaches the API's shape
+    assert not {"statuses", "messages", "wall_time", "aucs"} & set(cell)
+
+
+def test_every_kind_of_claim_keeps_its_wire_fields(app, client):
+    body = client.post("/api/presets/online", json={"seeds": [0, 1], "steps": 40}).json()
+    for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]:
+        finish(app, x["id"], [(20, 2.0), (40, 0.5 if x["spec"]["norm"] == "layer" else 2.4)])
+    claims = {c["kind"]: c for c in client.get(f"/api/groups/{body['group_id']}").json()["claims"]}
+    common = {"claim", "kind", "holds", "all_seeds", "difference", "se", "n", "per_seed", "rule"}
+    common |= {"pending", "seeds_in", "seeds_expected"}
+    assert set(claims) == {"trains", "refused", "better"}
+    assert set(claims["better"]) == common
+    assert set(claims["trains"]) == common | {"chance"}
+    assert claims["trains"]["chance"] == pytest.approx(math.log(10))
+    assert set(claims["refused"]) == common | {"message"} and claims["refused"]["seeds_in"] is None
+
+
+def _store_group_meta(app, group_id: str, text: str) -> None:
+    from sqlalchemy import update
+
+    from normlab.store.schema import groups
+
+    with app.state.store.engine.begin() as conn:
+        conn.execute(update(groups).where(groups.c.id == group_id).values(meta=text))
+
+
+@pytest.mark.parametrize(
+    ("stored", "named"),
+    [
+        ('{"kind": "preset", "preset": "online", "labels": ["r1", "r2"]}', "labels"),
+        ('{"kind": "preset", "labels": {}}', "preset"),
+        ("{not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_a_malformed_stored_group_is_named_in_a_409_and_nothing_is_lost(app, client, stored, named):
+    body = client.post("/api/presets/online", json={"seeds": [0, 1], "steps": 40}).json()
+    gid = body["group_id"]
+    _store_group_meta(app, gid, stored)
+    r = client.get(f"/api/groups/{gid}")
+    assert r.status_code == 409, r.text
+    detail = r.json()["detail"]
+    assert gid in detail and named in detail and f"GET /api/runs?group={gid}" in detail
+    # the runs are all still there, one by one
+    listed = client.get("/api/runs", params={"group": gid}).json()["items"]
+    assert sorted(x["id"] for x in listed) == sorted(body["run_ids"])
+
+
+def test_a_stored_run_summary_of_the_wrong_type_is_named_in_a_409(app, client):
+    from sqlalchemy import update
+
+    from normlab.store.schema import runs
+
+    body = client.post("/api/presets/online", json={"seeds": [0, 1], "steps": 40}).json()
+    for x in client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]:
+        finish(app, x["id"], [(20, 2.0), (40, 0.5)])
+    bad = body["run_ids"][0]
+    with app.state.store.engine.begin() as conn:
+        conn.execute(
+            update(runs).where(runs.c.id == bad).values(summary=json.dumps({"metrics": {"val_loss": "low"}}))
+        )
+    r = client.get(f"/api/groups/{body['group_id']}")
+    assert r.status_code == 409 and body["group_id"] in r.json()["detail"]
+    assert bad in r.json()["detail"] and "metrics.val_loss" in r.json()["detail"]
+    assert app.state.store.get_run(bad) is not None

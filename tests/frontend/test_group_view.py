@@ -7,6 +7,7 @@ import pytest
 
 from frontend import group_view
 from frontend.api_client import ApiError
+from normlab.group_models import GroupPublic, PairedClaim
 
 
 def _cell(label, norm, mean, std, n=5, steps=(10, 20)):
@@ -22,7 +23,17 @@ def _cell(label, norm, mean, std, n=5, steps=(10, 20)):
     }
 
 
-def _group(kind="preset", done=False, holds=True, all_seeds=True):
+def _group(kind="preset", done=False, holds=True, all_seeds=True, **changes):
+    return GroupPublic.model_validate({**_group_json(kind, done, holds, all_seeds), **changes})
+
+
+def _claim(**fields):
+    return PairedClaim.model_validate(
+        {"claim": "c", "kind": "better", "all_seeds": False, "rule": "r", **fields}
+    )
+
+
+def _group_json(kind, done, holds, all_seeds):
     return {
         "group_id": "g1",
         "kind": kind,
@@ -39,7 +50,7 @@ def _group(kind="preset", done=False, holds=True, all_seeds=True):
         "claims": [
             {
                 "claim": "LN better than BN",
-                "kind": "less",
+                "kind": "better",
                 "holds": holds,
                 "all_seeds": all_seeds,
                 "difference": -0.14,
@@ -55,12 +66,12 @@ def _group(kind="preset", done=False, holds=True, all_seeds=True):
 
 
 def test_claim_verdicts_state_the_effect_its_standard_error_and_the_rule():
-    text = group_view.claim_text(_group()["claims"][0])
+    text = group_view.claim_text(_group().claims[0])
     assert text == "holds on all 5 seeds — Δ = −0.14 ± 0.02"
-    assert group_view.claim_text({**_group()["claims"][0], "all_seeds": False}).startswith(
+    assert group_view.claim_text(_group(all_seeds=False).claims[0]).startswith(
         "holds on the mean of 5 seeds, not on every seed"
     )
-    assert group_view.claim_text({"holds": False, "n": 1}) == "does not hold (1 seed)"
+    assert group_view.claim_text(_claim(holds=False, n=1)) == "does not hold (1 seed)"
     lines = str(group_view.verdicts(_group()))
     assert "Expect: LN better than BN" in lines and "paired mean difference" in lines and "✓" in lines
     assert "7 of 10 runs finished (1 queued, 2 running)." in lines
@@ -77,7 +88,7 @@ def test_bands_are_mean_plus_minus_std_per_cell():
     assert list(ln_band["x"]) == [10, 20, 20, 10]
     assert list(ln_band["y"]) == pytest.approx([2.1, 0.33, 0.29, 1.9])  # mean + std, then mean - std reversed
     assert "(n=5)" in lines[0]["name"]
-    empty = group_view.band_figure({**_group(), "cells": []})
+    empty = group_view.band_figure(_group(cells=[]))
     assert "No finished seed yet" in str(empty["layout"]["annotations"])
 
 
@@ -152,12 +163,33 @@ def test_a_pending_claim_reads_as_seeds_in_never_as_a_verdict():
         "seeds_in": 3,
         "seeds_expected": 5,
         "n": 3,
-        "rule": "r",
     }
-    assert group_view.claim_text(claim) == "pending — 3 of 5 seeds in"
-    text = str(group_view.verdicts({"claims": [claim], "counts": {"running": 2}}))
+    assert group_view.claim_text(_claim(**claim)) == "pending — 3 of 5 seeds in"
+    text = str(group_view.verdicts(_group(claims=[_claim(**claim)], counts={"running": 2})))
     assert "✗" not in text and "✓" not in text and "pending — 3 of 5 seeds in" in text
     lonely = {**claim, "seeds_in": 1, "seeds_expected": 1, "n": 1}
-    assert "a standard error needs 2 seeds" in group_view.claim_text(lonely)
+    assert "a standard error needs 2 seeds" in group_view.claim_text(_claim(**lonely))
     held = {**claim, "holds": True, "pending": False, "all_seeds": True, "difference": -0.2, "se": 0.05}
-    assert group_view.claim_text(held).startswith("holds on all 3 seeds so far (3 of 5 seeds in)")
+    assert group_view.claim_text(_claim(**held)).startswith("holds on all 3 seeds so far (3 of 5 seeds in)")
+
+
+def test_the_api_client_reads_a_group_as_its_model_and_names_a_wrong_shape():
+    import httpx
+
+    from frontend.api_client import ApiClient
+
+    answers = {
+        "/api/groups/g1": _group_json("preset", False, True, True),
+        "/api/groups/g2": {**_group_json("preset", False, True, True), "cells": [{"label": "LN"}]},
+    }
+    client = ApiClient("http://lab.test")
+    client._http = httpx.Client(
+        base_url="http://lab.test",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json=answers[request.url.path])),
+    )
+    group = client.group("g1")
+    assert isinstance(group, GroupPublic) and isinstance(group.claims[0], PairedClaim)
+    assert group.cells[1].curve.std == [0.1, 0.03]
+    with pytest.raises(ApiError) as err:
+        client.group("g2")
+    assert err.value.status == 502 and "group g2" in err.value.detail and "cells.0.spec" in err.value.detail

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 
 from frontend.map_figure import map_figure, map_graph
+from normlab.group_models import GroupPublic, ScaleMapPublic
 
 
 def _map(claim_side="below"):
+    return ScaleMapPublic.model_validate(_map_json(claim_side))
+
+
+def _map_json(claim_side):
     return {
         "axis": "seq_len",
         "axis_name": "T",
@@ -63,13 +68,13 @@ def test_compares_group_card_draws_the_map_of_a_map_preset():
         "runs": [],
         "cells": [],
         "claims": None,
-        "map": _map(),
+        "map": _map_json("below"),
     }
-    card = group_view.group_card(group, ids.GROUP_IDS)
+    card = group_view.group_card(GroupPublic.model_validate(group), ids.GROUP_IDS)
     graphs = [c for c in card if getattr(c, "className", None) == "map-graph"]
     assert len(graphs) == 1 and list(graphs[0].figure["data"][0]["y"]) == [0.01, -0.05]
     assert not [
         c
-        for c in group_view.group_card({**group, "map": None}, ids.GROUP_IDS)
+        for c in group_view.group_card(GroupPublic.model_validate({**group, "map": None}), ids.GROUP_IDS)
         if getattr(c, "className", None) == "map-graph"
     ]

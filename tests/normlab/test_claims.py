@@ -34,27 +34,25 @@ def _cells(**values):
 
 def test_aggregate_mean_sample_std_per_seed_values_and_areas():
     out = aggregate("batch", {"steps": 20}, _records([0.5, 0.7, 0.9]), "val_loss")
-    assert out["values"] == [0.5, 0.7, 0.9] and out["seeds"] == [0, 1, 2] and out["n"] == 3
-    assert out["mean"] == pytest.approx(0.7) and out["std"] == pytest.approx(
-        statistics.stdev([0.5, 0.7, 0.9])
-    )
-    assert out["aucs"] == pytest.approx([(2.0 + v) / 2 for v in (0.5, 0.7, 0.9)]) and out["wall_time"] == 3.0
+    assert out.values == [0.5, 0.7, 0.9] and out.seeds == [0, 1, 2] and out.n == 3
+    assert out.mean == pytest.approx(0.7) and out.std == pytest.approx(statistics.stdev([0.5, 0.7, 0.9]))
+    assert out.aucs == pytest.approx([(2.0 + v) / 2 for v in (0.5, 0.7, 0.9)]) and out.wall_time == 3.0
 
 
 def test_aggregate_leaves_diverged_seeds_out_of_the_mean_and_says_so():
     out = aggregate("batch", {"steps": 20}, _records([0.4, None, 0.6]), "val_loss")
-    assert out["mean"] == pytest.approx(0.5) and out["n"] == 2
-    assert out["statuses"] == ["completed", "diverged", "completed"]
+    assert out.mean == pytest.approx(0.5) and out.n == 2
+    assert out.statuses == ["completed", "diverged", "completed"]
 
 
 def test_curve_summary_mean_band_and_trapezoid_area():
     curves = [[(25, 2.0), (50, 1.0), (100, 0.5)], [(25, 4.0), (50, 1.0), (100, 0.7)]]
     out = curve_summary(curves, steps=100)
-    assert out["steps"] == [25, 50, 100] and out["mean"] == pytest.approx([3.0, 1.0, 0.6])
-    assert out["std"] == pytest.approx([statistics.stdev([2.0, 4.0]), 0.0, statistics.stdev([0.5, 0.7])])
-    assert [(a["step"], a["value"]) for a in out["at"]] == [(25, 3.0), (50, 1.0), (100, pytest.approx(0.6))]
-    assert out["auc"] == pytest.approx((25 * (3.0 + 1.0) / 2 + 50 * (1.0 + 0.6) / 2) / 75)
-    assert curve_summary([[(50, 1.0), (100, 0.8)]], steps=100)["at"][0] == {
+    assert out.steps == [25, 50, 100] and out.mean == pytest.approx([3.0, 1.0, 0.6])
+    assert out.std == pytest.approx([statistics.stdev([2.0, 4.0]), 0.0, statistics.stdev([0.5, 0.7])])
+    assert [(a.step, a.value) for a in out.at] == [(25, 3.0), (50, 1.0), (100, pytest.approx(0.6))]
+    assert out.auc == pytest.approx((25 * (3.0 + 1.0) / 2 + 50 * (1.0 + 0.6) / 2) / 75)
+    assert curve_summary([[(50, 1.0), (100, 0.8)]], steps=100).at[0].model_dump() == {
         "fraction": 0.25,
         "step": None,
         "value": None,
@@ -66,25 +64,25 @@ def test_better_reports_the_paired_difference_its_standard_error_and_the_rule():
     cells = _cells(layer=[0.3, 0.5, 0.2], batch=[0.6, 0.4, 0.9])
     c = judge(("better", "layer", "batch"), cells, "val_loss")
     diffs = [-0.3, 0.1, -0.7]
-    assert c["per_seed"] == pytest.approx(diffs) and c["difference"] == pytest.approx(statistics.fmean(diffs))
-    assert c["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3)) and c["n"] == 3
+    assert c.per_seed == pytest.approx(diffs) and c.difference == pytest.approx(statistics.fmean(diffs))
+    assert c.se == pytest.approx(statistics.stdev(diffs) / math.sqrt(3)) and c.n == 3
     # -0.3 mean but SE 0.23: inside 2 standard errors, so not beyond seed noise; seed 1 goes the other way
-    assert not c["holds"] and not c["all_seeds"] and "standard errors" in c["rule"]
+    assert not c.holds and not c.all_seeds and "standard errors" in c.rule
     clear = _cells(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     c = judge(("better", "layer", "batch"), clear, "val_loss")
-    assert c["holds"] and c["all_seeds"] and abs(c["difference"]) > Z * c["se"]
-    assert not judge(("better", "layer", "batch"), clear, "accuracy")["holds"]  # higher is better there
+    assert c.holds and c.all_seeds and abs(c.difference) > Z * c.se
+    assert not judge(("better", "layer", "batch"), clear, "accuracy").holds  # higher is better there
 
 
 def test_close_is_an_equivalence_margin_not_a_quarter_of_the_value():
     rule = ("close", "layer", "batch")
     near = _cells(layer=[0.100, 0.111, 0.121], batch=[0.101, 0.110, 0.120])
     c = judge(rule, near, "val_loss")
-    assert c["holds"] and c["all_seeds"] and c["margin"] == pytest.approx(EQUIV_REL * 0.110333, rel=1e-4)
+    assert c.holds and c.all_seeds and c.margin == pytest.approx(EQUIV_REL * 0.110333, rel=1e-4)
     # BN 12 % better on every seed (the MNIST-1D case): the old 25 % rule said "≈"; this one does not
     apart = _cells(layer=[1.12, 1.01, 0.90], batch=[1.0, 0.9, 0.8])
     c = judge(rule, apart, "val_loss")
-    assert not c["holds"] and not c["all_seeds"]
+    assert not c.holds and not c.all_seeds
 
 
 def test_faster_compares_per_seed_curve_areas():
@@ -100,8 +98,8 @@ def test_faster_compares_per_seed_curve_areas():
         ),
     }
     c = judge(("faster", "layer", "none"), cells, "val_loss")
-    assert c["per_seed"] == pytest.approx([-0.5, -0.6]) and c["holds"] and c["all_seeds"]
-    assert not judge(("better", "layer", "none"), cells, "val_loss")["holds"]  # same final values
+    assert c.per_seed == pytest.approx([-0.5, -0.6]) and c.holds and c.all_seeds
+    assert not judge(("better", "layer", "none"), cells, "val_loss").holds  # same final values
 
 
 def test_gap_best_trains_and_refused():
@@ -114,21 +112,19 @@ def test_gap_best_trains_and_refused():
         }
     )
     c = judge(PRESETS["gain-init"].claims[0], cells, "val_loss")
-    assert (
-        c["holds"] and c["all_seeds"] and c["per_seed"] == pytest.approx([0.05 - 0.7, 0.02 - 0.5, 0.05 - 0.8])
-    )
+    assert c.holds and c.all_seeds and c.per_seed == pytest.approx([0.05 - 0.7, 0.02 - 0.5, 0.05 - 0.8])
     cells = _cells(none=[0.25, 0.25, 0.25], layer=[0.1, 0.3, 0.1], batch=[0.22, 0.26, 0.2])
     c = judge(("best", "layer"), cells, "val_loss")
-    assert not c["holds"] and not c["all_seeds"] and len(c["versus"]) == 2
+    assert not c.holds and not c.all_seeds and len(c.versus) == 2
     c = judge(("trains", "layer"), _cells(layer=[1.0, 2.5]), "val_loss", chance=math.log(10))
-    assert not c["all_seeds"]  # 2.5 is above ln 10 ≈ 2.303
+    assert not c.all_seeds  # 2.5 is above ln 10 ≈ 2.303
     online = PRESETS["online"]
     out = judge_all(
         list(online.claims), _cells(none=[2.0, 2.1, 2.0], layer=[0.5, 0.6, 0.55]), "val_loss", online.runs[0]
     )
-    refused = next(c for c in out["claims"] if c["kind"] == "refused")
-    assert refused["holds"] and "batch size" in refused["message"]
-    assert out["holds"] and out["all_seeds"]
+    refused = next(c for c in out.claims if c.kind == "refused")
+    assert refused.holds and "batch size" in refused.message
+    assert out.holds and out.all_seeds
 
 
 def test_trace_stats_leave_out_the_start_up_steps_and_count_gradient_orders():
@@ -159,9 +155,9 @@ def test_steadier_and_gradient_claims_pair_seeds():
         "layer": cell([1.2, 1.3, 1.1], [4.0, 4.5, 3.5]),
     }
     c = judge(("steadier", "layer", "none"), cells, "val_loss")
-    assert not c["all_seeds"] and c["per_seed"] == pytest.approx([-2.8, 0.2, -1.9])
+    assert not c.all_seeds and c.per_seed == pytest.approx([-2.8, 0.2, -1.9])
     c = judge(("gradient", "layer", "none"), cells, "val_loss")
-    assert c["holds"] and c["all_seeds"] and c["difference"] == pytest.approx(-10.0)
+    assert c.holds and c.all_seeds and c.difference == pytest.approx(-10.0)
 
 
 def test_every_preset_has_claims_naming_its_own_runs_and_states_its_setup():
@@ -184,16 +180,16 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         "batch": aggregate("batch", {"steps": 20}, _records([0.6, 0.7, 0.8, 0.7, 0.6]), "val_loss"),
     }
     out = judge_all([("better", "layer", "batch")], none_paired, "val_loss", base, expected=5)
-    c = out["claims"][0]
-    assert c["pending"] and not c["holds"] and c["seeds_in"] == 0 and c["seeds_expected"] == 5
-    assert out["pending"] and not out["holds"]
+    c = out.claims[0]
+    assert c.pending and not c.holds and c.seeds_in == 0 and c.seeds_expected == 5
+    assert out.pending and not out.holds
     # one seed with a large effect: a sign, not a verdict (a standard error needs two differences)
     one = _cells(layer=[0.2], batch=[0.9])
-    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=5)["claims"][0]
-    assert c["pending"] and not c["holds"] and c["difference"] == pytest.approx(-0.7)
+    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=5).claims[0]
+    assert c.pending and not c.holds and c.difference == pytest.approx(-0.7)
     # every seed that will come is in, but only one: still no verdict, never "holds"
-    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=1)["claims"][0]
-    assert c["pending"] and not c["holds"]
+    c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=1).claims[0]
+    assert c.pending and not c.holds
     # 3 of 5 in, not beyond 2 SE: pending (seeds to come); all 5 in, same differences: it fails
     mixed = [0.3, 0.5, 0.2]
     c = judge_all(
@@ -202,16 +198,16 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         "val_loss",
         base,
         expected=5,
-    )["claims"][0]
-    assert c["pending"] and not c["holds"] and c["seeds_in"] == 3
+    ).claims[0]
+    assert c.pending and not c.holds and c.seeds_in == 3
     c = judge_all(
         [("better", "layer", "batch")],
         _cells(layer=mixed, batch=[0.6, 0.4, 0.9]),
         "val_loss",
         base,
         expected=3,
-    )["claims"][0]
-    assert not c["pending"] and not c["holds"]
+    ).claims[0]
+    assert not c.pending and not c.holds
     # a clear effect on 3 of 5 holds (with its count), and "refused" never waits for seeds
     clear = _cells(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     out = judge_all(
@@ -221,9 +217,9 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         base.model_copy(update={"batch_size": 1, "norm": "layer"}),
         expected=5,
     )
-    held, refused = out["claims"]
-    assert held["holds"] and not held["pending"] and (held["seeds_in"], held["seeds_expected"]) == (3, 5)
-    assert refused["seeds_in"] is None and not refused["pending"]
+    held, refused = out.claims
+    assert held.holds and not held.pending and (held.seeds_in, held.seeds_expected) == (3, 5)
+    assert refused.seeds_in is None and not refused.pending
 
 
 def test_chance_is_an_equivalence_with_a_uniform_guess():
@@ -232,10 +228,10 @@ def test_chance_is_an_equivalence_with_a_uniform_guess():
     c = judge(("chance", "post-LN"), _cells(**{"post-LN": at_chance}), "val_loss", chance=chance)
     diffs = [v - chance for v in at_chance]
     se = statistics.stdev(diffs) / math.sqrt(3)
-    assert c["per_seed"] == pytest.approx(diffs) and c["se"] == pytest.approx(se)
-    assert c["margin"] == pytest.approx(EQUIV_REL * chance) and c["holds"] and c["all_seeds"]
+    assert c.per_seed == pytest.approx(diffs) and c.se == pytest.approx(se)
+    assert c.margin == pytest.approx(EQUIV_REL * chance) and c.holds and c.all_seeds
     learned = judge(("chance", "pre-LN"), _cells(**{"pre-LN": [0.01, 0.02, 2.3]}), "val_loss", chance=chance)
-    assert not learned["holds"] and not learned["all_seeds"]
+    assert not learned.holds and not learned.all_seeds
     preset = PRESETS["transformer-ln-position"]
     out = judge_all(
         list(preset.claims),
@@ -243,4 +239,4 @@ def test_chance_is_an_equivalence_with_a_uniform_guess():
         "val_loss",
         preset.runs[0],
     )
-    assert [c["kind"] for c in out["claims"]] == ["better", "trains", "chance"] and out["holds"]
+    assert [c.kind for c in out.claims] == ["better", "trains", "chance"] and out.holds

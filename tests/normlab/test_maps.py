@@ -7,23 +7,26 @@ import math
 
 import pytest
 
-from normlab.cells import aggregate
+from normlab.cells import SeedRecord, aggregate
 from normlab.claims import Z
+from normlab.group_models import CellResult
 from normlab.maps import ScaleMap, map_points, side
 from normlab.presets import PRESETS
 
 BATCH_MAP = ScaleMap("batch_size", (2, 4, 16, 128), "layer", "batch")
 
 
-def cell(label: str, values: dict[int, float | None], metric: str = "val_loss") -> dict:
-    records = [
+def cell(label: str, values: dict[int, float | None], metric: str = "val_loss") -> CellResult:
+    records: list[SeedRecord] = [
         {"seed": s, "status": "completed", "value": v, "curve": [(10, v)], "wall_time": 1.0, "message": None}
         for s, v in values.items()
     ]
     return aggregate(label, {}, records, metric)
 
 
-def cells_for(finals: dict[tuple[str, int], dict[int, float | None]], metric: str = "val_loss") -> dict:
+def cells_for(
+    finals: dict[tuple[str, int], dict[int, float | None]], metric: str = "val_loss"
+) -> dict[str, CellResult]:
     return {
         BATCH_MAP.label(norm, value): cell(BATCH_MAP.label(norm, value), seeds, metric)
         for (norm, value), seeds in finals.items()
@@ -42,28 +45,28 @@ FINALS = {
 
 def test_each_point_is_the_paired_mean_difference_with_its_standard_error():
     m = map_points(BATCH_MAP, cells_for(FINALS), "val_loss")
-    assert [p["value"] for p in m["points"]] == [2, 4, 16, 128]
-    assert m["claim_side"] == "below" and (m["a"], m["b"], m["axis_name"]) == ("layer", "batch", "batch")
-    p2, p4, p16, p128 = m["points"]
+    assert [p.value for p in m.points] == [2, 4, 16, 128]
+    assert m.claim_side == "below" and (m.a, m.b, m.axis_name) == ("layer", "batch", "batch")
+    p2, p4, p16, p128 = m.points
     # batch 2: differences −0.20 −0.13 −0.27 −0.21 −0.19: mean −0.20, squared deviations sum 0.01
-    assert p2["per_seed"] == pytest.approx([-0.20, -0.13, -0.27, -0.21, -0.19])
-    assert p2["difference"] == pytest.approx(-0.20) and p2["n"] == 5
-    assert p2["se"] == pytest.approx(math.sqrt(0.01 / 4) / math.sqrt(5))
-    assert p2["favours"] == "a"
+    assert p2.per_seed == pytest.approx([-0.20, -0.13, -0.27, -0.21, -0.19])
+    assert p2.difference == pytest.approx(-0.20) and p2.n == 5
+    assert p2.se == pytest.approx(math.sqrt(0.01 / 4) / math.sqrt(5))
+    assert p2.favours == "a"
     # batch 4: no run has ended, so the point is empty (it fills in later)
-    assert p4["n"] == 0 and p4["difference"] is None and p4["favours"] is None
+    assert p4.n == 0 and p4.difference is None and p4.favours is None
     # batch 16: the diverged seed drops out of the pairs; every pair is −0.10 except one at −0.08
-    assert p16["n"] == 4 and p16["difference"] == pytest.approx(-0.095)
-    assert p16["favours"] == "a"
+    assert p16.n == 4 and p16.difference == pytest.approx(-0.095)
+    assert p16.favours == "a"
     # batch 128: differences −0.01 +0.01 −0.01 +0.01 0: mean 0, within the noise
-    assert p128["difference"] == pytest.approx(0.0, abs=1e-12) and p128["favours"] == "neither"
+    assert p128.difference == pytest.approx(0.0, abs=1e-12) and p128.favours == "neither"
 
 
 def test_higher_is_better_metrics_put_the_claim_above_zero():
     finals = {k: {s: 1 - v for s, v in seeds.items() if v is not None} for k, seeds in FINALS.items()}
     m = map_points(BATCH_MAP, cells_for(finals, "accuracy"), "accuracy")
-    assert m["claim_side"] == "above"
-    assert m["points"][0]["difference"] == pytest.approx(0.20) and m["points"][0]["favours"] == "a"
+    assert m.claim_side == "above"
+    assert m.points[0].difference == pytest.approx(0.20) and m.points[0].favours == "a"
 
 
 def test_the_side_needs_more_than_z_standard_errors():

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-from normlab.cells import aggregate, trace_stats
+from normlab.cells import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
+from normlab.group_models import CellResult
 from normlab.maps import map_points
 from normlab.presets import PRESETS, Preset
 from normlab.settings import Settings
@@ -25,7 +26,7 @@ from normlab.tuning import choose
 __all__ = ["metric_key", "reproduce", "run_one"]
 
 
-def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None = 1) -> dict:
+def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None = 1) -> SeedRecord:
     """Train one spec; its status, final metric, validation curve [(step, value)], wall time and the
     hidden-state trace figures (normlab.cells.trace_stats)."""
     import torch
@@ -66,10 +67,10 @@ def _train_all(
     settings: Settings,
     threads: int | None,
     jobs: int,
-    progress: Callable[[str, int, dict], None] | None,
-) -> list[dict]:
+    progress: Callable[[str, int, SeedRecord], None] | None,
+) -> list[SeedRecord]:
     """Train each (label, seed, spec) of `work`, `jobs` at a time; the records in `work`'s order."""
-    records: list[dict] = []
+    records: list[SeedRecord] = []
     if jobs == 1:
         for label, seed, spec in work:
             records.append(run_one(spec, metric, settings, threads))
@@ -92,8 +93,8 @@ def _with(spec: RunSpec, **update) -> RunSpec:
 
 
 def _cells(
-    preset: Preset, specs: dict[str, RunSpec], records: dict[tuple[str, int], dict], seeds: list[int]
-) -> dict[str, dict]:
+    preset: Preset, specs: dict[str, RunSpec], records: dict[tuple[str, int], SeedRecord], seeds: list[int]
+) -> dict[str, CellResult]:
     return {
         label: aggregate(
             label,
@@ -113,7 +114,7 @@ def reproduce(
     settings: Settings,
     threads: int | None = 1,
     jobs: int | None = None,
-    progress: Callable[[str, int, dict], None] | None = None,
+    progress: Callable[[str, int, SeedRecord], None] | None = None,
     tune: bool = False,
 ) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
@@ -191,9 +192,9 @@ def reproduce(
         "steps": steps,
         "threads": threads,
         "jobs": jobs,
-        "runs": list(cells.values()),
-        "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]),
-        "map": map_points(preset.scale_map, cells, preset.metric) if preset.scale_map else None,
+        "runs": [c.model_dump() for c in cells.values()],
+        "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]).model_dump(),
+        "map": map_points(preset.scale_map, cells, preset.metric).model_dump() if preset.scale_map else None,
         "tuning": tuned,
         "same_hyperparameters": None,
         "wall_time": time.perf_counter() - start,
@@ -209,7 +210,7 @@ def reproduce(
             seeds,
         )
         out["same_hyperparameters"] = {
-            "runs": list(same.values()),
-            "direction": judge_all(list(preset.claims), same, preset.metric, preset.runs[0]),
+            "runs": [c.model_dump() for c in same.values()],
+            "direction": judge_all(list(preset.claims), same, preset.metric, preset.runs[0]).model_dump(),
         }
     return out

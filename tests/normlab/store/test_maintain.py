@@ -11,6 +11,7 @@ from sqlalchemy import func, select, update
 
 from backend.auth import TokenStore
 from normlab.cli import main
+from normlab.group_models import SweepMeta
 from normlab.spec import RunSpec
 from normlab.store import EventRow, Store
 from normlab.store.schema import events, metadata, rollups, run_tags, runs
@@ -105,7 +106,7 @@ def test_backup_and_restore_round_trip(store, tmp_path, capsys):
     add_run(store, "r1", status="completed", ended_days_ago=1, tags=["keep"])
     add_run(store, "r2", status="failed", ended_days_ago=2)
     store.set_labels("r1", name="baseline", note="*why* it matters")
-    store.put_group("g1", {"kind": "sweep", "varied": ["norm"]})
+    store.put_group("g1", SweepMeta(varied=["norm"]))
     token = TokenStore(store).create("ada")[1]
     before = snapshot(store)
     path = tmp_path / "backups" / "lab.bak"
@@ -128,7 +129,7 @@ def test_backup_and_restore_round_trip(store, tmp_path, capsys):
         assert snapshot(fresh) == before
         r1 = fresh.get_run("r1")
         assert r1["name"] == "baseline" and fresh.tags_of(["r1"]) == {"r1": ["keep"]}
-        assert fresh.get_group("g1").meta == {"kind": "sweep", "varied": ["norm"]}
+        assert fresh.get_group("g1").meta == SweepMeta(varied=["norm"])
         assert TokenStore(fresh).check(token).name == "ada"
     finally:
         fresh.dispose()

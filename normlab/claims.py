@@ -321,8 +321,8 @@ def judge(
     if kind == "chance":
         (a,) = labels
         vals = cells[a].values
-        ok = [v for v in vals if is_number(v)]
-        diffs = [v - chance for v in ok] if chance is not None else []
+        finite = [v for v in vals if is_number(v)]
+        diffs = [v - chance for v in finite] if chance is not None else []
         eff = effect(diffs)
         margin = None if chance is None else EQUIV_REL * chance
         holds = (

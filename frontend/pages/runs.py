@@ -55,7 +55,7 @@ TIPS: dict[str | float | int, Any] = {
     "accuracy": "final test accuracy (validation when the run has no test evaluation)",
     "bpc": "final test bits per character (validation when there is no test evaluation)",
     "mse": "final test mean squared error (validation when there is no test evaluation)",
-    "val_loss": "final validation loss",
+    "val_loss": "final validation loss (sorted within each task: the tasks' losses are not comparable)",
     "steps_per_s": "training steps ÷ wall time (set-up included)",
     "wall_time": "seconds from the run's start to its end",
 }
@@ -180,6 +180,29 @@ def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
     if not message and listing.get("total", 0) > len(new_rows):
         message = f"Showing the newest {len(new_rows)} of {listing['total']} runs."
     return new_rows, columns(new_rows), new_sel, message, filters
+
+
+# losses and metrics of different tasks are not comparable (cross-entropy, MSE, bits per character)
+BY_TASK = {"val_loss", *OPTIONAL}
+
+
+@callback(
+    Output(ids.RUNS_TABLE, "sort_by"),
+    Input(ids.RUNS_TABLE, "sort_by"),
+    State(ids.RUNS_TABLE, "data"),
+    prevent_initial_call=True,
+)
+def sort_within_task(sort_by, rows):
+    """A sort by a loss or metric column groups the runs by task first, when the table lists several:
+    a val loss of one task is never ranked against another task's."""
+    sort_by = list(sort_by or [])
+    metric = next((s for s in sort_by if s.get("column_id") != "task"), None)
+    if metric is None or metric.get("column_id") not in BY_TASK:
+        return no_update
+    if len({r.get("task") for r in rows or []}) < 2:
+        return no_update
+    wanted = [{"column_id": "task", "direction": "asc"}, metric]
+    return no_update if sort_by == wanted else wanted
 
 
 @callback(

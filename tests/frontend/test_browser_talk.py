@@ -290,7 +290,8 @@ def test_run_page_log_is_live_and_an_empty_loss_axis_waits_over_a_loss_range(pag
         page.wait_for_function(
             f"() => {CURVES} && {CURVES}._fullLayout && {CURVES}._fullLayout.yaxis2", timeout=15000
         )
-        # before the first evaluation (step 150, 6 s in): the validation axis spans 0.01-10, not plotly's 0.1-10,000
+        # before the first evaluation (step 150, 6 s in): the validation axis spans 0.01-10, not
+        # plotly's 0.1-10,000
         assert page.evaluate(f"() => {CURVES}.data[2].x.length") == 0
         low, high = page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.range")
         assert (round(low, 6), round(high, 6)) == (-2.0, 1.0)
@@ -319,3 +320,44 @@ def test_run_page_log_is_live_and_an_empty_loss_axis_waits_over_a_loss_range(pag
         assert not page.errors, page.errors
     finally:
         _cancel(dev_server, [rid])
+
+
+def test_runs_table_sorts_val_loss_within_each_task(page, shot, dev_server):
+    dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
+    try:
+        made = []
+        for task, norm in (("digits", "layer"), ("adding", "layer"), ("digits", "none"), ("adding", "none")):
+            r = httpx.post(
+                dev_server.url + "/api/runs", json={"task": task, "norm": norm, "steps": 200}, timeout=10
+            )
+            made.append(r.json()["id"])
+        deadline = time.time() + 30
+        while any(
+            httpx.get(f"{dev_server.url}/api/runs/{rid}", timeout=10).json()["status"] != "completed"
+            for rid in made
+        ):
+            assert time.time() < deadline, "the runs did not end"
+            time.sleep(0.2)
+    finally:
+        dev_server.api.rate = 25.0
+    page.goto(dev_server.url + "/runs")
+    page.wait_for_selector(f"#runs-table >> text={made[0]}", timeout=15000)
+    page.locator('#runs-table th[data-dash-column="val_loss"] .column-header--sort').click()
+    # the table groups the runs by task, then ranks val loss inside each (the sort is a round trip)
+    grouped = """() => { const ts = [...document.querySelectorAll('#runs-table td[data-dash-column="task"]')]
+        .map(c => c.innerText);
+      const runs = ts.filter((t, i) => i === 0 || ts[i - 1] !== t).length;
+      return ts.length >= 4 && runs === new Set(ts).size; }"""
+    page.wait_for_function(grouped, timeout=10000)
+    rows = page.evaluate(
+        """() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.querySelector('td'))
+          .map(r => [r.querySelector('td[data-dash-column="task"]').innerText,
+                     r.querySelector('td[data-dash-column="val_loss"]').innerText])"""
+    )
+    tasks = [t for t, _ in rows]
+    groups = [t for i, t in enumerate(tasks) if i == 0 or tasks[i - 1] != t]
+    assert len(groups) == len(set(groups)) and {"digits", "adding"} <= set(groups), rows
+    for task in set(groups):
+        losses = [float(v) for t, v in rows if t == task and v.strip()]
+        assert losses == sorted(losses), (task, rows)
+    shot(page, "talk-runs-sorted-within-task")

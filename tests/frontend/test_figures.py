@@ -160,7 +160,7 @@ def test_an_empty_loss_axis_waits_over_a_loss_range_and_follows_its_data_from_th
     lay = fig["layout"]
     for y, x in (("yaxis", "xaxis"), ("yaxis2", "xaxis2")):
         assert lay[y]["type"] == "log"
-        assert [10 ** v for v in lay[y]["range"]] == pytest.approx([0.01, 10.0])
+        assert [10**v for v in lay[y]["range"]] == pytest.approx([0.01, 10.0])
         assert lay[x]["range"] == [0, 3000]
     assert sorted(tmap["waiting_axes"]) == ["xaxis", "xaxis2", "yaxis", "yaxis2"]
     # training points but no evaluation yet: only the validation panel waits

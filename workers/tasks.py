@@ -15,6 +15,7 @@ from celery import current_app, shared_task
 from celery.signals import worker_init, worker_process_init, worker_ready
 from celery.worker.request import Request
 
+from normlab import checkpoints
 from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
@@ -22,10 +23,11 @@ from normlab.lifeline import die_with_parent
 from normlab.queue import TRAIN_TASK
 from normlab.settings import Settings
 from normlab.spec import RunSpec
-from normlab.store import get_store
+from normlab.store import get_store, lineage
 from workers import runguard, warm
 from workers.celery_app import settings_of
 from workers.engine import train as train_fn  # in the worker's parent: each forked child trains at once
+from workers.engine.checkpoint import Resume
 from workers.live_requests import LiveRequests
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,23 @@ def train_run(self, run_id: str) -> str | None:
     return run_training(run_id, settings_of(self.app))
 
 
+def _resume_point(store, settings: Settings, run, writer: EventWriter) -> Resume | None:
+    """For a run with stored events (a lost run queued again by POST /api/runs/{id}/resume): where it
+    continues — its latest checkpoint that its stored history reaches, steps reported up to the last
+    stored one — with the event writer following its stored events. None for a fresh run."""
+    if not run["last_seq"]:
+        return None
+    seq = writer.continue_stored()  # first: whatever follows, its events come after the stored ones
+    reported = lineage.last_scalars_step(store, run["id"])
+    step = checkpoints.at_or_before(settings.checkpoint_root, run["id"], reported)
+    if step is None:
+        raise checkpoints.CheckpointError(
+            f"Run {run['id']} has stored events but no checkpoint at or before step {reported} to "
+            "resume from."
+        )
+    return Resume(step=step, seq=seq, reported=reported)
+
+
 def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     """Train one stored run to its end; return its final status (None if it was no longer queued)."""
     train = train or train_fn
@@ -115,6 +134,7 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
 
     try:
         spec = RunSpec.model_validate_json(run["spec"])
+        resume = _resume_point(store, settings, run, writer)
         result = train(
             spec,
             emit=emit,
@@ -122,6 +142,7 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
             run_id=run_id,
             settings=settings,
             poll=requests.poll,
+            resume=resume,
         )
     except Exception as exc:  # the engine reports its own failures; this catches everything around it
         log.error("run %s failed outside the engine:\n%s", run_id, traceback.format_exc())

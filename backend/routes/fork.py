@@ -17,6 +17,7 @@ from normlab import checkpoints
 from normlab.api_models import ErrorDetail
 from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
+from normlab.queue import enqueue_run
 from normlab.settings import Settings
 from normlab.spec import Intervention, RunSpec
 from normlab.store import RunRow, Store, lineage
@@ -36,6 +37,12 @@ class ForkRequest(BaseModel):
 class ForkCreated(BaseModel):
     id: str
     from_step: int
+    status: RunStatus = RunStatus.QUEUED
+
+
+class Resumed(BaseModel):
+    id: str
+    from_step: int = Field(description="The checkpoint the run continues from; it reports steps after it.")
     status: RunStatus = RunStatus.QUEUED
 
 
@@ -143,21 +150,33 @@ async def fork(
     return await anyio.to_thread.run_sync(_fork, store, settings, parent, step, body.changes, user, "fork")
 
 
-@router.post("/{run_id}/resume", status_code=201, response_model=ForkCreated, responses=ERRORS)
-def resume(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep) -> ForkCreated:
-    """Continue a `lost` run (its worker died) from its last checkpoint that its stored history reaches
-    (the dead worker may have written a checkpoint whose steps' events never got stored), as a child
-    that trains only the steps after it; the lost run keeps its history up to there."""
+@router.post("/{run_id}/resume", status_code=202, response_model=Resumed, responses=ERRORS)
+def resume(run_id: str, store: StoreDep, settings: SettingsDep) -> Resumed:
+    """Continue a `lost` run (its worker died) as the same run: queued again, it starts from its latest
+    checkpoint that its stored history reaches (the dead worker may have written a checkpoint whose
+    steps' events never got stored); the steps it trains again are not reported twice."""
     run = get_run_or_404(store, run_id)
     if run["status"] != RunStatus.LOST:
         raise HTTPException(
             409, f"Run {run_id} is {run['status']}; only a lost run is resumed (fork or resubmit others)."
         )
-    recorded = lineage.last_scalars_step(store, run_id)
-    step = checkpoints.at_or_before(settings.checkpoint_root, run_id, recorded)
+    step = checkpoints.at_or_before(
+        settings.checkpoint_root, run_id, lineage.last_scalars_step(store, run_id)
+    )
     if step is None:
         raise HTTPException(409, f"Run {run_id} has no checkpoint to resume from; resubmit it instead.")
-    return _fork(store, settings, run, step, {}, user, "resume")
+    if not lineage.reopen_lost(store, run_id, step):
+        raise HTTPException(409, f"Run {run_id} is no longer lost (resumed or deleted meanwhile).")
+    try:
+        enqueue_run(settings, run_id)
+    except Exception as exc:  # the broker is down: the run is lost again, and can be resumed later
+        store.finish_with_status(
+            run_id, RunStatus.LOST, f"Could not reach the task queue: {exc}", only_from=(RunStatus.QUEUED,)
+        )
+        raise HTTPException(
+            503, "The task queue is unavailable; retry shortly.", headers={"Retry-After": "5"}
+        ) from exc
+    return Resumed(id=run_id, from_step=step)
 
 
 @router.post(

@@ -60,6 +60,16 @@ class EventWriter:
         self._thread = threading.Thread(target=self._loop, name=f"events-{run_id}", daemon=True)
         self._thread.start()
 
+    def continue_stored(self) -> int:
+        """Continue a run that has stored events (a resumed run): its next event follows its last stored
+        one, and the roll-up buckets still open are rebuilt from its stored scalars events. Call before
+        the first `emit`; returns the last stored sequence number."""
+        for row in self.store.iter_events(self.run_id, kind="scalars"):
+            self._rollup.add(row.seq, row.step, row.time, json.loads(row.payload))  # stored: closed ones too
+        run = self.store.get_run(self.run_id)
+        self.last_seq = run["last_seq"] if run is not None else 0
+        return self.last_seq
+
     def emit(self, event: Event) -> None:
         row = EventRow(event.seq, event.step, event.kind, event.time, payload_text(event.payload))
         with self._cond:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
+from normlab.events import RunStatus
 from normlab.spec import Intervention, RunSpec
 from normlab.store.schema import events, lineage, run_requests, runs
 from normlab.store.store import Store
@@ -65,6 +66,39 @@ def last_scalars_step(store: Store, run_id: str) -> int:
     q = select(func.max(events.c.step)).where(events.c.run_id == run_id, events.c.kind == "scalars")
     with store.engine.connect() as conn:
         return int(conn.execute(q).scalar_one_or_none() or 0)
+
+
+def reopen_lost(store: Store, run_id: str, from_step: int) -> bool:
+    """Queue a `lost` run again, to continue from its checkpoint of `from_step` (False when it is not
+    lost). Its stored `lost` status event becomes a warning in its log: the run goes on, so its history
+    no longer ends there (a stream reading it from the start continues past it)."""
+    with store.engine.begin() as conn:
+        n = conn.execute(
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.status == RunStatus.LOST)
+            .values(status=RunStatus.QUEUED, finished_at=None, error=None, cancel_requested=False)
+        ).rowcount
+        if n != 1:
+            return False
+        last = conn.execute(
+            select(events.c.seq, events.c.payload)
+            .where(events.c.run_id == run_id, events.c.kind == "status")
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        ).first()
+        if last is not None and json.loads(last[1]).get("status") == RunStatus.LOST:
+            lost = json.loads(last[1])
+            message = (
+                f"{lost.get('message') or 'The worker was lost.'} Resumed from the checkpoint of step "
+                f"{from_step}: the steps after it are trained again and reported once."
+            )
+            payload = {"level": "warning", "message": message}
+            conn.execute(
+                update(events)
+                .where(events.c.run_id == run_id, events.c.seq == last[0])
+                .values(kind="log", payload=json.dumps(payload, separators=(",", ":")))
+            )
+    return True
 
 
 def forget(store: Store, run_id: str) -> None:

@@ -149,16 +149,27 @@ def test_resume_a_lost_run_trains_each_step_once(fresh_stack, client):
     )
     stack.procs[0] = start_worker(stack.data_dir, stack.env, "w-again")
     r = client.post(stack.api(f"api/runs/{run_id}/resume"))
-    assert r.status_code == 201 and r.json()["from_step"] == last, r.text
-    child = r.json()["id"]
-    read_until_training(client, stack.api(f"api/runs/{child}/events"), 2)
-    client.post(stack.api(f"api/runs/{child}/cancel"))
-    resumed = [s for s, _ in scalars(events_of(client, stack, child))]
-    # the family's history: the lost run up to its checkpoint, then the child from the next step on
-    # (a 3000-step run logs every 8 steps; its checkpoints fall on logged steps)
-    history = [s for s in lost if s <= last] + resumed
-    assert resumed[0] == last + 8 and history == list(range(8, 8 * len(history) + 1, 8))
-    assert client.post(stack.api(f"api/runs/{child}/resume")).status_code == 409
+    assert r.status_code == 202 and r.json() == {"id": run_id, "from_step": last, "status": "queued"}, r.text
+    for m in iter_sse(client, stack.api(f"api/runs/{run_id}/events"), timeout=120):
+        if m.event == "scalars" and m.json()["step"] > lost[-1] + 8:  # the second worker reports
+            break
+    client.post(stack.api(f"api/runs/{run_id}/cancel"))
+    history = events_of(client, stack, run_id)  # the whole run, read from its start, to its end
+    steps = [s for s, _ in scalars(history)]
+    # the same run goes on: its stored steps, then the ones the second worker trained, each once
+    # (steps after the checkpoint that were stored already are trained again, not reported again)
+    assert steps[: len(lost)] == lost and steps[len(lost)] == lost[-1] + 8
+    assert steps == list(range(8, 8 * len(steps) + 1, 8))  # a 3000-step run logs every 8 steps
+    assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
+    statuses = [e["payload"]["status"] for e in history if e["kind"] == "status"]
+    assert statuses == ["running", "running", "cancelled"]  # the loss is a warning in its log now
+    assert any("Resumed from the checkpoint of step" in e["payload"].get("message", "") for e in history)
+    run = client.get(stack.api(f"api/runs/{run_id}")).json()
+    assert (
+        run["status"] == "cancelled"
+        and client.get(stack.api(f"api/runs/{run_id}/lineage")).json()["children"] == []
+    )
+    assert client.post(stack.api(f"api/runs/{run_id}/resume")).status_code == 409
 
 
 def test_lab_form_forks_a_run_another_worker_trained(fresh_stack, client):

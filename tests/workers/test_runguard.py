@@ -24,14 +24,14 @@ def _queued(tmp_path) -> tuple[Settings, Store, str]:
     return settings, store, run_id
 
 
-def stuck_in_set_up(spec, emit, should_stop, run_id, settings, poll=None):
+def stuck_in_set_up(spec, emit, should_stop, run_id, settings, poll=None, resume=None):
     """An engine that never looks at should_stop (as one loading data or initialising CUDA)."""
     EventCounter(emit, run_id)("status", 0, {"status": RunStatus.RUNNING})
     time.sleep(60)
     raise AssertionError("not ended by the cancel")
 
 
-def cooperative(spec, emit, should_stop, run_id, settings, poll=None):
+def cooperative(spec, emit, should_stop, run_id, settings, poll=None, resume=None):
     events = EventCounter(emit, run_id)
     events("status", 0, {"status": RunStatus.RUNNING})
     step = 0

@@ -97,6 +97,18 @@ def _write(root: Path, run_id: str, step: int, body: bytes, cap_bytes: int) -> i
     return size
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a resumed run (the same run, its worker lost) continues: from its checkpoint of `step`,
+    its events numbered after `seq` (the last stored one), and nothing reported again for the steps up
+    to `reported` (the last step whose events are stored: those steps are trained again, bit for bit
+    on the CPU, but their events exist)."""
+
+    step: int
+    seq: int
+    reported: int
+
+
 class Cadence:
     """Which steps the loop checkpoints after (besides the last step and the ones a fork asks for "now").
 

@@ -49,6 +49,20 @@ from workers.engine.tasks.base import seeded
 log = logging.getLogger(__name__)
 
 MAX_SCALAR_EVENTS = 400  # scalars events per run, besides the ones on evaluation steps
+REPORTED_KINDS = ("scalars", "hidden", "fisher", "intervention")  # a step's own events
+
+
+class _Unreported:
+    """A resumed run's events, less the step events of the steps it already reported (it trains them
+    again from its checkpoint, but their events are stored)."""
+
+    def __init__(self, events: EventCounter, through: int):
+        self.events, self.through = events, through
+
+    def __call__(self, kind, step: int, payload: dict, check: bool = True) -> Event | None:
+        if step <= self.through and kind in REPORTED_KINDS:
+            return None
+        return self.events(kind, step, payload, check)
 
 
 def log_every(steps: int) -> int:
@@ -71,8 +85,11 @@ class _Run:
         settings: Settings,
         options: EngineOptions,
         run_id: str | None = None,
+        resume: checkpoint.Resume | None = None,
     ):
-        self.spec, self.events, self.should_stop, self.settings = spec, events, should_stop, settings
+        self.spec, self.should_stop, self.settings = spec, should_stop, settings
+        self.resume = resume
+        self.events = events if resume is None else _Unreported(events, resume.reported)
         self.options = options
         self.run_id = run_id  # checkpoints are kept for runs with an id (the service's), under settings
         self.poll: Poll | None = None
@@ -127,7 +144,17 @@ class _Run:
             )
         batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
         resumed = LoopState()
-        if spec.parent is not None:
+        if self.resume is not None and self.run_id is not None:
+            state = checkpoint.load(self.settings.checkpoint_root, self.run_id, self.resume.step)
+            resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
+            self.step = resumed.step
+            self.metrics.update(resumed.metrics)
+            self.log(
+                f"Resumed from its checkpoint of step {resumed.step} (its worker was lost): the steps up "
+                f"to {self.resume.reported} are trained again and not reported twice.",
+                "warning",
+            )
+        elif spec.parent is not None:
             state = checkpoint.load(self.settings.checkpoint_root, spec.parent.id, spec.parent.step)
             resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
             self.step = resumed.step
@@ -313,24 +340,26 @@ def train(
     run_id: str | None = None,
     options: EngineOptions | None = None,
     poll: Poll | None = None,
+    resume: checkpoint.Resume | None = None,
 ) -> RunResult:
     """Train one run to its end and return the outcome; every event goes to `emit` as it happens.
 
     `spec` is resolved here (task defaults filled in); `should_stop` is called before every step and
     should be cheap, and so is `poll` (live interventions, checkpoint requests: workers.engine.controls).
     With a `run_id` the run keeps checkpoints under settings.checkpoint_root; with `spec.parent` it
-    starts from its parent's checkpoint (workers.engine.fork). `settings` come from the caller's edge
-    (CLI, worker start, test); `options` (the engine's path choices; default: built from `settings`) go
-    to the model's layers and into the result.
+    starts from its parent's checkpoint (workers.engine.fork); with `resume` (and its `run_id`) the run
+    continues from its own checkpoint, numbering its events after its stored ones. `settings` come from
+    the caller's edge (CLI, worker start, test); `options` (the engine's path choices; default: built
+    from `settings`) go to the model's layers and into the result.
     """
-    events = EventCounter(emit or (lambda event: None), run_id)
+    events = EventCounter(emit or (lambda event: None), run_id, resume.seq if resume is not None else 0)
     wall_start = time.perf_counter()
     spec = spec.resolved()
     options = options or EngineOptions.from_settings(settings)
     kernels.check_backend(options.kernel_backend)
-    run = _Run(spec, events, should_stop, settings, options, run_id)
+    run = _Run(spec, events, should_stop, settings, options, run_id, resume)
     run.poll = poll
-    events("status", 0, {"status": RunStatus.RUNNING})
+    events("status", resume.step if resume is not None else 0, {"status": RunStatus.RUNNING})
     error = None
     try:
         status, message = run.execute()

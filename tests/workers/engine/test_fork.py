@@ -12,7 +12,7 @@ from normlab.fork import child_spec
 from normlab.settings import Settings
 from normlab.spec import Intervention, RunSpec
 from workers.engine import train
-from workers.engine.checkpoint import Cadence, load
+from workers.engine.checkpoint import Cadence, Resume, load
 from workers.engine.fork import map_parameters
 from workers.engine.loop_setup import build_model
 from workers.engine.tasks import load_task
@@ -248,3 +248,24 @@ def test_a_run_left_to_the_default_cadence_keeps_an_early_checkpoint_and_its_las
     run(spec, ck_settings, "auto")
     kept = checkpoints.steps(ck_settings.checkpoint_root, "auto")
     assert kept[0] == 4 and kept[-1] == 40 and set(kept) <= set(range(4, 41, 4))
+
+
+def test_a_resumed_run_continues_its_own_history_bit_for_bit_without_repeating_a_step(ck_settings):
+    spec = RunSpec(task="digits", norm="layer", hidden_size=16, **SMALL)
+    _, reference = run(spec, ck_settings, "whole")
+    stopped: list = []
+    # the first worker stops before step 10: checkpoints at 4 and 8, events stored up to step 9
+    first = train(spec, stopped.append, lambda: len(scalars(stopped)) >= 9, settings=ck_settings, run_id="r")
+    assert first.status == "cancelled" and [s for s, *_ in scalars(stopped)] == list(range(1, 10))
+    assert checkpoints.steps(ck_settings.checkpoint_root, "r") == [4, 8]
+    stored = [e for e in stopped if not (e.kind == "status" and e.payload["status"] == "cancelled")]
+    point = Resume(step=8, seq=stored[-1].seq, reported=9)
+    result, resumed = run(spec, ck_settings, "r", resume=point)
+    assert result.status == "completed"
+    assert resumed[0].seq == point.seq + 1 and [e.seq for e in resumed] == list(
+        range(point.seq + 1, point.seq + 1 + len(resumed))
+    )
+    # every step once: the stored part up to step 9, then the resumed run's own from step 10, equal to
+    # the uninterrupted run's to the bit (train and validation loss)
+    assert scalars(stored) + scalars(resumed) == scalars(reference)
+    assert any("Resumed from its checkpoint of step 8" in e.payload.get("message", "") for e in resumed)

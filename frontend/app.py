@@ -15,13 +15,16 @@ from urllib.parse import urlsplit
 
 import dash
 import flask
-from dash import ClientsideFunction, Input, Output, State, dcc, html
+from dash import ClientsideFunction, Input, Output, dcc, html
 from dash.development.base_component import Component
 
 from frontend import auth_box, embed, ids
 from normlab.settings import Settings
 
 HERE = Path(__file__).parent
+# the shell's tick: hands the stream's statuses, probe snapshots and log lines to Dash (the curves are
+# appended in the page itself, assets/normlab.js); each tick is a pass of Dash's renderer over the page
+TICK_MS = 250
 log = logging.getLogger(__name__)
 PLOTLY = "assets/vendor/plotly-cartesian-4.1.1.min.js"  # assets/normlab.js points dcc.Graph here
 DCC_CHUNK = "_dash-component-suites/dash/dcc/async-{}.js"  # dcc's lazy chunks, as its loader names them
@@ -121,7 +124,7 @@ def shell() -> html.Div:
         className="shell",
         children=[
             dcc.Location(id=ids.URL),
-            dcc.Interval(id=ids.TICK, interval=100, disabled=True),
+            dcc.Interval(id=ids.TICK, interval=TICK_MS, disabled=True),
             dcc.Store(id=ids.LIVE_STATUS, data={}),
             dcc.Store(id=ids.PRESENT, data=False),
             html.Header(
@@ -264,11 +267,9 @@ def _register_shell(app: dash.Dash) -> None:
         prevent_initial_call="initial_duplicate",
     )
     app.clientside_callback(
-        ClientsideFunction("normlab", "drainCurves"),
+        ClientsideFunction("normlab", "curvesMap"),
         Output(ids.CURVES_SINK, "children"),
-        Input(ids.TICK, "n_intervals"),
-        State(ids.CURVES_MAP, "data"),
-        prevent_initial_call=True,
+        Input(ids.CURVES_MAP, "data"),
     )
     app.clientside_callback(
         ClientsideFunction("normlab", "status"),

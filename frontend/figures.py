@@ -136,6 +136,10 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
         hovermode="closest",
         legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": size}},
     )
+    # tick labels are never hidden at the graph's edge: plotly would otherwise measure every label's
+    # box on each redraw (a forced layout per live append) to find the ones past it
+    fig.update_xaxes(ticklabeloverflow="allow")
+    fig.update_yaxes(ticklabeloverflow="allow")
     if present:
         # high contrast from the grid and the labels, no axis lines: a line colour turns plotly's axis
         # lines on, and plotly draws a subplot's line before it has placed an axis whose traces are all

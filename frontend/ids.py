@@ -6,7 +6,7 @@ Lab, Compare and Run pages: only one page is mounted at a time, so one clientsid
 
 # app shell (always mounted)
 URL = "nl-url"  # dcc.Location of the shell (read-only use: the page modules read query params)
-TICK = "nl-tick"  # dcc.Interval, 100 ms: the redraw throttle (at most ~10 appends per second)
+TICK = "nl-tick"  # dcc.Interval (frontend/app.py TICK_MS): statuses, probes and log lines to Dash
 LIVE_STATUS = "nl-live-status"  # dcc.Store {run_id: status} as the stream reports it
 PRESENT = "nl-present"  # dcc.Store: presentation mode on/off (?present=1)
 PRESENT_TOGGLE = "nl-present-toggle"  # button: presentation mode on/off (reloads with ?present=1)

@@ -1,6 +1,8 @@
 /* normlab dashboard: ONE EventSource per tab (the multiplexed /api/events stream) and the clientside
- * callbacks that feed it into the figures. Events are queued as they arrive and drained by a 100 ms
- * dcc.Interval, so the graphs redraw at most ~10 times a second however fast the runs report.
+ * callbacks that feed it into the figures. Training points are queued as they arrive and appended to
+ * the curves on the next animation frame, at most every 100 ms (so the graphs redraw at most ~10 times
+ * a second however fast the runs report), here in the page: no Dash callback runs per append. The
+ * slower dcc.Interval (frontend/app.py TICK) hands statuses, probe snapshots and log lines to Dash.
  * The cursor (last seq per run) is kept here: a reconnect resumes exactly after it (no gap, no repeat).
  */
 (function () {
@@ -13,7 +15,7 @@
     es: null, runs: [], cursor: {}, scalars: [], probes: {}, probeVersion: 0, probeSent: 0,
     probeSentAt: 0, status: {}, statusVersion: 0, statusSent: 0, maps: {}, reopenTimer: null,
     lines: {}, lineVersion: 0, lineSent: 0, lineSentAt: 0,
-    received: 0, opened: 0, appended: 0, extends: 0, apiBase: ""
+    received: 0, opened: 0, appended: 0, extends: 0, apiBase: "", map: null, drainAt: 0, drainTimer: null
   };
 
   function cursorString(runs) {
@@ -36,6 +38,7 @@
     S.received += 1;
     if (ev.kind === "scalars") {
       if (S.scalars.length < MAX_QUEUE) { S.scalars.push(ev); }
+      scheduleDrain();
       if (ev.payload && ev.payload.val_loss !== null && ev.payload.val_loss !== undefined) {
         keepLine(rid, {step: ev.step, seq: ev.seq, kind: "eval", payload: ev.payload});
       }
@@ -184,18 +187,34 @@
     if (changed) { window.Plotly.relayout(gd, {annotations: kept}); }
   }
 
+  /* The next append: on the next animation frame, at least 100 ms after the last; while the figure is
+   * not drawn yet or the redraw budget is spent, the points wait and the drain is tried again. */
+  var DRAIN_MS = 100;
+  function scheduleDrain(later) {
+    if (S.drainTimer || !S.scalars.length) { return; }
+    var wait = Math.max(later || 0, S.drainAt + DRAIN_MS - performance.now());
+    S.drainTimer = setTimeout(function () {
+      window.requestAnimationFrame(function () {
+        S.drainTimer = null;
+        S.drainAt = performance.now();
+        if (!drainCurves(S.map)) { scheduleDrain(DRAIN_MS); }
+      });
+    }, Math.max(0, wait));
+  }
+
   /* Append the queued points to the curves graph with Plotly.extendTraces, here and now. Not through
    * dcc.Graph's extendData prop: the Graph keeps a batch queued until its asynchronous redraw resolves,
-   * and a batch that arrives before then is queued beside it, so the earlier one is drawn twice. */
-  function drainCurves(n, map) {
-    if (!map || !map.runs || !S.scalars.length) { return ns(); }
+   * and a batch that arrives before then is queued beside it, so the earlier one is drawn twice.
+   * Returns false when points are left waiting (the figure is still being drawn, or no budget). */
+  function drainCurves(map) {
+    if (!map || !map.runs || !S.scalars.length) { return true; }
     var gd = document.querySelector("#nl-curves .js-plotly-plot");
     // Only onto the figure this map describes: a new figure (other runs, smoothing, x units) may still
     // be plotting; the points wait in the queue until it is drawn.
     var meta = gd && gd.layout && gd.layout.meta;
-    if (!gd || !gd.data || !window.Plotly || !meta || meta.normlab_map !== map.id) { return ns(); }
+    if (!gd || !gd.data || !window.Plotly || !meta || meta.normlab_map !== map.id) { return false; }
     hookGraph();
-    if (!redrawBudgetLeft()) { return ns(); }
+    if (!redrawBudgetLeft()) { return false; }
     var state = S.maps[map.id];
     if (!state) {  // our own copy: the store's data is Dash state and stays untouched
       S.maps = {};
@@ -222,7 +241,7 @@
         push(en.i, x, emaStep(en, en.smooth === undefined ? s : en.smooth, v), cd);
       }
     }
-    if (!order.length) { return ns(); }
+    if (!order.length) { return true; }
     dropWaitingNote();
     S.appended += order.reduce(function (n, i) { return n + xs[i].length; }, 0);
     S.extends += 1;
@@ -233,7 +252,7 @@
                                     customdata: order.map(function (i) { return cds[i]; })},
                                order, state.max_points || 20000);
     releaseAxes(gd, state, order);
-    return ns();
+    return true;
   }
 
   /* An axis drawn over a placeholder range while its panel had no point (frontend/figures.py
@@ -306,7 +325,8 @@
     normlab: {
       // The 100 ms tick runs only while there is something to follow: an idle page costs nothing.
       watch: function (watch) { S.watch(watch); return ["", S.runs.length === 0]; },
-      drainCurves: drainCurves,
+      // the curves' trace map (a new figure): points queued meanwhile are appended once it is drawn
+      curvesMap: function (map) { S.map = map; scheduleDrain(); return ns(); },
       status: function () {
         var idle = !S.es && !S.reopenTimer && S.scalars.length === 0 && S.probeVersion === S.probeSent &&
           (S.lineVersion === S.lineSent || !S.lineReader);

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from normlab.cells import START, is_number
 from normlab.group_models import (
+    AnyClaim,
     BestClaim,
     CellResult,
     ChanceClaim,
@@ -194,7 +195,7 @@ def judge(
     *,
     chance: float | None = None,
     base_spec: RunSpec | None = None,
-) -> Claim:
+) -> AnyClaim:
     """One claim: its effect (difference ± se over n paired seeds), whether it holds, and its rule."""
     kind, *labels = rule
     lower = not higher_is_better(metric)

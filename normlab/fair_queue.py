@@ -18,32 +18,34 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 INTERACTIVE, BATCH = 0, 1
+Row = Mapping[str, Any]  # a runs row (normlab.store.RunRow) or the same fields as a dict
 
 
-def run_class(row: dict) -> int:
+def run_class(row: Row) -> int:
     """INTERACTIVE for a single run, BATCH for one of a group (a preset's or a sweep's runs)."""
     return BATCH if row.get("group_id") else INTERACTIVE
 
 
-def _user(row: dict) -> str:
+def _user(row: Row) -> str:
     return str(row.get("owner") or "")
 
 
-def order(queued: Iterable[dict], running: Iterable[dict] = ()) -> list[str]:
+def order(queued: Iterable[Row], running: Iterable[Row] = ()) -> list[str]:
     """The queued runs' ids in the order workers should take them (see the module docstring)."""
     rows = sorted(queued, key=lambda r: (r["created_at"], r["id"]))
     busy_user = Counter(_user(r) for r in running)
     busy_group = Counter((_user(r), r.get("group_id")) for r in running)
-    keys: dict[str, tuple] = {}
-    by_class_user: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    keys: dict[str, tuple[int, int, float, str]] = {}
+    by_class_user: dict[tuple[int, str], list[Row]] = defaultdict(list)
     for r in rows:
         by_class_user[(run_class(r), _user(r))].append(r)
     for (cls, user), mine in by_class_user.items():
         # within one user: that user's groups (or single runs) take turns
-        seen: Counter = Counter()
+        seen: Counter[str | None] = Counter()
         inner = []
         for r in mine:
             group = r.get("group_id")
@@ -55,7 +57,7 @@ def order(queued: Iterable[dict], running: Iterable[dict] = ()) -> list[str]:
     return sorted(keys, key=keys.__getitem__)
 
 
-def positions(queued: Iterable[dict], running: Iterable[dict] = ()) -> dict[str, int]:
+def positions(queued: Iterable[Row], running: Iterable[Row] = ()) -> dict[str, int]:
     """{run id: its place in `order`, 1 = the next to be trained}."""
     return {rid: i + 1 for i, rid in enumerate(order(queued, running))}
 

@@ -185,32 +185,35 @@ class Comparison(Judged):
     kind: Literal["better"]
 
 
-class _ClaimBase(Judged):
+class Claim(Judged):
+    """What every claim of a preset reports (each kind below adds its own numbers)."""
+
+    kind: str  # which rule: one of the kinds below
     pending: bool = False  # too few paired seeds yet for a verdict (normlab.claims.pending)
     seeds_expected: int | None = None  # seeds launched
 
 
-class PairedClaim(_ClaimBase):
+class PairedClaim(Claim):
     """A on its own beats (or is steadier, converges faster, is less sensitive than) B, paired by seed."""
 
     kind: Literal["better", "faster", "steadier", "gradient", "gap"]
 
 
-class CloseClaim(_ClaimBase):
+class CloseClaim(Claim):
     """A ≈ B: the difference's interval lies inside the equivalence margin."""
 
     kind: Literal["close"]
     margin: float | None  # ±EQUIV_REL of B's mean (None while B has no finished seed)
 
 
-class TrainsClaim(_ClaimBase):
+class TrainsClaim(Claim):
     """A ends below a uniform guess's loss ln(classes)."""
 
     kind: Literal["trains"]
     chance: float | None  # ln(classes); None for a task without classes
 
 
-class ChanceClaim(_ClaimBase):
+class ChanceClaim(Claim):
     """A stays at a uniform guess: its final loss's interval around ln(classes) lies inside the margin."""
 
     kind: Literal["chance"]
@@ -218,21 +221,21 @@ class ChanceClaim(_ClaimBase):
     chance: float | None  # ln(classes)
 
 
-class BestClaim(_ClaimBase):
+class BestClaim(Claim):
     """A better than every other run of the preset."""
 
     kind: Literal["best"]
     versus: list[Comparison]
 
 
-class RefusedClaim(_ClaimBase):
+class RefusedClaim(Claim):
     """The spec refuses a normalizer at the preset's batch size (checked, not trained)."""
 
     kind: Literal["refused"]
     message: str | None  # the spec's refusal; None when it was accepted
 
 
-Claim = Annotated[
+AnyClaim = Annotated[
     PairedClaim | CloseClaim | TrainsClaim | ChanceClaim | BestClaim | RefusedClaim,
     Field(discriminator="kind"),
 ]
@@ -241,7 +244,7 @@ Claim = Annotated[
 class Verdict(BaseModel):
     """A preset's claims over the cells present, and the overall verdict."""
 
-    claims: list[Claim]
+    claims: list[AnyClaim]
     pending: bool  # some claim still waits for seeds
     holds: bool
     all_seeds: bool
@@ -285,7 +288,7 @@ class GroupPublic(BaseModel):
     done: bool  # every run has ended
     runs: list[GroupRun]
     cells: list[Cell]
-    claims: list[Claim] | None = None  # a preset's claims over its finished seeds
+    claims: list[AnyClaim] | None = None  # a preset's claims over its finished seeds
     holds: bool | None = None
     all_seeds: bool | None = None
     map: ScaleMapPublic | None = None  # a map preset's effect per axis value

@@ -26,7 +26,9 @@ def norm_color(norm: str) -> str:
     return NORM_COLORS.get(norm, OTHER_COLOR)
 
 
-def ema(values: Iterable[float | None], weight: float, state: tuple[float, int] = (0.0, 0)):
+def ema(
+    values: Iterable[float | None], weight: float, state: tuple[float, int] = (0.0, 0)
+) -> tuple[list[float | None], tuple[float, int]]:
     """Debiased exponential moving average (TensorBoard's): (smoothed list, (accumulator, n)).
 
     acc_k = w·acc_{k-1} + (1 − w)·v_k over the finite values (acc_0 = 0, w = weight), and the k-th output

@@ -10,6 +10,7 @@ run, two runs at once).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from normlab.maps import ScaleMap
 from normlab.spec import RunSpec
@@ -44,7 +45,7 @@ class Preset:
     def run_labels(self) -> tuple[str, ...]:
         return self.labels or tuple(r.norm for r in self.runs)
 
-    def public(self) -> dict:
+    def public(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "title": self.title,
@@ -63,7 +64,7 @@ class Preset:
         }
 
 
-def _mnist5k(norm: str, batch_size: int, steps: int, **kw) -> RunSpec:
+def _mnist5k(norm: str, batch_size: int, steps: int, **kw: Any) -> RunSpec:
     # the paper's 784-1000-1000-10 (LN/BN on the hidden layers only, Adam)
     return RunSpec(
         task="mnist5k",
@@ -77,11 +78,11 @@ def _mnist5k(norm: str, batch_size: int, steps: int, **kw) -> RunSpec:
     )
 
 
-def _digits(norm: str, batch_size: int, steps: int = 300, **kw) -> RunSpec:
+def _digits(norm: str, batch_size: int, steps: int = 300, **kw: Any) -> RunSpec:
     return RunSpec(task="digits", norm=norm, batch_size=batch_size, steps=steps, eval_every=25, **kw)
 
 
-def _pixels(norm: str, steps: int, **kw) -> RunSpec:
+def _pixels(norm: str, steps: int, **kw: Any) -> RunSpec:
     return RunSpec(
         task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps, eval_every=steps // 6, **kw
     )
@@ -94,7 +95,7 @@ _FIG6 = (
 )
 
 
-def map_preset(name: str, title: str, shows: str, scale_map: ScaleMap, base: RunSpec, **kw) -> Preset:
+def map_preset(name: str, title: str, shows: str, scale_map: ScaleMap, base: RunSpec, **kw: Any) -> Preset:
     """A preset with one run per normalizer (A, B) and axis value: `base` with `norm` and the axis set."""
     runs, labels = [], []
     for value in scale_map.values:

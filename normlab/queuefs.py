@@ -19,7 +19,9 @@ import logging
 import os
 import uuid
 from pathlib import Path
+from queue import Empty
 from time import monotonic
+from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
@@ -53,14 +55,16 @@ def write_atomically(folder: str | Path, name: str, data: bytes) -> Path:
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue, payload, **kwargs):
+    # kombu's Channel bases name the second argument differently (message, payload): none fits both
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         try:
-            write_atomically(self.data_folder_out, name, dumps(payload).encode())
+            text = dumps(payload)  # type: ignore[no-untyped-call]  # kombu's json is unannotated
+            write_atomically(self.data_folder_out, name, text.encode())
         except OSError as exc:
             raise ChannelError(f"Cannot add message {name!r} to {self.data_folder_out}") from exc
 
-    def _get(self, queue):
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         """The oldest whole message of `queue`; malformed ones are moved aside, never raised."""
         wanted = f"{queue}.msg"
         for name in sorted(os.listdir(self.data_folder_in)):
@@ -74,15 +78,16 @@ class Channel(filesystem.Channel):
             except OSError:
                 continue
             try:
-                message = loads(taken.read_bytes())
-                self.Message(message, channel=self)  # what kombu builds from it next: fail here, not there
+                message: dict[str, Any] = loads(taken.read_bytes())  # type: ignore[no-untyped-call]  # as above
+                # what kombu builds from it next: fail here, not there (kombu's Message is unannotated)
+                self.Message(message, channel=self)  # type: ignore[no-untyped-call]
             except Exception as exc:  # any malformed file: never fatal to the worker
                 self._set_aside(taken, name, exc)
                 continue
             with contextlib.suppress(OSError):
                 taken.unlink()
             return message
-        raise filesystem.Empty()
+        raise Empty()
 
     def _set_aside(self, taken: Path, name: str, exc: Exception) -> None:
         bad = Path(self.data_folder_in).parent / "bad"

@@ -50,7 +50,7 @@ class Tuning:
             "diverged ranks below every value that finished on all of them; ties go to the earlier value"
         )
 
-    def public(self, metric: str) -> dict:
+    def public(self, metric: str) -> dict[str, Any]:
         return {
             "field": self.field,
             "grid": list(self.grid),
@@ -69,7 +69,7 @@ def _score(values: list[Any], higher: bool) -> tuple[int, float]:
     return missing, -mean if higher else mean
 
 
-def choose(tuning: Tuning, finals: dict[str, dict[float, list[Any]]], metric: str) -> dict:
+def choose(tuning: Tuning, finals: dict[str, dict[float, list[Any]]], metric: str) -> dict[str, Any]:
     """The rule applied to the tuning runs' final metrics `finals[label][grid value]` (one per tuning seed,
     None for a failed run): {"chosen": {label: value}, "table": one row per (label, value) with its
     per-seed values, mean, seeds finished and whether it was chosen}."""

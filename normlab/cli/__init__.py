@@ -16,6 +16,9 @@ from pydantic import ValidationError
 if TYPE_CHECKING:
     from normlab.settings import Settings
 
+    # what each sub-command module's register() receives: parser.add_subparsers()'s result
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 # sub-command module -> owner area. Each module defines register(subparsers).
 COMMAND_MODULES = [
     "normlab.cli.catalog",  # catalog

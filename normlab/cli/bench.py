@@ -17,7 +17,10 @@ import io
 import json
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
 TARGETS = {
     "engine": ("benchmarks.engine", "steps/s per task and normalizer; LN-LSTM vs torch.nn.LSTM"),
@@ -42,7 +45,7 @@ TARGETS = {
 WITH_SETTINGS = {"engine", "lstm", "probes", "fork"}
 
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("bench", help="run a benchmark (" + ", ".join(TARGETS) + ")")
     p.add_argument("target", choices=sorted(TARGETS))
     p.add_argument(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("catalog", help="list tasks, normalizers and option ranges")
     p.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
     p.set_defaults(func=run)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from normlab.cli import settings_from
 
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("db", help="upgrade the results store's schema, or show its revision")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     verbs.add_parser("upgrade", help="upgrade the store in place to this normlab's schema (back it up first)")

@@ -6,11 +6,16 @@ depths of a ReLU MLP before any training (workers/probes/depth_init.py), mean ov
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("depth-init", help="rank collapse with depth at initialisation, none vs BN vs LN")
     p.add_argument("--depth", type=int, default=50, help="layers (default 50)")
     p.add_argument("--width", type=int, default=128, help="units per layer (default 128)")
@@ -20,7 +25,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from normlab.cli import CLIError
     from normlab.cli.reproduce import parse_seeds
 

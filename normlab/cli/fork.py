@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from normlab.fork import CHANGEABLE
+
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
 # The fork's changes that take one plain value on the command line (probes: through the API or a form).
 OPTIONS = {name: None for name in CHANGEABLE if name != "probes"}
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "fork",
         help="fork a run from a step with changes (norm, lr, batch size, …) on a running server",

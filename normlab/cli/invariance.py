@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from normlab.table1 import Table1, Transform
+
+if TYPE_CHECKING:
+    from normlab.cli import Subcommands
 
 _SHORT: dict[Transform, str] = {
     "weight_matrix_rescaling": "W scale",
@@ -17,7 +20,7 @@ _SHORT: dict[Transform, str] = {
 }
 
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("invariance", help="compute Table 1: which transformations each normalizer ignores")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int, default=0, help="seed of the random layers and batches")

@@ -8,17 +8,19 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from normlab.cli import CLIError, settings_from
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from normlab.cli import Subcommands
+
 UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("gc", help="delete old ended runs with their events and checkpoints")
     p.add_argument(
         "--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w or 48h: ended before then"

@@ -13,14 +13,20 @@ Progress goes to stderr, one line per finished run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any, TextIO
 
 from normlab.claims import MIN_SEEDS
 
+if TYPE_CHECKING:
+    from normlab.cells import SeedRecord
+    from normlab.cli import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("reproduce", help="run a preset (a figure of the paper) over seeds and compare")
     p.add_argument("preset", help="preset name (see GET /api/presets or an unknown name for the list)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, e.g. 0,1,2)")
@@ -63,11 +69,11 @@ def parse_seeds(text: str | None) -> list[int] | None:
     return seeds
 
 
-def _fmt(value, digits: int = 4) -> str:
+def _fmt(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def print_runs(runs: list[dict], file) -> None:
+def print_runs(runs: list[dict[str, Any]], file: TextIO) -> None:
     rows = [("run", "mean ± std", "per seed", "¼ / ½ / end", "curve area", "status")]
     for r in runs:
         at = " / ".join(_fmt(a["value"], 3) for a in r["curve"]["at"])
@@ -88,7 +94,7 @@ def print_runs(runs: list[dict], file) -> None:
         print("  " + "  ".join(cells).rstrip(), file=file)
 
 
-def print_claims(d: dict, file) -> None:
+def print_claims(d: dict[str, Any], file: TextIO) -> None:
     for c in d["claims"]:
         if c.get("pending"):  # one seed is a sign, not a verdict (normlab.claims.MIN_SEEDS)
             mark = f"undecided: {c['seeds_in']} seed(s), a standard error needs {MIN_SEEDS}"
@@ -107,7 +113,7 @@ def print_claims(d: dict, file) -> None:
         print(f"  {d['rule']}", file=file)
 
 
-def print_tuning(t: dict, file) -> None:
+def print_tuning(t: dict[str, Any], file: TextIO) -> None:
     """The tuning table: one row per run and grid value, the chosen one marked."""
     print(f"Tuning ({t['field']}; rule: {t['rule']}):", file=file)
     rows = [("run", t["field"], "mean ± std", "per tuning seed", "finished", "")]
@@ -128,7 +134,7 @@ def print_tuning(t: dict, file) -> None:
         print("  " + "  ".join(cells).rstrip(), file=file)
 
 
-def _verdict(d: dict) -> str:
+def _verdict(d: dict[str, Any]) -> str:
     return (
         "undecided (too few seeds)"
         if d.get("pending")
@@ -140,7 +146,7 @@ def _verdict(d: dict) -> str:
     )
 
 
-def print_table(out: dict, file=None) -> None:
+def print_table(out: dict[str, Any], file: TextIO | None = None) -> None:
     file = file or sys.stdout
     better = "higher" if out["higher_is_better"] else "lower"
     if out.get("tuning"):
@@ -182,7 +188,7 @@ def print_table(out: dict, file=None) -> None:
     print(f"Direction{tuned}: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 
-def print_map(m: dict, file) -> None:
+def print_map(m: dict[str, Any], file: TextIO) -> None:
     """One line per axis value: Δ = A − B ± paired SE and the run it favours."""
     print(f"Map: Δ = {m['a']} − {m['b']} per {m['axis']} (A wins {m['claim_side']} zero):", file=file)
     for p in m["points"]:
@@ -191,7 +197,7 @@ def print_map(m: dict, file) -> None:
         print(f"  {m['axis_name']} = {p['value']}: {size} (n = {p['n']}), favours {favours}", file=file)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from normlab.cli import CLIError, settings_from
     from normlab.presets import PRESETS
 
@@ -220,7 +226,7 @@ def run(args) -> int:
 
     metric = PRESETS[args.preset].metric
 
-    def progress(label: str, seed: int, record: dict) -> None:
+    def progress(label: str, seed: int, record: SeedRecord) -> None:
         print(
             f"  {label} seed {seed}: {record['status']}, {metric} {_fmt(record['value'])} "
             f"({record['wall_time']:.1f} s)",

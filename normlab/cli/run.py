@@ -16,17 +16,29 @@ import signal
 import sys
 import types
 import typing
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from normlab.events import RunStatus
+from normlab.events import Event, RunResult, RunStatus
 from normlab.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
+    from normlab.cli import Subcommands
+    from normlab.settings import Settings
+
+    # workers.engine.train (imported late: it loads torch)
+    Train = Callable[..., RunResult]
 
 EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.DIVERGED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 130}
 
 
-def _option(parser, flag: str, dest: str, field) -> None:
+def _option(parser: argparse._ActionsContainer, flag: str, dest: str, field: FieldInfo) -> None:
     """Add one option for a pydantic field: choices for Literals, --x/--no-x for bools."""
     annotation = field.annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -45,7 +57,7 @@ def _option(parser, flag: str, dest: str, field) -> None:
     elif annotation is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     else:
-        kwargs.update(type=annotation, metavar=annotation.__name__.upper())
+        kwargs.update(type=annotation, metavar=getattr(annotation, "__name__", "value").upper())
     parser.add_argument(flag, **kwargs)
 
 
@@ -97,7 +109,7 @@ def _explain(error: ErrorDetails) -> str:
     return f"{flag.replace('_', '-')}: {error['msg']}."
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="train one run headless and print its outcome",
@@ -130,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     stop = {"asked": False}
 
-    def on_interrupt(*_) -> None:  # first Ctrl-C: end as 'cancelled' after this step; second: abort
+    def on_interrupt(*_: object) -> None:  # first Ctrl-C: end as 'cancelled' after this step; second: abort
         if stop["asked"]:
             raise KeyboardInterrupt
         stop["asked"] = True
@@ -161,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CODES.get(result.status, 1)
 
 
-def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
+def _train_with_progress(
+    train: Train, spec: RunSpec, settings: Settings, err: Console, should_stop: Callable[[], bool]
+) -> RunResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [
@@ -174,7 +188,7 @@ def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
     with Progress(*columns, console=err, transient=False) as progress:
         bar = progress.add_task("train", total=spec.steps, info="")
 
-        def on_event(event) -> None:
+        def on_event(event: Event) -> None:
             if event.kind == "scalars":
                 p = event.payload
                 info = f"loss {p['train_loss']:.4g}"
@@ -183,7 +197,7 @@ def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
                         info += f"  {key} {p[key]:.4g}"
                 progress.update(bar, completed=event.step, info=info)
             elif event.kind == "log":
-                style = {"warning": "yellow", "error": "red"}.get(event.payload.get("level"), "dim")
+                style = {"warning": "yellow", "error": "red"}.get(str(event.payload.get("level")), "dim")
                 progress.console.print(event.payload.get("message", ""), style=style, markup=False)
             elif event.terminal:
                 progress.update(bar, completed=event.step)
@@ -191,7 +205,7 @@ def _train_with_progress(train, spec: RunSpec, settings, err, should_stop):
         return train(spec, on_event, should_stop, settings=settings)
 
 
-def _print_summary(out: dict, console) -> None:
+def _print_summary(out: dict[str, Any], console: Console) -> None:
     from rich.table import Table
 
     console.print(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import signal
@@ -12,15 +13,23 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from normlab.cli import CLIError, settings_from
 from normlab.cli.supervise import WorkerPool
 from normlab.lifeline import die_with_parent
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from starlette.types import ASGIApp
+
+    from normlab.cli import Subcommands
+    from normlab.settings import Settings
+
 READY_TIMEOUT_S = 180.0  # a worker's start and warm-up; past it `up` serves anyway (runs then wait)
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("up", help="start the lab: API and pages on one origin, workers, SQLite (embedded)")
     _common(p, port=8050)
     p.add_argument(
@@ -56,7 +65,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_worker)
 
 
-def _common(p, port: int) -> None:
+def _common(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help=f"port (default NORMLAB_PORT, else {port})")
     p.set_defaults(default_port=port)
@@ -65,7 +74,7 @@ def _common(p, port: int) -> None:
     )
 
 
-def _listen(args, settings) -> tuple[str, int]:
+def _listen(args: argparse.Namespace, settings: Settings) -> tuple[str, int]:
     host = args.host or settings.host
     # --port, else NORMLAB_PORT, else the command's own default
     port = next(p for p in (args.port, settings.port, args.default_port) if p is not None)
@@ -80,7 +89,7 @@ def _listen(args, settings) -> tuple[str, int]:
     return host, port
 
 
-def _serve(app, host: str, port: int) -> None:
+def _serve(app: ASGIApp, host: str, port: int) -> None:
     import uvicorn
 
     # A short graceful period: open SSE streams would otherwise hold Ctrl-C for the default wait.
@@ -89,13 +98,13 @@ def _serve(app, host: str, port: int) -> None:
     ).run()
 
 
-def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen]:
+def start_workers(n: int, log_dir: Path, data_dir: Path) -> list[subprocess.Popen[bytes]]:
     """Start n `normlab worker --data-dir data_dir` processes, each in its own process group (stopped
     by stop_workers); the rest of their settings come from the same NORMLAB_* environment."""
     return [start_worker(i, log_dir, data_dir) for i in range(n)]
 
 
-def start_worker(i: int, log_dir: Path, data_dir: Path) -> subprocess.Popen:
+def start_worker(i: int, log_dir: Path, data_dir: Path) -> subprocess.Popen[bytes]:
     """Start worker slot i (its log: worker-<i+1>.log, appended to across restarts)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = open(log_dir / f"worker-{i + 1}.log", "ab")
@@ -130,7 +139,7 @@ def start_worker(i: int, log_dir: Path, data_dir: Path) -> subprocess.Popen:
     return proc
 
 
-def wait_ready(procs: list[subprocess.Popen], timeout_s: float = READY_TIMEOUT_S) -> list[int]:
+def wait_ready(procs: list[subprocess.Popen[bytes]], timeout_s: float = READY_TIMEOUT_S) -> list[int]:
     """Wait until every worker reports itself warm (workers/warm.py: torch's start-up paid once, before
     the pool forks the per-run children), so that the first run after the URL is printed starts at
     once. Returns the pids that did not report (exited, or still starting after timeout_s)."""
@@ -153,7 +162,7 @@ def wait_ready(procs: list[subprocess.Popen], timeout_s: float = READY_TIMEOUT_S
     return failed
 
 
-def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+def stop_workers(procs: list[subprocess.Popen[bytes]], grace_s: float = 5.0) -> None:
     """SIGTERM each worker's whole process group (the Celery parent and its pool child), then SIGKILL
     whatever is left after grace_s. A run cut short is reported `lost` by the reaper."""
     for p in procs:
@@ -172,14 +181,14 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
             pass
 
 
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
+def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
     try:
         os.killpg(p.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def app_with_pages(settings):
+def app_with_pages(settings: Settings) -> FastAPI:
     """The API with the Dash pages mounted at "/" on the same origin (`normlab up`, `api --with-frontend`)."""
     from backend.app import create_app
     from backend.fallback import add_api_fallback
@@ -192,7 +201,7 @@ def app_with_pages(settings):
     return app
 
 
-def check_schema(settings) -> None:
+def check_schema(settings: Settings) -> None:
     """Refuse to serve a store whose schema is older than this normlab's (an empty one is created)."""
     from normlab.store import get_store
 
@@ -208,7 +217,7 @@ def default_workers() -> int:
     return max(1, min(16, cores))
 
 
-def _warm_then_watch(pool, log_dir: Path, warm: threading.Event) -> None:
+def _warm_then_watch(pool: WorkerPool, log_dir: Path, warm: threading.Event) -> None:
     """Once the workers are warm (or late), supervise them: a worker that exits is started again.
     `warm` is set then (/api/health's workers.warm: the next run starts at once)."""
     late = wait_ready(pool.procs)
@@ -222,7 +231,7 @@ def _warm_then_watch(pool, log_dir: Path, warm: threading.Event) -> None:
         )
 
 
-def cmd_up(args) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.workers is None:
         args.workers = default_workers()
@@ -258,7 +267,7 @@ def cmd_up(args) -> int:
     return 0
 
 
-def cmd_api(args) -> int:
+def cmd_api(args: argparse.Namespace) -> int:
     from backend.app import create_app
 
     settings = settings_from(args)
@@ -269,7 +278,7 @@ def cmd_api(args) -> int:
     return 0
 
 
-def cmd_frontend(args) -> int:
+def cmd_frontend(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     from backend.wsgi import pages_app
     from frontend.app import create_app as create_dash
@@ -280,12 +289,12 @@ def cmd_frontend(args) -> int:
     return 0
 
 
-def cmd_worker(args) -> int:
+def cmd_worker(args: argparse.Namespace) -> int:
     from workers.celery_app import create_app
 
     settings = settings_from(args)
     app = create_app(settings)
-    app.normlab_ready_fd = args.ready_fd  # type: ignore[attr-defined]  # read by workers/warm.py
+    app.normlab_ready_fd = args.ready_fd  # read by workers/warm.py
     app.worker_main(
         [
             "worker",

@@ -21,7 +21,9 @@ CHECK_S = 0.2
 
 
 class WorkerPool:
-    def __init__(self, n: int, start_one: Callable[[int], subprocess.Popen], say: Callable[[str], None]):
+    def __init__(
+        self, n: int, start_one: Callable[[int], subprocess.Popen[bytes]], say: Callable[[str], None]
+    ):
         """`start_one(i)` starts worker slot i; `say` tells the operator (up's stderr)."""
         self.start_one, self.say = start_one, say
         self.procs = [start_one(i) for i in range(n)]
@@ -73,7 +75,7 @@ class WorkerPool:
             except Exception:  # never let the supervisor die: it is what keeps the workers
                 log.exception("worker supervisor")
 
-    def stop(self, stop_procs: Callable[[list[subprocess.Popen]], None]) -> None:
+    def stop(self, stop_procs: Callable[[list[subprocess.Popen[bytes]]], None]) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -83,12 +85,12 @@ class WorkerPool:
                 _close_ready_fd(p)
 
 
-def _kill_group(p: subprocess.Popen) -> None:
+def _kill_group(p: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, signal.SIGKILL)
 
 
-def _close_ready_fd(p: subprocess.Popen) -> None:
+def _close_ready_fd(p: subprocess.Popen[bytes]) -> None:
     fd = getattr(p, "ready_fd", None)
     if fd is not None:
         p.ready_fd = None  # type: ignore[attr-defined]

@@ -7,16 +7,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from normlab.cli import CLIError
 
 if TYPE_CHECKING:
     from backend.auth import TokenStore
+    from normlab.cli import Subcommands
     from normlab.settings import Settings
 
 
-def register(sub: Any) -> None:  # argparse's private _SubParsersAction
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("token", help="create, revoke or list API tokens (NORMLAB_AUTH=tokens)")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     c = verbs.add_parser("create", help="make a token for a user; it is printed once, stored hashed")

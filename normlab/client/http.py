@@ -34,7 +34,9 @@ class Http:
             raise from_response(resp.status_code, body, resp.text[:300])
         return resp
 
-    def stream(self, path: str, headers: dict[str, str], params: dict | None = None) -> httpx.Response:
+    def stream(
+        self, path: str, headers: dict[str, str], params: dict[str, str | int] | None = None
+    ) -> httpx.Response:
         """A streaming GET (the caller closes it); the read timeout outlasts the server's heartbeats."""
         req = self._http.build_request("GET", path, headers=headers, params=params)
         timeout = httpx.Timeout(self._http.timeout.connect or 30.0, read=60.0)

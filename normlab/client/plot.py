@@ -59,7 +59,9 @@ class _Trace:
         self.raw, self.smooth, self.state = raw, smooth, state
 
 
-def build_figure(runs: Sequence[Plottable], frames: list[Any], smoothing: float) -> tuple[go.Figure, dict]:
+def build_figure(
+    runs: Sequence[Plottable], frames: list[Any], smoothing: float
+) -> tuple[go.Figure, dict[tuple[str, str], _Trace]]:
     """(the static figure, {(run id, metric): _Trace}) from each run's metrics DataFrame."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -153,7 +155,8 @@ def live_figure(fig: go.Figure) -> go.FigureWidget:
     last points are drawn (True), or after `timeout` seconds (False)."""
     import plotly.graph_objects as go
 
-    class LiveFigure(go.FigureWidget):
+    # plotly defines FigureWidget at import time, so mypy sees Any; the subclass only adds wait()
+    class LiveFigure(go.FigureWidget):  # type: ignore[misc]
         def wait(self, timeout: float | None = None) -> bool:
             deadline = None if timeout is None else time.monotonic() + timeout
             for thread in self._normlab_feeds:
@@ -165,7 +168,9 @@ def live_figure(fig: go.Figure) -> go.FigureWidget:
     return widget
 
 
-def _feed(widget: Any, run: Plottable, after: int, where: dict, smoothing: float) -> None:
+def _feed(
+    widget: Any, run: Plottable, after: int, where: dict[tuple[str, str], _Trace], smoothing: float
+) -> None:
     """Append the run's new scalars to the widget's traces until the run ends (batched, ~4 draws/s)."""
     pending: list[Any] = []
     last_draw = time.monotonic()
@@ -182,7 +187,9 @@ def _feed(widget: Any, run: Plottable, after: int, where: dict, smoothing: float
         return
 
 
-def _draw(widget: Any, run_id: str, events: list[Any], where: dict, smoothing: float) -> None:
+def _draw(
+    widget: Any, run_id: str, events: list[Any], where: dict[tuple[str, str], _Trace], smoothing: float
+) -> None:
     with widget.batch_update():
         for (rid, name), trace in where.items():
             if rid != run_id:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from normlab.api_models import RunPublic
@@ -23,12 +24,13 @@ if TYPE_CHECKING:
 PAGE = 10_000  # scalars events per request of metrics()
 
 
-def require_pandas():
+def require_pandas() -> ModuleType:
     try:
         import pandas
     except ImportError as exc:  # pragma: no cover - the test environment has pandas
         raise ImportError("DataFrames need pandas: pip install 'normlab[client]'") from exc
-    return pandas
+    module: ModuleType = pandas
+    return module
 
 
 class Run:
@@ -164,7 +166,10 @@ class Run:
         returns the server's answer ({"run_id", "changes"})."""
         if not knobs:
             raise ValueError("name at least one knob to change, e.g. run.intervene(lr=1e-4)")
-        return self.client.request("POST", f"/api/runs/{self.id}/interventions", json=knobs).json()
+        answer: dict[str, Any] = self.client.request(
+            "POST", f"/api/runs/{self.id}/interventions", json=knobs
+        ).json()
+        return answer
 
     def plot(self, smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
         """The run's curves as the dashboard draws them: a live FigureWidget in Jupyter, a static figure

@@ -97,7 +97,7 @@ def _failed(failures: int, retries: int, backoff_s: float, exc: Exception | None
     return failures
 
 
-def _json(resp: httpx.Response):
+def _json(resp: httpx.Response) -> object:
     try:
         return resp.json()
     except ValueError:

@@ -8,6 +8,8 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
@@ -22,7 +24,13 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 
 
-def finite(obj):
+class Publisher(Protocol):
+    """Where written events go live too (normlab.feed.redis_feed.RedisPublisher)."""
+
+    def publish(self, run_id: str, rows: list[EventRow]) -> None: ...
+
+
+def finite(obj: object) -> object:
     """JSON has no NaN/Infinity (browsers reject them): non-finite floats become null."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -33,7 +41,7 @@ def finite(obj):
     return obj
 
 
-def payload_text(payload: dict) -> str:
+def payload_text(payload: Mapping[str, object]) -> str:
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except ValueError:
@@ -47,7 +55,13 @@ class EventWriter:
     The terminal status event is held back and written by `close()` in the same transaction as the
     run's final status and summary: a client that sees it and then GETs the run sees it finished."""
 
-    def __init__(self, store: Store, run_id: str, publisher=None, flush_s: float = 0.05):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        publisher: Publisher | None = None,
+        flush_s: float = 0.05,
+    ):
         self.store, self.run_id, self.publisher, self.flush_s = store, run_id, publisher, flush_s
         self.last_seq = 0
         self.broken = False  # the store refused our events (the run was declared lost meanwhile)
@@ -94,7 +108,7 @@ class EventWriter:
             if closing:
                 return
 
-    def _write(self, rows: list[EventRow], finish: dict | None = None) -> None:
+    def _write(self, rows: list[EventRow], finish: dict[str, Any] | None = None) -> None:
         if self.broken:
             return
         buckets = []
@@ -131,7 +145,7 @@ class EventWriter:
         if self.publisher is not None:
             self.publisher.publish(self.run_id, rows)
 
-    def close(self, finish: dict, fallback_status: dict) -> None:
+    def close(self, finish: dict[str, Any], fallback_status: dict[str, Any]) -> None:
         """Write what is pending, then the terminal event (the engine's, or one built from
         `fallback_status` if it never sent one) together with the run's `finish` columns."""
         with self._cond:

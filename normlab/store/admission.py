@@ -5,7 +5,9 @@ cap of 20)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
 
 from normlab.events import RunStatus
 from normlab.store.schema import runs
@@ -22,7 +24,9 @@ class OverCap(Exception):
         self.which, self.active = which, active
 
 
-def check_caps(conn, rows: list[dict], max_active: int | None, max_per_owner: int | None) -> None:
+def check_caps(
+    conn: Connection, rows: list[dict[str, Any]], max_active: int | None, max_per_owner: int | None
+) -> None:
     if max_active is not None:
         total = conn.execute(
             select(func.count()).select_from(runs).where(runs.c.status.in_(ACTIVE))
@@ -39,7 +43,7 @@ def check_caps(conn, rows: list[dict], max_active: int | None, max_per_owner: in
                 raise OverCap("owner", int(mine))
 
 
-def admission_lock(conn, is_sqlite: bool) -> None:
+def admission_lock(conn: Connection, is_sqlite: bool) -> None:
     """Serialise admissions until this transaction ends (PostgreSQL: an advisory lock; SQLite: a write
     as the transaction's first statement takes the database's write lock, waiting for the one before)."""
     if is_sqlite:

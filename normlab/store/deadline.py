@@ -26,7 +26,9 @@ import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine.interfaces import DBAPIConnection, Dialect
 from sqlalchemy.exc import InvalidatePoolError
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,9 @@ def pg_engine(url: str, timeout_s: float, **kwargs: Any) -> Engine:
         extra = connect_args["options"]
 
         @event.listens_for(engine, "do_connect")
-        def _add_options(_dialect, _conn_rec, _cargs, cparams):
+        def _add_options(
+            _dialect: Dialect, _conn_rec: ConnectionPoolEntry, _cargs: list[Any], cparams: dict[str, Any]
+        ) -> None:
             cparams["options"] = f"{cparams.get('options', '')} {extra}".strip()
     else:
         kwargs.setdefault("connect_args", {}).update(connect_args)
@@ -87,7 +91,9 @@ class Watchdog:
         event.listen(engine, "close", self._checkin)
         event.listen(engine, "invalidate", lambda _c, rec, _e: self._checkin(None, rec))
 
-    def _checkout(self, dbapi_conn, record, _proxy) -> None:
+    def _checkout(
+        self, dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry, _proxy: PoolProxiedConnection
+    ) -> None:
         with self._lock:
             self._busy[id(record)] = (time.monotonic() + self.timeout_s, dbapi_conn)
             if self._pid != os.getpid():
@@ -99,7 +105,7 @@ class Watchdog:
             except Exception as exc:  # the pool drops its connections and opens a new one
                 raise InvalidatePoolError(f"pre-ping failed: {exc}") from exc
 
-    def _checkin(self, _dbapi_conn, record) -> None:
+    def _checkin(self, _dbapi_conn: DBAPIConnection | None, record: ConnectionPoolEntry) -> None:
         with self._lock:
             self._busy.pop(id(record), None)
 
@@ -117,10 +123,13 @@ class Watchdog:
                 cut(conn)
 
 
-def cut(dbapi_conn) -> None:
+def cut(dbapi_conn: DBAPIConnection) -> None:
     """Shut a psycopg connection's socket down so a call blocked on it fails at once."""
     with contextlib.suppress(Exception):
-        fd = dbapi_conn.pgconn.socket
+        pgconn = getattr(dbapi_conn, "pgconn", None)  # psycopg's; no other driver is cut
+        if pgconn is None:
+            return
+        fd = pgconn.socket
         sock = socket.socket(fileno=os.dup(fd))
         try:
             sock.shutdown(socket.SHUT_RDWR)

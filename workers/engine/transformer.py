@@ -19,6 +19,7 @@ normalizer factory's module), so it runs through the same kernels as the other m
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,8 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads, norm, position, gain_init) for _ in range(layers))
         self.final_norm = make_normalizer(norm, d, gain_init) if position == "pre" else None
         self.head = nn.Linear(d, vocab)
-        self.capture, self.captured = False, {}
+        self.capture = False
+        self.captured: dict[str, Any] = {}  # the engine's capture protocol (workers/engine/models.py)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids) + self.pos[: ids.shape[1]]
@@ -109,8 +111,10 @@ class Transformer(nn.Module):
         normalizer gains left out), from the gradients now in `.grad`, first block first."""
         out = []
         for block in self.blocks:
+            assert isinstance(block, Block)
             total = 0.0
             for m in (block.attn.qkv, block.attn.out, block.ff[0], block.ff[2]):
+                assert isinstance(m, nn.Linear)
                 g = m.weight.grad
                 if g is not None:
                     total += float(g.double().pow(2).sum())

@@ -150,7 +150,7 @@ def main(argv: list[str] | None, settings: Settings) -> int:
         results["fork"] = fork_first_point(args.repeats)
     results["targets"] = TARGETS
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(results))  # one line: `normlab bench fork --save` reads it
         return 0
     print(
         f"{'checkpoint overhead':<24}{'steps':>7}{'kept':>7}{'with (s)':>10}{'without (s)':>12}"

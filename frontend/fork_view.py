@@ -1,6 +1,7 @@
-"""Forks on the Run page: click a curve point to fill "fork from step k", change the normalizer, lr,
-batch size, steps or seed, and the child starts and opens, drawn on one chart with its family; a
-lineage strip (parent, siblings, children); "change now" controls (lr, weight decay) for a running run.
+"""Forks on the Run page and the Lab's live card: click a curve point to fill "fork from step k", change
+the normalizer, lr, batch size, steps or seed, and the child starts — on the Run page its page opens,
+drawn on one chart with its family; on the Lab it joins the board — ; a lineage strip (parent,
+siblings, children); "change now" controls (lr, weight decay) for a running run.
 Intervention markers on the curves are drawn in the browser (assets/fork.js)."""
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def _number(id_: str, value: Any, step: Any = "any", minimum: float | None = Non
 
 
 def fork_card(run: dict | None) -> html.Div:
-    """The fork form, prefilled with the run's own values (Run page) or empty (the Lab's board: the
-    clicked curve's run is forked, its values kept where a field is left empty); the step and the run
-    come from a click on a curve."""
+    """The fork form, prefilled with the run's own values (Run page: the child's page opens) or empty
+    (the Lab's live card: the clicked curve's run is forked, its values kept where a field is left
+    empty, and the child joins the board); the step and the run come from a click on a curve."""
     spec = (run or {}).get("spec", {})
     # until a click picks one: the run's own cadence, or its middle when the engine chose the cadence
     first = spec.get("checkpoint_every") or (spec["steps"] // 2 if spec.get("steps") else None)
@@ -64,23 +65,28 @@ def fork_card(run: dict | None) -> html.Div:
             dcc.Store(id=ids.FORK_LOCATION),  # the child's page, opened by the browser (below)
             html.Span(id=ids.FORK_SINK, hidden=True),
             dcc.Store(id=ids.FORK_RUN, data=(run or {}).get("id")),
+            dcc.Store(id=ids.FORK_OPENS, data=run is not None),
+            dcc.Store(id=ids.FORK_CHILD),
         ],
     )
 
 
-def change_card(run: dict) -> html.Div:
-    """lr / weight decay "change now" for a running run (hidden once it has ended)."""
-    spec = run.get("spec", {})
-    running = run.get("status") in ("running", "queued")
+def change_card(run: dict | None) -> html.Div:
+    """lr / weight decay "change now" for a running run (Run page: hidden once it has ended), or on the
+    Lab's live card for the run whose curve was clicked last (the fork form's run)."""
+    spec = (run or {}).get("spec", {})
+    shown = run is None or run.get("status") in ("running", "queued")
     return html.Div(
         className="card change-now",
-        style={} if running else {"display": "none"},
+        style={} if shown else {"display": "none"},
         children=[
             html.H2("Change now"),
+            *([] if run else [html.P("Click a curve of a running run, then apply.", className="muted")]),
             html.Label(["Learning rate", _number(ids.CHANGE_LR, spec.get("lr"))]),
             html.Label(["Weight decay", _number(ids.CHANGE_WD, spec.get("weight_decay"), "any", 0)]),
             html.Button("Apply at the next step", id=ids.CHANGE_GO, className="btn small"),
             html.Span(id=ids.CHANGE_MESSAGE, className="message", role="status"),
+            dcc.Store(id=ids.CHANGE_RUN, data=(run or {}).get("id")),
         ],
     )
 
@@ -146,7 +152,9 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
 @callback(
     Output(ids.FORK_MESSAGE, "children"),
     Output(ids.FORK_LOCATION, "data"),
+    Output(ids.FORK_CHILD, "data"),
     Input(ids.FORK_GO, "n_clicks"),
+    State(ids.FORK_OPENS, "data"),
     State(ids.FORK_RUN, "data"),
     State(ids.FORK_STEP, "value"),
     State(ids.FORK_NORM, "value"),
@@ -157,16 +165,22 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_fork(_n, run_id, step, norm, lr, batch_size, steps, seed, token):
+def on_fork(_n, opens, run_id, step, norm, lr, batch_size, steps, seed, token):
     if step is None or not run_id:
-        return "Pick a run and a step: click a point of a curve.", no_update
+        return "Pick a run and a step: click a point of a curve.", no_update, no_update
     try:
         client = data.api(token)
         changes = fork_changes(client.run(run_id), norm, lr, batch_size, steps, seed)
         made = client.fork(run_id, int(step), changes)
     except ApiError as exc:
-        return exc.detail, no_update
-    return f"Forked after step {made['from_step']}: opening {made['id']}…", f"/run/{made['id']}"
+        return exc.detail, no_update, no_update
+    if opens:
+        return (
+            f"Forked after step {made['from_step']}: opening {made['id']}…",
+            f"/run/{made['id']}",
+            no_update,
+        )
+    return f"Forked after step {made['from_step']}: {made['id']} joins the board.", no_update, made["id"]
 
 
 # A full load of the child's page (its chart is its family's); through the browser, because the page's
@@ -185,13 +199,17 @@ clientside_callback(
 @callback(
     Output(ids.CHANGE_MESSAGE, "children"),
     Input(ids.CHANGE_GO, "n_clicks"),
-    State(ids.RUN_ID, "data"),
+    State(ids.CHANGE_RUN, "data"),
+    State(ids.FORK_RUN, "data"),
     State(ids.CHANGE_LR, "value"),
     State(ids.CHANGE_WD, "value"),
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_change_now(_n, run_id, lr, weight_decay, token):
+def on_change_now(_n, page_run, clicked_run, lr, weight_decay, token):
+    run_id = page_run or clicked_run  # the Run page's run; on the Lab, the clicked curve's
+    if not run_id:
+        return "Pick the run: click a point of its curve."
     changes = {k: v for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None}
     try:
         data.api(token).intervene(run_id, changes)

@@ -124,8 +124,11 @@ FORK_MESSAGE = "nl-fork-message"
 FORK_LOCATION = "nl-fork-location"  # dcc.Store: the child's page to open
 FORK_SINK = "nl-fork-sink"
 FORK_RUN = "nl-fork-run"  # dcc.Store: the run a fork starts from (the clicked curve's)
+FORK_OPENS = "nl-fork-opens"  # dcc.Store: True = open the child's page (Run), False = add it to the board
+FORK_CHILD = "nl-fork-child"  # dcc.Store: the child just made, for the Lab's board
 LINEAGE = "nl-lineage"
 CHANGE_LR = "nl-change-lr"
 CHANGE_WD = "nl-change-wd"
 CHANGE_GO = "nl-change-go"
 CHANGE_MESSAGE = "nl-change-message"
+CHANGE_RUN = "nl-change-run"  # dcc.Store: the run "change now" changes (None: the clicked curve's run)

@@ -30,6 +30,7 @@ from dash import (
 from frontend import (
     components,
     data,
+    fork_view,
     ids,
     lab_builder,
     lab_form,
@@ -113,6 +114,16 @@ def layout(**query) -> html.Div:
             smoothing_control.control(ids.LAB_SMOOTH, bundle["map"].get("smooth", 0.0)),
             *components.curves_graph(bundle["figure"], bundle["map"]),
             lab_live.probe_strip_box(bundle["runs"], present_on),
+            html.Details(
+                className="what-if controls",
+                children=[
+                    html.Summary("What if… fork a run, or change a running one now"),
+                    html.Div(
+                        className="what-if-cards",
+                        children=[fork_view.fork_card(None), fork_view.change_card(None)],
+                    ),
+                ],
+            ),
         ],
     )
     defaults = {
@@ -285,6 +296,22 @@ def on_submit(
     group = result.get("group") or (board_state or {}).get("group")
     cls = "message ok" if not str(result["message"]).startswith("Queued") else "message queued"
     return (errors, result["message"], cls, *board(run_ids[-MAX_LIVE:], bool(present), group))
+
+
+@callback(
+    *BOARD_OUTPUTS,
+    Input(ids.FORK_CHILD, "data"),
+    State(ids.LAB_BOARD, "data"),
+    State(ids.PRESENT, "data"),
+    prevent_initial_call=True,
+)
+def on_forked(child, board_state, present):
+    """A fork made from the live card joins the board, drawn beside its parent (dashed past the fork)."""
+    if not child:
+        return (no_update,) * len(BOARD_OUTPUTS)
+    previous = logic.split_list((board_state or {}).get("runs"))
+    run_ids = [r for r in previous if r != child] + [child]
+    return board(run_ids[-MAX_LIVE:], bool(present), (board_state or {}).get("group"))
 
 
 @callback(

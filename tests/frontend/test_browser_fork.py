@@ -5,6 +5,7 @@ viewer of the run."""
 from __future__ import annotations
 
 import time
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -101,3 +102,53 @@ def test_the_labs_live_card_shows_an_intervention_marker(page, server, quiet_que
         )
     finally:
         httpx.post(f"{server.url}/api/runs/{rid}/cancel", timeout=10)
+
+
+def test_change_now_and_fork_from_the_labs_live_card(page, shot, server, quiet_queue):
+    parent = _run(server, steps=20000, eval_every=1000, checkpoint_every=25)
+    _wait_status(server, parent, "running")
+    child = None
+    try:
+        page.goto(f"{server.url}/?runs={parent}")
+        # a 20000-step run logs every 50 steps: wait for its point at step 100 (a checkpoint is there)
+        page.wait_for_function(f"() => {GD} && {GD}.data.some(t => t.x.length >= 3)", timeout=60000)
+        page.click("summary:has-text('What if')")
+        page.evaluate(
+            f"""() => {{ const gd = {GD}; const t = gd.data.findIndex(d => d.x.length >= 3);
+                gd.emit('plotly_click', {{points: [{{curveNumber: t, pointNumber: 1, x: gd.data[t].x[1],
+                    customdata: gd.data[t].customdata[1]}}]}}); }}"""
+        )
+        page.wait_for_function("() => document.querySelector('#nl-fork-step').value === '100'", timeout=10000)
+        # "change now" changes the clicked curve's run: its marker appears on the board's chart
+        page.fill("#nl-change-lr", "0.005")
+        page.click("#nl-change-go")
+        page.wait_for_selector("#nl-change-message:has-text('next step')", timeout=10000)
+        page.wait_for_function(
+            f"""() => (({GD} || {{}}).layout.annotations || [])
+                .some(a => (a.text || '').includes('lr 0.001 → 0.005'))""",
+            timeout=30000,
+        )
+        page.click("#nl-fork-norm")
+        page.get_by_role("option", name="layer", exact=True).click()
+        page.click("#nl-fork-go")
+        page.wait_for_selector("#nl-fork-message:has-text('joins the board')", timeout=20000)
+        child = page.locator("#nl-fork-message").inner_text().split(": ", 1)[1].split(" ", 1)[0]
+        spec = httpx.get(f"{server.url}/api/runs/{child}", timeout=10).json()["spec"]
+        assert spec["norm"] == "layer" and spec["parent"] == {"id": parent, "step": 100}
+        assert urlparse(page.url).path == "/"  # still on the Lab
+        httpx.post(f"{server.url}/api/runs/{parent}/cancel", timeout=10)  # the one worker trains the child
+        # the child on the board's chart, beside its parent: dashed, its own points after step 100
+        page.wait_for_function(
+            f"""() => {{ const d = ({GD} || {{}}).data || [];
+                const kid = d.filter(t => t.legendgroup === '{child}' && t.x.length > 0);
+                return kid.length > 0 && kid.every(t => t.line.dash === 'dash') && Math.min(...kid[0].x) > 100
+                    && d.some(t => t.legendgroup === '{parent}' && t.x.length >= 3); }}""",
+            timeout=60000,
+        )
+        assert page.locator(f"#lab-runs a[href='/run/{child}']").count() == 1  # its chip on the board
+        shot(page, "lab-fork-child-on-the-board")
+        assert not [e for e in page.errors if "favicon" not in e]
+    finally:
+        for rid in (parent, child):
+            if rid:
+                httpx.post(f"{server.url}/api/runs/{rid}/cancel", timeout=10)

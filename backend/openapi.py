@@ -88,8 +88,24 @@ def honest_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             )
             if writing and "/{run_id}" in path:
                 responses["403"] = _error("Only the run's owner or an admin may do this.")
+    _server_limits(doc, settings)
     app.openapi_schema = doc
     return doc
+
+
+def _server_limits(node: Any, settings: Settings) -> None:
+    """Every `steps` in the document allows at most this server's NORMLAB_MAX_STEPS (the models' own
+    bound is the largest any server may set): a request within the document is never refused for it."""
+    if isinstance(node, dict):
+        steps = node.get("properties", {}).get("steps")
+        for option in (steps or {}).get("anyOf", [steps] if steps else []):
+            if "maximum" in option:
+                option["maximum"] = min(option["maximum"], settings.max_steps)
+        for value in node.values():
+            _server_limits(value, settings)
+    elif isinstance(node, list):
+        for value in node:
+            _server_limits(value, settings)
 
 
 def no_repeated_query(request: Request) -> None:

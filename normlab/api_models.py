@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from normlab.catalog import CELLS, NORMS, TASKS, task_availability
 from normlab.events import RunStatus, RunSummary
@@ -54,6 +54,8 @@ class RunList(BaseModel):
 
 class SweepCreate(BaseModel):
     """A base spec and lists to cross: every norm × batch_size × seed becomes one run in one group."""
+
+    model_config = ConfigDict(extra="forbid")  # the document says so; `_known` names the unknown keys
 
     base: RunSpec
     norms: list[NormName] = Field(default_factory=list, max_length=6)

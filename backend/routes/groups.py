@@ -43,7 +43,9 @@ def get_group(
     group_id: str,
     store: StoreDep,
     metric: str | None = Query(
-        None, description="Final metric per cell (default: the preset's, else val_loss)."
+        None,
+        description="Final metric per cell (default: the preset's, else val_loss).",
+        json_schema_extra={"enum": METRICS},
     ),
 ) -> GroupPublic:
     if metric is not None and metric not in METRICS:

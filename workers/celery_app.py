@@ -6,18 +6,68 @@ from the environment's settings. The configuration itself is shared with the API
 
 from __future__ import annotations
 
-from celery import Celery
+import logging
+from typing import Any
+
+from celery import Celery, bootsteps
+from celery.worker import state
 
 from normlab.queue import make_celery
 from normlab.settings import Settings
 
 TASK_MODULES = ["workers.tasks"]
 _app: Celery | None = None
+log = logging.getLogger(__name__)
+
+
+class NothingHeldWhileBusy(bootsteps.StartStopStep):
+    """A worker training a run holds no second message, also after its broker connection was lost.
+
+    Celery counts the messages a worker holds per connection: when the connection to Redis comes back
+    while a run trains, that run's message belonged to the lost connection, so the consumer would take
+    one more message and keep it, unstarted, until the run ends, while a free worker waits for it. A
+    consumer that (re)starts while a run is in progress therefore consumes nothing until the run ends."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self._timer: Any = None
+
+    def start(self, c: Any) -> None:
+        if not _busy():
+            return
+        names = [q.name for q in c.task_consumer.queues]
+        for name in names:
+            c.task_consumer.cancel_by_queue(name)
+        log.warning("broker connection restored while a run trains: taking no message until it ends")
+
+        def resume() -> None:
+            if _busy():
+                return
+            self._timer.cancel()
+            self._timer = None
+            for name in names:
+                c.add_task_queue(name)
+            log.warning("the run in progress ended: taking messages again")
+
+        self._timer = c.timer.call_repeatedly(0.2, resume)
+
+    def stop(self, c: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _busy() -> bool:
+    """Whether this worker holds a run it has not finished (training it, or about to)."""
+    return bool(state.active_requests or state.reserved_requests)
 
 
 def create_app(settings: Settings) -> Celery:
     """The worker's app for `settings`; its tasks read the same settings from `app.normlab_settings`."""
     app = make_celery(settings, include=TASK_MODULES)
+    app.steps["consumer"].add(NothingHeldWhileBusy)
     app.normlab_settings = settings  # type: ignore[attr-defined]
     return app
 

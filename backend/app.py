@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from backend import auth, errors, openapi, resubmit
+from backend.background import call_bound_s, supervise
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import Publish, reaper_loop
@@ -29,19 +30,20 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hub = FeedHub(app.state.store, settings)
-        reaper = asyncio.create_task(
-            reaper_loop(
-                app.state.store, settings.lost_after_s, app.state.publish, settings.worker_heartbeat_s
-            )
-        )
-        requeuer = asyncio.create_task(broker_watch_loop(app.state.store, settings))  # Redis restarts
-        orphans = asyncio.create_task(orphan_watch_loop(app.state.store, settings))  # dead holders
+        store, bound_s = app.state.store, call_bound_s(settings.db_timeout_s, app.state.store.is_sqlite)
+        loops = {
+            "reaper": lambda: reaper_loop(
+                store, settings.lost_after_s, app.state.publish, settings.worker_heartbeat_s, bound_s
+            ),
+            "broker watch": lambda: broker_watch_loop(store, settings, bound_s),  # Redis restarts
+            "orphan watch": lambda: orphan_watch_loop(store, settings, bound_s),  # dead holders
+        }
+        tasks = [asyncio.create_task(supervise(name, loop)) for name, loop in loops.items()]
         try:
             yield
         finally:
-            reaper.cancel()
-            requeuer.cancel()
-            orphans.cancel()
+            for task in tasks:
+                task.cancel()
             await app.state.hub.close()
 
     app = FastAPI(

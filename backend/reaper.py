@@ -8,10 +8,10 @@ import logging
 import time
 from collections.abc import Callable
 
-import anyio
-
+from backend.background import BoundedCalls
 from normlab.events import RunStatus
 from normlab.store import EventRow, Store
+from normlab.store.deadline import held_up
 
 # How the reaper puts the terminal events it writes on the live feed: publish(run_id, rows).
 Publish = Callable[[str, list[EventRow]], object]
@@ -26,15 +26,22 @@ LOST_MESSAGE = (
 
 def reap_once(store: Store, lost_after_s: float, publish: Publish | None = None) -> list[str]:
     """Mark every stale running run lost; return their ids."""
-    lost = []
-    for run_id in store.stale_runs(time.time() - lost_after_s):
-        row = store.finish_with_status(run_id, RunStatus.LOST, LOST_MESSAGE, only_from=(RunStatus.RUNNING,))
-        if row is not None:
-            lost.append(run_id)
-            log.warning("run %s is lost (no heartbeat for %.1f s)", run_id, lost_after_s)
-            if publish is not None:
-                publish(run_id, [row])
-    return lost
+    return [
+        run_id
+        for run_id in store.stale_runs(time.time() - lost_after_s)
+        if mark_lost(store, run_id, lost_after_s, publish)
+    ]
+
+
+def mark_lost(store: Store, run_id: str, lost_after_s: float, publish: Publish | None = None) -> bool:
+    """Mark one stale run lost (False if it is no longer running) and put its last event on the feed."""
+    row = store.finish_with_status(run_id, RunStatus.LOST, LOST_MESSAGE, only_from=(RunStatus.RUNNING,))
+    if row is None:
+        return False
+    log.warning("run %s is lost (no heartbeat for %.1f s)", run_id, lost_after_s)
+    if publish is not None:
+        publish(run_id, [row])
+    return True
 
 
 def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float]:
@@ -50,25 +57,34 @@ def reaper_timing(lost_after_s: float, heartbeat_s: float) -> tuple[float, float
 
 
 async def reaper_loop(
-    store: Store, lost_after_s: float, publish: Publish | None = None, heartbeat_s: float = 2.0
+    store: Store,
+    lost_after_s: float,
+    publish: Publish | None = None,
+    heartbeat_s: float = 2.0,
+    call_bound_s: float = 60.0,
 ) -> None:
     """Every `period`, mark stale running runs lost. While the database is away the workers' heartbeats
     cannot reach it either: from the moment it answers again, they get a whole staleness window before
     any run is called lost (counted from the first answer, not the last failure, so a worker whose
-    reconnect comes a little after the API's is not called lost)."""
+    reconnect comes a little after the API's is not called lost). Each store call runs in the reaper's
+    own threads and is given up after `call_bound_s` (backend/background.py); a call that fails or is
+    given up counts as the database being away. Run it under `supervise`."""
     period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
+    call = BoundedCalls(call_bound_s)
     quiet_until, away = 0.0, False
     while True:
         try:
             if away or time.monotonic() < quiet_until:  # only look whether the database answers
-                await anyio.to_thread.run_sync(store.ping)
+                await call(store.ping)
                 if away:
                     away, quiet_until = False, time.monotonic() + period + stale_s
             else:
-                await anyio.to_thread.run_sync(reap_once, store, stale_s, publish)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the database is away
+                for run_id in await call(store.stale_runs, time.time() - stale_s):
+                    await call(mark_lost, store, run_id, stale_s, publish)
+        except Exception as exc:  # the database is away, or a call was held up or given up
             log.warning("reaper: %s", str(getattr(exc, "orig", None) or exc)[:200])
-            away = True
+            if held_up(exc):  # it answers: a write waited on rows a cut-off session holds
+                await call(store.after_held_up, exc)
+            else:
+                away = True
         await asyncio.sleep(period)

@@ -13,9 +13,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import anyio
 from sqlalchemy import select
 
+from backend.background import BoundedCalls
 from normlab.events import RunStatus
 from normlab.queue import enqueue_run, waiting_run_ids
 from normlab.settings import Settings
@@ -56,19 +56,19 @@ def requeue_if_broker_was_reset(store: Store, settings: Settings, client: redis.
     return ids
 
 
-async def broker_watch_loop(store: Store, settings: Settings) -> None:
-    """Run in the API: check the sentinel every PERIOD_S (only with a Redis broker)."""
+async def broker_watch_loop(store: Store, settings: Settings, call_bound_s: float = 60.0) -> None:
+    """Run in the API: check the sentinel every PERIOD_S (only with a Redis broker); each check runs in
+    the loop's own thread and is given up after `call_bound_s`. Run it under `supervise`."""
     if not settings.broker_url.startswith(("redis://", "rediss://")):
         return
     import redis
 
     client = redis.Redis.from_url(settings.broker_url, socket_timeout=5, socket_connect_timeout=2)
+    call = BoundedCalls(call_bound_s, threads=1)
     try:
         while True:
             try:
-                await anyio.to_thread.run_sync(requeue_if_broker_was_reset, store, settings, client)
-            except asyncio.CancelledError:
-                raise
+                await call(requeue_if_broker_was_reset, store, settings, client)
             except Exception as exc:  # Redis or the database is away: look again next period
                 log.debug("broker watch: %s", exc)
             await asyncio.sleep(PERIOD_S)
@@ -119,14 +119,14 @@ class OrphanWatch:
         return resent
 
 
-async def orphan_watch_loop(store: Store, settings: Settings) -> None:
-    """Run in the API: OrphanWatch.check every ORPHAN_PERIOD_S."""
+async def orphan_watch_loop(store: Store, settings: Settings, call_bound_s: float = 60.0) -> None:
+    """Run in the API: OrphanWatch.check every ORPHAN_PERIOD_S, in the loop's own thread, given up after
+    `call_bound_s`. Run it under `supervise`."""
     watch = OrphanWatch(store, settings)
+    call = BoundedCalls(call_bound_s, threads=1)
     while True:
         try:
-            await anyio.to_thread.run_sync(watch.check)
-        except asyncio.CancelledError:
-            raise
+            await call(watch.check)
         except Exception as exc:  # the broker or the database is away: look again next period
             log.debug("orphan watch: %s", exc)
         await asyncio.sleep(ORPHAN_PERIOD_S)

@@ -140,6 +140,7 @@ class EventWriter:
                     reason,
                     delay,
                 )
+                self.store.after_held_up(exc)
                 time.sleep(delay)
                 delay = min(RETRY_MAX_S, delay * 2)
         if self.publisher is not None:

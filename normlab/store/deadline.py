@@ -13,6 +13,10 @@ keeps the connection, which can be hours. Each layer gets its own bound:
   fails at once with a disconnect error, SQLAlchemy drops the connection, and the caller answers 503
   or retries.
 - waiting for a free connection from the pool: `pool_timeout`.
+- a transaction whose client was cut off at a moment the server's idle timer does not cover (a
+  pipelined batch whose end never arrived): `end_abandoned_transactions`, which the API's reaper calls
+  when a write of its own was held up; it ends this application's sessions left idle in a transaction
+  for longer than the server's own limit, the row locks they hold with them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection, Dialect
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
@@ -51,12 +55,17 @@ def pg_connect_args(timeout_s: float) -> dict[str, Any]:
     }
 
 
+APPLICATION_NAME = "normlab"  # unless the URL names one: how this application's sessions are told apart
+
+
 def pg_engine(url: str, timeout_s: float, **kwargs: Any) -> Engine:
     """A PostgreSQL engine whose every call fails within about `timeout_s` when the database is silent."""
     # SQLAlchemy's own pre-ping runs before any checkout listener, outside the watchdog's view: it is
     # done here instead, inside the deadline.
     pre_ping = kwargs.pop("pool_pre_ping", False)
     connect_args = pg_connect_args(timeout_s)
+    if "application_name=" not in url:
+        connect_args["application_name"] = APPLICATION_NAME
     if "options=" in url:  # the URL's own options (e.g. a search_path) come first, ours after
         kwargs.setdefault("connect_args", {}).update(
             {k: v for k, v in connect_args.items() if k != "options"}
@@ -74,6 +83,38 @@ def pg_engine(url: str, timeout_s: float, **kwargs: Any) -> Engine:
         engine = create_engine(url, pool_timeout=timeout_s, **kwargs)
     Watchdog(engine, timeout_s, pre_ping)
     return engine
+
+
+HELD_UP = ("57014", "55P03")  # SQLSTATE: query_canceled (statement_timeout), lock_not_available
+
+
+def held_up(exc: BaseException) -> bool:
+    """Whether a store call failed because the database answered but the call waited too long (a
+    statement or lock timeout), rather than because the database was away."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in HELD_UP
+
+
+def end_abandoned_transactions(engine: Engine, idle_s: float) -> int:
+    """End this application's sessions (same user, database and application_name) that have sat idle in
+    a transaction for over `idle_s`; return how many. The server ends such a session itself after
+    idle_in_transaction_session_timeout, except when the client was cut off in the middle of a
+    pipelined batch: the server then waits for the rest of it with no timer running, holding the batch's
+    row locks, and every later write of those rows waits behind it."""
+    with engine.connect() as conn:
+        ended = conn.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE usename = current_user AND datname = current_database() "
+                "AND application_name = current_setting('application_name') "
+                "AND state = 'idle in transaction' AND pid <> pg_backend_pid() "
+                "AND state_change < now() - make_interval(secs => :idle_s)"
+            ),
+            {"idle_s": idle_s},
+        ).scalar_one()
+        conn.commit()
+    if ended:
+        log.warning("ended %d session(s) left idle in a transaction for over %.1f s", ended, idle_s)
+    return int(ended)
 
 
 class Watchdog:

@@ -8,6 +8,7 @@ second writer of the same sequence number fail instead of forking a run's histor
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -22,12 +23,14 @@ from normlab import fair_queue
 from normlab.events import RunStatus
 from normlab.settings import Settings
 from normlab.store.admission import admission_lock, check_caps
-from normlab.store.deadline import pg_engine
+from normlab.store.deadline import end_abandoned_transactions, held_up, pg_engine
 from normlab.store.group_rows import GroupsMixin
 from normlab.store.labels import LabelsMixin
 from normlab.store.migrate import ensure_current
 from normlab.store.rows import RollupRow, RunRow, run_row
 from normlab.store.schema import cache, events, rollups, run_tags, runs
+
+log = logging.getLogger(__name__)
 
 
 class EventRow(NamedTuple):
@@ -90,6 +93,7 @@ class Store(GroupsMixin, LabelsMixin):
     def __init__(self, url: str, *, pool: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S):
         """`timeout_s`: the deadline of every call to PostgreSQL (normlab/store/deadline.py)."""
         self.url = url
+        self.timeout_s = timeout_s if pool else None
         self.engine = (
             make_engine(url, timeout_s)
             if pool
@@ -394,6 +398,22 @@ class Store(GroupsMixin, LabelsMixin):
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(select(1))
+
+    def end_abandoned_transactions(self) -> int:
+        """PostgreSQL: end this application's sessions left idle in a transaction for over twice the
+        deadline (normlab/store/deadline.py); how many. SQLite has no such sessions: 0."""
+        if self.is_sqlite or not self.timeout_s:
+            return 0
+        return end_abandoned_transactions(self.engine, 2 * self.timeout_s)
+
+    def after_held_up(self, exc: BaseException) -> None:
+        """After a call failed with `exc`: if it waited on rows that a session cut off from its client
+        holds, end such sessions so the retry can go through (never raises)."""
+        if held_up(exc):
+            try:
+                self.end_abandoned_transactions()
+            except Exception as again:  # the database went away meanwhile: the retry will say so
+                log.warning("could not look for abandoned sessions: %s", str(again)[:200])
 
 
 _stores: dict[str, Store] = {}

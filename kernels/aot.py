@@ -52,6 +52,8 @@ def load_jit_modules() -> dict[str, ModuleType]:
         mods = {}
         for name in MODULES:
             spec = importlib.util.spec_from_file_location(f"_normlab_aot_{name}", here / f"{name}.py")
+            if spec is None or spec.loader is None:
+                raise ImportError(f"kernels/{name}.py cannot be loaded")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod  # triton resolves globals of helper functions through the module
             spec.loader.exec_module(mod)

@@ -58,12 +58,12 @@ class _Entry:
         lent = {id(t) for t in (*partner.statics, *partner.outs)} if partner is not None else set()
         self.shared = {i for i, t in enumerate(inputs) if id(t) in lent}
         self.partner = partner if self.shared else None
-        self.statics = [
+        self.statics: list[torch.Tensor] = [
             t if i in self.shared else torch.empty_like(t, memory_format=torch.contiguous_format)
             for i, t in enumerate(inputs)
         ]
         self.copy_in(inputs)
-        self.graph = None
+        self.graph: torch.cuda.CUDAGraph | None = None
         self.outs: tuple = ()
         self.lease: weakref.ref | None = None
         self.nbytes = 0

@@ -42,9 +42,9 @@ def _check(acts, params) -> int:
         if t.dtype != h_prev.dtype or t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{name} and h_prev must share one float32/float16/bfloat16 dtype")
     for name, p in zip(PARAM_NAMES, params, strict=True):
-        want = (2 * H,) if "zr" in name else (H,)
-        if p.shape != want:
-            raise ValueError(f"{name} must have shape {want}, got {tuple(p.shape)}")
+        shape = (2 * H,) if "zr" in name else (H,)
+        if p.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(p.shape)}")
         if p.device != h_prev.device:
             raise ValueError(f"{name} is on {p.device} but h_prev is on {h_prev.device}; use one device")
     return H

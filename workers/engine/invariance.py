@@ -56,7 +56,9 @@ def _layer(method: str) -> nn.Module:
 
 
 def _weight(layer: nn.Module) -> torch.Tensor:
-    return layer.v if isinstance(layer, WeightNormLinear) else layer.weight
+    weight = layer.v if isinstance(layer, WeightNormLinear) else layer.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight
 
 
 def _transforms(gen: torch.Generator) -> dict[str, Callable]:
@@ -86,7 +88,9 @@ def _max_diffs(method: str, gen: torch.Generator) -> dict[str, float]:
         if isinstance(layer, WeightNormLinear):
             layer.g.abs_()
         elif isinstance(layer, NormLinear):
-            layer.norm.gain.abs_()
+            gain = layer.norm.gain
+            assert isinstance(gain, torch.Tensor)
+            gain.abs_()
     X = torch.randn(CASES, INPUTS, generator=gen, dtype=torch.float64) * 1.5 + 0.5
     W = _weight(layer).detach().clone()
     out = {}

@@ -79,6 +79,8 @@ def build_model(spec: RunSpec, data: TaskData, options: EngineOptions = DEFAULT)
 def make_optimizer(spec: RunSpec, model: nn.Module) -> torch.optim.Optimizer:
     """Adam, or SGD with momentum; weight_decay is L2 added to the gradient (both optimizers)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    if spec.lr is None:
+        raise ValueError("make_optimizer needs a resolved spec (its learning rate filled in)")
     if spec.optimizer == "adam":
         return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
     return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)

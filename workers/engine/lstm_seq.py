@@ -119,7 +119,7 @@ def _forward(
     one = xx.new_ones(())  # a Python scalar would be wrapped into a new tensor on every call
     A, C, TC, X, HS = (_steps(b, T) for b in (gates, cells, tanh_c, xx, hs))
     F_, I_, O_, TG = (_steps(gates[..., k * H : (k + 1) * H], T) for k in range(4))
-    HH = _steps(hh, T) if ln_h else None
+    HH = _steps(hh, T) if hh is not None else ()  # hh exists exactly when ln_h
     stats_h, stats_c = [], []
     if ln_c:
         gain_c2, bias_c2 = gain_c * 2, bias_c * 2

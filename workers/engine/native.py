@@ -81,7 +81,7 @@ def context(
         S,
         threads,
         eps,
-        *[None if tensors.get(n) is None else tensors[n].data_ptr() for n in POINTERS],
+        *[None if (t := tensors.get(n)) is None else t.data_ptr() for n in POINTERS],
     )
 
 
@@ -95,9 +95,10 @@ def _cpu_key() -> str:
 
 
 def _build(cc: str, cache_dir: Path) -> tuple[ctypes.CDLL | None, str]:
-    cc = cc or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
+    found = cc or shutil.which("cc") or shutil.which("gcc")
+    if not found:
         return None, "no C compiler (cc/gcc) on this machine: the torch path runs instead"
+    cc = found
     key = SOURCE.read_bytes() + " ".join([cc, *FLAGS, "-fopenmp", _cpu_key()]).encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
     target = cache_dir / "native" / f"lstm_step-{digest}.so"

@@ -82,5 +82,6 @@ def apply_options(model: nn.Module, options: EngineOptions) -> nn.Module:
     attribute: LayerNorm and the recurrent layers); returns the model."""
     for module in model.modules():
         if hasattr(module, "engine_options"):
-            module.engine_options = options
+            # nn.Module types its attributes Tensor | Module; these layers hold an EngineOptions
+            module.engine_options = options  # type: ignore[assignment]
     return model

@@ -183,9 +183,13 @@ def lanczos_top(
                 previous = _top_ritz(alphas[:-1], betas[:-1])[0] if k > 1 else alphas[0]
             theta, s = _top_ritz(alphas, betas)
             residual, ritz_at = beta * abs(float(s[-1])), len(alphas)
-            done = check and (
-                residual <= tol * abs(theta)
-                or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
+            done = (
+                check
+                and tol is not None
+                and (
+                    residual <= tol * abs(theta)
+                    or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
+                )
             )
             previous = theta
             if done or stop:

@@ -11,6 +11,7 @@ matrices are reported the same way for comparison (there uᵀFu is not 0).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -82,9 +83,10 @@ def _matrix_quantities(
     parts = [torch.dot(flat, flat), stats.row_sq.sum(), stats.whole_dot_sq.reshape(())]
     if gain_stats is not None:
         parts.append(gain_stats.row_sq.sum())
-    with_grad = with_grad and param.grad is not None
-    if with_grad:
-        g = param.grad.detach().reshape(-1)
+    grad = param.grad if with_grad else None
+    with_grad = grad is not None
+    if grad is not None:
+        g = grad.detach().reshape(-1)
         parts += [torch.dot(g, g), torch.dot(g, flat)]
     values = torch.stack(parts).tolist()
     sq, row_sq, whole = values[:3]
@@ -120,7 +122,7 @@ def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> d
 
 def group_payload(
     group: Group,
-    params: dict[str, Tensor],
+    params: Mapping[str, Tensor],
     stats: dict[str, RowStats],
     estimators: dict[str, str],
     scale: float,
@@ -157,7 +159,7 @@ def group_payload(
     return entry
 
 
-def snapshot(groups: list[Group], params: dict[str, Tensor]) -> dict[str, Tensor]:
+def snapshot(groups: list[Group], params: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The groups' weights now (to measure the angular update and norm growth of the next step)."""
     return {g.param: params[g.param].detach().clone() for g in groups}
 

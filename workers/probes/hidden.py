@@ -67,7 +67,7 @@ def recurrent_payload(captured: dict) -> dict:
         "hidden_norms": [_per_case_norm(hs[t]) for t in idx],
         "summed_mean": _series(captured, "summed_mean", idx),
         "summed_std": _series(captured, "summed_std", idx),
-        "grad_norms": [batch * _per_case_norm(hs[t].grad) if hs[t].grad is not None else 0.0 for t in idx],
+        "grad_norms": [batch * _per_case_norm(g) if (g := hs[t].grad) is not None else 0.0 for t in idx],
     }
     if "c" in captured:
         out["cell_norms"] = [_per_case_norm(captured["c"][t]) for t in idx]

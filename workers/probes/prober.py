@@ -140,7 +140,8 @@ class Prober:
             capture = getattr(self.model, "capture", False)
             recorded, self._recorded = self._recorded, None
             payload, _ = self.curvature.estimate(x, y, lr, recorded, outputs if recorded else None)
-            self.model.capture = capture
+            # nn.Module types its attributes Tensor | Module; the engine's models carry a bool flag
+            self.model.capture = capture  # type: ignore[assignment]
             self._pending = (payload, snapshot(self.curvature.groups, self.curvature.named))
             self.spent["fisher"] += self.clock() - t0
         return events

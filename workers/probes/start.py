@@ -88,8 +88,13 @@ def best_start(
         pp, pq, qq, app, apq, aqq = torch.stack(
             [
                 torch.stack(torch._foreach_norm(previous)).square().sum(),
-                sum(torch.dot(previous[i].reshape(-1), q0[fp.names[i]].reshape(-1)) for i in where),
-                sum(torch.dot(t.reshape(-1), t.reshape(-1)) for t in q0.values()),
+                sum(
+                    (torch.dot(previous[i].reshape(-1), q0[fp.names[i]].reshape(-1)) for i in where),
+                    previous[0].new_zeros(()),  # a tensor start: the sum is a tensor, exactly as before
+                ),
+                sum(
+                    (torch.dot(t.reshape(-1), t.reshape(-1)) for t in q0.values()), previous[0].new_zeros(())
+                ),
                 torch.dot(flat_p, lam_p.reshape(-1)) / fp.n,
                 torch.dot(flat_p, lam_q.reshape(-1)) / fp.n,
                 torch.dot(flat_q, lam_q.reshape(-1)) / fp.n,

@@ -19,6 +19,7 @@ generator, so a validation curve moves only with the weights.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,7 +81,8 @@ class DrawVAE(nn.Module):
         self.decoder = Eq29LSTMCell(LATENT, hidden_size, norm, gain_init)
         self.q = nn.Linear(hidden_size, 2 * LATENT)  # μ_t and log σ_t
         self.write = nn.Linear(hidden_size, PIXELS)
-        self.capture, self.captured = False, {}
+        self.capture = False
+        self.captured: dict[str, Any] = {}  # the engine's capture protocol (workers/engine/models.py)
 
     def _noise(self, shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
         return torch.randn(shape, generator=generator).to(like.device, like.dtype)

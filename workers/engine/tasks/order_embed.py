@@ -18,6 +18,7 @@ for each held-out caption, whether its image is among the K images of the split 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,7 +133,8 @@ class OrderEmbedder(nn.Module):
         self.image = nn.Linear(PIXELS, hidden_size)
         self.words = nn.Embedding(len(VOCAB), WORD_DIM)
         self.gru = make_layer("gru", WORD_DIM, hidden_size, norm, gain_init, max_steps=LENGTH)
-        self.capture, self.captured = False, {}
+        self.capture = False
+        self.captured: dict[str, Any] = {}  # the engine's capture protocol (workers/engine/models.py)
 
     def forward(self, x: Tensor) -> Tensor:
         pixels, tokens = x[:, :PIXELS], x[:, PIXELS:].long()

@@ -54,6 +54,8 @@ def _generated(
     spec: RunSpec, make, input_dim: int, n_outputs: int, note: str, extra_steps: int = 0
 ) -> TaskData:
     seq_len, eval_seq_len = spec.seq_len, spec.eval_seq_len
+    if seq_len is None or eval_seq_len is None:
+        raise ValueError(f"task {spec.task}: give a resolved spec (its sequence lengths filled in)")
     return TaskData(
         info=TASKS[spec.task],
         input_dim=input_dim,

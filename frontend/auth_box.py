@@ -8,6 +8,8 @@ With NORMLAB_AUTH=off the box says so and nothing asks for a token.
 
 from __future__ import annotations
 
+from typing import Any
+
 import flask
 import httpx
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -49,7 +51,7 @@ def auth_box() -> html.Div:
     )
 
 
-def describe(me: dict | None, error: str | None = None) -> str:
+def describe(me: dict[str, Any] | None, error: str | None = None) -> str:
     """What the box shows, from GET /api/me (or an error message)."""
     if error:
         return error
@@ -67,7 +69,7 @@ def describe(me: dict | None, error: str | None = None) -> str:
 
 def whoami(
     api_base: str, token: str | None, http: httpx.Client | None = None
-) -> tuple[dict | None, str | None]:
+) -> tuple[dict[str, Any] | None, str | None]:
     """(GET /api/me as JSON, None) or (None, a message saying what is wrong)."""
     if http is None:
         from frontend.api_client import api_for
@@ -84,14 +86,16 @@ def whoami(
     return r.json(), None
 
 
-def save(_save, _submit, _forget, value):
+def save(
+    _save: int | None, _submit: int | None, _forget: int | None, value: str | None
+) -> tuple[str | None, str]:
     """The token to keep (None when forgotten); the input is cleared so the token stays out of sight."""
     if ctx.triggered_id == TOKEN_FORGET:
         return None, ""
     return ((value or "").strip() or None), ""
 
 
-def show(token):
+def show(token: str | None) -> object:  # the text, or no_update
     """Who the stored token identifies, asked of the API this dashboard talks to."""
     base = flask.current_app.config.get("NORMLAB_API_BASE", "") if flask.has_app_context() else ""
     me, error = whoami(base, token)
@@ -129,5 +133,8 @@ def register(app: Dash) -> None:
         State(TOKEN_INPUT, "value"),
         prevent_initial_call=True,
     )(save)
-    app.clientside_callback(SYNC_COOKIE_JS, Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data"))
+    # dash's clientside_callback is unannotated
+    app.clientside_callback(  # type: ignore[no-untyped-call]
+        SYNC_COOKIE_JS, Output(TOKEN_COOKIE_SYNC, "data"), Input(TOKEN_STORE, "data")
+    )
     app.callback(Output(WHOAMI, "children"), Input(TOKEN_STORE, "data"))(show)

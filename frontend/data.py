@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import flask
 
@@ -35,10 +36,10 @@ def cookie_token() -> str | None:
     return flask.request.cookies.get(TOKEN_COOKIE) or None
 
 
-def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[str]]:
+def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """(runs found, ids not found), in the order asked; fetched concurrently."""
 
-    def one(rid):
+    def one(rid: str) -> dict[str, Any] | None:
         try:
             return client.run(rid)
         except ApiError as exc:
@@ -50,8 +51,8 @@ def fetch_runs(client: ApiClient, run_ids: list[str]) -> tuple[list[dict], list[
     return [r for r in found if r], [rid for rid, r in zip(run_ids, found, strict=True) if r is None]
 
 
-def fetch_histories(client: ApiClient, runs: list[dict]) -> dict[str, dict]:
-    def one(run):
+def fetch_histories(client: ApiClient, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def one(run: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         try:
             return run["id"], client.metrics(run["id"], SERIES, HISTORY_POINTS)
         except ApiError:
@@ -69,7 +70,7 @@ def curves_bundle(
     panels: list[str] | None = None,
     present: bool = False,
     from_start: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Figure + trace map + watch for the runs: history first, then the stream picks up after it.
 
     The cursor is each run's last_seq read *before* its history, so nothing between the two is lost;

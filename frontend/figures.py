@@ -14,10 +14,14 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.smoothing import RAW_OPACITY, SMOOTHED_PANELS, ema, format_elapsed, hovertemplate
+from frontend.smoothing import SMOOTHED_PANELS, format_elapsed, hovertemplate
 from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES, RunStatus
-from normlab.palette import NORM_COLORS  # one colour per normalizer, shared with normlab.client
+from normlab.palette import (
+    NORM_COLORS,  # one colour per normalizer, shared with normlab.client
+    RAW_OPACITY,
+    ema,
+)
 
 # For colouring by batch size (or anything categorical in order): Okabe–Ito with neighbours far apart
 # in hue (sky blue and blue, nearly alike on a projector, are never next to each other).

@@ -183,7 +183,7 @@ def results_table(group: GroupPublic, table_id: str) -> DataTable:
     """A sweep's cells × mean ± std of the final metric, sortable (numbers sort as numbers), coloured."""
     rows = results_rows(group)
     metric = group.metric
-    num = Format(precision=4, scheme=Scheme.decimal)
+    num = Format(precision=4, scheme=Scheme.decimal)  # type: ignore[no-untyped-call]  # dash's Format
     cols: list[Any] = [
         {
             "name": f,

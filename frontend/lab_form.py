@@ -248,7 +248,7 @@ def query_from_spec(spec: dict[str, Any], **overrides: Any) -> dict[str, str]:
     return out
 
 
-def budget_that_fits(log_events: list[dict]) -> float | None:
+def budget_that_fits(log_events: list[dict[str, Any]]) -> float | None:
     """The probe budget (in %) a run's budget warning asks for: its `budget_needed`, or the "raise it to
     X %" in its message; None without such a warning."""
     for e in log_events:

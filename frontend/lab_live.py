@@ -4,17 +4,19 @@ at import time, so each app Dash builds gets these callbacks once (as frontend/s
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
 from frontend import components, data, ids, probe_strip
 from frontend.api_client import ApiError
 
 
-def any_queued(runs: list[dict]) -> bool:
+def any_queued(runs: list[dict[str, Any]]) -> bool:
     return any(r.get("status") == "queued" for r in runs)
 
 
-def probe_strip_box(runs: list[dict], present: bool) -> html.Div:
+def probe_strip_box(runs: list[dict[str, Any]], present: bool) -> html.Div:
     """The compact probe strip of the newest board run with probes (hidden while none has them)."""
     newest = probe_strip.newest_probe_run(runs)
     return html.Div(
@@ -60,7 +62,7 @@ def register() -> None:
     )(on_strip)
 
 
-def on_queue_poll(_n, runs):
+def on_queue_poll(_n: int | None, runs: list[dict[str, Any]] | None) -> tuple[object, object]:
     """The board's queued runs read again: their queue positions move as others finish or overtake."""
     runs = runs or []
     waiting = [r["id"] for r in runs if r.get("status") == "queued"]
@@ -75,6 +77,6 @@ def on_queue_poll(_n, runs):
     return runs, not any_queued(runs)
 
 
-def on_strip(probes, present):
+def on_strip(probes: dict[str, Any] | None, present: bool | None) -> dict[str, Any]:
     probes = probes or {}
     return probe_strip.strip_figure(probes.get("hidden", []), probes.get("fisher", []), bool(present))

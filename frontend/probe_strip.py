@@ -5,6 +5,8 @@ probes see without opening the run's page."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -17,7 +19,7 @@ HELP = (
 )
 
 
-def newest_probe_run(runs: list[dict]) -> str | None:
+def newest_probe_run(runs: list[dict[str, Any]]) -> str | None:
     """The id of the newest run (last on the board) whose spec has probes on, or None."""
     for run in reversed(runs or []):
         if ((run.get("spec") or {}).get("probes") or {}).get("enabled"):
@@ -25,7 +27,9 @@ def newest_probe_run(runs: list[dict]) -> str | None:
     return None
 
 
-def strip_figure(hidden: list[dict], fisher: list[dict], present: bool = False) -> dict:
+def strip_figure(
+    hidden: list[dict[str, Any]], fisher: list[dict[str, Any]], present: bool = False
+) -> dict[str, Any]:
     """Two small panels from a run's `hidden` and `fisher` events (either may still be empty)."""
     fig = make_subplots(
         rows=1,
@@ -68,4 +72,5 @@ def strip_figure(hidden: list[dict], fisher: list[dict], present: bool = False) 
         figures.empty(fig, "Waiting for the first probe snapshot…")
     figures.apply_theme(fig, present, height=230)
     fig.update_layout(showlegend=False, margin={"l": 60, "r": 20, "t": 40, "b": 45})
-    return fig.to_plotly_json()
+    figure: dict[str, Any] = fig.to_plotly_json()
+    return figure

@@ -41,11 +41,13 @@ def format_elapsed(seconds: float | None) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
-def parse_weight(value) -> float:
+def parse_weight(value: str | float | None) -> float:
     """A smoothing weight from a cookie or a control: a number in [0, 0.99], else 0 (raw curves)."""
+    if value is None:
+        return 0.0
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # what a cookie or a stored state holds is not checked beforehand
         return 0.0
     return min(max(v, 0.0), 0.99) if math.isfinite(v) else 0.0
 

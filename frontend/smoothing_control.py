@@ -6,6 +6,8 @@ re-imports the pages) gets the callback once. The smoothing itself is frontend/s
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import Input, Output, State, callback, ctx, dcc, html, no_update
 
 from frontend import data, ids
@@ -31,7 +33,9 @@ def control(control_id: str, value: float) -> html.Div:
     )
 
 
-def rebuild(weight, trace_map, present):
+def rebuild(
+    weight: float | str | None, trace_map: dict[str, Any] | None, present: bool | None
+) -> tuple[object, object, object]:
     """(figure, trace map, watch) of the runs the curves graph shows, smoothed with `weight`; the
     browser keeps the setting in a cookie so the next page it opens renders smoothed the same way."""
     weight = parse_weight(weight)

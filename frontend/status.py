@@ -6,6 +6,8 @@ learns which statuses end a run from the watch store (`terminal`), not from a co
 
 from __future__ import annotations
 
+from typing import Any
+
 from normlab.events import TERMINAL_STATUSES, RunStatus
 
 # (text colour, background): the status word is always shown too, never colour alone.
@@ -30,7 +32,7 @@ def badge_style(status: str) -> dict[str, str]:
     return {"color": fg, "background": bg}
 
 
-def table_styles(column: str = "status") -> list[dict]:
+def table_styles(column: str = "status") -> list[dict[str, Any]]:
     """DataTable `style_data_conditional` entries colouring the status column like the badges."""
     return [
         {

@@ -106,6 +106,10 @@ class BatchNorm(nn.Module):
     """
 
     beyond_trained_length = BEYOND_TRAINED_LENGTH
+    # buffers (register_buffer): their types, which nn.Module's attribute lookup does not know
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    trained_steps: torch.Tensor
 
     def __init__(
         self,

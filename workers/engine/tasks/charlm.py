@@ -99,7 +99,9 @@ def _windows(ids: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor
 def load_charlm(spec: RunSpec, settings: Settings) -> TaskData:
     """charlm: x (B, T, 101) one-hot characters, y (B, T) the next character at every step."""
     text = {k: torch.from_numpy(v) for k, v in _split_files(spec.seed).items()}
-    train, seq_len = text["train"], spec.seq_len
+    train, seq_len, eval_seq_len = text["train"], spec.seq_len, spec.eval_seq_len
+    if seq_len is None or eval_seq_len is None:
+        raise ValueError("charlm needs a resolved spec (its sequence lengths filled in)")
 
     def sample(batch_size: int, gen: torch.Generator):
         starts = torch.randint(0, len(train) - seq_len - 1, (batch_size,), generator=gen)
@@ -111,8 +113,8 @@ def load_charlm(spec: RunSpec, settings: Settings) -> TaskData:
         input_dim=VOCAB_SIZE,
         n_outputs=VOCAB_SIZE,
         splits={
-            "val": _windows(text["val"], spec.eval_seq_len),
-            "test": _windows(text["test"], spec.eval_seq_len),
+            "val": _windows(text["val"], eval_seq_len),
+            "test": _windows(text["test"], eval_seq_len),
         },
         sample=sample,
         seq_len=seq_len,

@@ -74,6 +74,18 @@ TASKS: dict[str, TaskInfo] = {
             steps=300,
         ),
         TaskInfo(
+            "digits-mse",
+            "scikit-learn 8×8 digits with one-hot targets and squared error (the edge-of-stability "
+            "setting of Cohen et al. 2021: full-batch gradient descent on an MSE loss).",
+            "flat",
+            "regression",
+            "mse",
+            _FF_NORMS,
+            hidden_size=256,
+            layers=2,
+            steps=300,
+        ),
+        TaskInfo(
             "mnist",
             "Permutation-invariant MNIST, 784-1000-1000-10 as in §6.6 (IDX files in the data dir).",
             "flat",

@@ -17,7 +17,8 @@ from normlab.group_models import CellResult, Curve, CurvePoint, TraceName, Trace
 
 START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
 FRACTIONS = (0.25, 0.5, 1.0)
-TRACE_NAMES: tuple[TraceName, ...] = ("hidden_spread", "hidden_spread_late", "grad_orders")
+SERIES_KEYS: tuple[TraceName, ...] = ("elr_orders", "angular_late", "eta_lambda_late", "eta_lambda_first")
+TRACE_NAMES: tuple[TraceName, ...] = ("hidden_spread", "hidden_spread_late", "grad_orders", *SERIES_KEYS)
 
 
 class SeedRecord(TypedDict):
@@ -85,10 +86,16 @@ def _series(hidden: dict[str, Any], key: str) -> list[tuple[int, float]]:
 
 def trace_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     """From a run's last per-time-step trace: ‖h_t‖ max ÷ min over all steps and over t ≥ START, and the
-    orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace)."""
+    orders of magnitude ‖∂ℓ/∂h_t‖ falls from the last step back to the first (None without a trace);
+    with the numbers of `series_stats` from its per-estimate series."""
     hidden = (probes or {}).get("hidden") or {}
     norms = _series(hidden, "hidden_norms")
-    out: dict[str, float | None] = {"hidden_spread": None, "hidden_spread_late": None, "grad_orders": None}
+    out: dict[str, float | None] = {
+        "hidden_spread": None,
+        "hidden_spread_late": None,
+        "grad_orders": None,
+        **series_stats(probes),
+    }
     if norms and min(v for _, v in norms) > 0:
         out["hidden_spread"] = max(v for _, v in norms) / min(v for _, v in norms)
         late = [v for t, v in norms if t >= START]
@@ -98,6 +105,44 @@ def trace_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     if len(grads) > 1 and grads[-1][1] > 0:
         first = max(grads[0][1], 1e-45)  # an underflow to 0 counts as float32's smallest value
         out["grad_orders"] = math.log10(grads[-1][1] / first)
+    return out
+
+
+def _late(series: list[Any]) -> list[Any]:
+    """The estimates of a run's second half (by count: the last ⌈n/2⌉)."""
+    return series[len(series) // 2 :]
+
+
+def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
+    """From a run's per-estimate series (the probes' "fisher_series"): over its scale-invariant groups,
+    the orders of magnitude η/‖w‖² moved from the first estimate to the last ("elr_orders", mean over
+    groups of log10 last/first) and the mean angular update over the second half of the estimates
+    ("angular_late"); the mean η·λ_max(H) over the second half ("eta_lambda_late") and at the first
+    estimate ("eta_lambda_first"). None where the run has no such numbers."""
+    series = (probes or {}).get("fisher_series") or []
+    out: dict[str, float | None] = dict.fromkeys(SERIES_KEYS)
+    if not series:
+        return out
+    first = {g["name"]: g.get("effective_lr") for g in series[0]["groups"]}
+    last = {g["name"]: g.get("effective_lr") for g in series[-1]["groups"]}
+    orders = [
+        math.log10(last[n] / first[n])
+        for n in first
+        if len(series) > 1 and is_number(first[n]) and is_number(last.get(n)) and first[n] > 0 and last[n] > 0
+    ]
+    if orders:
+        out["elr_orders"] = statistics.fmean(orders)
+    angles = [
+        statistics.fmean(a)
+        for e in _late(series)
+        if (a := [g["angular_update"] for g in e["groups"] if is_number(g.get("angular_update"))])
+    ]
+    if angles:
+        out["angular_late"] = statistics.fmean(angles)
+    sharp = [e["eta_hessian_lambda_max"] for e in series if is_number(e.get("eta_hessian_lambda_max"))]
+    if sharp:
+        out["eta_lambda_first"] = sharp[0]
+        out["eta_lambda_late"] = statistics.fmean(_late(sharp))
     return out
 
 

@@ -19,6 +19,12 @@ standard error SE = sd(d)/√n. The rules, stated once here and reported with ev
                    with B (log10 g_T/g_1 per seed), beyond Z·SE (§3.1: vanishing gradients)
     best A         A better than every other run (each by the rule "better")
     trains A       A's validation loss ends below ln(classes) (a uniform guess) by more than Z·SE
+    decays A       A's effective learning rate η/‖w‖² (scale-invariant groups) falls from the first Fisher
+                   estimate to the last: log10 last/first below 0 beyond Z·SE
+    equilibrium A  A's angular update over the second half of its estimates ÷ √(2ηλ/(1+μ)) within
+                   ±LINE_REL of 1 beyond Z·SE (equivalence), per seed within ±LINE_REL
+    edge A         A's η·λ_max(Hessian) over the second half of its estimates ÷ 2 within ±EDGE_REL of 1
+                   beyond Z·SE (equivalence), per seed within ±EDGE_REL (edge of stability)
     chance A       A stays at a uniform guess: |final validation loss − ln(classes)| + Z·SE ≤ EQUIV_REL ×
                    ln(classes) (equivalence, as "close"); per seed within EQUIV_REL × ln(classes)
     refused N      the spec refuses norm N at the preset's batch size (checked, not trained)
@@ -48,7 +54,9 @@ from normlab.group_models import (
     Claim,
     CloseClaim,
     Comparison,
+    DecaysClaim,
     Effect,
+    LineClaim,
     PairedClaim,
     RefusedClaim,
     TraceName,
@@ -56,12 +64,15 @@ from normlab.group_models import (
     Verdict,
 )
 from normlab.spec import RunSpec
+from normlab.theory import angular_equilibrium
 
 Rule = tuple[str, ...]  # ("better", "layer", "batch"): a kind and its run labels (normlab.presets)
 
 Z = 2.0  # effects must exceed 2 paired standard errors (≈ a 95 % interval) to count
 MIN_SEEDS = 2  # a standard error sd/√n needs at least two paired differences
 EQUIV_REL = 0.10  # "≈": the difference's interval within ±10 % of the reference run's mean
+LINE_REL = 0.25  # the angular update "at" its equilibrium line: within ±25 % of it
+EDGE_REL = 0.10  # η·λ_max "at" 2: within ±10 % (GD's first steps start well below it)
 HIGHER_IS_BETTER = {"accuracy", "recall"}
 CURVE_FIELD = {
     "val_loss": "val_loss",
@@ -95,6 +106,12 @@ RULE_TEXT = {
     "best": "better (the rule above) than every other run",
     "trains": f"final validation loss − ln(classes) below 0 by more than {Z:g} standard errors",
     "refused": "the RunSpec refuses the norm at this batch size",
+    "decays": "log10 of η/‖w‖² at the last Fisher estimate ÷ at the first, mean over scale-invariant "
+    f"groups: below 0 by more than {Z:g} standard errors",
+    "equilibrium": f"angular update over the second half of the estimates ÷ √(2ηλ/(1+μ)): |mean − 1| + {Z:g} "
+    f"standard errors ≤ {LINE_REL:.0%}",
+    "edge": f"η·λ_max of the Hessian over the second half of the estimates ÷ 2: |mean − 1| + {Z:g} standard "
+    f"errors ≤ {EDGE_REL:.0%}",
     "chance": f"|final validation loss − ln(classes)| + {Z:g} standard errors ≤ {EQUIV_REL:.0%} of "
     "ln(classes) (equivalence with a uniform guess)",
 }
@@ -186,6 +203,33 @@ def _below_zero(diffs: list[float], seeds: int) -> tuple[Effect, bool, bool]:
     holds = d is not None and se is not None and d < 0 and abs(d) > Z * se and eff.n >= MIN_SEEDS
     all_seeds = bool(diffs) and len(diffs) == seeds and all(x < 0 for x in diffs)
     return eff, holds, all_seeds
+
+
+def _near_one(
+    kind: Literal["equilibrium", "edge"],
+    claim: str,
+    ratios: list[float],
+    seeds: int,
+    margin: float,
+    line: float | None,
+) -> LineClaim:
+    """An equivalence claim that per-seed ratios to a theory line are 1: |mean − 1| + Z·SE ≤ margin."""
+    eff = effect([r - 1 for r in ratios])
+    d, se = eff.difference, eff.se
+    return LineClaim(
+        claim=claim,
+        kind=kind,
+        holds=d is not None and se is not None and abs(d) + Z * se <= margin and eff.n >= MIN_SEEDS,
+        seeds_in=seeds,
+        all_seeds=bool(ratios) and len(ratios) == seeds and all(abs(r - 1) <= margin for r in ratios),
+        per_seed=[r - 1 for r in ratios],
+        margin=margin,
+        line=line,
+        difference=d,
+        se=se,
+        n=eff.n,
+        rule=RULE_TEXT[kind],
+    )
 
 
 def judge(
@@ -319,6 +363,38 @@ def judge(
             n=eff.n,
             rule=RULE_TEXT[kind],
         )
+    if kind == "decays":
+        (a,) = labels
+        vals = _per_seed(cells[a], "elr_orders")
+        orders = [v for v in vals.values() if is_number(v)]
+        eff, holds, all_seeds = _below_zero(orders, len(vals))
+        return DecaysClaim(
+            claim=f"{a}: η/‖w‖² decays",
+            kind=kind,
+            holds=holds,
+            seeds_in=len(vals),
+            all_seeds=all_seeds,
+            per_seed=list(orders),
+            difference=eff.difference,
+            se=eff.se,
+            n=eff.n,
+            rule=RULE_TEXT[kind],
+        )
+    if kind == "equilibrium" or kind == "edge":
+        (a,) = labels
+        key: TraceName
+        line: float | None
+        if kind == "equilibrium":
+            spec = cells[a].spec
+            lr, wd, mom = (spec.get(k) for k in ("lr", "weight_decay", "momentum"))
+            line = angular_equilibrium(lr, wd, mom or 0.0) if lr and wd else None
+            key, what = "angular_late", f"{a}: angular update at √(2ηλ/(1+μ))"
+        else:
+            line, key, what = 2.0, "eta_lambda_late", f"{a}: η·λ_max(H) at the edge of stability (2)"
+        per = _per_seed(cells[a], key)
+        ratios = [v / line for v in per.values() if is_number(v) and line]
+        margin = LINE_REL if kind == "equilibrium" else EDGE_REL
+        return _near_one(kind, what, ratios, len(per), margin, line)
     if kind == "chance":
         (a,) = labels
         vals = cells[a].values

@@ -126,7 +126,15 @@ class TraceStat(BaseModel):
     std: float
 
 
-TraceName = Literal["hidden_spread", "hidden_spread_late", "grad_orders"]
+TraceName = Literal[
+    "hidden_spread",
+    "hidden_spread_late",
+    "grad_orders",
+    "elr_orders",
+    "angular_late",
+    "eta_lambda_late",
+    "eta_lambda_first",
+]
 
 
 class Cell(BaseModel):
@@ -221,6 +229,21 @@ class ChanceClaim(Claim):
     chance: float | None  # ln(classes)
 
 
+class DecaysClaim(Claim):
+    """A's effective learning rate η/‖w‖² falls from its first Fisher estimate to its last."""
+
+    kind: Literal["decays"]
+
+
+class LineClaim(Claim):
+    """A measured series sits at a theory line: per seed its ratio to the line, minus 1, within ±margin
+    (per_seed and difference are ratio − 1)."""
+
+    kind: Literal["equilibrium", "edge"]
+    margin: float
+    line: float | None  # √(2ηλ/(1+μ)) or 2; None when the spec has no line (no weight decay)
+
+
 class BestClaim(Claim):
     """A better than every other run of the preset."""
 
@@ -236,7 +259,7 @@ class RefusedClaim(Claim):
 
 
 AnyClaim = Annotated[
-    PairedClaim | CloseClaim | TrainsClaim | ChanceClaim | BestClaim | RefusedClaim,
+    PairedClaim | CloseClaim | TrainsClaim | ChanceClaim | DecaysClaim | LineClaim | BestClaim | RefusedClaim,
     Field(discriminator="kind"),
 ]
 

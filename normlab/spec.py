@@ -17,6 +17,7 @@ from normlab.catalog import TASKS
 
 TaskName = Literal[
     "digits",
+    "digits-mse",
     "mnist",
     "mnist5k",
     "mnist1d",

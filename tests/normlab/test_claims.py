@@ -140,7 +140,8 @@ def test_trace_stats_leave_out_the_start_up_steps_and_count_gradient_orders():
     assert out["hidden_spread_late"] == pytest.approx(2.0) and out["grad_orders"] == pytest.approx(
         45.0, abs=0.2
     )
-    assert trace_stats(None) == {"hidden_spread": None, "hidden_spread_late": None, "grad_orders": None}
+    assert set(trace_stats(None).values()) == {None}
+    assert {"hidden_spread", "hidden_spread_late", "grad_orders"} <= set(trace_stats(None))
 
 
 def test_steadier_and_gradient_claims_pair_seeds():
@@ -240,3 +241,84 @@ def test_chance_is_an_equivalence_with_a_uniform_guess():
         preset.runs[0],
     )
     assert [c.kind for c in out.claims] == ["better", "trains", "chance"] and out.holds
+
+
+def _series_probes(elrs, angles, etas=None):
+    """A run's probe summary with one scale-invariant group per column of `elrs` / `angles`."""
+    series = []
+    for i, (elr, ang) in enumerate(zip(elrs, angles, strict=True)):
+        series.append(
+            {
+                "step": 10 * (i + 1),
+                "eta_hessian_lambda_max": None if etas is None else etas[i],
+                "groups": [
+                    {"name": f"g{k}", "effective_lr": e, "angular_update": a}
+                    for k, (e, a) in enumerate(zip(elr, ang, strict=True))
+                ],
+            }
+        )
+    return {"fisher_series": series}
+
+
+def test_series_stats_read_the_first_and_last_estimates_and_the_second_half():
+    probes = _series_probes(
+        elrs=[(1e-3, 2e-3), (5e-4, 1e-3), (2e-4, 1e-3), (1e-4, 4e-4)],
+        angles=[(0.5, 0.7), (0.1, 0.3), (0.02, 0.04), (0.03, 0.05)],
+        etas=[0.5, 1.5, 2.2, None],
+    )
+    out = trace_stats(probes)
+    assert out["elr_orders"] == pytest.approx((math.log10(1e-4 / 1e-3) + math.log10(4e-4 / 2e-3)) / 2)
+    assert out["angular_late"] == pytest.approx(((0.02 + 0.04) / 2 + (0.03 + 0.05) / 2) / 2)
+    assert out["eta_lambda_first"] == 0.5 and out["eta_lambda_late"] == pytest.approx((1.5 + 2.2) / 2)
+    empty = trace_stats({})
+    assert empty["elr_orders"] is None and empty["eta_lambda_late"] is None
+
+
+def _series_cells(spec, per_label):
+    """Cells whose records carry probe summaries: {label: [probes per seed]}."""
+    out = {}
+    for label, probes in per_label.items():
+        records = [
+            {"seed": s, "status": "completed", "value": 0.1, "curve": [(10, 0.1)], "probes": p}
+            for s, p in enumerate(probes)
+        ]
+        out[label] = aggregate(label, spec, records, "val_loss")
+    return out
+
+
+def test_decays_equilibrium_and_edge_claims_against_their_lines():
+    spec = {"steps": 40, "lr": 0.1, "weight_decay": 0.01, "momentum": 0.9}
+    line = math.sqrt(2 * 0.1 * 0.01 / 1.9)
+    near = [1.1, 0.95, 1.05]  # the late angle ÷ the line, per seed
+    cells = _series_cells(
+        spec,
+        {
+            "wd": [_series_probes([(1e-3,), (2e-3,)], [(0.1,), (r * line,)]) for r in near],
+            "none": [_series_probes([(1e-3,), (f * 1e-3,)], [(0.1,), (0.001,)]) for f in (0.5, 0.4, 0.6)],
+        },
+    )
+    eq = judge(("equilibrium", "wd"), cells, "val_loss")
+    se = statistics.stdev([r - 1 for r in near]) / math.sqrt(3)
+    assert eq.per_seed == pytest.approx([r - 1 for r in near]) and eq.se == pytest.approx(se)
+    assert eq.holds and eq.all_seeds and eq.line == pytest.approx(line)
+    off = judge(("equilibrium", "none"), cells, "val_loss")
+    assert not off.holds and not off.all_seeds  # 0.001 rad is far below the line
+    decays = judge(("decays", "none"), cells, "val_loss")
+    assert decays.per_seed == pytest.approx([math.log10(f) for f in (0.5, 0.4, 0.6)]) and decays.holds
+    assert not judge(("decays", "wd"), cells, "val_loss").holds  # it doubled
+    sharp = _series_cells(
+        {"steps": 40, "lr": 0.02},
+        {"gd": [_series_probes([(1.0,)] * 4, [(0.1,)] * 4, etas=[0.4, 1.0, e, e]) for e in (1.9, 2.05, 2.1)]},
+    )
+    edge = judge(("edge", "gd"), sharp, "val_loss")
+    assert edge.per_seed == pytest.approx([1.9 / 2 - 1, 2.05 / 2 - 1, 2.1 / 2 - 1]) and edge.holds
+
+
+def test_edge_is_a_tighter_margin_than_the_equilibrium_line():
+    # η·λ_max 1.6 is within the angular line's ±25 % but not at the edge's ±10 %
+    low = _series_cells(
+        {"steps": 40, "lr": 0.02},
+        {"gd": [_series_probes([(1.0,)] * 2, [(0.1,)] * 2, etas=[0.4, e]) for e in (1.6, 1.62, 1.58)]},
+    )
+    edge = judge(("edge", "gd"), low, "val_loss")
+    assert edge.margin == pytest.approx(0.10) and not edge.holds and not edge.all_seeds

@@ -58,6 +58,7 @@ class Prober:
             clock=self.clock,
         )
         self.last: dict[str, dict | None] = {"hidden": None, "fisher": None}
+        self.series: list[dict] = []  # per estimate, the few numbers the presets' claims read (series())
         self.estimates = 0  # Fisher estimates done so far
         self.last_fisher_step = 0
         self.no_fit = self._no_fit_warning() if self.plan.budget_needed is not None else None
@@ -163,6 +164,7 @@ class Prober:
         self.estimates += 1
         self.last_fisher_step = step
         self.last["fisher"] = payload
+        self.series.append(series_entry(step, payload))
         self.spent["fisher"] += self.clock() - t0
         return [("fisher", payload)]
 
@@ -204,8 +206,9 @@ class Prober:
         )
 
     def summary(self) -> dict:
-        """{"hidden": last hidden payload, "fisher": last fisher payload, "plan": the probe plan,
-        "overhead": measured share, "fisher_note": why there is no Fisher estimate, or None}.
+        """{"hidden": last hidden payload, "fisher": last fisher payload, "fisher_series": a few numbers
+        of every estimate (`series_entry`), "plan": the probe plan, "overhead": measured share,
+        "fisher_note": why there is no Fisher estimate, or None}.
 
         "overhead" is the probes' calls' time ÷ the rest of the loop's steps, with its parts per kind
         (what recording adds inside the step's own passes is not in it: `normlab bench probes` measures
@@ -214,12 +217,31 @@ class Prober:
         train = self.loop_seconds - probe
         return {
             **self.last,
+            "fisher_series": list(self.series),
             "plan": self.plan.public(),
             "overhead": probe / train if train > 0 else None,
             "overhead_parts": {k: v / train for k, v in self.spent.items()} if train > 0 else None,
             "fisher_note": self.fisher_note(),
             "fisher_note_logged": self.no_fit is not None and self.last["fisher"] is None,
         }
+
+
+def series_entry(step: int, payload: dict) -> dict:
+    """One estimate's step, η·λ_max of the Hessian (None unless asked for) and, per scale-invariant group,
+    η/‖w‖² and the angular update of the step: what a run's summary keeps of every estimate."""
+    return {
+        "step": step,
+        "eta_hessian_lambda_max": payload.get("eta_hessian_lambda_max"),
+        "groups": [
+            {
+                "name": g["name"],
+                "effective_lr": g.get("effective_lr"),
+                "angular_update": g.get("angular_update"),
+            }
+            for g in payload.get("groups") or []
+            if g.get("scale_invariant")
+        ],
+    }
 
 
 def model_kind(model: nn.Module) -> Kind:

@@ -5,6 +5,7 @@ are tested in tests/normlab/test_claims.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -164,3 +165,22 @@ def test_pre_ln_learns_reversal_and_post_ln_stays_at_chance_without_warm_up(sett
     claims = {c["kind"]: c for c in out["direction"]["claims"]}
     assert set(claims) == {"better", "trains", "chance"}
     assert all(c["all_seeds"] for c in claims.values()), claims
+
+
+def test_without_weight_decay_the_effective_lr_decays_and_with_it_the_angle_settles_on_its_line(settings):
+    # The preset as it is on seeds 0-1 (a few seconds): the per-estimate series reach the claims.
+    out = reproduce("wd-effective-lr", seeds=[0, 1], settings=settings, jobs=1)
+    claims = {c["kind"]: c for c in out["direction"]["claims"]}
+    assert claims["decays"]["all_seeds"] and claims["equilibrium"]["all_seeds"], claims
+    assert claims["equilibrium"]["line"] == pytest.approx(math.sqrt(2 * 0.1 * 0.01 / 1.9))
+    runs = {r["label"]: r for r in out["runs"]}
+    assert all(v > 0 for v in runs["WD 0.01"]["traces"]["elr_orders"]["values"])  # the norm shrank
+
+
+@pytest.mark.slow
+def test_full_batch_gradient_descent_holds_eta_lambda_max_at_two_with_and_without_layernorm(settings):
+    # The preset as it is on seeds 0-1: λ_max of the full-batch Hessian, every 20 steps, read at the end.
+    out = reproduce("edge-of-stability", seeds=[0, 1], settings=settings, jobs=2)
+    claims = out["direction"]["claims"]
+    assert [c["kind"] for c in claims] == ["edge", "edge"]
+    assert all(c["all_seeds"] for c in claims), claims

@@ -300,3 +300,21 @@ def test_order_embed_captions_name_the_image_and_recall_is_one_for_identical_emb
     f = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
     f = torch.abs(torch.nn.functional.normalize(f))
     assert retrieval_metrics(torch.cat([f, f], 1), y[:50])["recall"] == 1.0
+
+
+def test_digits_mse_is_digits_with_one_hot_targets_scored_by_squared_error(settings):
+    plain = load_task(RunSpec(task="digits", seed=3), settings)
+    data = load_task(RunSpec(task="digits-mse", seed=3), settings)
+    for split in ("val", "test"):
+        (x, y), (px, py) = data.split(split), plain.split(split)
+        assert torch.equal(x, px) and y.shape == (len(py), 10)
+        assert torch.equal(y.argmax(1), py) and torch.equal(y.sum(1), torch.ones(len(py)))
+    assert data.train_size == plain.train_size == 1258  # the preset's full batch
+    out = torch.randn(len(py), 10, dtype=torch.float64)
+    want = sum(float((out[i, k] - y[i, k]) ** 2) for i in range(len(py)) for k in range(10)) / (10 * len(py))
+    m = data.metrics(out, y.double())
+    # the loss is computed in float32
+    assert m["loss"] == pytest.approx(want, rel=1e-6) and m["mse"] == pytest.approx(want, rel=1e-6)
+    # a batch of the training split's size is the whole split: full-batch gradient descent
+    xb, yb = next(data.train_batches(1258, torch.Generator().manual_seed(0)))
+    assert xb.shape[0] == 1258 and torch.equal(yb.sum(0), data.train[1].sum(0))

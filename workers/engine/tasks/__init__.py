@@ -13,7 +13,13 @@ from normlab.settings import Settings
 from normlab.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
 from workers.engine.tasks.charlm import load_charlm
-from workers.engine.tasks.digits import load_conv_digits, load_digits_task, load_pixel_digits, load_seq_digits
+from workers.engine.tasks.digits import (
+    load_conv_digits,
+    load_digits_mse,
+    load_digits_task,
+    load_pixel_digits,
+    load_seq_digits,
+)
 from workers.engine.tasks.draw import load_draw
 from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
@@ -26,6 +32,7 @@ Loader = Callable[[RunSpec, Settings], TaskData]
 
 LOADERS: dict[str, Loader] = {
     "digits": load_digits_task,
+    "digits-mse": load_digits_mse,
     "mnist": load_mnist,
     "mnist5k": load_mnist5k,
     "mnist1d": load_mnist1d,

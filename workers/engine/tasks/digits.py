@@ -76,6 +76,21 @@ def load_digits_task(spec: RunSpec, settings: Settings) -> TaskData:
     return _load(spec, "flat")
 
 
+def load_digits_mse(spec: RunSpec, settings: Settings) -> TaskData:
+    """digits-mse: the flat digits with one-hot targets (B, 10) scored by squared error (the regression
+    loss: mean over cases and outputs), the setting of Cohen et al.'s edge-of-stability runs."""
+    data = _load(spec, "flat")
+
+    def one_hot(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch[0], torch.nn.functional.one_hot(batch[1], 10).float()
+
+    assert data.train is not None
+    data.train = one_hot(data.train)
+    data.splits = {k: one_hot(v) for k, v in data.splits.items()}
+    data.notes.append("digits-mse: one-hot targets, loss and metric the mean squared error over 10 outputs.")
+    return data
+
+
 def load_seq_digits(spec: RunSpec, settings: Settings) -> TaskData:
     """seq-digits: each image read row by row, x (B, 8, 8) = (B, T, D)."""
     return _load(spec, "sequence")

@@ -365,14 +365,14 @@ def judge(
         )
     if kind == "decays":
         (a,) = labels
-        vals = _per_seed(cells[a], "elr_orders")
-        orders = [v for v in vals.values() if is_number(v)]
-        eff, holds, all_seeds = _below_zero(orders, len(vals))
+        by_seed = _per_seed(cells[a], "elr_orders")
+        orders = [v for v in by_seed.values() if is_number(v)]
+        eff, holds, all_seeds = _below_zero(orders, len(by_seed))
         return DecaysClaim(
             claim=f"{a}: η/‖w‖² decays",
             kind=kind,
             holds=holds,
-            seeds_in=len(vals),
+            seeds_in=len(by_seed),
             all_seeds=all_seeds,
             per_seed=list(orders),
             difference=eff.difference,
@@ -393,8 +393,9 @@ def judge(
             line, key, what = 2.0, "eta_lambda_late", f"{a}: η·λ_max(H) at the edge of stability (2)"
         per = _per_seed(cells[a], key)
         ratios = [v / line for v in per.values() if is_number(v) and line]
-        margin = LINE_REL if kind == "equilibrium" else EDGE_REL
-        return _near_one(kind, what, ratios, len(per), margin, line)
+        if kind == "equilibrium":
+            return _near_one("equilibrium", what, ratios, len(per), LINE_REL, line)
+        return _near_one("edge", what, ratios, len(per), EDGE_REL, line)
     if kind == "chance":
         (a,) = labels
         vals = cells[a].values

@@ -95,6 +95,7 @@ RUN_HIDDEN = "run-hidden"
 RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
 RUN_LOG = "run-log"  # the run's log lines, warnings first
+RUN_INIT_GRADS = "run-init-grads"  # graph: a Transformer's per-block gradient norms at initialisation
 RUN_LINES = "run-lines"  # dcc.Store [line, ...]: log lines, status changes and evaluations from the stream
 RUN_FISHER_WARNING = "run-fisher-warning"  # why the Fisher panel is empty (from the log), above it
 RUN_FISHER_RETRY = "run-fisher-retry"  # link: the same run set up in the Lab with the budget that fits

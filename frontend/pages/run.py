@@ -13,6 +13,7 @@ from frontend import (
     fork_view,
     hidden_figures,
     ids,
+    init_gradients,
     lab_form,
     logic,
     probe_figures,
@@ -23,6 +24,7 @@ from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
 from normlab.events import TERMINAL_STATUSES
+from normlab.spec import TRANSFORMER_TASKS
 
 
 def header(run: dict, api_base: str = "") -> list:
@@ -142,6 +144,25 @@ def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **
             ),
             fork_view.change_card(run),
             fork_view.fork_card(run),
+            html.Div(
+                className="card",
+                style={} if spec.get("task") in TRANSFORMER_TASKS else {"display": "none"},
+                children=[
+                    html.H2("Gradient norms at initialisation"),
+                    html.P(
+                        "‖∂ℓ/∂W‖ over each block's weight matrices at the first step, before any update, "
+                        f"{spec.get('ln_position', 'pre')}-LN: with post-LN the blocks next to the output "
+                        "take larger gradients relative to the first than with pre-LN (Xiong et al. 2020).",
+                        className="panel-help",
+                    ),
+                    dcc.Graph(
+                        id=ids.RUN_INIT_GRADS,
+                        figure=init_gradients.init_gradient_figure([], spec.get("norm", "layer"), present_on),
+                        config=components.GRAPH_CONFIG,
+                        className="graph",
+                    ),
+                ],
+            ),
             html.Div(className="card muted", children=note, style={} if note else {"display": "none"}),
             html.Div(
                 className="card",
@@ -311,6 +332,20 @@ clientside_callback(
 def on_lines(lines):
     """The log panel, live: log lines, status changes and evaluations as the stream brings them."""
     return log_items(lines or [])
+
+
+@callback(
+    Output(ids.RUN_INIT_GRADS, "figure"),
+    Input(ids.RUN_LINES, "data"),
+    State(ids.RUN_SPEC, "data"),
+    State(ids.PRESENT, "data"),
+    prevent_initial_call=True,
+)
+def on_init_gradients(lines, spec, present):
+    """A Transformer run's per-block gradient norms at initialisation, once its first step logged them."""
+    if (spec or {}).get("task") not in TRANSFORMER_TASKS:
+        return no_update
+    return init_gradients.init_gradient_figure(lines or [], (spec or {}).get("norm", "layer"), bool(present))
 
 
 @callback(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dash import dcc, html
+from dash.development.base_component import Component
 
 from frontend import figures, ids, status
 
@@ -28,7 +30,9 @@ def badge(run_status: str) -> html.Span:
     )
 
 
-def page_stores(watch: dict | None = None, url_state: dict | None = None) -> list:
+def page_stores(
+    watch: dict[str, Any] | None = None, url_state: dict[str, Any] | None = None
+) -> list[Component]:
     """The stores each page carries: what the tab's stream follows, and the state mirrored into the URL."""
     return [
         dcc.Store(id=ids.WATCH, data={**(watch or {"cursor": {}}), "terminal": status.TERMINAL}),
@@ -47,7 +51,7 @@ def svg_button(graph_id: str) -> html.Button:
     )
 
 
-def curves_graph(figure: dict, trace_map: dict) -> list:
+def curves_graph(figure: dict[str, Any], trace_map: dict[str, Any]) -> list[Component]:
     return [
         dcc.Graph(id=ids.CURVES, figure=figure, config=GRAPH_CONFIG, className="graph curves"),
         dcc.Store(id=ids.CURVES_MAP, data=trace_map),
@@ -64,7 +68,7 @@ def format_wait(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def queue_note(run: dict) -> str:
+def queue_note(run: dict[str, Any]) -> str:
     """'position 3 in the queue, about 4 min' for a queued run ('' otherwise)."""
     position = run.get("queue_position")
     if run.get("status") != "queued" or not position:
@@ -74,7 +78,7 @@ def queue_note(run: dict) -> str:
     return f"position {position} in the queue{about}"
 
 
-def run_chip(run: dict, status: str | None = None, color: str | None = None) -> html.Div:
+def run_chip(run: dict[str, Any], status: str | None = None, color: str | None = None) -> html.Div:
     """A run as one line: colour swatch (as in the figure), label, status badge, link to its page, and
     while it waits, its place in the queue."""
     color = color or figures.norm_color(run.get("spec", {}).get("norm", ""))
@@ -91,12 +95,14 @@ def run_chip(run: dict, status: str | None = None, color: str | None = None) -> 
     )
 
 
-def run_chips(runs: list[dict], color_by: str = "norm", live: dict | None = None) -> list:
+def run_chips(
+    runs: list[dict[str, Any]], color_by: str = "norm", live: dict[str, Any] | None = None
+) -> list[html.Div]:
     colors = figures.colors_for(runs, color_by)
     return [run_chip(r, (live or {}).get(r["id"]), colors[r["id"]][0]) for r in runs]
 
 
-def card(title: str, children: list, className: str = "") -> html.Section:
+def card(title: str, children: Sequence[Component | str], className: str = "") -> html.Section:
     return html.Section(className=f"card {className}".strip(), children=[html.H2(title), *children])
 
 

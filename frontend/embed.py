@@ -13,7 +13,9 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import flask
 
@@ -50,7 +52,7 @@ def _runs(text: str | None) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def page_config(mode: str, runs: list[str], args) -> dict:
+def page_config(mode: str, runs: list[str], args: Mapping[str, str]) -> dict[str, Any]:
     """What the page's script reads (embedded as JSON): the runs, the view, the look."""
     panels = [p for p in (args.get("panels") or ",".join(DEFAULT_PANELS)).split(",") if p in PANELS]
     speed = args.get("speed")
@@ -74,7 +76,7 @@ def page_config(mode: str, runs: list[str], args) -> dict:
     }
 
 
-def render(config: dict, title: str) -> flask.Response:
+def render(config: dict[str, Any], title: str) -> flask.Response:
     body = (HERE / "embed.html").read_text()
     config_json = json.dumps(config).replace("</", "<\\/")  # no early </script>
     page = (
@@ -93,21 +95,21 @@ def install(server: flask.Flask) -> None:
     """The embed routes, their script, and the frame headers of every page of the dashboard's server."""
 
     @server.route("/embed/run/<run_id>")
-    def embed_run(run_id: str):
+    def embed_run(run_id: str) -> flask.Response:
         return render(page_config("live", _runs(run_id), flask.request.args), f"normlab · run {run_id}")
 
     @server.route("/embed/compare")
-    def embed_compare():
+    def embed_compare() -> flask.Response:
         runs = _runs(flask.request.args.get("runs"))
         return render(page_config("live", runs, flask.request.args), "normlab · compare")
 
     @server.route("/embed/replay")
-    def embed_replay():
+    def embed_replay() -> flask.Response:
         runs = _runs(flask.request.args.get("runs"))
         return render(page_config("replay", runs, flask.request.args), "normlab · replay")
 
     @server.route("/embed/static/embed.js")
-    def embed_script():
+    def embed_script() -> flask.Response:
         resp = flask.send_file(HERE / "embed.js", mimetype="text/javascript", max_age=0)
         return resp
 

@@ -5,6 +5,7 @@ for a feed-forward run, each layer's statistics over training."""
 from __future__ import annotations
 
 import math
+from typing import Any, TypeVar
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -13,6 +14,7 @@ from frontend import figures
 
 ORDINAL = figures.ORDINAL_COLORS  # feed-forward layers over training: an order, not a normalizer
 MAX_SNAPSHOTS = 150  # heatmap rows; past this, snapshots are thinned evenly (first and last kept) and said so
+T = TypeVar("T")
 
 
 def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
@@ -40,7 +42,7 @@ def step_edges(steps: list[int]) -> list[float]:
     return [float(steps[0]), *mids, float(steps[-1])]
 
 
-def thin(rows: list, limit: int = MAX_SNAPSHOTS) -> list:
+def thin(rows: list[T], limit: int = MAX_SNAPSHOTS) -> list[T]:
     """At most `limit` rows, evenly spaced, the first and the last always kept."""
     if len(rows) <= limit:
         return rows
@@ -48,7 +50,7 @@ def thin(rows: list, limit: int = MAX_SNAPSHOTS) -> list:
     return [rows[i] for i in picks]
 
 
-def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) -> tuple[bool, int]:
+def _heat(fig: go.Figure, events: list[dict[str, Any]], key: str, label: str, row: int) -> tuple[bool, int]:
     """(drawn, snapshots recorded): one heatmap row per kept snapshot at its training step."""
     found = sorted(
         ((e["step"], e["payload"].get(key)) for e in events if e["payload"].get(key)), key=lambda r: r[0]
@@ -109,7 +111,7 @@ def _heat(fig: go.Figure, events: list[dict], key: str, label: str, row: int) ->
     return True, len(rows)
 
 
-def hidden_figure(events: list[dict], present: bool = False, ended: bool = False) -> dict:
+def hidden_figure(events: list[dict[str, Any]], present: bool = False, ended: bool = False) -> dict[str, Any]:
     """‖h_t‖ and ‖∂L/∂h_t‖: training step × time step heatmaps (log colour) and the latest snapshot.
 
     Feed-forward runs have no time steps: their panel shows each layer's summed-input spread and
@@ -153,10 +155,11 @@ def hidden_figure(events: list[dict], present: bool = False, ended: bool = False
             "(first and latest kept)"
         )
         fig.update_layout(title={"text": note, "font": {"size": 12}, "x": 0})
-    return fig.to_plotly_json()
+    figure: dict[str, Any] = fig.to_plotly_json()
+    return figure
 
 
-def _layers_figure(events: list[dict], present: bool) -> dict:
+def _layers_figure(events: list[dict[str, Any]], present: bool) -> dict[str, Any]:
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=["Summed-input std per layer", "Activation norm per layer"]
     )
@@ -181,4 +184,5 @@ def _layers_figure(events: list[dict], present: bool) -> dict:
     fig.update_yaxes(title_text="std of summed inputs", row=1, col=1)
     fig.update_yaxes(title_text="activation norm (L2)", row=1, col=2)
     figures.apply_theme(fig, present, height=360)
-    return fig.to_plotly_json()
+    figure: dict[str, Any] = fig.to_plotly_json()
+    return figure

@@ -37,7 +37,7 @@ def decode_query(search: str | None) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
 
 
-def split_list(value: str | list | None) -> list[str]:
+def split_list(value: str | list[Any] | None) -> list[str]:
     if value is None:
         return []
     if isinstance(value, list):
@@ -68,7 +68,7 @@ def compare_state(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cursor_of(runs: list[dict]) -> dict[str, int]:
+def cursor_of(runs: list[dict[str, Any]]) -> dict[str, int]:
     """{run id: last stored seq} for the runs still live: where this tab's stream starts."""
     return {r["id"]: int(r.get("last_seq") or 0) for r in runs if r.get("status") not in TERMINAL_STATUSES}
 
@@ -89,7 +89,7 @@ def when(value: str | None) -> str:
         return str(value)
 
 
-def _metrics(run: dict) -> dict:
+def _metrics(run: dict[str, Any]) -> dict[str, Any]:
     m = (run.get("summary") or {}).get("metrics") or {}
     return m if isinstance(m, dict) else {}
 
@@ -98,7 +98,7 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def final_results(run: dict) -> dict[str, float | None]:
+def final_results(run: dict[str, Any]) -> dict[str, float | None]:
     """The run's final numbers for sortable columns: val loss; accuracy, bpc or mse (the test split's,
     else the validation split's); steps per second (steps ÷ wall time, set-up included); wall time (s).
     None where the run has not ended or did not measure it."""
@@ -120,7 +120,7 @@ def final_results(run: dict) -> dict[str, float | None]:
     return out
 
 
-def final_metric(run: dict) -> str:
+def final_metric(run: dict[str, Any]) -> str:
     """The run's final headline numbers as text ('val_loss 0.1235 · accuracy 0.95'), or ''."""
     results = final_results(run)
     parts = [f"{key} {results[key]:.4g}" for key in ("val_loss", *RESULT_METRICS) if results[key] is not None]
@@ -132,7 +132,7 @@ def group_link(group_id: str | None) -> str:
     return f"[{group_id}](/compare?group={group_id})" if group_id else ""
 
 
-def run_rows(items: list[dict]) -> list[dict]:
+def run_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of the Runs table (one per run), flat; the results numeric, so they sort as numbers."""
     rows = []
     for r in items:

@@ -3,12 +3,14 @@ the √(2ηλ) equilibrium, the SGD norm-growth law and uᵀFu = 0, with the poi
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 
 from normlab.theory import angular_equilibrium, curvature_departs, growth_departs, growth_step
 
 
-def angular_line(spec: dict | None) -> float | None:
+def angular_line(spec: dict[str, Any] | None) -> float | None:
     """√(2ηλ/(1+μ)) for an SGD run with weight decay (the equilibrium of its scale-invariant groups'
     angular update), else None: Adam's step is not covered by that law, and without decay there is none."""
     if not spec or spec.get("optimizer") != "sgd":
@@ -20,7 +22,7 @@ def angular_line(spec: dict | None) -> float | None:
 
 
 def draw_angular(
-    fig: go.Figure, spec: dict | None, steps: list[int], row: int, col: int, legend: str
+    fig: go.Figure, spec: dict[str, Any] | None, steps: list[int], row: int, col: int, legend: str
 ) -> bool:
     """The equilibrium as a dashed line over the run's steps on the effective-step panel (a trace, like
     the stability line, so it is in the panel's legend and its log axis); whether it applied."""
@@ -45,7 +47,7 @@ def draw_angular(
 DEPART = {"color": "rgba(213, 94, 0, 0.35)", "size": 16}  # translucent halo: where a run leaves its law
 
 
-def norm_growth_applies(spec: dict | None) -> bool:
+def norm_growth_applies(spec: dict[str, Any] | None) -> bool:
     """The SGD norm-growth law holds for plain SGD (no momentum) without weight decay, all run long."""
     if not spec or spec.get("optimizer") != "sgd":
         return False
@@ -55,11 +57,11 @@ def norm_growth_applies(spec: dict | None) -> bool:
     return not any(c.get("momentum") or c.get("weight_decay") for c in changes if isinstance(c, dict))
 
 
-def growth_points(events: list[dict]) -> dict[str, list[dict]]:
+def growth_points(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per whole-matrix scale-invariant group, per Fisher event that measured ‖w_t‖, ‖g_t‖, η (from η/‖w‖²)
     and ‖w_{t+1}‖: {"step", "predicted" ‖w_{t+1}‖, "measured", "departs"}. Row groups report medians over
     rows, for which the law is not exact, so they are left out."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for e in events:
         for g in e["payload"].get("groups", []):
             need = (g.get(k) for k in ("weight_norm", "grad_norm", "effective_lr", "weight_norm_next"))
@@ -80,8 +82,8 @@ def growth_points(events: list[dict]) -> dict[str, list[dict]]:
 
 def draw_norm_growth(
     fig: go.Figure,
-    spec: dict | None,
-    events: list[dict],
+    spec: dict[str, Any] | None,
+    events: list[dict[str, Any]],
     colors: dict[str, str],
     row: int,
     col: int,
@@ -126,7 +128,9 @@ def draw_norm_growth(
     return bool(points)
 
 
-def draw_zero_curvature(fig: go.Figure, events: list[dict], row: int, col: int, legend: str) -> bool:
+def draw_zero_curvature(
+    fig: go.Figure, events: list[dict[str, Any]], row: int, col: int, legend: str
+) -> bool:
     """On the uᵀFu panel, when the run has scale-invariant groups: the line uᵀFu = 0 their theory puts them
     on, and a shaded halo at each point of such a group whose |uᵀFu| exceeds 10⁻³ of its trace; whether
     it applied."""

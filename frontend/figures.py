@@ -336,6 +336,13 @@ def curves_figure(
             font={"size": 15, "color": "#555"},
         )
     apply_theme(fig, present, height=380)
+    # margins fixed to fit the tick labels, the axis titles and the legend: with automatic margins each
+    # live append whose new range changes a label's width would move them and make plotly draw it twice
+    fig.update_xaxes(automargin=False)
+    fig.update_yaxes(automargin=False)
+    fig.update_layout(
+        margin={"l": 90, "r": 30, "t": 50, "b": 115} if present else {"l": 66, "r": 24, "t": 50, "b": 88}
+    )
     # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
     fig.update_layout(uirevision=f"curves-{x_mode}")
     return fig.to_plotly_json(), trace_map

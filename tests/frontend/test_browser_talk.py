@@ -295,6 +295,7 @@ def test_run_page_log_is_live_and_an_empty_loss_axis_waits_over_a_loss_range(pag
         assert page.evaluate(f"() => {CURVES}.data[2].x.length") == 0
         low, high = page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.range")
         assert (round(low, 6), round(high, 6)) == (-2.0, 1.0)
+        size = page.evaluate(f"() => JSON.stringify({CURVES}._fullLayout._size)")
         log = page.locator("#run-log")
         # the log panel follows the run: its start, then each evaluation as it comes
         page.wait_for_function(
@@ -316,6 +317,8 @@ def test_run_page_log_is_live_and_an_empty_loss_axis_waits_over_a_loss_range(pag
         assert page.evaluate(f"() => {CURVES}._fullLayout.yaxis2.autorange") is True
         assert low <= math.log10(min(vals)) and math.log10(max(vals)) <= high
         assert high - low < 2  # fitted to the values, not the placeholder's three decades
+        # the margins stay where they were while the ranges and their labels change under the appends
+        assert page.evaluate(f"() => JSON.stringify({CURVES}._fullLayout._size)") == size
         shot(page, "talk-run-log-live")
         assert not page.errors, page.errors
     finally:

@@ -50,7 +50,7 @@ EMPTY_LOG_RANGE = (-2.0, 1.0)
 MAX_POINTS = 20_000  # live appends (Plotly.extendTraces) keep at most this many points per trace
 
 
-def log_ticks(values: Iterable[float | None]) -> dict:
+def log_ticks(values: Iterable[float | None]) -> dict[str, Any]:
     """Tick values for a log axis over many decades (so live points never leave it unlabelled), as
     dense as the data's current span allows: 1-2-3-5 within a decade, 1-2-5, 1-3, or powers of 10."""
     pos = [v for v in values if isinstance(v, int | float) and v > 0 and math.isfinite(v)]
@@ -70,7 +70,7 @@ def metric_key(task: str) -> str | None:
     return metric if metric in ("accuracy", "bpc") else None
 
 
-def run_label(run: dict) -> str:
+def run_label(run: dict[str, Any]) -> str:
     """A short legend label: normalizer, batch size, seed (and task when it is not digits)."""
     spec = run.get("spec", {})
     label = f"{spec.get('norm', '?')} · bs {spec.get('batch_size', '?')} · seed {spec.get('seed', 0)}"
@@ -79,7 +79,7 @@ def run_label(run: dict) -> str:
     return label
 
 
-def colors_for(runs: list[dict], color_by: str) -> dict[str, tuple[str, str]]:
+def colors_for(runs: list[dict[str, Any]], color_by: str) -> dict[str, tuple[str, str]]:
     """run id -> (colour, dash). Colour by normalizer (fixed palette) or by batch size (ordinal);
     the other attribute picks the line dash, so every run stays distinguishable. A fork drawn beside
     its parent is dashed: its own points start after the fork step, so the chart shows the parent's
@@ -110,7 +110,7 @@ def _series_for(panel: str, task: str) -> str | None:
     return metric_key(task)
 
 
-def _elapsed_at(steps: list[int], history: dict) -> list[float | None]:
+def _elapsed_at(steps: list[int], history: dict[str, Any]) -> list[float | None]:
     """Seconds since the run started at each step, interpolated from the 'elapsed' series."""
     el = history.get("series", {}).get("elapsed")
     if not el or not el["step"]:
@@ -161,15 +161,15 @@ def apply_theme(fig: go.Figure, present: bool, height: int) -> go.Figure:
 
 
 def curves_figure(
-    runs: list[dict],
-    histories: dict[str, dict],
+    runs: list[dict[str, Any]],
+    histories: dict[str, dict[str, Any]],
     *,
     panels: list[str] | None = None,
     smoothing: float = 0.0,
     color_by: str = "norm",
     x_mode: str = "step",
     present: bool = False,
-) -> tuple[dict, dict]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(figure, trace map) for the loss / validation / metric curves of several runs, side by side."""
     panels = [p for p in (panels or list(PANELS)) if p in PANELS] or ["loss"]
     tasks = {r["spec"].get("task", "digits") for r in runs}
@@ -194,7 +194,7 @@ def curves_figure(
         "panels": panels,
     }
     index = 0
-    seen_values: dict[str, list] = {}
+    seen_values: dict[str, list[Any]] = {}
     for run in runs:
         rid, task = str(run["id"]), str(run["spec"].get("task", "digits"))
         color, dash = colors[rid]
@@ -353,7 +353,7 @@ def _positive(values: Iterable[float | None]) -> bool:
     return any(isinstance(v, int | float) and v > 0 and math.isfinite(v) for v in values)
 
 
-def _last_step(runs: list[dict]) -> int | None:
+def _last_step(runs: list[dict[str, Any]]) -> int | None:
     """The longest of the runs' planned step counts (None when no run states one)."""
     steps = [s for r in runs if isinstance(s := (r.get("spec") or {}).get("steps"), int) and s > 0]
     return max(steps) if steps else None

@@ -4,6 +4,8 @@ the curvature per layer and per scale-invariant weight group. The hidden-state h
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -14,7 +16,7 @@ from frontend import figures, probe_names, theory_lines
 CATEGORY = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
 
 
-def _group_series(events: list[dict], field: str) -> list[tuple[str, list]]:
+def _group_series(events: list[dict[str, Any]], field: str) -> list[tuple[str, list[float | None]]]:
     """(name, values per event) for each scale-invariant group; past 8 groups, min / median / max."""
     names: list[str] = []
     for e in events:
@@ -34,11 +36,11 @@ def _group_series(events: list[dict], field: str) -> list[tuple[str, list]]:
     return out
 
 
-def _has(events: list[dict], field: str) -> bool:
+def _has(events: list[dict[str, Any]], field: str) -> bool:
     return any(g.get(field) is not None for e in events for g in e["payload"].get("groups", []))
 
 
-def _step_panel(events: list[dict]) -> tuple[str, str]:
+def _step_panel(events: list[dict[str, Any]]) -> tuple[str, str]:
     """(field, title) of the effective-step panel: the measured ‖Δw‖/‖w‖ per update when the run
     reports it (labelled by its optimizer), else η/‖w‖² (the step plain SGD would take)."""
     if _has(events, "effective_step"):
@@ -50,12 +52,12 @@ def _step_panel(events: list[dict]) -> tuple[str, str]:
 
 
 def fisher_figure(
-    events: list[dict],
+    events: list[dict[str, Any]],
     present: bool = False,
     ended: bool = False,
     blocked: bool = False,
-    spec: dict | None = None,
-) -> dict:
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
     stability line 2. Below, per scale-invariant weight group: ‖w‖, the effective step, uᵀFu along w and
     the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere.
@@ -83,7 +85,8 @@ def fisher_figure(
         )
         figures.empty(fig, why)
         figures.apply_theme(fig, present, height=160)
-        return fig.to_plotly_json()
+        empty_figure: dict[str, Any] = fig.to_plotly_json()
+        return empty_figure
     last = events[-1]["payload"]
     estimators = last.get("trace_estimator", {})
     group_names = [name for name, _ in _group_series(events, "weight_norm")]
@@ -152,10 +155,11 @@ def fisher_figure(
     if last.get("empirical") is not None:
         note += " · empirical Fisher also recorded (labelled as such)"
     fig.update_layout(title={"text": note, "font": {"size": 12}, "x": 0})
-    return fig.to_plotly_json()
+    figure: dict[str, Any] = fig.to_plotly_json()
+    return figure
 
 
-def _eta_lambda(fig: go.Figure, events: list[dict], steps: list[int]) -> None:
+def _eta_lambda(fig: go.Figure, events: list[dict[str, Any]], steps: list[int]) -> None:
     """η·λ_max(F) (and of the Hessian when measured) with the line 2 that gradient descent crosses when it
     stops being stable."""
     fig.add_trace(

@@ -11,7 +11,12 @@ from frontend import components, ids, lab_form, logic
 from normlab.catalog import NORMS
 
 FIELD_NAMES = [name for name, _, _ in lab_form.FORM_FIELDS]
-CHOICES = {"optimizer": ["adam", "sgd"], "cell": ["lstm", "gru", "tanh"], "ln_placement": ["full", "cell"]}
+CHOICES = {
+    "optimizer": ["adam", "sgd"],
+    "cell": ["lstm", "gru", "tanh"],
+    "ln_placement": ["full", "cell"],
+    "ln_position": ["pre", "post"],
+}
 
 
 def _widget(fid: dict, name: str, kind: str, value, limits: dict) -> Component:
@@ -62,11 +67,8 @@ def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
     fields show, help text. The chosen normalizer stays when the new task has it."""
     info = catalog_tasks[task]
     defaults = lab_form.field_defaults(task)
-    sequential = info["kind"] == "sequence"
     values = [defaults.get(n) for n in FIELD_NAMES]
-    styles = [
-        {"display": "none"} if n in lab_form.SEQUENCE_ONLY and not sequential else {} for n in FIELD_NAMES
-    ]
+    styles = [{} if lab_form.applies(n, task) else {"display": "none"} for n in FIELD_NAMES]
     norms = [{"label": n, "value": n, "title": NORMS.get(n, "")} for n in info["norms"]]
     keep = norm if norm in info["norms"] else ("layer" if "layer" in info["norms"] else info["norms"][0])
     return norms, keep, norms, values, styles, info["description"]

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from normlab.catalog import TASKS
-from normlab.spec import ProbeSpec, RunSpec
+from normlab.spec import TRANSFORMER_TASKS, ProbeSpec, RunSpec
 
 # The Lab form, in display order: (field, label, widget kind). Sequence-only fields after the model's.
 FORM_FIELDS = [
@@ -27,6 +27,8 @@ FORM_FIELDS = [
     ("seq_len", "Sequence length", "int"),
     ("eval_seq_len", "Evaluation length", "int"),
     ("ln_placement", "LayerNorm placement (LSTM)", "choice"),
+    ("ln_position", "LayerNorm position (Transformer)", "choice"),
+    ("weight_standardization", "Weight Standardization", "bool"),
     ("probes", "Probes", "flag"),
 ]
 # Under the Probes box, shown while probes are on; they go into RunSpec.probes.
@@ -41,6 +43,7 @@ CHECK_TEXT = {  # what ticking a check box does (the label above it is in capita
     "probes": " record hidden-state traces and Fisher curvature",
     "hessian": " also λ_max of the Hessian (edge of stability: η·λ against 2)",
     "empirical_fisher": " also the empirical Fisher (observed labels; a comparison, not curvature)",
+    "weight_standardization": " standardize each conv filter over its fan-in (with a normalizer after it)",
 }
 ALL_FIELDS = FORM_FIELDS + PROBE_FIELDS
 KINDS = {name: kind for name, _, kind in ALL_FIELDS}
@@ -48,6 +51,23 @@ LABELS = {name: label for name, label, _ in ALL_FIELDS} | {"norm": "Normalizer"}
 PROBE_NAMES = [name for name, _, _ in PROBE_FIELDS]
 NUMERIC = {name for name, kind in KINDS.items() if kind in ("int", "float", "percent")}
 SEQUENCE_ONLY = {"cell", "seq_len", "eval_seq_len", "ln_placement"}
+TRANSFORMER_ONLY = {"ln_position"}
+IMAGE_ONLY = {"weight_standardization"}
+
+
+def applies(name: str, task: str) -> bool:
+    """Whether the form shows field `name` for `task`: sequence-only fields for sequential tasks, the
+    Transformer's LayerNorm position for Transformer tasks, Weight Standardization for ConvNet tasks."""
+    kind = TASKS[task].kind if task in TASKS else None
+    if name in SEQUENCE_ONLY:
+        return kind == "sequence"
+    if name in TRANSFORMER_ONLY:
+        return task in TRANSFORMER_TASKS
+    if name in IMAGE_ONLY:
+        return kind == "image"
+    return True
+
+
 COMPACT = {"batch_size", "steps"}  # the fields presentation mode keeps (with task, normalizer, Start)
 
 
@@ -56,7 +76,12 @@ def field_defaults(task: str) -> dict[str, Any]:
     the probe budget in percent."""
     spec = RunSpec.model_validate({"task": task}).resolved()
     values = spec.model_dump()
-    out: dict[str, Any] = {name: values[name] for name, _, kind in FORM_FIELDS if kind != "flag"}
+    out: dict[str, Any] = {}
+    for name, _, kind in FORM_FIELDS:
+        if kind == "bool":  # a check box holds a list: ["on"] when ticked
+            out[name] = ["on"] if values[name] else []
+        elif kind != "flag":
+            out[name] = values[name]
     out["probes"] = ["on"] if spec.probes.enabled else []
     probes = ProbeSpec().model_dump()
     for name, _, kind in PROBE_FIELDS:
@@ -113,8 +138,7 @@ def range_text(name: str, limits: dict[str, dict[str, Any]]) -> str:
 def visible_fields(task: str, probes_on: bool) -> list[str]:
     """The fields the form shows for this task: sequence-only ones for sequential tasks, the probe
     settings while probes are on."""
-    sequential = TASKS[task].kind == "sequence" if task in TASKS else False
-    names = [n for n, _, _ in FORM_FIELDS if sequential or n not in SEQUENCE_ONLY]
+    names = [n for n, _, _ in FORM_FIELDS if applies(n, task)]
     return names + (PROBE_NAMES if probes_on else [])
 
 
@@ -144,6 +168,10 @@ def build_spec(task: str, norm: str, values: dict[str, Any]) -> dict[str, Any]:
                 spec["probes"] = {"enabled": True}
             continue
         if name in PROBE_NAMES:
+            continue
+        if kind == "bool":  # a check box: only a ticked one goes into the spec
+            if value:
+                spec[name] = True
             continue
         if value is None or value == "":
             continue

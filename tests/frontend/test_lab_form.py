@@ -135,3 +135,19 @@ def test_query_from_spec_rebuilds_the_form_and_the_budget_a_warning_asks_for():
     assert logic.budget_that_fits([warn]) == 37
     assert logic.budget_that_fits([{"payload": {"budget_needed": 0.4, "message": "…"}}]) == 40
     assert logic.budget_that_fits([{"payload": {"message": "data loaded"}}]) is None
+
+
+def test_the_transformer_position_and_weight_standardization_show_where_they_apply():
+    assert "ln_position" in logic.visible_fields("reverse", False)
+    assert "weight_standardization" not in logic.visible_fields("reverse", False)
+    assert "weight_standardization" in logic.visible_fields("conv-digits", False)
+    assert not {"ln_position", "weight_standardization"} & set(logic.visible_fields("digits", False))
+    post = logic.build_spec("reverse", "layer", {**logic.field_defaults("reverse"), "ln_position": "post"})
+    assert RunSpec.model_validate(post).ln_position == "post"
+    conv = logic.field_defaults("conv-digits")
+    assert conv["weight_standardization"] == []  # a check box, unticked by default
+    assert "weight_standardization" not in logic.build_spec("conv-digits", "group", conv)
+    ticked = logic.build_spec("conv-digits", "group", {**conv, "weight_standardization": ["on"]})
+    assert RunSpec.model_validate(ticked).weight_standardization is True
+    query = logic.query_from_spec(RunSpec.model_validate(ticked).resolved().model_dump())
+    assert logic.form_from_query("conv-digits", query)["weight_standardization"] == ["on"]

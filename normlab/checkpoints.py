@@ -50,8 +50,12 @@ def at_or_before(root: Path, run_id: str, step: int) -> int | None:
     return earlier[-1] if earlier else None
 
 
-def write(path: Path, body: bytes) -> int:
-    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes."""
+def write(path: Path, body: bytes, durable: bool = True) -> int:
+    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes.
+
+    durable=False leaves the fsyncs to a later `sync(path)`: the file is whole and in place for every
+    reader at once (a process that dies keeps what it wrote), and until `sync` a crash of the host
+    may leave it torn, which its checksum then refuses by name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(body).hexdigest().encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ckpt")
@@ -60,17 +64,33 @@ def write(path: Path, body: bytes) -> int:
             f.write(MAGIC + digest + b"\n")
             f.write(body)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:  # the rename itself survives a crash only once the directory is on disk
+    if durable:
+        _sync_dir(path.parent)
+    return len(MAGIC) + 65 + len(body)
+
+
+def sync(path: Path) -> None:
+    """Flush a checkpoint written with durable=False, and its name, to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:  # a rename survives a crash only once the directory is on disk
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return len(MAGIC) + 65 + len(body)
 
 
 def read(path: Path) -> bytes:

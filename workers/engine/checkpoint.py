@@ -10,6 +10,7 @@ stream's place in its epoch, the step, and the loop's open logging window.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import queue
 import random
@@ -28,6 +29,7 @@ from normlab.spec import RunSpec
 from workers.engine.tasks.base import BatchStream
 
 FORMAT = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,11 +90,7 @@ def serialize(state: dict[str, Any]) -> bytes:
 
 def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
     """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
-    return _write(root, run_id, state["loop"]["step"], serialize(state), cap_bytes)
-
-
-def _write(root: Path, run_id: str, step: int, body: bytes, cap_bytes: int) -> int:
-    size = checkpoints.write(checkpoints.path_for(root, run_id, step), body)
+    size = checkpoints.write(checkpoints.path_for(root, run_id, state["loop"]["step"]), serialize(state))
     checkpoints.prune(root, run_id, cap_bytes)
     return size
 
@@ -158,35 +156,60 @@ def _copied(obj: Any) -> Any:
 
 class Writer:
     """Writes a run's checkpoints from a thread: the training loop only copies the state's tensors (so
-    training may go on), while serializing, the checksum, the write, its fsync and retention happen
-    beside it.
-    `close()` waits for every write, so a run reported ended has its last checkpoint on disk."""
+    training may go on), while serializing, the checksum, the write, retention and the fsyncs happen
+    beside it. `close()` waits until every checkpoint is whole and in place (a run reported ended has
+    its last checkpoint there for any fork), not for the fsyncs: those follow on the thread, so the
+    run's end does not wait on the disk (checkpoints.write, durable=False)."""
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
         self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
+        self._to_sync: queue.Queue[Path | None] = queue.Queue()
         self.error: BaseException | None = None
         self.cpu_s = 0.0  # the thread's CPU time serializing, hashing and writing
+        self._submitted = self._placed = 0
+        self._placed_cond = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name=f"checkpoints-{run_id}", daemon=True)
+        self._syncer = threading.Thread(target=self._sync_loop, name=f"checkpoint-sync-{run_id}", daemon=True)
         self._thread.start()
+        self._syncer.start()
 
     def submit(self, state: dict[str, Any]) -> None:
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
+        self._submitted += 1
         self._queue.put((state["loop"]["step"], _copied(state)))
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
             t0 = time.thread_time()
+            path = checkpoints.path_for(self.root, self.run_id, item[0])
             try:
-                _write(self.root, self.run_id, item[0], serialize(item[1]), self.cap_bytes)
+                checkpoints.write(path, serialize(item[1]), durable=False)
+                checkpoints.prune(self.root, self.run_id, self.cap_bytes)
             except BaseException as exc:  # noqa: BLE001 - reported by the next submit or close
                 self.error = exc
             self.cpu_s += time.thread_time() - t0
+            with self._placed_cond:
+                self._placed += 1
+                self._placed_cond.notify_all()
+            if self.error is None:
+                self._to_sync.put(path)
+        self._to_sync.put(None)
+
+    def _sync_loop(self) -> None:
+        while (path := self._to_sync.get()) is not None:
+            try:
+                checkpoints.sync(path)
+            except FileNotFoundError:
+                pass  # retention took it already
+            except OSError as exc:
+                log.warning("checkpoint %s is in place but not flushed to disk: %s", path, exc)
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
+        with self._placed_cond:
+            self._placed_cond.wait_for(lambda: self._placed >= self._submitted)
+        self._queue.put(None)  # the threads end, the syncer after the last fsync
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
 

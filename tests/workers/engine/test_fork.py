@@ -269,3 +269,34 @@ def test_a_resumed_run_continues_its_own_history_bit_for_bit_without_repeating_a
     # the uninterrupted run's to the bit (train and validation loss)
     assert scalars(stored) + scalars(resumed) == scalars(reference)
     assert any("Resumed from its checkpoint of step 8" in e.payload.get("message", "") for e in resumed)
+
+
+def test_the_writer_hands_back_a_placed_checkpoint_before_its_fsync(ck_settings, monkeypatch):
+    import threading
+
+    from workers.engine import checkpoint as ck
+
+    release, synced = threading.Event(), []
+
+    def slow_sync(path):  # a disk that takes its time
+        release.wait(30)
+        synced.append(path)
+
+    monkeypatch.setattr(checkpoints, "sync", slow_sync)
+    root = ck_settings.checkpoint_root
+    writer = ck.Writer(root, "w", cap_bytes=1 << 30)
+    for step in (3, 6):
+        writer.submit({"format": ck.FORMAT, "loop": {"step": step}, "model": {"w": torch.full((4,), step)}})
+    writer.close()  # returns with both in place although no fsync has finished
+    assert checkpoints.steps(root, "w") == [3, 6] and synced == []
+    assert torch.equal(load(root, "w", 6)["model"]["w"], torch.full((4,), 6))
+    release.set()
+    writer._syncer.join(30)
+    assert synced == [checkpoints.path_for(root, "w", 3), checkpoints.path_for(root, "w", 6)]
+
+
+def test_a_checkpoint_written_without_fsync_reads_back_and_syncs(tmp_path):
+    path = checkpoints.path_for(tmp_path, "r", 5)
+    size = checkpoints.write(path, b"body", durable=False)
+    checkpoints.sync(path)
+    assert checkpoints.read(path) == b"body" and size == path.stat().st_size

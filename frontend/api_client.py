@@ -39,7 +39,7 @@ class ApiClient:
         other.token = token or None
         return other
 
-    def _call(self, method: str, path: str, **kw) -> Any:
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
         if self.token:
             kw["headers"] = {**kw.get("headers", {}), "Authorization": f"Bearer {self.token}"}
         try:
@@ -72,36 +72,45 @@ class ApiClient:
         except ValueError as exc:  # not the API answering (an older server's pages catch-all): say so
             raise ApiError(404, f"{path} is not an API route on the server at {self.base}.") from exc
 
-    def catalog(self) -> dict:
-        return self._call("GET", "/api/catalog")
+    def _object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        """An answer that is a JSON object (every route but cancel, delete and invariance)."""
+        body = self._call(method, path, **kw)
+        if not isinstance(body, dict):
+            raise ApiError(502, f"{path} on the server at {self.base} answered no JSON object.")
+        return body
 
-    def presets(self) -> list[dict]:
+    def catalog(self) -> dict[str, Any]:
+        return self._object("GET", "/api/catalog")
+
+    def presets(self) -> list[dict[str, Any]]:
         data = self._call("GET", "/api/presets")
         items = data.get("presets", data.get("items", [])) if isinstance(data, dict) else data
         return list(items or [])
 
-    def runs(self, **query) -> dict:
-        return self._call("GET", "/api/runs", params=query)
+    def runs(self, **query: str | int) -> dict[str, Any]:
+        return self._object("GET", "/api/runs", params=query)
 
-    def run(self, run_id: str) -> dict:
-        return self._call("GET", f"/api/runs/{run_id}")
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self._object("GET", f"/api/runs/{run_id}")
 
-    def metrics(self, run_id: str, names: list[str] | None = None, max_points: int = 1000) -> dict:
+    def metrics(self, run_id: str, names: list[str] | None = None, max_points: int = 1000) -> dict[str, Any]:
         params: dict[str, Any] = {"max_points": max_points}
         if names:
             params["names"] = ",".join(names)
-        return self._call("GET", f"/api/runs/{run_id}/metrics", params=params)
+        return self._object("GET", f"/api/runs/{run_id}/metrics", params=params)
 
-    def create_run(self, spec: dict) -> dict:
-        return self._call("POST", "/api/runs", json=spec)
+    def create_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._object("POST", "/api/runs", json=spec)
 
-    def create_sweep(self, body: dict) -> dict:
-        return self._call("POST", "/api/sweeps", json=body)
+    def create_sweep(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._object("POST", "/api/sweeps", json=body)
 
-    def launch_preset(self, name: str, seeds: list[int] | None = None, steps: int | None = None) -> dict:
+    def launch_preset(
+        self, name: str, seeds: list[int] | None = None, steps: int | None = None
+    ) -> dict[str, Any]:
         """POST /api/presets/{name}: the preset over its seeds as one group -> {group_id, run_ids}."""
         body = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
-        return self._call("POST", f"/api/presets/{name}", json=body)
+        return self._object("POST", f"/api/presets/{name}", json=body)
 
     def group(self, group_id: str) -> GroupPublic:
         """GET /api/groups/{id}: the group's runs, cells (mean ± std, bands) and, for a preset, claims.
@@ -118,16 +127,16 @@ class ApiClient:
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")
 
-    def fork(self, run_id: str, step: int | str, changes: dict) -> dict:
+    def fork(self, run_id: str, step: int | str, changes: dict[str, Any]) -> dict[str, Any]:
         """POST /api/runs/{id}/fork -> {id, from_step}."""
-        return self._call("POST", f"/api/runs/{run_id}/fork", json={"step": step, "changes": changes})
+        return self._object("POST", f"/api/runs/{run_id}/fork", json={"step": step, "changes": changes})
 
-    def intervene(self, run_id: str, changes: dict) -> dict:
-        return self._call("POST", f"/api/runs/{run_id}/interventions", json=changes)
+    def intervene(self, run_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self._object("POST", f"/api/runs/{run_id}/interventions", json=changes)
 
-    def lineage(self, run_id: str) -> dict:
+    def lineage(self, run_id: str) -> dict[str, Any]:
         """GET /api/runs/{id}/lineage -> {parent, children, siblings, family}."""
-        return self._call("GET", f"/api/runs/{run_id}/lineage")
+        return self._object("GET", f"/api/runs/{run_id}/lineage")
 
     def delete(self, run_id: str) -> Any:
         return self._call("DELETE", f"/api/runs/{run_id}")

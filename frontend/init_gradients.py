@@ -20,7 +20,9 @@ def layer_grad_norms(events: list[dict[str, Any]]) -> list[float] | None:
     return None
 
 
-def init_gradient_figure(events: list[dict[str, Any]], norm: str = "layer", present: bool = False) -> dict:
+def init_gradient_figure(
+    events: list[dict[str, Any]], norm: str = "layer", present: bool = False
+) -> dict[str, Any]:
     """One bar per block, from the input side: ‖∂ℓ/∂W‖ over its weight matrices at initialisation."""
     fig = go.Figure()
     norms = layer_grad_norms(events)
@@ -41,4 +43,5 @@ def init_gradient_figure(events: list[dict[str, Any]], norm: str = "layer", pres
             yaxis={"title": "‖∂ℓ/∂W‖ at initialisation", "rangemode": "tozero"},
             showlegend=False,
         )
-    return figures.apply_theme(fig, present, 260).to_dict()
+    figure: dict[str, Any] = figures.apply_theme(fig, present, 260).to_dict()
+    return figure

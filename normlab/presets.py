@@ -298,7 +298,10 @@ PRESETS: dict[str, Preset] = {
             claims=(("gradient", "layer", "none"), ("steadier", "layer", "none")),
             setup="Paper: an argument (§3.1), shown on handwriting (T ≈ 700, batch 8). Here: the adding "
             "problem at T = 200, LSTM 128 units, batch 8, 150 Adam steps; the last trace's ‖h_t‖ and "
-            "‖∂ℓ/∂h_t‖.",
+            "‖∂ℓ/∂h_t‖. 'Steadier' does not hold here, at the shared rate or with each model at its best "
+            "(--tune): a negative result. Where the effect went: at the rate LN picks it begins to learn "
+            "the task on some seeds, which the plain LSTM does at no rate of its grid (REPRODUCTIONS.md; "
+            "the map-ln-none-seq-len map for sequence length).",
             tuning=Tuning("lr", (1e-3, 3e-3, 1e-2, 3e-2)),
         ),
         map_preset(

@@ -6,9 +6,11 @@ Intervention markers on the curves are drawn in the browser (assets/fork.js)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dash import Input, Output, State, callback, clientside_callback, dcc, html, no_update
+from dash.development.base_component import Component
 
 from frontend import data, ids
 from frontend.api_client import ApiError
@@ -17,7 +19,7 @@ from frontend.auth_box import TOKEN_STORE
 NORMS = ["none", "layer", "rms", "batch", "weight"]
 
 
-def family_ids(run: dict) -> list[str]:
+def family_ids(run: dict[str, Any]) -> list[str]:
     """The runs drawn on this run's chart: its family tree (itself first when it has none)."""
     try:
         family = data.api().lineage(run["id"]).get("family") or []
@@ -32,7 +34,7 @@ def _number(id_: str, value: Any, step: Any = "any", minimum: float | None = Non
     )
 
 
-def fork_card(run: dict | None) -> html.Div:
+def fork_card(run: dict[str, Any] | None) -> html.Div:
     """The fork form, prefilled with the run's own values (Run page: the child's page opens) or empty
     (the Lab's live card: the clicked curve's run is forked, its values kept where a field is left
     empty, and the child joins the board); the step and the run come from a click on a curve."""
@@ -71,7 +73,7 @@ def fork_card(run: dict | None) -> html.Div:
     )
 
 
-def change_card(run: dict | None) -> html.Div:
+def change_card(run: dict[str, Any] | None) -> html.Div:
     """lr / weight decay "change now" for a running run (Run page: hidden once it has ended), or on the
     Lab's live card for the run whose curve was clicked last (the fork form's run)."""
     spec = (run or {}).get("spec", {})
@@ -91,7 +93,7 @@ def change_card(run: dict | None) -> html.Div:
     )
 
 
-def lineage_strip(run: dict) -> html.Div:
+def lineage_strip(run: dict[str, Any]) -> html.Div:
     """Parent, siblings and children as links (empty for a run that is nobody's fork and has none)."""
     try:
         lin = data.api().lineage(run["id"])
@@ -116,8 +118,8 @@ def lineage_strip(run: dict) -> html.Div:
     return html.Div(id=ids.LINEAGE, className="lineage", children=parts)
 
 
-def _joined(items: list) -> list:
-    out: list = []
+def _joined(items: Sequence[Component | str]) -> list[Component | str]:
+    out: list[Component | str] = []
     for i, item in enumerate(items):
         out += [", "] if i else []
         out.append(item)
@@ -142,7 +144,14 @@ clientside_callback(
 )
 
 
-def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
+def fork_changes(
+    run: dict[str, Any],
+    norm: str | None,
+    lr: float | None,
+    batch_size: int | None,
+    steps: int | None,
+    seed: int | None,
+) -> dict[str, Any]:
     """The fork's changes: the form's values that differ from the run's own."""
     spec = run.get("spec", {})
     values = {"norm": norm, "lr": lr, "batch_size": batch_size, "steps": steps, "seed": seed}
@@ -165,7 +174,18 @@ def fork_changes(run: dict, norm, lr, batch_size, steps, seed) -> dict:
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_fork(_n, opens, run_id, step, norm, lr, batch_size, steps, seed, token):
+def on_fork(
+    _n: int | None,
+    opens: bool | None,
+    run_id: str | None,
+    step: int | float | None,
+    norm: str | None,
+    lr: float | None,
+    batch_size: int | None,
+    steps: int | None,
+    seed: int | None,
+    token: str | None,
+) -> tuple[object, object, object]:
     if step is None or not run_id:
         return "Pick a run and a step: click a point of a curve.", no_update, no_update
     try:
@@ -206,7 +226,14 @@ clientside_callback(
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_change_now(_n, page_run, clicked_run, lr, weight_decay, token):
+def on_change_now(
+    _n: int | None,
+    page_run: str | None,
+    clicked_run: str | None,
+    lr: float | None,
+    weight_decay: float | None,
+    token: str | None,
+) -> str:
     run_id = page_run or clicked_run  # the Run page's run; on the Lab, the clicked curve's
     if not run_id:
         return "Pick the run: click a point of its curve."

@@ -7,16 +7,20 @@ opened without runs (the nav link) shows it again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 from dash.development.base_component import Component
 
 from frontend import components, data, figures, fork_view, group_view, ids, logic
-from frontend.api_client import ApiError
+from frontend.api_client import ApiClient, ApiError
 from normlab.group_models import GroupPublic
 
 
-def run_options(client, selected: list[dict], live: dict | None = None) -> list[dict]:
+def run_options(
+    client: ApiClient, selected: list[dict[str, Any]], live: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """The run picker's options: the chosen runs first, then the newest 200; each label says the run's
     status as the API (or, fresher, the tab's stream in `live`) reports it now."""
     try:
@@ -50,7 +54,15 @@ def group_box(group: GroupPublic | None, problem: str, present: bool) -> list[Co
 
 
 def layout(
-    runs=None, smooth=None, color=None, x=None, panels=None, present=None, group=None, family=None, **_
+    runs: str | list[str] | None = None,
+    smooth: str | None = None,
+    color: str | None = None,
+    x: str | None = None,
+    panels: str | None = None,
+    present: str | None = None,
+    group: str | None = None,
+    family: str | None = None,
+    **_: str,
 ) -> html.Div:
     present_on = logic.is_present({"present": present})
     if family and not runs:  # a fork's family: the tree's runs (frontend/fork_view.py)
@@ -219,7 +231,14 @@ def layout(
     State(ids.PRESENT, "data"),  # State: its update on page load must not rebuild the figure twice
     prevent_initial_call=True,
 )
-def on_view_change(runs, smooth, color, x, panels, present):
+def on_view_change(
+    runs: list[str] | None,
+    smooth: float | None,
+    color: str | None,
+    x: str | None,
+    panels: list[str] | None,
+    present: bool | None,
+) -> tuple[object, ...]:
     state = logic.compare_state(
         {"runs": runs or [], "smooth": smooth, "color": color, "x": x, "panels": panels}
     )
@@ -270,7 +289,9 @@ clientside_callback(
     Input(ids.LIVE_STATUS, "data"),
     prevent_initial_call=True,
 )
-def on_legend(runs_data, live):
+def on_legend(
+    runs_data: dict[str, Any] | None, live: dict[str, str] | None
+) -> tuple[list[html.Div], list[dict[str, str]]]:
     """Chips and picker labels with the statuses the stream reports (a run that ended says so)."""
     runs_data = runs_data or {}
     runs = runs_data.get("runs", [])
@@ -286,7 +307,7 @@ def on_legend(runs_data, live):
     State(ids.PRESENT, "data"),
     prevent_initial_call=True,
 )
-def on_group_poll(_n, group_id, present):
+def on_group_poll(_n: int | None, group_id: str | None, present: bool | None) -> tuple[object, bool]:
     """The group's verdicts, bands and table as its runs finish; the polling stops once all ended."""
     group, problem = load_group(group_id)
     if group is None and not problem:
@@ -294,4 +315,6 @@ def on_group_poll(_n, group_id, present):
     return group_box(group, problem, bool(present)), group is None or group.done
 
 
-dash.register_page(__name__, path="/compare", name="Compare", title="normlab · Compare", order=2)
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
+    __name__, path="/compare", name="Compare", title="normlab · Compare", order=2
+)

@@ -321,6 +321,23 @@
     return "/compare?" + q;
   }
 
+  /* Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s. */
+  function probesFor(n, runId) {
+    var now = Date.now();
+    if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
+    S.probeSent = S.probeVersion; S.probeSentAt = now;
+    var p = S.probes[runId] || {hidden: [], fisher: []};
+    return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};
+  }
+  /* The log panel's lines, to the server (which lists them) at most once a second. */
+  function linesFor(runId) {
+    S.lineReader = true;
+    var now = Date.now();
+    if (!runId || S.lineVersion === S.lineSent || now - S.lineSentAt < 1000) { return ns(); }
+    S.lineSent = S.lineVersion; S.lineSentAt = now;
+    return (S.lines[runId] || []).slice();
+  }
+
   window.dash_clientside = Object.assign({}, window.dash_clientside, {
     normlab: {
       // The 100 ms tick runs only while there is something to follow: an idle page costs nothing.
@@ -335,22 +352,9 @@
         S.statusSent = S.statusVersion;
         return [Object.assign({}, S.status), ns()];
       },
-      probes: function (n, runId) {
-        // Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s.
-        var now = Date.now();
-        if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
-        S.probeSent = S.probeVersion; S.probeSentAt = now;
-        var p = S.probes[runId] || {hidden: [], fisher: []};
-        return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};
-      },
-      lines: function (n, runId) {
-        // the log panel's lines, to the server (which lists them) at most once a second
-        S.lineReader = true;
-        var now = Date.now();
-        if (!runId || S.lineVersion === S.lineSent || now - S.lineSentAt < 1000) { return ns(); }
-        S.lineSent = S.lineVersion; S.lineSentAt = now;
-        return (S.lines[runId] || []).slice();
-      },
+      probes: probesFor,
+      // the Run page: its probe snapshots and its log panel's lines, in one callback per tick
+      runFeed: function (n, runId) { return [probesFor(n, runId), linesFor(runId)]; },
       urlState: function (state) {
         if (!state) { return ""; }
         var params = new URLSearchParams(window.location.search);

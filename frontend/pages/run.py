@@ -310,17 +310,12 @@ def fisher_warning(events: list[dict], fallback: str = "") -> str:
     return " ".join(dict.fromkeys(lines)) or fallback
 
 
+
+
+# the stream's probe snapshots and log lines, each at most once a second (assets/normlab.js)
 clientside_callback(
-    ClientsideFunction("normlab", "probes"),
+    ClientsideFunction("normlab", "runFeed"),
     Output(ids.RUN_PROBES, "data"),
-    Input(ids.TICK, "n_intervals"),
-    State(ids.RUN_ID, "data"),
-    prevent_initial_call=True,
-)
-
-
-clientside_callback(
-    ClientsideFunction("normlab", "lines"),
     Output(ids.RUN_LINES, "data"),
     Input(ids.TICK, "n_intervals"),
     State(ids.RUN_ID, "data"),

@@ -150,9 +150,13 @@ def test_run_log_panel_shows_the_fisher_budget_warning(page, shot, server):
 
 def test_lab_probe_settings_start_an_ln_lstm_whose_fisher_is_drawn_live(page, shot, server):
     page.goto(server.url + "/")
+    before = page.locator("#lab-task-help").text_content()
     page.locator("#lab-task").click()
     page.get_by_role("option", name="adding", exact=True).click()
-    page.wait_for_function("() => document.querySelector('#lab-task-help').textContent.length > 0")
+    # the task's answer rewrites the form (the probes switch included): tick it only after that answer
+    page.wait_for_function(
+        "(was) => document.querySelector('#lab-task-help').textContent !== was", arg=before
+    )
     field(page, "probes").get_by_text("record hidden-state").click()
     box = page.locator("#lab-probe-box")
     box.wait_for(state="visible")

@@ -4,6 +4,8 @@ this server's catalog) and the probe settings, built from the URL's query, and r
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import dcc, html
 from dash.development.base_component import Component
 
@@ -19,7 +21,7 @@ CHOICES = {
 }
 
 
-def _widget(fid: dict, name: str, kind: str, value, limits: dict) -> Component:
+def _widget(fid: dict[str, str], name: str, kind: str, value: Any, limits: dict[str, Any]) -> Component:
     if kind == "choice":
         return dcc.Dropdown(id=fid, options=CHOICES[name], value=value, clearable=name == "cell")
     if kind in ("flag", "bool"):
@@ -42,7 +44,13 @@ def _widget(fid: dict, name: str, kind: str, value, limits: dict) -> Component:
 
 
 def _field(
-    name: str, label: str, kind: str, value, limits: dict, hidden: bool = False, probe: bool = False
+    name: str,
+    label: str,
+    kind: str,
+    value: Any,  # what the form holds: a number, a string, a list of ticked boxes, or nothing
+    limits: dict[str, Any],
+    hidden: bool = False,
+    probe: bool = False,
 ) -> html.Div:
     fid = {"type": ids.LAB_PROBE_FIELD if probe else ids.LAB_FIELD, "field": name}
     # presentation mode keeps a compact builder: task, normalizer, batch size, steps and Start
@@ -62,7 +70,9 @@ def _field(
     )
 
 
-def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
+def task_changed(
+    task: str, catalog_tasks: dict[str, Any], norm: str | None
+) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]], list[Any], list[dict[str, str]], str]:
     """Outputs when the task changes: norm options and value, sweep options, field values, which
     fields show, help text. The chosen normalizer stays when the new task has it."""
     info = catalog_tasks[task]
@@ -74,7 +84,9 @@ def task_changed(task: str, catalog_tasks: dict, norm: str | None) -> tuple:
     return norms, keep, norms, values, styles, info["description"]
 
 
-def builder(catalog: dict, task: str, query: dict, values: dict, limits: dict) -> Component:
+def builder(
+    catalog: dict[str, Any], task: str, query: dict[str, str], values: dict[str, Any], limits: dict[str, Any]
+) -> Component:
     """The "Run builder" card for `task`, its fields at `values` (normalizer and sweep box from `query`)."""
     tasks = {t["name"]: t for t in catalog["tasks"]}
     norm_opts, norm, sweep_opts, _, styles, help_text = task_changed(task, tasks, query.get("norm"))

@@ -3,6 +3,8 @@ the new run ids, a message, and the API's messages under the fields they are abo
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import dcc
 
 from frontend import components, data, lab_form
@@ -11,16 +13,16 @@ from frontend.lab_builder import FIELD_NAMES
 
 
 def submit(
-    task,
-    norm,
+    task: str,
+    norm: str,
     sweep: bool,
-    sweep_norms,
-    sweep_batch,
-    sweep_seeds,
-    form: dict,
+    sweep_norms: list[str] | None,
+    sweep_batch: str | None,
+    sweep_seeds: str | None,
+    form: dict[str, Any],
     token: str | None = None,
-    limits: dict | None = None,
-) -> dict:
+    limits: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """POST the run (or sweep); {"run_ids", "message", "errors": {field: the API's message}}.
 
     A shown number field left empty is refused here, with its range (the server's limits), instead of
@@ -33,7 +35,7 @@ def submit(
     try:
         if sweep:
             try:
-                body = lab_form.sweep_body(spec, sweep_norms, sweep_batch, sweep_seeds)
+                body = lab_form.sweep_body(spec, sweep_norms or [], sweep_batch, sweep_seeds)
             except ValueError as exc:
                 return {"run_ids": [], "message": str(exc), "errors": {}}
             created = data.api(token).create_sweep(body)
@@ -62,12 +64,12 @@ def submit(
         return {"run_ids": [], "errors": errors, "message": _see_fields(errors) if shown else exc.detail}
 
 
-def started_message(run: dict) -> str:
+def started_message(run: dict[str, Any]) -> str:
     """'Started run X.' when a worker is free for it; while it waits, its place in the queue and an
     estimate (not a green "Started" for a run that waits behind others)."""
     note = components.queue_note(run)
     return f"Queued run {run['id']}: {note}." if note else f"Started run {run['id']}."
 
 
-def _see_fields(errors: dict) -> str:
+def _see_fields(errors: dict[str, str]) -> str:
     return f"Not started: see the message under {', '.join(lab_form.LABELS[f] for f in errors)}."

@@ -310,8 +310,6 @@ def fisher_warning(events: list[dict], fallback: str = "") -> str:
     return " ".join(dict.fromkeys(lines)) or fallback
 
 
-
-
 # the stream's probe snapshots and log lines, each at most once a second (assets/normlab.js)
 clientside_callback(
     ClientsideFunction("normlab", "runFeed"),

@@ -49,7 +49,8 @@ COLUMNS = [
     ("link", "Run"),
 ]
 NUMERIC = {"batch_size", "seed", "steps", "val_loss", "accuracy", "bpc", "mse", "steps_per_s", "wall_time"}
-SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # 4 significant digits, no trailing zeros
+# 4 significant digits, no trailing zeros (dash's Format is unannotated)
+SIGNIFICANT = Format(precision=4, scheme=Scheme.decimal)  # type: ignore[no-untyped-call]
 OPTIONAL = set(logic.RESULT_METRICS)  # shown only when a listed run has one
 TIPS: dict[str | float | int, Any] = {
     "accuracy": "final test accuracy (validation when the run has no test evaluation)",
@@ -61,14 +62,14 @@ TIPS: dict[str | float | int, Any] = {
 }
 
 
-def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a TypedDict
+def columns(rows: list[dict[str, Any]]) -> list[Any]:  # Any: DataTable types columns as a TypedDict
     """The table's columns: numbers typed numeric (they sort as numbers), metric columns only when some
     row has that metric."""
     out = []
     for c, name in COLUMNS:
         if c in OPTIONAL and not any(r.get(c) is not None for r in rows):
             continue
-        col: dict = {"name": name, "id": c}
+        col: dict[str, Any] = {"name": name, "id": c}
         if c in ("link", "group"):
             col["presentation"] = "markdown"
         elif c in NUMERIC:
@@ -79,7 +80,7 @@ def columns(rows: list[dict]) -> list[Any]:  # Any: DataTable types columns as a
     return out
 
 
-def _filter(name, label, options, value):
+def _filter(name: str, label: str, options: list[str] | None, value: str | None) -> html.Div:
     fid = {"type": ids.RUNS_FILTER, "field": name}
     widget = (
         dcc.Dropdown(id=fid, options=options, value=value, placeholder="any", clearable=True)
@@ -89,7 +90,7 @@ def _filter(name, label, options, value):
     return html.Div(className="field", children=[html.Label(label, className="label"), widget])
 
 
-def layout(present=None, **params) -> html.Div:
+def layout(present: str | None = None, **params: str) -> html.Div:
     table = DataTable(
         id=ids.RUNS_TABLE,
         data=[],
@@ -164,7 +165,16 @@ def layout(present=None, **params) -> html.Div:
     State(TOKEN_STORE, "data"),
     prevent_initial_call="initial_duplicate",
 )
-def on_refresh(values, _r, _p, _c, _d, rows, selected, token):
+def on_refresh(
+    values: list[str | None],
+    _r: int | None,
+    _p: int | None,
+    _c: int | None,
+    _d: int | None,
+    rows: list[dict[str, Any]] | None,
+    selected: list[int] | None,
+    token: str | None,
+) -> tuple[object, ...]:
     filters = {o["id"]["field"]: v for o, v in zip(ctx.inputs_list[0], values, strict=True)}
     message = ""
     chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
@@ -192,7 +202,7 @@ BY_TASK = {"val_loss", *OPTIONAL}
     State(ids.RUNS_TABLE, "data"),
     prevent_initial_call=True,
 )
-def sort_within_task(sort_by, rows):
+def sort_within_task(sort_by: list[dict[str, str]] | None, rows: list[dict[str, Any]] | None) -> object:
     """A sort by a loss or metric column groups the runs by task first, when the table lists several:
     a val loss of one task is never ranked against another task's."""
     sort_by = list(sort_by or [])
@@ -208,12 +218,12 @@ def sort_within_task(sort_by, rows):
 @callback(
     Output(ids.RUNS_COMPARE, "href"), Input(ids.RUNS_TABLE, "selected_rows"), State(ids.RUNS_TABLE, "data")
 )
-def compare_href(selected, rows):
+def compare_href(selected: list[int] | None, rows: list[dict[str, Any]] | None) -> str:
     chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
     return "/compare" + logic.encode_query({"runs": chosen})
 
 
-def act(which: str, rows: list[dict], token: str | None = None) -> str:
+def act(which: str, rows: list[dict[str, Any]], token: str | None = None) -> str:
     """Cancel or delete the selected runs; one line saying what happened."""
     if not rows:
         return "Select runs first (tick the boxes on the left)."
@@ -234,4 +244,6 @@ def act(which: str, rows: list[dict], token: str | None = None) -> str:
     return f"{verb} {done} run(s)." + (f" Not done: {'; '.join(problems)}." if problems else "")
 
 
-dash.register_page(__name__, path="/runs", name="Runs", title="normlab · Runs", order=1)
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
+    __name__, path="/runs", name="Runs", title="normlab · Runs", order=1
+)

@@ -7,12 +7,21 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dcc, html
+from dash.development.base_component import Component
 from pydantic import ValidationError
 
 from frontend import components, data, ids
 from frontend.api_client import ApiError
 from frontend.table1_view import PROSE_NOTE, cell_id, extra_rows, invariance_table
-from normlab.table1 import METHOD_NAMES, PAPER_METHODS, PROSE_CELL, TRANSFORM_NAMES, TRANSFORMS, Table1
+from normlab.table1 import (
+    METHOD_NAMES,
+    PAPER_METHODS,
+    PROSE_CELL,
+    TRANSFORM_NAMES,
+    TRANSFORMS,
+    Method,
+    Table1,
+)
 
 
 def _word(v: bool | None) -> str:
@@ -23,7 +32,9 @@ def _diff(v: float | None) -> str:
     return "" if v is None else f"|Δ| {v:.1e}"
 
 
-def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html.Table:
+def _table(
+    rows: list[dict[str, Any]], computed: bool, extras: dict[Method, list[dict[str, Any]]] | None = None
+) -> html.Table:
     head = html.Thead(html.Tr([html.Th("")] + [html.Th(TRANSFORM_NAMES[t]) for t in TRANSFORMS]))
     body = []
     for m in PAPER_METHODS:
@@ -52,7 +63,7 @@ def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html
             )
         body.append(html.Tr(cells))
     for name, extra in (extras or {}).items():
-        label = METHOD_NAMES.get(name, name)
+        label = METHOD_NAMES[name]
         body.append(
             html.Tr(
                 [html.Th([label, html.Div("beyond the paper", className="diff")], scope="row")]
@@ -71,7 +82,7 @@ def _table(rows: list[dict], computed: bool, extras: dict | None = None) -> html
     return html.Table(className="inv-table", children=[head, html.Tbody(body)])
 
 
-def render(table: Table1 | None) -> list:
+def render(table: Table1 | None) -> list[Component]:
     """Both tables and the notes, from the engine's Table 1 (None: not computed yet)."""
     rows = invariance_table(table)
     n_done = sum(r["computed"] is not None for r in rows)
@@ -116,7 +127,7 @@ def render(table: Table1 | None) -> list:
     ]
 
 
-def _verdict(rows: list[dict]) -> str:
+def _verdict(rows: list[dict[str, Any]]) -> str:
     cell = next(r for r in rows if (r["method"], r["transform"]) == PROSE_CELL)
     if cell["computed"] is None:
         return "normlab has not computed this cell yet."
@@ -137,7 +148,7 @@ def fetch() -> tuple[Table1 | None, str]:
         return None, f"the API's answer is not Table 1 ({exc.error_count()} problems)"
 
 
-def layout(**_) -> html.Div:
+def layout(**_: str) -> html.Div:
     # Rendered at once with empty computed cells; the callback fetches (the first fetch may compute).
     return html.Div(
         className="inv-page",
@@ -167,11 +178,13 @@ def layout(**_) -> html.Div:
     Output("inv-poll", "disabled"),
     Input("inv-poll", "n_intervals"),
 )
-def on_poll(_n):
+def on_poll(_n: int | None) -> tuple[object, str, bool]:
     table, error = fetch()
     if table is None:
         return dash.no_update, f"Not available yet: {error} (retrying every 10 s)", False
     return render(table), "", True
 
 
-dash.register_page(__name__, path="/invariance", name="Invariance", title="normlab · Invariance", order=4)
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
+    __name__, path="/invariance", name="Invariance", title="normlab · Invariance", order=4
+)

@@ -364,3 +364,29 @@ def test_runs_table_sorts_val_loss_within_each_task(page, shot, dev_server):
         losses = [float(v) for t, v in rows if t == task and v.strip()]
         assert losses == sorted(losses), (task, rows)
     shot(page, "talk-runs-sorted-within-task")
+
+
+def test_a_probe_runs_page_draws_its_curves_before_its_probe_panels(page, dev_server):
+    rid = _probe_run(dev_server)
+    try:
+        deadline = time.time() + 15
+        while not httpx.get(f"{dev_server.url}/api/runs/{rid}/metrics", timeout=10).json()["total_points"]:
+            assert time.time() < deadline, "the run never reported"
+            time.sleep(0.1)
+        page.goto(f"{dev_server.url}/run/{rid}")
+        # the moment the first heatmap is drawn, the curves already show the run's points
+        page.wait_for_function(
+            f"""() => {{ const h = {HIDDEN}; const c = {CURVES};
+              const drawn = !!(h && h.data && h.data.some(t => t.type === 'heatmap' && t.z && t.z.length));
+              if (drawn && window.__curvesThen === undefined) {{
+                const points = (t) => (t.x ? t.x.length : 0);
+                window.__curvesThen = c && c.data ? c.data.reduce((n, t) => n + points(t), 0) : 0;
+              }}
+              return drawn; }}""",
+            timeout=30000,
+            polling="raf",
+        )
+        assert page.evaluate("() => window.__curvesThen") > 0
+        assert not page.errors, page.errors
+    finally:
+        _cancel(dev_server, [rid])

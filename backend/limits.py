@@ -28,6 +28,7 @@ from normlab.store.schema import runs
 # Checked against the real models in tests/backend/hardening/test_limits.py.
 TASK_DIMS = {
     "digits": (64, 10),
+    "digits-mse": (64, 10),
     "mnist": (784, 10),
     "mnist1d": (40, 10),
     "seq-digits": (8, 10),
@@ -41,6 +42,7 @@ TASK_DIMS = {
     "handwriting": (3, 121),
     "draw": (196, 2),
     "order-embed": (208, 128),
+    "reverse": (16, 10),  # sequence length in, symbols out
 }
 GATES = {"lstm": 4, "gru": 3, "tanh": 1}
 # Tasks that bring their own model (one recurrent layer of size h, whatever `layers` says): its size is
@@ -59,6 +61,9 @@ def estimate_params(spec: RunSpec) -> int:
     info = TASKS[spec.task]
     d_in, d_out = TASK_DIMS.get(spec.task, (1024, 1024))
     h, layers = spec.hidden_size or info.hidden_size, spec.layers or info.layers
+    if spec.task == "reverse":  # the tiny Transformer: embeddings, `layers` blocks, the head
+        block = 12 * h * h + 13 * h  # attention 4h² + 4h, feed-forward 8h² + 5h, two LayerNorms 4h
+        return int(layers * block + h * (2 * d_out + d_in) + 2 * h + d_out)
     if spec.task in OWN_MODEL_PARAMS:
         a, b, c = OWN_MODEL_PARAMS[spec.task][spec.norm]
         return a * h * h + b * h + c

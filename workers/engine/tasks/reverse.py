@@ -26,10 +26,11 @@ def reverse_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, tor
 
 
 def load_reverse(spec: RunSpec, settings: Settings) -> TaskData:
-    d = spec.hidden_size or TASKS["reverse"].hidden_size
-    layers = spec.layers or TASKS["reverse"].layers
+    info = TASKS["reverse"]
+    d = spec.hidden_size or info.hidden_size
+    layers = spec.layers or info.layers
     return TaskData(
-        info=TASKS["reverse"],
+        info=info,
         input_dim=LENGTH,
         n_outputs=SYMBOLS,
         splits={
@@ -37,7 +38,16 @@ def load_reverse(spec: RunSpec, settings: Settings) -> TaskData:
             "test": reverse_batch(TEST_CASES, seeded(spec.seed, 3)),
         },
         sample=reverse_batch,
-        model_fn=lambda s: Transformer(SYMBOLS, LENGTH, d, layers, HEADS, s.norm, s.ln_position, s.gain_init),
+        model_fn=lambda s: Transformer(
+            SYMBOLS,
+            LENGTH,
+            s.hidden_size or info.hidden_size,
+            s.layers or info.layers,
+            HEADS,
+            s.norm,
+            s.ln_position,
+            s.gain_init,
+        ),
         notes=[
             f"reverse: {LENGTH} symbols of {SYMBOLS} in, the same reversed out; fresh training sequences, "
             f"{VAL_CASES} val / {TEST_CASES} test (seed {spec.seed}); Transformer encoder, d = {d}, "

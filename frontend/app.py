@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import dash
 import flask
-from dash import ClientsideFunction, Input, Output, dcc, html
+from dash import ClientsideFunction, Input, Output, State, dcc, html
 from dash.development.base_component import Component
 
 from frontend import auth_box, embed, ids
@@ -52,12 +53,13 @@ def preload_links(module: str, prefix: str = "/") -> str:
     )
 
 
-def page_at(path: str) -> tuple[dict, dict, str | None]:
+def page_at(path: str) -> tuple[dict[str, Any], dict[str, str], str | None]:
     """(the registered page at `path`, below the app's prefix, or {}; its path variables; its title),
     matched as Dash Pages' router matches."""
     from dash._pages import _path_to_page
 
-    page, variables = _path_to_page(dash.strip_relative_path(path) or "")
+    # both unannotated in Dash
+    page, variables = _path_to_page(dash.strip_relative_path(path) or "")  # type: ignore[no-untyped-call]
     variables = variables or {}
     title = page.get("title") if page else None
     return page, variables, title(**variables) if callable(title) else title
@@ -81,7 +83,7 @@ def routed_container() -> html.Div:
     finds nothing to report on mounting and the router does not render the page a second time. Without
     a Referer (or when the page fails to render here) the container is the stock empty one."""
     content: Component | None = None
-    state: dict = {}
+    state: dict[str, Any] = {}
     referrer = flask.request.referrer if flask.has_request_context() else None
     if referrer:
         try:
@@ -100,7 +102,7 @@ def routed_container() -> html.Div:
     )
 
 
-def _first_page(url: str) -> tuple[Component | None, dict]:
+def _first_page(url: str) -> tuple[Component | None, dict[str, Any]]:
     """(the page at `url` rendered, {"location": its parts, "store": the router's store}) or (None, {})."""
     from dash._pages import _parse_query_string  # the router's own reading of the query
 
@@ -112,7 +114,8 @@ def _first_page(url: str) -> tuple[Component | None, dict]:
     layout = page.get("layout") if page else None
     if layout is None:
         return None, {}
-    content = layout(**variables, **_parse_query_string(search)) if callable(layout) else layout
+    query = _parse_query_string(search)  # type: ignore[no-untyped-call]  # unannotated in Dash
+    content = layout(**variables, **query) if callable(layout) else layout
     # exactly what window.location will hold (the fragment never reaches the server; "" is its value
     # without one): a part that differs would be reported on mounting and render the page again
     where = {"pathname": parts.path, "search": search, "hash": "", "href": url}
@@ -211,7 +214,7 @@ SKELETON = (
 def _preload_lazy_scripts(app: dash.Dash) -> None:
     render = app.interpolate_index
 
-    def interpolate_index(**parts) -> str:
+    def interpolate_index(**parts: str) -> str:
         if flask.has_request_context():
             page, _, title = page_at(flask.request.path)
             prefix = app.config.requests_pathname_prefix or "/"
@@ -219,7 +222,8 @@ def _preload_lazy_scripts(app: dash.Dash) -> None:
             # the page's own title at once (the router's callback, which would set it, has no cause to run)
             parts["title"] = title or parts.get("title", "")
         parts["app_entry"] = SKELETON
-        return render(**parts)
+        index: str = render(**parts)  # type: ignore[no-untyped-call]  # Dash.interpolate_index is unannotated
+        return index
 
     setattr(app, "interpolate_index", interpolate_index)  # noqa: B010  (an instance override of the method)
 
@@ -245,10 +249,17 @@ def _claim_page_callbacks(app: dash.Dash) -> None:
     _drop_unclaimed_callbacks()
 
 
-def auth_visible(text: str | None) -> tuple[dict, ...]:
+def auth_visible(text: str | None) -> tuple[dict[str, str], ...]:
     """The token box's parts hidden on a server without tokens (the default): there it is clutter."""
-    hidden = {"display": "none"}
+    hidden: dict[str, str] = {"display": "none"}
     return (hidden,) * 4 if text == auth_box.describe({"auth": "off"}) or not text else ({},) * 4
+
+
+def _clientside(
+    app: dash.Dash, function: ClientsideFunction, *deps: Output | Input | State, **options: bool | str
+) -> None:
+    """`app.clientside_callback(function, *deps, **options)`."""
+    app.clientside_callback(function, *deps, **options)  # type: ignore[no-untyped-call]  # unannotated in Dash
 
 
 def _register_shell(app: dash.Dash) -> None:
@@ -259,46 +270,53 @@ def _register_shell(app: dash.Dash) -> None:
         ],
         Input(auth_box.WHOAMI, "children"),
     )(auth_visible)
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "watch"),
         Output(ids.WATCH_SINK, "children"),
         Output(ids.TICK, "disabled", allow_duplicate=True),
         Input(ids.WATCH, "data"),
         prevent_initial_call="initial_duplicate",
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "curvesMap"),
         Output(ids.CURVES_SINK, "children"),
         Input(ids.CURVES_MAP, "data"),
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "status"),
         Output(ids.LIVE_STATUS, "data"),
         Output(ids.TICK, "disabled", allow_duplicate=True),
         Input(ids.TICK, "n_intervals"),
         prevent_initial_call=True,
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "urlState"),
         Output(ids.URL_SINK, "children"),
         Input(ids.URL_STATE, "data"),
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "copyLink"),
         Output(ids.COPY_DONE, "children"),
         Input(ids.COPY_LINK, "n_clicks"),
         prevent_initial_call=True,
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab_embed", "copy"),
         Output(ids.EMBED_DONE, "children"),
         Input(ids.EMBED, "n_clicks"),
         prevent_initial_call=True,
     )
-    app.clientside_callback(
-        ClientsideFunction("normlab", "present"), Output(ids.PRESENT, "data"), Input(ids.URL, "search")
+    _clientside(
+        app, ClientsideFunction("normlab", "present"), Output(ids.PRESENT, "data"), Input(ids.URL, "search")
     )
-    app.clientside_callback(
+    _clientside(
+        app,
         ClientsideFunction("normlab", "togglePresent"),
         Output(ids.PRESENT_TOGGLE, "title"),
         Input(ids.PRESENT_TOGGLE, "n_clicks"),

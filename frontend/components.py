@@ -10,10 +10,9 @@ from dash.development.base_component import Component
 
 from frontend import figures, ids, status
 
-# Any: dcc.Graph's `config` type is a TypedDict these plain dicts (shared, extended below) do not name
 # The mode bar exports PNG and SVG; no Plotly logo, and never plotly.js's "Share chart" button (on by
 # default in plotly.js 4): a lab server must not offer to upload its data to Plotly's cloud.
-GRAPH_CONFIG: Any = {
+GRAPH_CONFIG: dcc.Graph.Config = {
     "displaylogo": False,
     "showSendToCloud": False,
     "plotlyServerURL": "",

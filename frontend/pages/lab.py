@@ -9,6 +9,7 @@ Lab link, the brand, a reload of "/") is rendered on the server straight from it
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote
 
 import dash
@@ -67,7 +68,7 @@ def remembered_query() -> dict[str, str]:
     return logic.decode_query(unquote(flask.request.cookies.get(LAB_COOKIE) or ""))  # set encoded
 
 
-def layout(**query) -> html.Div:
+def layout(**query: str) -> html.Div:
     present_on = logic.is_present(query)
     if not STATE_KEYS & set(query):  # a bare "/": the Lab as this browser left it
         query = {**remembered_query(), **query}
@@ -169,14 +170,16 @@ lab_live.register()  # queue positions of waiting runs, the probe strip
     State({"type": ids.LAB_FIELD, "field": ALL}, "value"),
     prevent_initial_call=True,
 )
-def on_task(task, norm, current):
+def on_task(
+    task: str, norm: str | None, current: list[Any]
+) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]], list[Any], list[dict[str, str]], str]:
     tasks = {t["name"]: t for t in data.api().catalog()["tasks"]}
-    out = list(task_changed(task, tasks, norm))
+    norm_options, norm_value, sweep_options, values, boxes, task_help = task_changed(task, tasks, norm)
     probes_at = FIELD_NAMES.index("probes")  # probes stay as they were: a new task is no reason to drop them
-    out[3] = [current[probes_at] if i == probes_at else v for i, v in enumerate(out[3])]
+    values = [current[probes_at] if i == probes_at else v for i, v in enumerate(values)]
     # the boxes (ALL, in layout order) end with the probe settings': those follow the probes switch
-    out[4] = [*out[4], *({} for _ in lab_form.PROBE_NAMES)]
-    return tuple(out)
+    boxes = [*boxes, *({} for _ in lab_form.PROBE_NAMES)]
+    return norm_options, norm_value, sweep_options, values, boxes, task_help
 
 
 @callback(
@@ -186,7 +189,7 @@ def on_task(task, norm, current):
     Input(ids.LAB_SWEEP, "value"),
     prevent_initial_call=True,
 )
-def on_sweep_toggle(sweep):
+def on_sweep_toggle(sweep: list[str] | None) -> tuple[dict[str, str], dict[str, str], str]:
     on = bool(sweep)
     return (
         {} if on else {"display": "none"},
@@ -200,13 +203,13 @@ def on_sweep_toggle(sweep):
     Input({"type": ids.LAB_FIELD, "field": "probes"}, "value"),
     prevent_initial_call=True,
 )
-def on_probes_toggle(probes):
+def on_probes_toggle(probes: list[str] | None) -> dict[str, str]:
     return {} if probes else {"display": "none"}
 
 
-def _wildcard_values() -> dict:
+def _wildcard_values() -> dict[str, Any]:
     """{field: value} of every pattern-matching State of the running callback (form and probe fields)."""
-    out = {}
+    out: dict[str, Any] = {}
     for states in ctx.states_list:
         if isinstance(states, list):
             out.update({s["id"]["field"]: s.get("value") for s in states})
@@ -232,7 +235,7 @@ def compare_href(run_ids: list[str], group: str | None) -> str:
     return "/compare" + logic.encode_query({"runs": run_ids, "group": group})
 
 
-def board(run_ids: list[str], present: bool, group: str | None = None) -> tuple:
+def board(run_ids: list[str], present: bool, group: str | None = None) -> tuple[object, ...]:
     """The Live card for these runs: board store, watch, figure, trace map, runs, compare link."""
     bundle = data.curves_bundle(run_ids, present=present)
     return (
@@ -270,20 +273,20 @@ def board(run_ids: list[str], present: bool, group: str | None = None) -> tuple:
     prevent_initial_call=True,
 )
 def on_submit(
-    _n,
-    task,
-    norm,
-    sweep,
-    sweep_norms,
-    sweep_batch,
-    sweep_seeds,
-    _values,
-    _probe_values,
-    limits,
-    board_state,
-    present,
-    token,
-):
+    _n: int | None,
+    task: str,
+    norm: str,
+    sweep: list[str] | None,
+    sweep_norms: list[str] | None,
+    sweep_batch: str | None,
+    sweep_seeds: str | None,
+    _values: list[Any],
+    _probe_values: list[Any],
+    limits: dict[str, Any] | None,
+    board_state: dict[str, Any] | None,
+    present: bool | None,
+    token: str | None,
+) -> tuple[object, ...]:
     error_ids = [o["id"]["field"] for o in ctx.outputs_list[0]]
     result = submit(
         task, norm, bool(sweep), sweep_norms, sweep_batch, sweep_seeds, _wildcard_values(), token, limits
@@ -305,7 +308,9 @@ def on_submit(
     State(ids.PRESENT, "data"),
     prevent_initial_call=True,
 )
-def on_forked(child, board_state, present):
+def on_forked(
+    child: str | None, board_state: dict[str, Any] | None, present: bool | None
+) -> tuple[object, ...]:
     """A fork made from the live card joins the board, drawn beside its parent (dashed past the fork)."""
     if not child:
         return (no_update,) * len(BOARD_OUTPUTS)
@@ -317,7 +322,7 @@ def on_forked(child, board_state, present):
 @callback(
     *BOARD_OUTPUTS, Input(ids.LAB_CLEAR, "n_clicks"), State(ids.PRESENT, "data"), prevent_initial_call=True
 )
-def on_clear(_n, present):
+def on_clear(_n: int | None, present: bool | None) -> tuple[object, ...]:
     return board([], bool(present))
 
 
@@ -327,7 +332,7 @@ def on_clear(_n, present):
     Input(ids.LIVE_STATUS, "data"),
     prevent_initial_call=True,
 )
-def on_runs(runs, live):
+def on_runs(runs: list[dict[str, Any]] | None, live: dict[str, str] | None) -> html.P | list[html.Div]:
     if not runs:
         return EMPTY_BOARD
     return components.run_chips(runs, "norm", live)
@@ -352,4 +357,6 @@ clientside_callback(
 )
 
 
-dash.register_page(__name__, path="/", name="Lab", title="normlab · Lab", order=0)
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
+    __name__, path="/", name="Lab", title="normlab · Lab", order=0
+)

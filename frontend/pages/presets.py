@@ -19,7 +19,7 @@ from frontend.auth_box import TOKEN_STORE
 from normlab.group_models import GroupPublic
 
 
-def preset_card(p: dict) -> html.Div:
+def preset_card(p: dict[str, Any]) -> html.Div:
     chips = [
         html.Span(
             [
@@ -52,7 +52,7 @@ def preset_card(p: dict) -> html.Div:
     )
 
 
-def setup_details(p: dict) -> html.Details | str:
+def setup_details(p: dict[str, Any]) -> html.Details | str:
     """The setup here beside the paper's, and the tuning rule `normlab reproduce --tune` applies, folded."""
     tuning = p.get("tuning")
     if not p.get("setup") and not tuning:
@@ -78,15 +78,15 @@ SECTIONS = (
 )
 
 
-def section_of(p: dict) -> str:
+def section_of(p: dict[str, Any]) -> str:
     """'map', 'modern' or 'paper' (the default): where a preset's card is grouped on the page."""
     tags = p.get("tags") or []
     return "map" if "map" in tags or p.get("map") else "modern" if "modern" in tags else "paper"
 
 
-def gallery(presets: list[dict]) -> list:
+def gallery(presets: list[dict[str, Any]]) -> list[Component]:
     """The cards grouped by section (paper experiments, maps, modern findings), each under its heading."""
-    out: list = []
+    out: list[Component] = []
     for key, title in SECTIONS:
         cards = [preset_card(p) for p in presets if section_of(p) == key]
         if cards:
@@ -94,7 +94,7 @@ def gallery(presets: list[dict]) -> list:
     return out
 
 
-def layout(**_) -> html.Div:
+def layout(**_: str) -> html.Div:
     try:
         presets = data.api().presets()
     except ApiError as exc:
@@ -114,12 +114,12 @@ def layout(**_) -> html.Div:
     )
 
 
-def latest_launches(presets: list[dict]) -> dict:
+def latest_launches(presets: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{preset: {"group": id, "runs": []}} of each preset's latest launch on the server (any browser's)."""
     return {p["name"]: {"group": p["latest_group"], "runs": []} for p in presets if p.get("latest_group")}
 
 
-def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str]:
+def start_preset(preset: dict[str, Any], token: str | None = None) -> tuple[list[str], str]:
     """POST each of the preset's runs once per seed (an API without the presets route); (run ids, problem)."""
     run_ids, problems = [], []
     for seed in preset.get("seeds") or [None]:
@@ -132,7 +132,7 @@ def start_preset(preset: dict, token: str | None = None) -> tuple[list[str], str
     return run_ids, "; ".join(problems)
 
 
-def launch(name: str, token: str | None = None) -> tuple[dict | None, str]:
+def launch(name: str, token: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """({"group": id, "runs": [...]}, problem): the preset as one group; on an API that predates
     `POST /api/presets/{name}` (404 or 405), the runs one by one, without a group."""
     try:
@@ -155,7 +155,9 @@ def launch(name: str, token: str | None = None) -> tuple[dict | None, str]:
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_start(clicks, launches, token):
+def on_start(
+    clicks: list[int | None], launches: dict[str, dict[str, Any]] | None, token: str | None
+) -> tuple[object, object]:
     if not ctx.triggered_id or not any(clicks):
         return no_update, no_update
     name = ctx.triggered_id["name"]
@@ -179,9 +181,10 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
     else:
         # a fixed height, so the card grows by exactly the plot (a responsive plot sized itself after
         # the card had been laid out, and ran over the card below)
+        config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
         drawn = dcc.Graph(
             figure=group_view.band_figure(group, height=240),
-            config={**components.GRAPH_CONFIG, "responsive": False},
+            config=config,
             style={"height": "240px"},
             className="preset-bands",
         )
@@ -195,11 +198,16 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
     Input(ids.PRESET_GROUPS, "data"),
     State(ids.PRESET_LATEST, "data"),
 )
-def on_poll(_n, launches, latest):
+def on_poll(
+    _n: int | None,
+    launches: dict[str, dict[str, Any]] | None,
+    latest: dict[str, dict[str, Any]] | None,
+) -> tuple[list[object], bool]:
     """Every launched preset's verdict as its runs finish (this browser's launch, else the server's
     latest); the polling stops once every group ended."""
     names = [o["id"]["name"] for o in ctx.outputs_list[0]]
-    out, live = [], False
+    out: list[object] = []
+    live = False
     for name in names:
         launched = (launches or {}).get(name) or (latest or {}).get(name)
         if not launched:
@@ -216,4 +224,6 @@ def on_poll(_n, launches, latest):
     return out, not live
 
 
-dash.register_page(__name__, path="/presets", name="Presets", title="normlab · Presets", order=3)
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
+    __name__, path="/presets", name="Presets", title="normlab · Presets", order=3
+)

@@ -3,8 +3,11 @@ its spec, status, device, kernel backend and export links."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html, no_update
+from dash.development.base_component import Component
 
 from frontend import (
     components,
@@ -27,7 +30,7 @@ from normlab.events import TERMINAL_STATUSES
 from normlab.spec import TRANSFORMER_TASKS
 
 
-def header(run: dict, api_base: str = "") -> list:
+def header(run: dict[str, Any], api_base: str = "") -> list[Component]:
     """Status line, facts (device, kernel backend, worker, times), error, export links."""
     rid = run["id"]
     facts = [
@@ -43,7 +46,7 @@ def header(run: dict, api_base: str = "") -> list:
     ]
     if run.get("queue_position"):
         facts.insert(0, ("Queue position", str(run["queue_position"])))
-    out = [
+    out: list[Component] = [
         html.Div(
             className="run-title",
             children=[
@@ -90,7 +93,7 @@ def header(run: dict, api_base: str = "") -> list:
     return out
 
 
-def spec_table(spec: dict) -> html.Table:
+def spec_table(spec: dict[str, Any]) -> html.Table:
     rows = []
     for key, value in spec.items():
         if isinstance(value, dict):
@@ -99,7 +102,13 @@ def spec_table(spec: dict) -> html.Table:
     return html.Table(className="spec", children=html.Tbody(rows))
 
 
-def layout(run_id: str | None = None, present=None, smooth=None, panels=None, **_) -> html.Div:
+def layout(
+    run_id: str | None = None,
+    present: str | None = None,
+    smooth: str | None = None,
+    panels: str | None = None,
+    **_: str,
+) -> html.Div:
     present_on = logic.is_present({"present": present})
     # a copied link carries the smoothing and panels it was copied with; without them, the browser's
     view = logic.compare_state({"smooth": smooth, "panels": panels})
@@ -244,7 +253,7 @@ MAX_INFO_LINES = 50  # the newest info lines (evaluations, status changes); erro
 EVAL_NAMES = {"val_loss": "val loss", "accuracy": "accuracy", "bpc": "bpc", "mse": "mse"}
 
 
-def log_items(events: list[dict]) -> list:
+def log_items(events: list[dict[str, Any]]) -> list[html.Li]:
     """The run's log as list items, errors and warnings first: its `log` events, and, as the stream
     brings them, its status changes (kind "status") and evaluations (kind "eval", a scalars payload)."""
     if not events:
@@ -274,7 +283,7 @@ def log_items(events: list[dict]) -> list:
     return items
 
 
-def _level(event: dict) -> str:
+def _level(event: dict[str, Any]) -> str:
     payload = event.get("payload") or {}
     if event.get("kind") == "status":
         return "error" if payload.get("status") == "failed" else "info"
@@ -283,7 +292,7 @@ def _level(event: dict) -> str:
     return str(payload.get("level") or "info")
 
 
-def _message(event: dict) -> str:
+def _message(event: dict[str, Any]) -> str:
     payload = event.get("payload") or {}
     if event.get("kind") == "status":
         said = payload.get("message")
@@ -300,7 +309,7 @@ def _message(event: dict) -> str:
     return str(payload.get("message", ""))
 
 
-def fisher_warning(events: list[dict], fallback: str = "") -> str:
+def fisher_warning(events: list[dict[str, Any]], fallback: str = "") -> str:
     """The log's warnings about the Fisher estimate (e.g. none fitted the probe budget, and the budget
     that would), shown where the Fisher panel is; `fallback` (the run summary's note) without them."""
     lines = [
@@ -322,7 +331,7 @@ clientside_callback(
 
 
 @callback(Output(ids.RUN_LOG, "children"), Input(ids.RUN_LINES, "data"), prevent_initial_call=True)
-def on_lines(lines):
+def on_lines(lines: list[dict[str, Any]] | None) -> list[html.Li]:
     """The log panel, live: log lines, status changes and evaluations as the stream brings them."""
     return log_items(lines or [])
 
@@ -334,7 +343,9 @@ def on_lines(lines):
     State(ids.PRESENT, "data"),
     prevent_initial_call=True,
 )
-def on_init_gradients(lines, spec, present):
+def on_init_gradients(
+    lines: list[dict[str, Any]] | None, spec: dict[str, Any] | None, present: bool | None
+) -> object:
     """A Transformer run's per-block gradient norms at initialisation, once its first step logged them."""
     if (spec or {}).get("task") not in TRANSFORMER_TASKS:
         return no_update
@@ -353,7 +364,13 @@ def on_init_gradients(lines, spec, present):
     State(ids.RUN_SPEC, "data"),
     prevent_initial_call=True,
 )
-def on_probes(probes, present, note, run_id, spec=None):
+def on_probes(
+    probes: dict[str, Any] | None,
+    present: bool | None,
+    note: str | None,
+    run_id: str | None,
+    spec: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], str, list[dcc.Link]]:
     probes = probes or {}
     ended, log = probes.get("ended", False), probes.get("log", [])
     fishers, warned = probes.get("fisher", []), fisher_warning(log)
@@ -365,7 +382,7 @@ def on_probes(probes, present, note, run_id, spec=None):
     )
 
 
-def retry_link(run_id: str | None, log: list[dict]) -> list:
+def retry_link(run_id: str | None, log: list[dict[str, Any]]) -> list[dcc.Link]:
     """ "Run it again with a budget of X %": a link to the Lab with this run's form and the budget its
     warning asks for (nothing without such a warning)."""
     budget = lab_form.budget_that_fits(log)
@@ -394,7 +411,7 @@ def retry_link(run_id: str | None, log: list[dict]) -> list:
     State(ids.RUN_ID, "data"),
     prevent_initial_call=True,
 )
-def on_status(live, run_id):
+def on_status(live: dict[str, str] | None, run_id: str | None) -> object:
     if not run_id or run_id not in (live or {}):
         return no_update
     try:
@@ -410,7 +427,7 @@ def on_status(live, run_id):
     State(TOKEN_STORE, "data"),
     prevent_initial_call=True,
 )
-def on_cancel(_n, run_id, token):
+def on_cancel(_n: int | None, run_id: str, token: str | None) -> str:
     try:
         data.api(token).cancel(run_id)
     except ApiError as exc:
@@ -419,6 +436,6 @@ def on_cancel(_n, run_id, token):
 
 
 # nav=False: a run's page is reached from the others (chips, the Runs table), not from the top bar
-dash.register_page(
+dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
     __name__, path_template="/run/<run_id>", name="Run", title="normlab · Run", order=5, nav=False
 )

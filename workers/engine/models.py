@@ -17,6 +17,8 @@ case's ‖activation‖₂.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +27,14 @@ from torch import nn
 from normlab.catalog import TaskInfo
 from workers.engine.norms import BatchNorm, make_linear, make_normalizer
 from workers.engine.recurrent import case_mean_std, make_layer
+
+
+class SplitLayer(Protocol):
+    """A hidden layer in two halves: its summed inputs W x, then the normalizer (and bias) on them."""
+
+    def summed(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def normalize(self, a: torch.Tensor) -> torch.Tensor: ...
 
 
 def _layer_stats(name: str, summed: torch.Tensor, act: torch.Tensor) -> dict:
@@ -48,11 +58,12 @@ class MLP(nn.Module):
         pairs = zip(sizes[:-1], sizes[1:], strict=True)
         self.hidden = nn.ModuleList(make_linear(norm, a, b, gain_init) for a, b in pairs)
         self.out = nn.Linear(hidden_size, n_outputs)
-        self.capture, self.captured = False, {}
+        self.capture: bool = False
+        self.captured: dict[str, Any] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         records = []
-        for k, layer in enumerate(self.hidden):
+        for k, layer in enumerate(cast("Iterable[SplitLayer]", self.hidden)):
             a = layer.summed(x)
             x = torch.relu(layer.normalize(a))
             if self.capture:
@@ -122,7 +133,8 @@ class PlainConv2d(nn.Conv2d):
         return F.conv2d(x, self.weight, padding=1)
 
     def normalize(self, a: torch.Tensor) -> torch.Tensor:
-        return a + self.bias.view(1, -1, 1, 1)
+        bias = cast(torch.Tensor, self.bias)  # built with one (nn.Conv2d's default)
+        return a + bias.view(1, -1, 1, 1)
 
 
 def make_conv(
@@ -159,11 +171,12 @@ class ConvNet(nn.Module):
         pairs = zip(sizes[:-1], sizes[1:], strict=True)
         self.convs = nn.ModuleList(make_conv(norm, a, b, gain_init, standardize) for a, b in pairs)
         self.out = nn.Linear(channels * 16, n_outputs)
-        self.capture, self.captured = False, {}
+        self.capture: bool = False
+        self.captured: dict[str, Any] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         records = []
-        for k, conv in enumerate(self.convs):
+        for k, conv in enumerate(cast("Iterable[SplitLayer]", self.convs)):
             a = conv.summed(x)
             x = torch.relu(conv.normalize(a))
             if self.capture:
@@ -197,12 +210,15 @@ class RecurrentNet(nn.Module):
             make_layer(cell, a, hidden_size, norm, gain_init, placement, max_steps) for a in sizes[:-1]
         )
         self.out = nn.Linear(hidden_size, n_outputs)
-        self.capture, self.captured = False, {}
+        self.capture: bool | str = False  # True, or "fast"
+        self.captured: dict[str, Any] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.transpose(0, 1)  # time-major inside: each step's slice is contiguous
         # "fast": record without leaving a layer's one-node path (see the module docstring)
-        record = ({"fast": True} if self.capture == "fast" else {}) if self.capture else None
+        record: dict[str, Any] | None = (
+            ({"fast": True} if self.capture == "fast" else {}) if self.capture else None
+        )
         for k, layer in enumerate(self.rnn):
             h = layer(h, record if k == len(self.rnn) - 1 else None)
         if record is not None:

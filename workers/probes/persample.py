@@ -13,9 +13,13 @@ a BatchNorm in training mode mix the batch, so `Recorder.valid` leaves them to t
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from workers.engine.norms import WeightNormLinear
 
 
 class RowStats:
@@ -70,7 +74,7 @@ def is_batch_norm(m: nn.Module) -> bool:
     return "BatchNorm" in type(m).__name__ or isinstance(m, nn.modules.batchnorm._BatchNorm)
 
 
-def affine_params(m: nn.Module) -> tuple[Tensor | None, Tensor | None] | None:
+def affine_params(m: nn.Module) -> tuple[Tensor, Tensor | None] | None:
     """(gain, bias) of a per-case normalizer (LayerNorm, RMSNorm) whose output is x̂ ⊙ g + b."""
     name = type(m).__name__
     if name not in ("LayerNorm", "RMSNorm"):
@@ -97,8 +101,8 @@ def hook_kinds(model: nn.Module) -> dict[str, str]:
         elif isinstance(m, nn.Linear) and m.weight.requires_grad:
             kinds[name] = "linear"
         elif (
-            affine_params(m) is not None
-            and affine_params(m)[0].requires_grad
+            (params := affine_params(m)) is not None
+            and params[0].requires_grad
             and not getattr(m, "channels", False)
         ):
             kinds[name] = "affine"
@@ -229,12 +233,13 @@ class Recorder:
             out, d = parts[0][1], parts[0][2]
         if kind == "affine":
             return _affine(module, out, d)
-        a = _joined([p[0] for p in parts])
+        a = _joined(cast("list[Tensor]", [p[0] for p in parts]))  # every kind but affine records inputs
         if kind == "wn":
-            return _weight_norm(module, a, out, d)
+            return _weight_norm(cast("WeightNormLinear", module), a, out, d)
+        weight = cast(Tensor, module.weight)
         if kind == "summed":  # a = W x exactly; PlainLinear adds its bias after, with the same gradient
-            return _linear(module.weight, None, a, out, d, bias_after=getattr(module, "bias", None))
-        return _linear(module.weight, module.bias, a, out, d)
+            return _linear(weight, None, a, out, d, bias_after=getattr(module, "bias", None))
+        return _linear(weight, cast("Tensor | None", module.bias), a, out, d)
 
 
 def _joined(ts: list[Tensor]) -> Tensor:
@@ -274,7 +279,7 @@ def _linear(
     return res
 
 
-def _weight_norm(m: nn.Module, a: Tensor, s: Tensor, d: Tensor) -> dict[str, RowStats]:
+def _weight_norm(m: WeightNormLinear, a: Tensor, s: Tensor, d: Tensor) -> dict[str, RowStats]:
     """s = v·a, y = s g/‖v‖ + b, d = ∂S/∂s: ∂/∂v_i = (I − u_i u_iᵀ) Σ_t d_ti a_t, orthogonal to v_i."""
     v, g = m.v.detach(), m.g.detach()
     vn = v.norm(dim=1)
@@ -291,7 +296,7 @@ def _weight_norm(m: nn.Module, a: Tensor, s: Tensor, d: Tensor) -> dict[str, Row
 
 
 def _affine(m: nn.Module, y: Tensor, d: Tensor) -> dict[str, RowStats] | None:
-    gain, bias = affine_params(m)
+    gain, bias = cast("tuple[Tensor, Tensor | None]", affine_params(m))  # hook_kinds: "affine" has them
     g = gain.detach()
     if g.abs().min() < 1e-6:  # x̂ = (y − b) / g would be unreliable
         return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +37,24 @@ from workers.probes.likelihood import Likelihood
 from workers.probes.persample import Recorder, RowStats, hook_kinds, row_stats, rows, summed_stats
 from workers.probes.tangent import MLPTangent
 
+if TYPE_CHECKING:
+    from workers.engine.options import EngineOptions
+
 FD_SHRINK = 100.0  # the central-difference step is ∛ε‖θ‖ / FD_SHRINK (see FisherPass._step)
+
+
+class _PathPicking(Protocol):
+    """A layer that picks its kernels by its `engine_options` (workers.engine.options)."""
+
+    engine_options: EngineOptions
+
+
+class _Capturing(Protocol):
+    """A model's capture switch and record (workers.engine.models), read here with getattr: None where
+    the model has none."""
+
+    capture: bool | str | None
+    captured: dict[str, Any] | None
 
 
 @contextlib.contextmanager
@@ -46,7 +64,7 @@ def _twice_differentiable(device: torch.device, model: nn.Module):
     if device.type != "cuda":
         yield
         return
-    layers = [m for m in model.modules() if hasattr(m, "engine_options")]
+    layers = [cast(_PathPicking, m) for m in model.modules() if hasattr(m, "engine_options")]
     before = [m.engine_options for m in layers]
     try:
         for m in layers:
@@ -143,13 +161,15 @@ class FisherPass:
         self.buffers = {n: b.clone() for n, b in model.named_buffers()} if self.layout.buffered else {}
         # the fused LSTM path (finite-difference products) or the step-by-step one (exact double backward)
         self.fused = self.layout.fused
+        self.recorder: Recorder | None  # the training step's (recorded), this pass's own, or none
         if recorded is not None and outputs is not None:
             self.recorder, self.fused_rec, self.outputs = recorded.recorder, recorded.fused_rec, outputs
             self._ready(likelihood, y)
             return
         capture, captured = getattr(model, "capture", None), getattr(model, "captured", None)
+        capturing = cast(_Capturing, model)
         if capture is not None:  # recurrent nets off the fused path: step by step, twice differentiable
-            model.capture = hasattr(model, "rnn") and not self.fused
+            capturing.capture = hasattr(model, "rnn") and not self.fused
         self.recorder = (
             Recorder(model, x.shape[0], self.layout.kinds, self.layout.modules) if use_recorder else None
         )
@@ -166,8 +186,8 @@ class FisherPass:
             if self.buffers:
                 _restore_buffers(model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
-                model.capture = capture
-                model.captured = captured
+                capturing.capture = capture
+                capturing.captured = captured
         self._ready(likelihood, y)
 
     def _ready(self, likelihood: Likelihood, y: Tensor) -> None:
@@ -302,8 +322,9 @@ class FisherPass:
             for n, p, t in zip(self.names, self.params, v, strict=True)
         }
         capture, captured = getattr(self.model, "capture", None), getattr(self.model, "captured", None)
+        capturing = cast(_Capturing, self.model)
         if capture is not None:
-            self.model.capture = False  # the fused path, and a traced step's record left alone
+            capturing.capture = False  # the fused path, and a traced step's record left alone
         try:
             with _twice_differentiable(self.x.device, self.model), torch.set_grad_enabled(grad):
                 out = functional_call(self.model, params, (self.x,))
@@ -315,7 +336,7 @@ class FisherPass:
             if self.buffers:
                 _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
             if capture is not None:
-                self.model.capture, self.model.captured = capture, captured
+                capturing.capture, capturing.captured = capture, captured
 
     def _shifted_in_place(self, v: list[Tensor], h: float) -> Tensor:
         """The scored predictions at θ + h v, the model's own forward with its parameters moved in place
@@ -327,8 +348,9 @@ class FisherPass:
         if self._theta is None:
             self._theta = [t.clone() for t in data]
         capture, captured = getattr(self.model, "capture", None), getattr(self.model, "captured", None)
+        capturing = cast(_Capturing, self.model)
         if capture:
-            self.model.capture = False  # the fused path, and a traced step's record left alone
+            capturing.capture = False  # the fused path, and a traced step's record left alone
         try:
             torch._foreach_add_(data, v, alpha=h)
             with _twice_differentiable(self.x.device, self.model), torch.no_grad():
@@ -339,7 +361,7 @@ class FisherPass:
             if self.buffers:
                 _restore_buffers(self.model, {n: b.clone() for n, b in self.buffers.items()})
             if capture:
-                self.model.capture, self.model.captured = capture, captured
+                capturing.capture, capturing.captured = capture, captured
 
     def jvp_fd(self, v: list[Tensor]) -> Tensor:
         """J v by central differences: two forward passes without a graph, on the training path."""
@@ -368,6 +390,7 @@ class FisherPass:
         if self._gu is None:
             self._u = torch.zeros_like(self.pred, requires_grad=True)
             self._gu = tuple(self._grad(self.pred, self._u, retain_graph=True, create_graph=True))
+        assert self._u is not None  # made with _gu
         jv = torch.autograd.grad(self._gu, self._u, v, retain_graph=True, allow_unused=True)[0]
         return torch.zeros_like(self.pred) if jv is None else jv.detach()
 
@@ -419,7 +442,7 @@ def power_iteration(product, init: list[Tensor], iterations: int) -> tuple[float
 
 
 def _norm(v: list[Tensor]) -> float:
-    return float(torch.sqrt(sum(t.detach().pow(2).sum() for t in v)))
+    return float(torch.sqrt(cast(Tensor, sum(t.detach().pow(2).sum() for t in v))))  # v is never empty
 
 
 def _normalized(v: list[Tensor]) -> list[Tensor]:

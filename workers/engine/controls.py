@@ -27,7 +27,9 @@ class Controls:
     """What changes before a step: `take` collects live requests, `apply_due` applies the step's
     interventions (a checkpoint of the state before them is saved in between)."""
 
-    def __init__(self, spec: RunSpec, emit: Callable[[int, dict[str, Any]], None], poll: Poll | None = None):
+    def __init__(
+        self, spec: RunSpec, emit: Callable[[int, dict[str, Any]], object], poll: Poll | None = None
+    ):
         self.scheduled: dict[int, list[Intervention]] = {}
         for item in spec.interventions:
             self.scheduled.setdefault(item.step, []).append(item)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -12,6 +13,9 @@ from torch import nn
 from normlab.spec import RunSpec
 from workers.engine.options import DEFAULT, EngineOptions, apply_options
 from workers.engine.tasks import TaskData
+
+if TYPE_CHECKING:
+    from workers.probes.prober import Prober
 
 # torch's own choice when this module was imported: physical cores, or OMP_NUM_THREADS when set
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
@@ -88,7 +92,7 @@ def make_optimizer(spec: RunSpec, model: nn.Module) -> torch.optim.Optimizer:
 
 def make_prober(
     spec: RunSpec, model: nn.Module, data: TaskData, optimizer
-) -> tuple[object | None, str | None]:
+) -> tuple[Prober | None, str | None]:
     """(prober, None), or (None, why not) when the probes decline this model."""
     if not spec.probes.enabled:
         return None, None

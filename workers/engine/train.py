@@ -21,6 +21,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,6 +46,9 @@ from workers.engine.loop_setup import (
 from workers.engine.options import EngineOptions
 from workers.engine.tasks import load_task
 from workers.engine.tasks.base import seeded
+
+if TYPE_CHECKING:
+    from workers.probes.prober import Prober
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +102,7 @@ class _Run:
         self.device = "cpu"
         self.kernel_backend = "torch"
         self.metrics: dict[str, float | None] = {}  # latest known: train_loss, val_*, test_*
-        self.prober = None
+        self.prober: Prober | None = None
         self.beyond_reported = False
 
     def log(self, message: str, level: str = "info", **extra) -> None:
@@ -134,14 +138,16 @@ class _Run:
                 else "."
             )
         )
-        if data.info.kind == "sequence" and spec.norm == "batch" and data.eval_seq_len > data.seq_len:
-            self.log(
-                f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
-                f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
-                "statistics of their own (§3.1). The run shows what the model does then; see the log "
-                "after the first evaluation.",
-                "warning",
-            )
+        if data.info.kind == "sequence" and spec.norm == "batch":
+            assert data.seq_len is not None and data.eval_seq_len is not None  # every sequence task has both
+            if data.eval_seq_len > data.seq_len:
+                self.log(
+                    f"Recurrent BatchNorm keeps statistics for each of the {data.seq_len} trained time "
+                    f"steps only; evaluation runs {data.eval_seq_len} steps, so the later steps have no "
+                    "statistics of their own (§3.1). The run shows what the model does then; see the log "
+                    "after the first evaluation.",
+                    "warning",
+                )
         batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
         resumed = LoopState()
         if self.resume is not None and self.run_id is not None:
@@ -180,6 +186,7 @@ class _Run:
 
     def _loop(self, model, data, optimizer, device, batches, resumed: LoopState) -> tuple[str, str | None]:
         spec, prober = self.spec, self.prober
+        assert spec.steps is not None  # the spec is resolved (run_training)
         every = log_every(spec.steps)
         start = time.perf_counter() - resumed.elapsed
         window_loss, window_steps, window_time = (

@@ -27,6 +27,7 @@ import time
 import torch
 from torch import nn
 
+from normlab.events import EventKind
 from normlab.spec import ProbeSpec
 from workers.engine.recurrent import GRULayer, LSTMLayer, TanhRNNLayer
 from workers.probes.curvature import CurvatureProbe
@@ -62,7 +63,7 @@ class Prober:
         self.estimates = 0  # Fisher estimates done so far
         self.last_fisher_step = 0
         self.no_fit = self._no_fit_warning() if self.plan.budget_needed is not None else None
-        self._log: list[tuple[str, dict]] = [("log", dict(self.no_fit))] if self.no_fit else []
+        self._log: list[tuple[EventKind, dict]] = [("log", dict(self.no_fit))] if self.no_fit else []
         self._flags = (False, False)  # (trace, estimate) this step
         self._recorded: RecordedForward | None = None  # this step's recorded forward, for its estimate
         self._pending: tuple | None = None  # the estimate's payload until the update's angle joins it
@@ -123,7 +124,7 @@ class Prober:
         """Whether this step's backward must keep the graph for the estimate (see `recording`)."""
         return self._recorded is not None
 
-    def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[str, dict]]:
+    def after_backward(self, step: int, x, y, outputs, loss) -> list[tuple[EventKind, dict]]:
         hidden, fisher = self._flags
         if not (hidden or fisher or self._log):  # most steps: nothing to do, no clock read
             return []
@@ -147,7 +148,7 @@ class Prober:
             self.spent["fisher"] += self.clock() - t0
         return events
 
-    def after_update(self, step: int) -> list[tuple[str, dict]]:
+    def after_update(self, step: int) -> list[tuple[EventKind, dict]]:
         if self._pending is None:
             return []
         t0 = self.clock()

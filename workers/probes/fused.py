@@ -18,6 +18,9 @@ over all steps at once:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol, cast
+
 import torch
 from torch import Tensor, nn
 
@@ -25,7 +28,20 @@ from workers.engine import recurrent
 from workers.probes.persample import RowStats, _row_sq, row_stats
 
 
-def fused_layers(model: nn.Module) -> dict[str, nn.Module]:
+class _Projection(Protocol):
+    """A fused layer's `ih` or `hh`: a plain or LayerNorm'ed linear map without bias."""
+
+    weight: Tensor
+
+
+class _Affine(Protocol):
+    """A LayerNorm's gain and bias (on a projection, or on c_t)."""
+
+    gain: Tensor
+    bias: Tensor
+
+
+def fused_layers(model: nn.Module) -> dict[str, recurrent.LSTMLayer]:
     """The LSTM layers whose training forward pass is `lstm_sequence` (CPU, or torch kernels on CUDA)."""
     return {
         name: m for name, m in model.named_modules() if isinstance(m, recurrent.LSTMLayer) and m._fused_ok()
@@ -41,17 +57,18 @@ class FusedLSTMRecorder:
         self._boundary: list[tuple[dict, Tensor, Tensor]] = []  # (entry, xx, hs) per recorded call
         self._current: str | None = None
         self._handles: list = []
-        self._original = None
+        self._original: Callable[..., Tensor] | None = None
 
     def __enter__(self) -> FusedLSTMRecorder:
         for name, m in self.layers.items():
             self._handles.append(m.register_forward_pre_hook(self._pre(name)))
         self._original = recurrent.lstm_sequence
-        recurrent.lstm_sequence = self._wrapped  # the module-level name LSTMLayer.forward calls
+        # the module-level name LSTMLayer.forward calls (the stand-in takes `options` by keyword, as passed)
+        recurrent.lstm_sequence = self._wrapped  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc) -> None:
-        recurrent.lstm_sequence = self._original
+        recurrent.lstm_sequence = self._original  # type: ignore[assignment]  # set on entering
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -129,9 +146,9 @@ def _vector(per_case: Tensor, p: Tensor) -> RowStats:
 
 
 @torch.no_grad()
-def _layer_stats(m: nn.Module, e: dict) -> dict[str, RowStats]:
+def _layer_stats(m: recurrent.LSTMLayer, e: dict) -> dict[str, RowStats]:
     x, xx, hs, g_a, g_hs, eps = e["x"], e["xx"], e["hs"], e["g_xx"], e["g_hs"], e["eps"]
-    w_h, w_x = m.hh.weight.detach(), m.ih.weight.detach()
+    w_h, w_x = cast(_Projection, m.hh).weight.detach(), cast(_Projection, m.ih).weight.detach()
     ln_h = hasattr(m.hh, "norm")
     ln_x = hasattr(m.ih, "norm")
     res: dict[str, RowStats] = {}
@@ -141,20 +158,22 @@ def _layer_stats(m: nn.Module, e: dict) -> dict[str, RowStats]:
     res["bias"] = _vector(summed_g, m.bias)
     if ln_h:
         xh, saved_h = _ln_parts(hh, eps)
-        gain_h = m.hh.norm.gain.detach()
+        norm_h = cast(_Affine, m.hh.norm)
+        gain_h = norm_h.gain.detach()
         res["hh.norm.gain"] = _vector((g_a * xh).sum(0), gain_h)
-        res["hh.norm.bias"] = _vector(summed_g, m.hh.norm.bias)
+        res["hh.norm.bias"] = _vector(summed_g, norm_h.bias)
         d_hh = _ln_backward(g_a, saved_h, gain_h)
-        pre = xh * gain_h + m.hh.norm.bias.detach()
+        pre = xh * gain_h + norm_h.bias.detach()
     else:
         d_hh, pre = g_a, hh
     res["hh.weight"] = _weight(h_prev, d_hh, hh)
     ax = x @ w_x.t()
     if ln_x:
         xa, saved_x = _ln_parts(ax, eps)
-        gain_x = m.ih.norm.gain.detach()
+        norm_x = cast(_Affine, m.ih.norm)
+        gain_x = norm_x.gain.detach()
         res["ih.norm.gain"] = _vector((g_a * xa).sum(0), gain_x)
-        res["ih.norm.bias"] = _vector(summed_g, m.ih.norm.bias)
+        res["ih.norm.bias"] = _vector(summed_g, norm_x.bias)
         res["ih.weight"] = _weight(x, _ln_backward(g_a, saved_x, gain_x), ax)
     else:
         res["ih.weight"] = _weight(x, g_a, ax)
@@ -164,7 +183,7 @@ def _layer_stats(m: nn.Module, e: dict) -> dict[str, RowStats]:
 
 
 def _cell_norm(
-    m: nn.Module, a: Tensor, g_hs: Tensor, d_hh: Tensor, w_h: Tensor, c0: Tensor, eps: float
+    m: recurrent.LSTMLayer, a: Tensor, g_hs: Tensor, d_hh: Tensor, w_h: Tensor, c0: Tensor, eps: float
 ) -> dict[str, RowStats]:
     """LN(c_t)'s gain and bias: c_t recomputed from the gates, ∂S/∂h_t in total from both paths."""
     H = c0.shape[-1]
@@ -177,7 +196,8 @@ def _cell_norm(
     for t in range(a.shape[0]):  # the only recurrence left: element-wise, (B, H) per step
         c = torch.addcmul(ig[t], f[t], c, out=cells[t])
     chat, _ = _ln_parts(cells, eps)
-    gain_c, bias_c = m.norm_c.gain.detach(), m.norm_c.bias.detach()
+    norm_c = cast(_Affine, m.norm_c)
+    gain_c, bias_c = norm_c.gain.detach(), norm_c.bias.detach()
     tc = torch.tanh(chat * gain_c + bias_c)
     dh = g_hs.clone()
     dh[:-1] += d_hh[1:] @ w_h  # h_t enters step t+1 through W_h h_t

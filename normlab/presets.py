@@ -120,7 +120,10 @@ PRESETS: dict[str, Preset] = {
             "val_loss",
             expect="LN ≈ BN",
             claims=(("close", "layer", "batch"),),
-            setup=_FIG6.format(steps=600, epochs=22) + "; BN with the biased (÷B) batch variance.",
+            setup=_FIG6.format(steps=600, epochs=22) + "; BN with the biased (÷B) batch variance. "
+            "Inconclusive at the shared rate and with each at its best (--tune): neither within the "
+            "equivalence margin nor apart beyond 2 SE; the map-ln-bn-batch map shows the gap over batch "
+            "size.",
             tuning=Tuning("lr", (3e-4, 1e-3, 3e-3, 1e-2)),
         ),
         Preset(

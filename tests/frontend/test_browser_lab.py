@@ -136,7 +136,8 @@ def test_run_log_panel_shows_the_fisher_budget_warning(page, shot, server):
     )
     assert "budget" in first.inner_text().lower()  # warnings come first
     warning = page.locator("#run-fisher-warning")
-    assert warning.is_visible() and "budget" in warning.inner_text().lower()
+    warning.wait_for(state="visible", timeout=30000)  # the probe panels follow the log panel's update
+    assert "budget" in warning.inner_text().lower()
     shot(page, "run-log-budget-warning")
     # the way out: the same run set up in the Lab with the budget the warning names
     needed = re.search(r"raise it to ([0-9.]+) ?%", warning.inner_text())

@@ -95,7 +95,7 @@ async def train(api: Any, rid: str) -> None:
                     "empirical": None,
                 },
             )
-    # the worker's summary shape (workers/tasks.py): final metrics per split, steps and wall time
+    # the worker's summary shape (workers/jobs.py): final metrics per split, steps and wall time
     run["summary"] = {
         "metrics": {
             "train_loss": loss,

@@ -1,7 +1,7 @@
 """Enqueueing a run: the Celery configuration both sides share, and `enqueue_run(settings, run_id)`.
 
-The API sends the training task by name (`TRAIN_TASK`) and never imports the worker; the worker builds
-its app with `make_celery(settings, include=["workers.tasks"])` (workers/celery_app.py).
+The API sends the training job by name (`TRAIN_JOB`) and never imports the worker; the worker builds
+its app with `make_celery(settings, include=["workers.jobs"])` (workers/celery_app.py).
 
 Redis form: broker = settings.broker_url (e.g. redis://…). Embedded form (no broker_url): kombu's
 filesystem transport under <data_dir>/queue, made atomic (normlab/queuefs.py) — works across processes
@@ -24,7 +24,7 @@ from celery import Celery
 from normlab import queuefs
 from normlab.settings import Settings
 
-TRAIN_TASK = "normlab.train_run"
+TRAIN_JOB = "normlab.train_run"
 
 
 def broker_options(settings: Settings) -> tuple[str, dict[str, Any]]:
@@ -86,7 +86,7 @@ def celery_for(settings: Settings) -> Celery:
 
 
 def enqueue_run(settings: Settings, run_id: str) -> None:
-    celery_for(settings).send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
+    celery_for(settings).send_task(TRAIN_JOB, args=[run_id], queue=settings.queue)
 
 
 def waiting_run_ids(settings: Settings) -> set[str] | None:
@@ -116,7 +116,7 @@ def waiting_run_ids(settings: Settings) -> set[str] | None:
 
 def drop_message(settings: Settings, run_id: str) -> int:
     """Remove the waiting message(s) of a run (cancelled while queued) from the broker; how many went.
-    Best effort: a message a worker took meanwhile is dropped there instead (workers.tasks)."""
+    Best effort: a message a worker took meanwhile is dropped there instead (workers.jobs)."""
     dropped = 0
     if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
         import redis
@@ -147,7 +147,7 @@ def _run_id_of(message: bytes | str) -> str | None:
 
     try:
         envelope = json.loads(message)
-        if envelope.get("headers", {}).get("task") != TRAIN_TASK:
+        if envelope.get("headers", {}).get("task") != TRAIN_JOB:
             return None
         body = envelope["body"]
         if envelope.get("properties", {}).get("body_encoding") == "base64":

@@ -15,7 +15,7 @@ from celery.worker import state
 from normlab.queue import make_celery
 from normlab.settings import Settings
 
-TASK_MODULES = ["workers.tasks"]
+JOB_MODULES = ["workers.jobs"]
 _app: Celery | None = None
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _busy() -> bool:
 
 def create_app(settings: Settings) -> Celery:
     """The worker's app for `settings`; its tasks read the same settings from `app.normlab_settings`."""
-    app = make_celery(settings, include=TASK_MODULES)
+    app = make_celery(settings, include=JOB_MODULES)
     app.steps["consumer"].add(NothingHeldWhileBusy)
     app.normlab_settings = settings  # type: ignore[attr-defined]
     return app

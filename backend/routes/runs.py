@@ -163,7 +163,7 @@ def cancel(run_id: str, request: Request, store: StoreDep, user: UserDep) -> Run
         request.app.state.publish(run_id, [event])
         try:  # a queued run's message would otherwise wait in the broker for nothing
             drop_message(request.app.state.settings, run_id)
-        except Exception as exc:  # the worker drops it instead when it comes (workers.tasks)
+        except Exception as exc:  # the worker drops it instead when it comes (workers.jobs)
             log.warning("run %s: could not remove its queued message (%s)", run_id, exc)
     return run_public(store, get_run_or_404(store, run_id))
 

@@ -128,7 +128,7 @@ def start_worker(i: int, log_dir: Path, data_dir: Path) -> subprocess.Popen[byte
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             # SIGKILL, not SIGTERM: a SIGTERMed Celery worker shuts down warm, i.e. trains its current
-            # run to the end first (minutes) as an orphan. Its pool child dies with it (workers.tasks).
+            # run to the end first (minutes) as an orphan. Its pool child dies with it (workers.jobs).
             preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()),
             pass_fds=(ready_w,),
         )

@@ -9,7 +9,7 @@ import uuid
 
 from celery.contrib.testing.worker import start_worker
 
-from normlab.queue import TRAIN_TASK, make_celery
+from normlab.queue import TRAIN_JOB, make_celery
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
@@ -29,15 +29,15 @@ def test_config_for_long_single_runs():
 
 
 def test_task_is_registered_under_its_name():
-    import workers.tasks  # noqa: F401  (imports the engine, as the worker's parent does)
+    import workers.jobs  # noqa: F401  (imports the engine, as the worker's parent does)
 
-    assert TRAIN_TASK in create_app(Settings()).tasks
+    assert TRAIN_JOB in create_app(Settings()).tasks
 
 
 def test_real_worker_trains_a_queued_run(tmp_path):
-    """workers.tasks.train_run itself, in a real worker thread, configured like a `normlab worker`
+    """workers.jobs.train_run itself, in a real worker thread, configured like a `normlab worker`
     process is: from settings given at worker start (here a temporary data dir and queue)."""
-    import workers.tasks  # noqa: F401
+    import workers.jobs  # noqa: F401
 
     settings = Settings(data_dir=tmp_path, queue=f"nlw-{uuid.uuid4().hex[:6]}")
     _train_one(settings, create_app(settings))
@@ -51,7 +51,7 @@ def _train_one(settings, app) -> None:
     with start_worker(
         app, pool="solo", perform_ping_check=False, queues=[settings.queue], shutdown_timeout=30
     ):
-        app.send_task(TRAIN_TASK, args=[run_id], queue=settings.queue)
+        app.send_task(TRAIN_JOB, args=[run_id], queue=settings.queue)
         deadline = time.monotonic() + 120
         while store.get_run(run_id)["status"] in ("queued", "running"):
             assert time.monotonic() < deadline, "the worker did not finish the run"

@@ -12,7 +12,7 @@ from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
 from workers import runguard
-from workers.tasks import run_training
+from workers.jobs import run_training
 
 
 def _queued(tmp_path) -> tuple[Settings, Store, str]:

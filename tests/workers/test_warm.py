@@ -18,7 +18,7 @@ from workers import warm
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
-    import workers.tasks  # what the Celery worker's parent imports
+    import workers.jobs  # what the Celery worker's parent imports
     from normlab.settings import Settings
     from normlab.spec import RunSpec
     from workers.engine import train

@@ -1,5 +1,6 @@
-"""The Celery task `train_run(run_id)`: load the spec, call the engine with a callback that stores
-and publishes events, record the outcome. Everything else lives in the engine and the store."""
+"""The training job `train_run(run_id)` (a Celery task; a "task" in normlab is what a model learns):
+load the spec, call the engine with a callback that stores and publishes events, record the outcome.
+Everything else lives in the engine and the store."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSu
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.lifeline import die_with_parent
-from normlab.queue import TRAIN_TASK
+from normlab.queue import TRAIN_JOB
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import get_store, lineage
@@ -88,7 +89,7 @@ class ClaimableOnly(Request):
         return True
 
 
-@shared_task(name=TRAIN_TASK, ignore_result=True, bind=True, Request=ClaimableOnly)
+@shared_task(name=TRAIN_JOB, ignore_result=True, bind=True, Request=ClaimableOnly)
 def train_run(self, run_id: str) -> str | None:
     return run_training(run_id, settings_of(self.app))
 

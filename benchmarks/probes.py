@@ -11,7 +11,7 @@ Per task, its default spec (one evaluation, at the end), side by side in this pr
   on ÷ fastest off − 1: another tenant only ever adds time, and on a VM whose speed drifts by 1.5× within
   minutes the medians of a few runs moved by ±10 points where the fastest runs stayed put), the number of
   Fisher estimates (median and fewest over the repeats) and the step of the first one;
-- the cost of one Fisher estimate (per-layer trace + λ_max(F), and the weight groups' measured update
+- the cost of one Fisher estimate (per-layer trace + λ_max(F), and the weight sets' measured update
   over the next optimizer step: what a default run computes per estimate) in plain training steps, beside
   the cost the run's plan counts for it (`workers.probes.plan`, whose constants it checks): the
   task's default model trains a few steps, then estimates alternate with timed plain steps; each
@@ -63,15 +63,15 @@ def _train(spec: RunSpec, settings: Settings):
 
 
 def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float], list[float]]:
-    """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F) + the groups' update) ÷ the median plain
+    """(cold, warm) Fisher estimates' CPU time (trace + λ_max(F) + the sets' update) ÷ the median plain
     step's."""
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
     from workers.probes.curvature import CurvatureProbe
-    from workers.probes.groups import add_update, snapshot
     from workers.probes.likelihood import Likelihood
+    from workers.probes.weight_sets import add_update, snapshot
 
     spec = RunSpec(task=task, norm=norm).resolved()
     data = load_task(spec, settings)
@@ -100,7 +100,7 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
     def timed(p: CurvatureProbe) -> float:
         # as in a run: the step's own forward, recorded for the estimate (its graph kept through the
         # backward), the estimate after the backward, then the optimizer's update, whose angle and size
-        # per group the payload reports. The training step itself is not the estimate's cost, but what
+        # per weight set the payload reports. The training step itself is not the estimate's cost, but what
         # the recording adds to it is: its time beyond the median plain step is counted
         bx, by = next(batches)
         t0 = time.process_time()
@@ -112,13 +112,13 @@ def estimate_costs(task: str, norm: str, settings: Settings) -> tuple[list[float
         t1 = time.process_time()
         payload, _ = p.estimate(bx, by, spec.lr, recorded, out if recorded is not None else None)
         params = p.named
-        before = snapshot(p.groups, params)
+        before = snapshot(p.weight_sets, params)
         t2 = time.process_time()
         del recorded, out
         optimizer.step()
         t3 = time.process_time()
-        for entry, group in zip(payload["groups"], p.groups, strict=True):
-            add_update(entry, group, before[group.param], params[group.param], spec.optimizer)
+        for entry, weight_set in zip(payload["weight_sets"], p.weight_sets, strict=True):
+            add_update(entry, weight_set, before[weight_set.param], params[weight_set.param], spec.optimizer)
         seconds = (t2 - t1) + (time.process_time() - t3)
         step_seconds = (t1 - t0) + (t3 - t2)
         for _ in range(PLAIN_BETWEEN):

@@ -1,5 +1,5 @@
 """Plotly figures of a run's Fisher probes (pure functions: the run's `fisher` events in, figure dict out):
-the curvature per layer and per scale-invariant weight group. The hidden-state heatmaps are in
+the curvature per layer and per scale-invariant weight set. The hidden-state heatmaps are in
 `frontend/hidden_figures.py`."""
 
 from __future__ import annotations
@@ -10,20 +10,21 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend import figures, probe_names, theory_lines
+from normlab.events import fisher_weight_sets
 
-# Fisher panel: layers and weight groups are names, not an order: neighbours get clearly different hues
+# Fisher panel: layers and weight sets are names, not an order: neighbours get clearly different hues
 # (Okabe–Ito again), and a name keeps its hue in every subplot.
 CATEGORY = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
 
 
-def _group_series(events: list[dict[str, Any]], field: str) -> list[tuple[str, list[float | None]]]:
-    """(name, values per event) for each scale-invariant group; past 8 groups, min / median / max."""
+def _weight_set_series(events: list[dict[str, Any]], field: str) -> list[tuple[str, list[float | None]]]:
+    """(name, values per event) for each scale-invariant set; past 8 sets, min / median / max."""
     names: list[str] = []
     for e in events:
-        for g in e["payload"].get("groups", []):
+        for g in fisher_weight_sets(e["payload"]):
             if g["name"] not in names:
                 names.append(g["name"])
-    per = [{g["name"]: g.get(field) for g in e["payload"].get("groups", [])} for e in events]
+    per = [{g["name"]: g.get(field) for g in fisher_weight_sets(e["payload"])} for e in events]
     if len(names) <= 8:
         return [(n, [p.get(n) for p in per]) for n in names]
     out = []
@@ -32,12 +33,12 @@ def _group_series(events: list[dict[str, Any]], field: str) -> list[tuple[str, l
         for p in per:
             vals = [v for v in p.values() if v is not None]
             ys.append(pick(vals) if vals else None)
-        out.append((f"{label} of {len(names)} groups", ys))
+        out.append((f"{label} of {len(names)} weight sets", ys))
     return out
 
 
 def _has(events: list[dict[str, Any]], field: str) -> bool:
-    return any(g.get(field) is not None for e in events for g in e["payload"].get("groups", []))
+    return any(g.get(field) is not None for e in events for g in fisher_weight_sets(e["payload"]))
 
 
 def _step_panel(events: list[dict[str, Any]]) -> tuple[str, str]:
@@ -45,7 +46,7 @@ def _step_panel(events: list[dict[str, Any]]) -> tuple[str, str]:
     reports it (labelled by its optimizer), else η/‖w‖² (the step plain SGD would take)."""
     if _has(events, "effective_step"):
         opt = events[-1]["payload"].get("optimizer") or next(
-            (g.get("optimizer") for g in events[-1]["payload"].get("groups", []) if g.get("optimizer")), ""
+            (g.get("optimizer") for g in fisher_weight_sets(events[-1]["payload"]) if g.get("optimizer")), ""
         )
         return "effective_step", f"Effective step ‖Δw‖/‖w‖ per update{f' ({opt}, measured)' if opt else ''}"
     return "effective_lr", "Effective learning rate η/‖w‖² (plain SGD's step)"
@@ -59,8 +60,8 @@ def fisher_figure(
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
-    stability line 2. Below, per scale-invariant weight group: ‖w‖, the effective step, uᵀFu along w and
-    the gain curvature. One legend beside each subplot; a layer or group keeps its colour everywhere.
+    stability line 2. Below, per scale-invariant weight set: ‖w‖, the effective step, uᵀFu along w and
+    the gain curvature. One legend beside each subplot; a layer or set keeps its colour everywhere.
     `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it).
     `spec`: the run's resolved spec, for the theory lines that apply to it (frontend.theory_lines)."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
@@ -68,10 +69,10 @@ def fisher_figure(
     titles = [
         "Fisher trace per layer",
         "η·λ_max against 2 (stable below)",
-        "‖w‖ per weight group",
+        "‖w‖ per weight set",
         step_title,
         "uᵀFu along w (→ 0 when scale-invariant)",
-        "Gain curvature per group",
+        "Gain curvature per weight set",
     ]
     fig = make_subplots(rows=3, cols=2, vertical_spacing=0.11, horizontal_spacing=0.25, subplot_titles=titles)
     steps = [e["step"] for e in events]
@@ -89,8 +90,8 @@ def fisher_figure(
         return empty_figure
     last = events[-1]["payload"]
     estimators = last.get("trace_estimator", {})
-    group_names = [name for name, _ in _group_series(events, "weight_norm")]
-    cell = probe_names.cell_of([*last.get("trace", {}), *group_names])
+    weight_set_names = [name for name, _ in _weight_set_series(events, "weight_norm")]
+    cell = probe_names.cell_of([*last.get("trace", {}), *weight_set_names])
     for k, layer in enumerate(last.get("trace", {})):
         # plain words in the legend; the module path and how it was estimated in the hover
         how = probe_names.estimator_words(estimators.get(layer))
@@ -113,8 +114,8 @@ def fisher_figure(
         ("legend5", (3, 1), "along_w_curvature"),
         ("legend6", (3, 2), "gain_curvature"),
     ):
-        for name, ys in _group_series(events, field):
-            k = group_names.index(name) if name in group_names else len(group_names)
+        for name, ys in _weight_set_series(events, field):
+            k = weight_set_names.index(name) if name in weight_set_names else len(weight_set_names)
             fig.add_trace(
                 go.Scatter(
                     x=steps,
@@ -131,7 +132,7 @@ def fisher_figure(
             )
     if step_field == "effective_step":
         theory_lines.draw_angular(fig, spec, steps, row=2, col=2, legend="legend4")
-    colors = {name: CATEGORY[k % 8] for k, name in enumerate(group_names)}
+    colors = {name: CATEGORY[k % 8] for k, name in enumerate(weight_set_names)}
     theory_lines.draw_norm_growth(fig, spec, events, colors, row=2, col=1, legend="legend3")
     theory_lines.draw_zero_curvature(fig, events, row=3, col=1, legend="legend5")
     fig.update_xaxes(title_text="training step")
@@ -143,7 +144,7 @@ def fisher_figure(
         type="log",
         row=2,
         col=2,
-        **figures.log_ticks(g.get(step_field) for e in events for g in e["payload"].get("groups", [])),
+        **figures.log_ticks(g.get(step_field) for e in events for g in fisher_weight_sets(e["payload"])),
     )
     fig.update_yaxes(exponentformat="power", row=3, col=1)
     figures.apply_theme(fig, present, height=900)

@@ -48,7 +48,7 @@ FISHER_SUBPLOT_HELP = [
     "dominating or a sudden jump.",
     "η·λ_max — the sharpest direction times the learning rate; below the dashed line at 2 the descent is "
     "stable.",
-    "‖w‖ per weight group — normalized layers' weights grow, which shrinks their effective step.",
+    "‖w‖ per weight set — normalized layers' weights grow, which shrinks their effective step.",
     "Effective step — how far each update moves the weights relative to their size.",
     "uᵀFu along w — zero for a scale-invariant (normalized) group: a built-in sanity check.",
     "Gain curvature — how sensitive the output is to the normalization gains.",

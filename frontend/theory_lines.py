@@ -7,11 +7,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from normlab.events import fisher_weight_sets
 from normlab.theory import angular_equilibrium, curvature_departs, growth_departs, growth_step
 
 
 def angular_line(spec: dict[str, Any] | None) -> float | None:
-    """√(2ηλ/(1+μ)) for an SGD run with weight decay (the equilibrium of its scale-invariant groups'
+    """√(2ηλ/(1+μ)) for an SGD run with weight decay (the equilibrium of its scale-invariant sets'
     angular update), else None: Adam's step is not covered by that law, and without decay there is none."""
     if not spec or spec.get("optimizer") != "sgd":
         return None
@@ -58,12 +59,12 @@ def norm_growth_applies(spec: dict[str, Any] | None) -> bool:
 
 
 def growth_points(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per whole-matrix scale-invariant group, per Fisher event that measured ‖w_t‖, ‖g_t‖, η (from η/‖w‖²)
-    and ‖w_{t+1}‖: {"step", "predicted" ‖w_{t+1}‖, "measured", "departs"}. Row groups report medians over
+    """Per whole-matrix scale-invariant set, per Fisher event that measured ‖w_t‖, ‖g_t‖, η (from η/‖w‖²)
+    and ‖w_{t+1}‖: {"step", "predicted" ‖w_{t+1}‖, "measured", "departs"}. Row sets report medians over
     rows, for which the law is not exact, so they are left out."""
     out: dict[str, list[dict[str, Any]]] = {}
     for e in events:
-        for g in e["payload"].get("groups", []):
+        for g in fisher_weight_sets(e["payload"]):
             need = (g.get(k) for k in ("weight_norm", "grad_norm", "effective_lr", "weight_norm_next"))
             if not g.get("scale_invariant") or g.get("kind") != "matrix" or None in need:
                 continue
@@ -90,7 +91,7 @@ def draw_norm_growth(
     legend: str,
 ) -> bool:
     """On the ‖w‖ panel: the law's ‖w_{t+1}‖ = √(‖w_t‖² + η²‖g_t‖²) at each probe step (open circles in
-    the group's colour, one step after the measured ‖w_t‖), and a shaded halo where the measured step's
+    the set's colour, one step after the measured ‖w_t‖), and a shaded halo where the measured step's
     growth departs from η²‖g_t‖² by more than 10 %; whether it applied."""
     if not norm_growth_applies(spec):
         return False
@@ -131,14 +132,14 @@ def draw_norm_growth(
 def draw_zero_curvature(
     fig: go.Figure, events: list[dict[str, Any]], row: int, col: int, legend: str
 ) -> bool:
-    """On the uᵀFu panel, when the run has scale-invariant groups: the line uᵀFu = 0 their theory puts them
-    on, and a shaded halo at each point of such a group whose |uᵀFu| exceeds 10⁻³ of its trace; whether
+    """On the uᵀFu panel, when the run has scale-invariant sets: the line uᵀFu = 0 their theory puts them
+    on, and a shaded halo at each point of such a set whose |uᵀFu| exceeds 10⁻³ of its trace; whether
     it applied."""
     steps = [e["step"] for e in events]
     invariant = [
         (e["step"], g)
         for e in events
-        for g in e["payload"].get("groups", [])
+        for g in fisher_weight_sets(e["payload"])
         if g.get("scale_invariant") and g.get("along_w_curvature") is not None
     ]
     if not invariant or not steps:

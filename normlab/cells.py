@@ -13,6 +13,7 @@ import math
 import statistics
 from typing import Any, NotRequired, TypedDict, TypeGuard
 
+from normlab.events import fisher_weight_sets
 from normlab.group_models import CellResult, Curve, CurvePoint, TraceName, TraceStat
 
 START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
@@ -114,17 +115,17 @@ def _late(series: list[Any]) -> list[Any]:
 
 
 def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
-    """From a run's per-estimate series (the probes' "fisher_series"): over its scale-invariant groups,
+    """From a run's per-estimate series (the probes' "fisher_series"): over its scale-invariant sets,
     the orders of magnitude η/‖w‖² moved from the first estimate to the last ("elr_orders", mean over
-    groups of log10 last/first) and the mean angular update over the second half of the estimates
+    weight sets of log10 last/first) and the mean angular update over the second half of the estimates
     ("angular_late"); the mean η·λ_max(H) over the second half ("eta_lambda_late") and at the first
     estimate ("eta_lambda_first"). None where the run has no such numbers."""
     series = (probes or {}).get("fisher_series") or []
     out: dict[str, float | None] = dict.fromkeys(SERIES_KEYS)
     if not series:
         return out
-    first = {g["name"]: g.get("effective_lr") for g in series[0]["groups"]}
-    last = {g["name"]: g.get("effective_lr") for g in series[-1]["groups"]}
+    first = {g["name"]: g.get("effective_lr") for g in fisher_weight_sets(series[0])}
+    last = {g["name"]: g.get("effective_lr") for g in fisher_weight_sets(series[-1])}
     orders = [
         math.log10(last[n] / first[n])
         for n in first
@@ -135,7 +136,7 @@ def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     angles = [
         statistics.fmean(a)
         for e in _late(series)
-        if (a := [g["angular_update"] for g in e["groups"] if is_number(g.get("angular_update"))])
+        if (a := [g["angular_update"] for g in fisher_weight_sets(e) if is_number(g.get("angular_update"))])
     ]
     if angles:
         out["angular_late"] = statistics.fmean(angles)

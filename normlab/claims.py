@@ -19,7 +19,7 @@ standard error SE = sd(d)/√n. The rules, stated once here and reported with ev
                    with B (log10 g_T/g_1 per seed), beyond Z·SE (§3.1: vanishing gradients)
     best A         A better than every other run (each by the rule "better")
     trains A       A's validation loss ends below ln(classes) (a uniform guess) by more than Z·SE
-    decays A       A's effective learning rate η/‖w‖² (scale-invariant groups) falls from the first Fisher
+    decays A       A's effective learning rate η/‖w‖² (scale-invariant sets) falls from the first Fisher
                    estimate to the last: log10 last/first below 0 beyond Z·SE
     equilibrium A  A's angular update over the second half of its estimates ÷ √(2ηλ/(1+μ)) within
                    ±LINE_REL of 1 beyond Z·SE (equivalence), per seed within ±LINE_REL

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -112,12 +113,20 @@ class FisherPayload(BaseModel):
 
     trace: dict[str, float | None]
     trace_estimator: dict[str, str]
-    groups: list[dict[str, Any]]
+    # the scale-invariant weight sets; events stored before the key was "weight_sets" say "groups"
+    weight_sets: list[dict[str, Any]] = Field(validation_alias=AliasChoices("weight_sets", "groups"))
     lambda_max: float | None = None
     eta_lambda_max: float | None = None
     hessian_lambda_max: float | None = None
     eta_hessian_lambda_max: float | None = None
     lr: float | None = None
+
+
+def fisher_weight_sets(payload: dict[str, Any]) -> list[Any]:
+    """A stored fisher payload's weight sets (those stored before the key was "weight_sets" say
+    "groups")."""
+    weight_sets: list[Any] = payload.get("weight_sets", payload.get("groups", []))
+    return weight_sets
 
 
 class KnobChange(BaseModel):

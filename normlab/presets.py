@@ -435,7 +435,7 @@ PRESETS: dict[str, Preset] = {
             claims=(("decays", "no WD"), ("equilibrium", "WD 0.01")),
             setup="Papers: ResNets on CIFAR/ImageNet with BN, SGD with momentum, many epochs. Here: "
             "scikit-learn's 8×8 digits, MLP 64-256-256-10 with LN on both hidden layers (each weight "
-            "matrix one scale-invariant group), SGD η = 0.1, μ = 0.9, λ = 0 or 0.01, batch 32, 400 "
+            "matrix one scale-invariant set), SGD η = 0.1, μ = 0.9, λ = 0 or 0.01, batch 32, 400 "
             "steps, a Fisher estimate (with the step's measured angle) about every 40 steps; the "
             "equilibrium line is √(2·0.1·0.01/1.9) ≈ 0.032 rad per step.",
             tags=("modern",),

@@ -38,17 +38,17 @@ def test_bench_task_reports_overhead_estimates_and_costs_in_plain_steps(settings
     assert out["planned_estimates"] == out["fisher_estimates"]  # every run gets the planned estimates
 
 
-def test_an_estimate_s_cost_includes_the_groups_measured_update(settings, monkeypatch):
-    # a run pays for the angle and size of each group's next update with its estimate; so does the bench
-    from workers.probes import groups
+def test_an_estimate_s_cost_includes_the_weight_sets_measured_update(settings, monkeypatch):
+    # a run pays for the angle and size of each set's next update with its estimate; so does the bench
+    from workers.probes import weight_sets
 
     calls = []
-    real = groups.add_update
-    monkeypatch.setattr(groups, "add_update", lambda *a, **k: calls.append(a[1].name) or real(*a, **k))
+    real = weight_sets.add_update
+    monkeypatch.setattr(weight_sets, "add_update", lambda *a, **k: calls.append(a[1].name) or real(*a, **k))
     monkeypatch.setattr(bench, "ESTIMATES", 2)
     cold, warm = bench.estimate_costs("digits", "layer", settings)
     assert len(cold) == 2 and len(warm) == 2
-    assert len(calls) == 4 * 3  # 4 estimates × the digits MLP's 3 weight groups
+    assert len(calls) == 4 * 3  # 4 estimates × the digits MLP's 3 weight sets
 
 
 class _Result:

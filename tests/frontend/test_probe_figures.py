@@ -50,7 +50,7 @@ def test_hidden_figure_for_feed_forward_layers_and_when_empty():
     assert not empty["data"] and "Waiting" in str(empty["layout"]["annotations"])
 
 
-def _fisher(step, groups):
+def _fisher(step, weight_sets):
     return {
         "kind": "fisher",
         "step": step,
@@ -62,7 +62,7 @@ def _fisher(step, groups):
             "hessian_lambda_max": None,
             "cost_steps": 0.4,
             "empirical": None,
-            "groups": [
+            "weight_sets": [
                 {
                     "name": f"g{i}",
                     "weight_norm": 1.0 + i,
@@ -70,13 +70,13 @@ def _fisher(step, groups):
                     "along_w_curvature": 0.0,
                     "gain_curvature": 1.0,
                 }
-                for i in range(groups)
+                for i in range(weight_sets)
             ],
         },
     }
 
 
-def test_fisher_figure_names_estimators_and_summarises_many_groups():
+def test_fisher_figure_names_estimators_and_summarises_many_weight_sets():
     fig = probe_figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
     names = [t.get("name") for t in fig["data"]]
     assert "fc1" in names and "fc2" in names  # names the plain-word table does not know stay as they are
@@ -88,13 +88,13 @@ def test_fisher_figure_names_estimators_and_summarises_many_groups():
     assert list(line["y"]) == [2.0, 2.0] and line["legend"] == eta["legend"]  # the stability line, in view
     assert fig["layout"]["yaxis2"]["range"][1] > 2.0
     many = probe_figures.fisher_figure([_fisher(1, 20)])
-    wnames = {t["name"] for t in many["data"] if "groups" in str(t.get("name"))}
-    assert wnames == {"min of 20 groups", "median of 20 groups", "max of 20 groups"}
-    wmax = next(t for t in many["data"] if t["name"] == "max of 20 groups" and t["y"][0] == 20.0)
+    wnames = {t["name"] for t in many["data"] if "weight sets" in str(t.get("name"))}
+    assert wnames == {"min of 20 weight sets", "median of 20 weight sets", "max of 20 weight sets"}
+    wmax = next(t for t in many["data"] if t["name"] == "max of 20 weight sets" and t["y"][0] == 20.0)
     assert wmax is not None
 
 
-def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_group():
+def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_weight_set():
     fig = probe_figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
     legends = {t.get("legend", "legend") for t in fig["data"]}
     assert legends == {"legend", "legend2", "legend3", "legend4", "legend5", "legend6"}
@@ -103,10 +103,10 @@ def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_group():
         axis = layout["yaxis" if n == 1 else f"yaxis{n}"]
         assert layout[legend]["y"] == pytest.approx(axis["domain"][1])
     layers = {t["legend"] for t in fig["data"] if t["name"] in ("fc1", "fc2")}
-    assert layers == {"legend"}  # the layers' traces apart from the weight groups
+    assert layers == {"legend"}  # the layers' traces apart from the weight sets
     for g in ("g0", "g1", "g2"):
         colours = {t["line"]["color"] for t in fig["data"] if t["name"] == g}
-        assert len(colours) == 1, (g, colours)  # one colour per group in every subplot
+        assert len(colours) == 1, (g, colours)  # one colour per weight set in every subplot
     assert len({t["line"]["color"] for t in fig["data"] if t["name"] in ("g0", "g1", "g2")}) == 3
 
 
@@ -115,7 +115,7 @@ def test_fisher_figure_plots_the_measured_effective_step_labelled_by_optimizer()
     assert "η/‖w‖²" in str(probe_figures.fisher_figure(events)["layout"]["annotations"])  # older payloads
     for e in events:
         e["payload"]["optimizer"] = "adam"
-        for g in e["payload"]["groups"]:
+        for g in e["payload"]["weight_sets"]:
             g["effective_step"], g["optimizer"] = 1e-3, "adam"
     fig = probe_figures.fisher_figure(events)
     titles = [a["text"] for a in fig["layout"]["annotations"]]
@@ -159,16 +159,26 @@ def test_fisher_panels_speak_plain_words_with_axis_titles_and_units():
             "trace": {"rnn.0.ih": 1.0, "rnn.0.hh": 2.0, "rnn.0.norm_c": 0.1, "out": 3.0},
             "trace_estimator": {"rnn.0.ih": "per-sample", "out": "per-sample"},
             "eta_lambda_max": 0.4,
-            "groups": [{"name": "rnn.0.ih.weight", "weight_norm": 2.0}, {"name": "hidden.1.weight"}],
+            "weight_sets": [{"name": "rnn.0.ih.weight", "weight_norm": 2.0}, {"name": "hidden.1.weight"}],
         },
     }
     fig = probe_figures.fisher_figure([fisher])
     names = {t["name"] for t in fig["data"]}
     assert {"LSTM input weights", "LSTM recurrent weights", "LSTM cell-state norm", "output layer"} <= names
-    assert "hidden layer 2" in names  # a weight group, in words
+    assert "hidden layer 2" in names  # a weight set, in words
     assert not any(n.startswith("rnn.") or n == "out" for n in names)
     titles = [fig["layout"][k]["title"]["text"] for k in sorted(fig["layout"]) if k.startswith("yaxis")]
     assert len(titles) == 6 and "trace of F (per example)" in titles and "‖w‖ (L2 norm)" in titles
     assert probe_names.plain_name("rnn.1.ih_gates", "GRU") == "GRU input-to-gates weights (layer 2)"
     assert probe_names.plain_name("convs.0.weight") == "conv layer 1 weights"
     assert probe_names.plain_name("something.else") == "something.else"
+
+
+def test_fisher_events_stored_with_the_old_groups_key_draw_the_same_panels():
+    events = [_fisher(s, 3) for s in (10, 20)]
+    old = [
+        {**e, "payload": {("groups" if k == "weight_sets" else k): v for k, v in e["payload"].items()}}
+        for e in events
+    ]
+    assert all("groups" in e["payload"] and "weight_sets" not in e["payload"] for e in old)
+    assert probe_figures.fisher_figure(old)["data"] == probe_figures.fisher_figure(events)["data"]

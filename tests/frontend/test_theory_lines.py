@@ -16,7 +16,7 @@ from tests.frontend.test_probe_figures import _fisher
 def _events():
     events = [_fisher(1, 2), _fisher(5, 2)]
     for e in events:
-        for g in e["payload"]["groups"]:
+        for g in e["payload"]["weight_sets"]:
             g["effective_step"], g["optimizer"] = 0.03, "sgd"
     return events
 
@@ -58,7 +58,7 @@ def _growth_events(next_scale: float = 1.0, curvature: float = 0.0):
     events = []
     for step, seed in ((10, 0), (20, 1)):
         n, g, after, lr = _sgd_step(seed)
-        group = {
+        weight_set = {
             "name": "hidden.0.weight",
             "scale_invariant": True,
             "kind": "matrix",
@@ -70,7 +70,7 @@ def _growth_events(next_scale: float = 1.0, curvature: float = 0.0):
             "trace_ww": 2.0,
             "gain_curvature": None,
         }
-        events.append({"kind": "fisher", "step": step, "payload": {"trace": {}, "groups": [group]}})
+        events.append({"kind": "fisher", "step": step, "payload": {"trace": {}, "weight_sets": [weight_set]}})
     return events
 
 
@@ -90,7 +90,7 @@ def test_a_step_that_grows_half_again_as_much_as_the_law_is_shaded():
     (off,) = [t for t in fig["data"] if (t.get("name") or "").startswith("departs from the law")]
     assert list(off["x"]) == [11, 21] and off["legend"] == "legend3"
     assert list(off["y"]) == pytest.approx(
-        [e["payload"]["groups"][0]["weight_norm_next"] for e in _growth_events(1.5)]
+        [e["payload"]["weight_sets"][0]["weight_norm_next"] for e in _growth_events(1.5)]
     )
 
 
@@ -118,9 +118,9 @@ def test_the_zero_line_of_u_f_u_and_a_departure_shaded():
     fig = probe_figures.fisher_figure(_growth_events(curvature=0.01))  # 0.5 % of the trace 2.0
     (off,) = [t for t in fig["data"] if (t.get("name") or "").startswith("departs from 0")]
     assert list(off["x"]) == [20] and list(off["y"]) == [0.01]
-    # no scale-invariant group: no zero line
+    # no scale-invariant set: no zero line
     events = _growth_events()
     for e in events:
-        e["payload"]["groups"][0]["scale_invariant"] = False
+        e["payload"]["weight_sets"][0]["scale_invariant"] = False
     fig = probe_figures.fisher_figure(events)
     assert not [t for t in fig["data"] if (t.get("name") or "").startswith("uᵀFu = 0")]

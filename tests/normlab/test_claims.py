@@ -244,7 +244,7 @@ def test_chance_is_an_equivalence_with_a_uniform_guess():
 
 
 def _series_probes(elrs, angles, etas=None):
-    """A run's probe summary with one scale-invariant group per column of `elrs` / `angles`."""
+    """A run's probe summary with one scale-invariant set per column of `elrs` / `angles`."""
     series = []
     for i, (elr, ang) in enumerate(zip(elrs, angles, strict=True)):
         series.append(
@@ -322,3 +322,18 @@ def test_edge_is_a_tighter_margin_than_the_equilibrium_line():
     )
     edge = judge(("edge", "gd"), low, "val_loss")
     assert edge.margin == pytest.approx(0.10) and not edge.holds and not edge.all_seeds
+
+
+def test_series_stats_read_summaries_stored_with_either_key_for_the_weight_sets():
+    """A run's fisher_series entries name their weight sets "weight_sets" (before: "groups")."""
+    old = _series_probes(elrs=[(1e-3, 2e-3), (1e-4, 4e-4)], angles=[(0.5, 0.7), (0.03, 0.05)], etas=None)
+    new = {
+        "fisher_series": [
+            {("weight_sets" if k == "groups" else k): v for k, v in e.items()} for e in old["fisher_series"]
+        ]
+    }
+    assert "groups" in old["fisher_series"][0] and "weight_sets" in new["fisher_series"][0]
+    assert trace_stats(new) == trace_stats(old)
+    assert trace_stats(new)["elr_orders"] == pytest.approx(
+        (math.log10(1e-4 / 1e-3) + math.log10(4e-4 / 2e-3)) / 2
+    )

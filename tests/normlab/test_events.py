@@ -38,7 +38,7 @@ def test_every_event_kind_has_a_payload_model():
         ("status", {"status": "finished"}),  # not a RunStatus
         ("log", {"level": "loud", "message": "x"}),
         ("hidden", {"time_steps": [1, 2]}),
-        ("fisher", {"trace": {}}),  # trace_estimator and groups missing
+        ("fisher", {"trace": {}}),  # trace_estimator and weight_sets missing
     ],
 )
 def test_a_payload_that_breaks_its_contract_is_refused(kind, payload):
@@ -82,3 +82,16 @@ def test_run_public_reads_the_stored_json_and_gives_it_back_unchanged():
         json.loads(RunPublic(id="q", spec=spec, status="queued", created_at=0).model_dump_json())["summary"]
         == {}
     )
+
+
+def test_a_fisher_payload_stored_with_the_old_groups_key_still_reads():
+    """Fisher events stored before the weight sets' key was "weight_sets" say "groups"."""
+    from normlab.events import FisherPayload, fisher_weight_sets
+
+    entry = {"name": "layers.0.weight", "weight_norm": 2.0}
+    old = {"trace": {}, "trace_estimator": {}, "groups": [entry]}
+    new = {"trace": {}, "trace_estimator": {}, "weight_sets": [entry]}
+    assert FisherPayload.model_validate(old).weight_sets == [entry]
+    assert FisherPayload.model_validate(new).weight_sets == [entry]
+    assert fisher_weight_sets(old) == fisher_weight_sets(new) == [entry]
+    assert fisher_weight_sets({"trace": {}}) == []

@@ -31,7 +31,7 @@ def test_gradient_descent_on_a_quadratic_diverges_exactly_past_two_over_eta():
         stability_threshold(0.0)
 
 
-def test_sgd_on_a_scale_invariant_group_grows_its_norm_by_the_law():
+def test_sgd_on_a_scale_invariant_weight_set_grows_its_norm_by_the_law():
     rng = np.random.default_rng(0)
     lr, w = 0.5, rng.standard_normal(32)
     norms_sq, grads = [float(w @ w)], []

@@ -23,9 +23,9 @@ from torch import nn
 
 from workers.probes.eigen import lanczos_top
 from workers.probes.fisher import FisherPass, Layout, RecordedForward, module_traces
-from workers.probes.groups import Group, find_groups, group_payload
 from workers.probes.likelihood import Likelihood
 from workers.probes.start import best_start, output_layer_start
+from workers.probes.weight_sets import WeightSet, find_weight_sets, weight_set_payload
 
 COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
 # Krylov vectors at most for a cold start (its cost stays near a warm one's); the residual is reported
@@ -59,7 +59,7 @@ def _sync(device: torch.device) -> None:
 
 
 class CurvatureProbe:
-    """True-Fisher traces, λ_max(F), optional λ_max(H) and empirical Fisher, scale-invariant groups."""
+    """True-Fisher traces, λ_max(F), optional λ_max(H) and empirical Fisher, scale-invariant sets."""
 
     def __init__(
         self,
@@ -76,7 +76,7 @@ class CurvatureProbe:
         self.model, self.lik, self.loss_fn = model, likelihood, loss_fn
         self.clock = clock  # the seconds per estimator are on the prober's clock (CPU time on a CPU)
         self.power_iterations, self.hessian, self.empirical = power_iterations, hessian, empirical
-        self.groups: list[Group] = find_groups(model)
+        self.weight_sets: list[WeightSet] = find_weight_sets(model)
         self.layout = Layout.of(model)  # the model's structure, shared by every estimate's pass
         self.named = dict(model.named_parameters())  # the same tensors all run (the optimizer's)
         device = next(model.parameters()).device
@@ -130,10 +130,10 @@ class CurvatureProbe:
                 self.ema[mod] = value
             trace[mod] = value
         params = self.named
-        groups = [group_payload(g, params, stats, est, scale, lr) for g in self.groups]
-        for entry, group in zip(groups, self.groups, strict=True):
-            if group.normalizer == "weight":
-                entry["along_w_curvature"] = self._along_rows(fp, params[group.param], group.param)
+        weight_sets = [weight_set_payload(g, params, stats, est, scale, lr) for g in self.weight_sets]
+        for entry, weight_set in zip(weight_sets, self.weight_sets, strict=True):
+            if weight_set.normalizer == "weight":
+                entry["along_w_curvature"] = self._along_rows(fp, params[weight_set.param], weight_set.param)
                 entry["along_w_measure"] = ALONG_ROWS
         _sync(self.device)
         seconds["trace"] = self.clock() - t0
@@ -147,7 +147,7 @@ class CurvatureProbe:
             "eta_lambda_max": None,
             "hessian_lambda_max": None,
             "eta_hessian_lambda_max": None,
-            "groups": groups,
+            "weight_sets": weight_sets,
             "empirical": None,
             "lr": lr,
         }

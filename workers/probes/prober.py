@@ -32,10 +32,10 @@ from normlab.spec import ProbeSpec
 from workers.engine.recurrent import GRULayer, LSTMLayer, TanhRNNLayer
 from workers.probes.curvature import CurvatureProbe
 from workers.probes.fisher import RecordedForward
-from workers.probes.groups import add_update, snapshot
 from workers.probes.hidden import hidden_payload
 from workers.probes.likelihood import Likelihood
 from workers.probes.plan import FIRST_FISHER, Kind, plan
+from workers.probes.weight_sets import add_update, snapshot
 
 
 class Prober:
@@ -144,7 +144,7 @@ class Prober:
             payload, _ = self.curvature.estimate(x, y, lr, recorded, outputs if recorded else None)
             # nn.Module types its attributes Tensor | Module; the engine's models carry a bool flag
             self.model.capture = capture  # type: ignore[assignment]
-            self._pending = (payload, snapshot(self.curvature.groups, self.curvature.named))
+            self._pending = (payload, snapshot(self.curvature.weight_sets, self.curvature.named))
             self.spent["fisher"] += self.clock() - t0
         return events
 
@@ -155,8 +155,10 @@ class Prober:
         payload, before = self._pending
         self._pending = None
         params = self.curvature.named
-        for entry, group in zip(payload["groups"], self.curvature.groups, strict=True):
-            add_update(entry, group, before[group.param], params[group.param], self.spec.optimizer)
+        for entry, weight_set in zip(payload["weight_sets"], self.curvature.weight_sets, strict=True):
+            add_update(
+                entry, weight_set, before[weight_set.param], params[weight_set.param], self.spec.optimizer
+            )
         payload["cost_steps"] = self.plan.cost(self.estimates)  # as planned: no clock in an event
         payload["steps_since_last"] = step - self.last_fisher_step if self.last_fisher_step else None
         payload["cold"] = self.estimates == 0
@@ -228,18 +230,18 @@ class Prober:
 
 
 def series_entry(step: int, payload: dict) -> dict:
-    """One estimate's step, η·λ_max of the Hessian (None unless asked for) and, per scale-invariant group,
+    """One estimate's step, η·λ_max of the Hessian (None unless asked for) and, per scale-invariant set,
     η/‖w‖² and the angular update of the step: what a run's summary keeps of every estimate."""
     return {
         "step": step,
         "eta_hessian_lambda_max": payload.get("eta_hessian_lambda_max"),
-        "groups": [
+        "weight_sets": [
             {
                 "name": g["name"],
                 "effective_lr": g.get("effective_lr"),
                 "angular_update": g.get("angular_update"),
             }
-            for g in payload.get("groups") or []
+            for g in payload.get("weight_sets") or []
             if g.get("scale_invariant")
         ],
     }

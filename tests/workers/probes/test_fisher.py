@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from workers.probes.fisher import FisherPass, module_traces
-from workers.probes.groups import find_groups, row_quantities
 from workers.probes.likelihood import Likelihood
+from workers.probes.weight_sets import find_weight_sets, row_quantities
 
 from .conftest import brute_fisher, tiny, tiny_rnn
 
@@ -65,7 +65,7 @@ def test_mc_trace_mean_within_4_standard_errors(norm):
         assert set(estimators.values()) == {"per-sample"}, estimators
 
 
-def _group_exact(fisher, blocks, name, param, row=None):
+def _weight_set_exact(fisher, blocks, name, param, row=None):
     blk = fisher[blocks[name], blocks[name]]
     w = param.detach().reshape(param.shape[0], -1)
     if row is not None:
@@ -76,7 +76,7 @@ def _group_exact(fisher, blocks, name, param, row=None):
     return float(u @ blk @ u), float(blk.trace())
 
 
-def test_along_weight_curvature_zero_only_for_scale_invariant_groups(norm):
+def test_along_weight_curvature_zero_only_for_scale_invariant_weight_sets(norm):
     model, x, y = tiny(norm, seed=5)
     fisher, _, names, sizes = brute_fisher(model, x, y)
     blocks = _blocks(names, sizes)
@@ -84,12 +84,12 @@ def test_along_weight_curvature_zero_only_for_scale_invariant_groups(norm):
     lik = Likelihood("class")
     fp = FisherPass(model, lik, x, y)
     stats, _, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(0)))
-    for g in find_groups(model):
+    for g in find_weight_sets(model):
         if g.name.startswith("out"):
             continue
         p = params[g.param]
         for row in range(p.shape[0]) if g.by_row else [None]:
-            along, trace = _group_exact(fisher, blocks, g.param, p, row)
+            along, trace = _weight_set_exact(fisher, blocks, g.param, p, row)
             est = row_quantities(stats[g.param], p, 1.0 / fp.n, row)
             if g.scale_invariant:  # ≈ 0: the normalizers' eps (1e-5 added to σ²) breaks invariance slightly
                 assert abs(along) <= 1e-7 * trace, (g, row, along, trace)
@@ -98,26 +98,26 @@ def test_along_weight_curvature_zero_only_for_scale_invariant_groups(norm):
                 assert along >= 1e-3 * trace, (g, along, trace)
     if norm == "layer":  # one row of an LN-normalized matrix is not scale-invariant on its own
         p = params["hidden.0.weight"]
-        rows = [_group_exact(fisher, blocks, "hidden.0.weight", p, r) for r in range(p.shape[0])]
+        rows = [_weight_set_exact(fisher, blocks, "hidden.0.weight", p, r) for r in range(p.shape[0])]
         assert max(a / t for a, t in rows) >= 1e-3
 
 
 @pytest.mark.parametrize("norm_name", ["layer", "batch", "weight", "rms"])
-def test_doubling_a_scale_invariant_group_quarters_its_fisher_trace(norm_name):
+def test_doubling_a_scale_invariant_weight_set_quarters_its_fisher_trace(norm_name):
     model, x, y = tiny(norm_name, seed=2)
     for m in model.modules():  # exact invariance: without eps, σ(2Wx) = 2σ(Wx)
         if hasattr(m, "eps"):
             m.eps = 1e-300 if "Batch" in type(m).__name__ else 0.0  # batch_norm refuses 0
     lik = Likelihood("class")
-    group = next(g for g in find_groups(model) if g.scale_invariant)
-    p = dict(model.named_parameters())[group.param]
+    weight_set = next(g for g in find_weight_sets(model) if g.scale_invariant)
+    p = dict(model.named_parameters())[weight_set.param]
 
     def traces():
         fisher, _, names, sizes = brute_fisher(model, x, y)
-        sl = _blocks(names, sizes)[group.param]
+        sl = _blocks(names, sizes)[weight_set.param]
         fp = FisherPass(model, lik, x, y)
         stats, _, _ = fp.sampled(lik.sampled_residual(fp.pred, torch.Generator().manual_seed(4)))
-        return float(fisher[sl, sl].trace()), float(stats[group.param].row_sq.sum()), fp.pred.detach()
+        return float(fisher[sl, sl].trace()), float(stats[weight_set.param].row_sq.sum()), fp.pred.detach()
 
     exact1, mc1, out1 = traces()
     with torch.no_grad():
@@ -223,5 +223,5 @@ def test_an_estimate_on_the_training_forward_equals_one_with_its_own_forward(kin
     for mod, value in alone["trace"].items():
         assert reused["trace"][mod] == pytest.approx(value, rel=1e-9)
     assert reused["lambda_max"] == pytest.approx(alone["lambda_max"], rel=1e-9)
-    for a, b in zip(alone["groups"], reused["groups"], strict=True):
+    for a, b in zip(alone["weight_sets"], reused["weight_sets"], strict=True):
         assert b["trace_ww"] == pytest.approx(a["trace_ww"], rel=1e-9)

@@ -16,13 +16,13 @@ from workers.engine import train
 from workers.probes import make_prober
 from workers.probes.curvature import CurvatureProbe
 from workers.probes.fisher import FisherPass, power_iteration
-from workers.probes.groups import add_update, find_groups, snapshot
 from workers.probes.likelihood import Likelihood
 from workers.probes.prober import finite
+from workers.probes.weight_sets import add_update, find_weight_sets, snapshot
 
 from .conftest import brute_fisher, tiny
 
-GROUP_KEYS = {
+WEIGHT_SET_KEYS = {
     "name",
     "weight_norm",
     "along_w_curvature",
@@ -38,7 +38,7 @@ FISHER_KEYS = {
     "lambda_max",
     "eta_lambda_max",
     "hessian_lambda_max",
-    "groups",
+    "weight_sets",
     "cost_steps",
     "empirical",
 }
@@ -75,8 +75,8 @@ def test_feedforward_run_emits_contract_payloads(settings):
     assert last["trace_estimator"]["hidden.0"] == "summed-gradient"  # BN in train mode mixes the batch
     assert last["trace_estimator"]["out"] == "per-sample"
     assert "not a curvature estimate" in last["empirical"]["note"].lower()
-    bn = [g for g in last["groups"] if g["normalizer"] == "batch"]
-    assert bn and all(GROUP_KEYS <= set(g) for g in last["groups"])
+    bn = [g for g in last["weight_sets"] if g["normalizer"] == "batch"]
+    assert bn and all(WEIGHT_SET_KEYS <= set(g) for g in last["weight_sets"])
     assert all(g["along_w_curvature"] <= 1e-6 * g["trace_ww"] for g in bn)
     assert result.probes["hidden"] == hidden[-1] and result.probes["fisher"] == last
     json.dumps(result.probes, allow_nan=False)  # NaN/Inf never reach an event (finite() maps them to null)
@@ -169,7 +169,7 @@ def test_adam_steps_are_measured_angles_not_zero(settings):
     )
     last = [e.payload for e in events if e.kind == "fisher"][-1]
     assert last["optimizer"] == "adam"
-    for g in last["groups"]:
+    for g in last["weight_sets"]:
         assert g["optimizer"] == "adam" and g["angular_update"] > 0 and g["effective_step"] > 0, g
         # Adam moves each weight by ≈ lr: the relative step is of the order lr·√n/‖w‖, never 0
         assert g["effective_step"] >= 0.1 * g["angular_update"]
@@ -182,9 +182,9 @@ def test_angular_update_keeps_tiny_angles_in_float32():
     d = torch.randn(64, 64, generator=gen)
     d -= (d * w).sum() / (w * w).sum() * w  # orthogonal to w: a pure rotation (plus O(angle²) growth)
     after = w + 1e-4 * w.norm() / d.norm() * d
-    group = find_groups(torch.nn.Linear(64, 64))[0]
+    weight_set = find_weight_sets(torch.nn.Linear(64, 64))[0]
     entry: dict = {}
-    add_update(entry, group, w, after, "adam")
+    add_update(entry, weight_set, w, after, "adam")
     w64, a64 = w.double().reshape(-1), after.double().reshape(-1)
     want = float(torch.arccos((w64 @ a64) / (w64.norm() * a64.norm())))
     assert entry["angular_update"] == pytest.approx(want, rel=1e-3)
@@ -204,10 +204,10 @@ def test_angular_update_and_effective_step_match_their_float64_definitions_row_b
     elif kind == "large":  # turns of order one
         d = torch.randn(48, 96, generator=gen)
     after = w + d
-    group = find_groups(torch.nn.Linear(96, 48))[0]
+    weight_set = find_weight_sets(torch.nn.Linear(96, 48))[0]
     entry: dict = {}
-    add_update(entry, group, w, after)
-    assert group.by_row is False  # a plain Linear: one whole-matrix group (row groups: test below)
+    add_update(entry, weight_set, w, after)
+    assert weight_set.by_row is False  # a plain Linear: one whole-matrix set (row sets: test below)
     w64, a64 = w.double().reshape(1, -1), after.double().reshape(1, -1)  # the definitions, in float64
     ua, ub = w64 / w64.norm(dim=1, keepdim=True), a64 / a64.norm(dim=1, keepdim=True)
     angle = 2 * torch.atan2((ua - ub).norm(dim=1), (ua + ub).norm(dim=1))
@@ -221,14 +221,14 @@ def test_angular_update_and_effective_step_match_their_float64_definitions_row_b
     assert entry["weight_norm_next"] == pytest.approx(float(a64.norm(dim=1).median()), rel=1e-6)
 
 
-def test_row_groups_report_the_median_row_angle():
+def test_row_weight_sets_report_the_median_row_angle():
     gen = torch.Generator().manual_seed(2)
     model, _, _ = tiny("weight", seed=2, batch=4)
-    group = next(g for g in find_groups(model) if g.by_row)
-    w = dict(model.named_parameters())[group.param].detach()
+    weight_set = next(g for g in find_weight_sets(model) if g.by_row)
+    w = dict(model.named_parameters())[weight_set.param].detach()
     after = w + 1e-3 * torch.randn(w.shape, generator=gen)
     entry: dict = {}
-    add_update(entry, group, w, after)
+    add_update(entry, weight_set, w, after)
     w64, a64 = w.double().reshape(w.shape[0], -1), after.double().reshape(w.shape[0], -1)
     ua, ub = w64 / w64.norm(dim=1, keepdim=True), a64 / a64.norm(dim=1, keepdim=True)
     angle = 2 * torch.atan2((ua - ub).norm(dim=1), (ua + ub).norm(dim=1))
@@ -249,20 +249,20 @@ def test_plain_sgd_grows_scale_invariant_weights_by_eta_squared_grad_squared(nor
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         payload, _ = probe.estimate(x, y, lr)
-        before = snapshot(probe.groups, params)
+        before = snapshot(probe.weight_sets, params)
         opt.step()
-        for entry, group in zip(payload["groups"], probe.groups, strict=True):
-            add_update(entry, group, before[group.param], params[group.param])
-            w, g = before[group.param], params[group.param].detach()
-            if not group.scale_invariant:
+        for entry, weight_set in zip(payload["weight_sets"], probe.weight_sets, strict=True):
+            add_update(entry, weight_set, before[weight_set.param], params[weight_set.param])
+            w, g = before[weight_set.param], params[weight_set.param].detach()
+            if not weight_set.scale_invariant:
                 continue
-            rows_before = w.reshape(w.shape[0], -1) if group.by_row else w.reshape(1, -1)
-            rows_after = g.reshape(g.shape[0], -1) if group.by_row else g.reshape(1, -1)
+            rows_before = w.reshape(w.shape[0], -1) if weight_set.by_row else w.reshape(1, -1)
+            rows_after = g.reshape(g.shape[0], -1) if weight_set.by_row else g.reshape(1, -1)
             grad = (rows_before - rows_after) / lr
             growth = rows_after.pow(2).sum(1) - rows_before.pow(2).sum(1)
             torch.testing.assert_close(growth, lr**2 * grad.pow(2).sum(1), rtol=1e-8, atol=1e-14)
             assert entry["grad_along_w"] <= 1e-8 * max(entry["grad_norm"], 1e-12)
-            if not group.by_row:
+            if not weight_set.by_row:
                 assert entry["weight_norm_next"] ** 2 == pytest.approx(
                     entry["weight_norm"] ** 2 + lr**2 * entry["grad_norm"] ** 2, rel=1e-10
                 )

@@ -103,7 +103,7 @@ def test_fused_path_products_match_brute_force(norm, placement):
     ],
 )
 def test_cold_lambda_max_converges_at_w_and_2w(cell, norm, seed):
-    """The first estimate starts cold; it iterates to COLD_TOL, so doubling a group (which moves the top
+    """The first estimate starts cold; it iterates to COLD_TOL, so doubling a set (which moves the top
     eigenvector) does not leave it far below λ_max as a fixed few iterations did (45 % low once)."""
     model, x, y = tiny_rnn(norm, cell, seed=seed)
     name = {"lstm": "rnn.0.hh.weight", "gru": "rnn.0.hh_gates.weight", "tanh": "rnn.0.proj.weight"}[cell]
@@ -125,10 +125,10 @@ def test_weight_norm_along_curvature_is_measured():
         model, x, y = tiny_rnn(norm, "tanh", seed=5)
         probe = CurvatureProbe(model, Likelihood("class"), F.cross_entropy)
         payload, _ = probe.estimate(x, y, lr=0.1)
-        group = next(g for g in payload["groups"] if g["name"].startswith("rnn.0.proj"))
+        weight_set = next(g for g in payload["weight_sets"] if g["name"].startswith("rnn.0.proj"))
         if expect_zero:
-            assert "along_w_measure" in group
-            assert abs(group["along_w_curvature"]) <= 1e-9 * group["trace_ww"], group
+            assert "along_w_measure" in weight_set
+            assert abs(weight_set["along_w_curvature"]) <= 1e-9 * weight_set["trace_ww"], weight_set
         else:
             fp = FisherPass(model, Likelihood("class"), x, y)
             w = dict(model.named_parameters())["rnn.0.proj.weight"]
@@ -136,4 +136,4 @@ def test_weight_norm_along_curvature_is_measured():
                 w.detach() if n == "rnn.0.proj.weight" else torch.zeros_like(p)
                 for n, p in zip(fp.names, fp.params, strict=True)
             ]
-            assert fp.curvature_along(v) >= 1e-3 * group["trace_ww"] / w.shape[0]
+            assert fp.curvature_along(v) >= 1e-3 * weight_set["trace_ww"] / w.shape[0]

@@ -1,8 +1,8 @@
-"""Scale-invariant weight groups (§5.2.2) and their Fisher geometry: ‖w‖, uᵀFu, tr F_ww, η/‖w‖², …
+"""Scale-invariant weight sets (§5.2.2) and their Fisher geometry: ‖w‖, uᵀFu, tr F_ww, η/‖w‖², …
 
-A group is a set of weights whose joint rescaling leaves the network's function unchanged:
+A weight set is a set of weights whose joint rescaling leaves the network's function unchanged:
 a whole LN- (or RMS-) normalized weight matrix, one row of a BN-normalized weight, one row of a
-WeightNorm `v`. For such a group u = w/‖w‖ satisfies Ju = 0, so uᵀFu = 0 (the built-in sanity check),
+WeightNorm `v`. For such a set u = w/‖w‖ satisfies Ju = 0, so uᵀFu = 0 (the built-in sanity check),
 tr F_ww scales as 1/‖w‖² (hence ‖w‖²·tr F_ww is rescale-invariant) and plain SGD grows ‖w‖ (the
 gradient is orthogonal to w), shrinking the effective learning rate η/‖w‖². Un-normalized weight
 matrices are reported the same way for comparison (there uᵀFu is not 0).
@@ -19,40 +19,40 @@ from torch import Tensor, nn
 
 from workers.probes.persample import RowStats, rows
 
-_ROW_NORMS = ("BatchNorm",)  # normalizers with statistics per unit (over the batch): one group per row
-_MATRIX_NORMS = ("LayerNorm", "RMSNorm")  # statistics over the layer: the whole matrix is one group
+_ROW_NORMS = ("BatchNorm",)  # normalizers with statistics per unit (over the batch): one set per row
+_MATRIX_NORMS = ("LayerNorm", "RMSNorm")  # statistics over the layer: the whole matrix is one set
 
 
 @dataclass
-class Group:
-    """Where a group's weights live and how they are normalized."""
+class WeightSet:
+    """Where a set's weights live and how they are normalized."""
 
     name: str  # parameter name, e.g. "layers.0.weight"
     param: str  # key into named_parameters
     normalizer: str  # layer | batch | rms | weight | none
-    by_row: bool  # one group per row (aggregated in payloads) or the whole matrix
+    by_row: bool  # one set per row (aggregated in payloads) or the whole matrix
     scale_invariant: bool
     gain: str | None  # parameter name of the matching gain (per row), if any
 
 
-def find_groups(model: nn.Module) -> list[Group]:
-    """Every normalized (and, for comparison, un-normalized) linear weight of the model, as groups."""
-    out: list[Group] = []
+def find_weight_sets(model: nn.Module) -> list[WeightSet]:
+    """Every normalized (and, for comparison, un-normalized) linear weight of the model, as sets."""
+    out: list[WeightSet] = []
     for name, m in model.named_modules():
         prefix = f"{name}." if name else ""
         kind = type(m).__name__
         if kind == "WeightNormLinear":
-            out.append(Group(f"{prefix}v", f"{prefix}v", "weight", True, True, f"{prefix}g"))
+            out.append(WeightSet(f"{prefix}v", f"{prefix}v", "weight", True, True, f"{prefix}g"))
         elif kind == "NormLinear":
             norm = type(m.norm).__name__
             gain = f"{prefix}norm.gain" if hasattr(m.norm, "gain") else None
             if norm in _MATRIX_NORMS:
                 label = "layer" if norm == "LayerNorm" else "rms"
-                out.append(Group(f"{prefix}weight", f"{prefix}weight", label, False, True, gain))
+                out.append(WeightSet(f"{prefix}weight", f"{prefix}weight", label, False, True, gain))
             elif norm in _ROW_NORMS:
-                out.append(Group(f"{prefix}weight", f"{prefix}weight", "batch", True, True, gain))
+                out.append(WeightSet(f"{prefix}weight", f"{prefix}weight", "batch", True, True, gain))
         elif isinstance(m, nn.Linear):
-            out.append(Group(f"{prefix}weight", f"{prefix}weight", "none", False, False, None))
+            out.append(WeightSet(f"{prefix}weight", f"{prefix}weight", "none", False, False, None))
     return out
 
 
@@ -120,28 +120,28 @@ def _per_row(stats: RowStats, w: Tensor, grad: Tensor | None, scale: float) -> d
     return out
 
 
-def group_payload(
-    group: Group,
+def weight_set_payload(
+    weight_set: WeightSet,
     params: Mapping[str, Tensor],
     stats: dict[str, RowStats],
     estimators: dict[str, str],
     scale: float,
     lr: float,
 ) -> dict:
-    """One payload entry: a whole-matrix group, or a layer's row groups summarized (median; uᵀFu: max)."""
-    p = params[group.param]
+    """One payload entry: a whole-matrix set, or a layer's row sets summarized (median; uᵀFu: max)."""
+    p = params[weight_set.param]
     w = rows(p.detach())
-    st = stats[group.param]
-    gain_stats = stats.get(group.gain) if group.gain else None
+    st = stats[weight_set.param]
+    gain_stats = stats.get(weight_set.gain) if weight_set.gain else None
     entry: dict = {
-        "name": group.name,
-        "normalizer": group.normalizer,
-        "scale_invariant": group.scale_invariant,
-        "kind": "row" if group.by_row else "matrix",
+        "name": weight_set.name,
+        "normalizer": weight_set.normalizer,
+        "scale_invariant": weight_set.scale_invariant,
+        "kind": "row" if weight_set.by_row else "matrix",
         "rows": int(w.shape[0]),
-        "estimator": estimators.get(group.param, "summed-gradient"),
+        "estimator": estimators.get(weight_set.param, "summed-gradient"),
     }
-    if not group.by_row:
+    if not weight_set.by_row:
         entry.update(_matrix_quantities(st, p, gain_stats, scale))
         entry["effective_lr"] = lr / entry["weight_norm"] ** 2
         return entry
@@ -159,18 +159,18 @@ def group_payload(
     return entry
 
 
-def snapshot(groups: list[Group], params: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """The groups' weights now (to measure the angular update and norm growth of the next step)."""
-    return {g.param: params[g.param].detach().clone() for g in groups}
+def snapshot(weight_sets: list[WeightSet], params: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The sets' weights now (to measure the angular update and norm growth of the next step)."""
+    return {g.param: params[g.param].detach().clone() for g in weight_sets}
 
 
 def add_update(
-    entry: dict, group: Group, before: Tensor, after: Tensor, optimizer: str | None = None
+    entry: dict, weight_set: WeightSet, before: Tensor, after: Tensor, optimizer: str | None = None
 ) -> None:
     """The step the optimizer actually took, measured, into a payload entry: the angle between w_t and
     w_{t+1} ("angular_update", radians), the effective step ‖w_{t+1} − w_t‖ / ‖w_t‖ and ‖w_{t+1}‖ (row
-    groups: medians over rows). Under Adam these, not η/‖w‖², say how fast a group's direction moves."""
-    if not group.by_row:
+    sets: medians over rows). Under Adam these, not η/‖w‖², say how fast a set's direction moves."""
+    if not weight_set.by_row:
         _matrix_update(entry, before.reshape(-1), after.detach().reshape(-1))
     else:
         _row_update(entry, rows(before), rows(after.detach()))
@@ -179,7 +179,7 @@ def add_update(
 
 
 def _matrix_update(entry: dict, b: Tensor, a: Tensor) -> None:
-    """`add_update` for one whole-matrix group (flat w_t, w_{t+1}): the same quantities from two dot
+    """`add_update` for one whole-matrix set (flat w_t, w_{t+1}): the same quantities from two dot
     products and three norms, the scalars in double precision (a third of the row form's operations)."""
     d = a - b
     bb = float(torch.dot(b, b))
@@ -192,7 +192,7 @@ def _matrix_update(entry: dict, b: Tensor, a: Tensor) -> None:
 
 
 def _row_update(entry: dict, b: Tensor, a: Tensor) -> None:
-    """`add_update` for row groups: per row, then the medians."""
+    """`add_update` for row sets: per row, then the medians."""
     # In the weights' own precision, from the update d = w_{t+1} − w_t: exact for a small step (Sterbenz),
     # so the angle keeps full relative precision however small it is (arccos of a float32 cosine rounds a
     # 1e-3 rad Adam turn to 0), as a float64 atan2 of the unit rows would at several times the cost:

@@ -29,7 +29,7 @@ def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep)
             "first (POST /api/runs/{id}/cancel).",
         )
     spec = RunSpec.model_validate(json.loads(run["spec"]))
-    # Only the group's owner adds to it: a stranger's copy would change that user's cells and claims.
+    # Only the group's owner adds to it: a stranger's copy would change that user's arms and claims.
     group = run["group_id"] if run["owner"] == user else None
     [new_id] = create_and_enqueue(store, settings, [spec], user, group)
     return RunCreated(id=new_id, status=RunStatus.QUEUED)

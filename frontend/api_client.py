@@ -113,7 +113,7 @@ class ApiClient:
         return self._object("POST", f"/api/presets/{name}", json=body)
 
     def group(self, group_id: str) -> GroupPublic:
-        """GET /api/groups/{id}: the group's runs, cells (mean ± std, bands) and, for a preset, claims.
+        """GET /api/groups/{id}: the group's runs, arms (mean ± std, bands) and, for a preset, claims.
         An answer not of that shape (another server's) is an ApiError saying so."""
         body = self._call("GET", f"/api/groups/{group_id}")
         try:

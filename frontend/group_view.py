@@ -1,5 +1,5 @@
 """A preset's or sweep's group as the pages show it (`GET /api/groups/{id}`): verdicts of the claims,
-mean ± std bands per cell, and a sortable results table — pure functions of the API's answer
+mean ± std bands per arm, and a sortable results table — pure functions of the API's answer
 (`normlab.group_models.GroupPublic`)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from frontend import components, figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
 from normlab.catalog import NORMS
 from normlab.claims import MIN_SEEDS
-from normlab.group_models import Cell, Claim, GroupPublic
+from normlab.group_models import Arm, Claim, GroupPublic
 
 # good → bad, colour-blind safe (Okabe–Ito bluish green … vermillion), for the results table's cells
 SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
@@ -101,20 +101,20 @@ def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     return out
 
 
-def _cell_color(cell: Cell, index: int) -> str:
-    norm = cell.spec.get("norm")
+def _arm_color(arm: Arm, index: int) -> str:
+    norm = arm.spec.get("norm")
     return figures.norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
 
 
 def band_figure(group: GroupPublic, present: bool = False, height: int = 360) -> dict[str, Any]:
-    """Mean ± std over seeds per cell, of the group's metric along training (one band per cell)."""
+    """Mean ± std over seeds per arm, of the group's metric along training (one band per arm)."""
     fig = go.Figure()
     metric = group.metric
-    for k, cell in enumerate(group.cells):
-        steps, mean, std = cell.curve.steps, cell.curve.mean, cell.curve.std
+    for k, arm in enumerate(group.arms):
+        steps, mean, std = arm.curve.steps, arm.curve.mean, arm.curve.std
         if not steps:
             continue
-        color = _cell_color(cell, k)
+        color = _arm_color(arm, k)
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
         fig.add_trace(
@@ -128,8 +128,8 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
                 line={"width": 0},
                 hoverinfo="skip",
                 showlegend=False,
-                legendgroup=cell.label,
-                meta=f"{cell.label}:band",
+                legendgroup=arm.label,
+                meta=f"{arm.label}:band",
             )
         )
         fig.add_trace(
@@ -137,12 +137,12 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
                 x=steps,
                 y=mean,
                 mode="lines" if len(steps) > 20 else "lines+markers",
-                name=f"{cell.label} (n={cell.n})",
+                name=f"{arm.label} (n={arm.n})",
                 line={"color": color, "width": 2},
-                legendgroup=cell.label,
-                meta=cell.label,
+                legendgroup=arm.label,
+                meta=arm.label,
                 customdata=std,
-                hovertemplate=f"<b>{cell.label}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
+                hovertemplate=f"<b>{arm.label}</b><br>step %{{x}}<br>{metric} mean %{{y:.4g}}"
                 " ± %{customdata:.2g}<extra></extra>",
             )
         )
@@ -157,12 +157,12 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
 
 
 def results_rows(group: GroupPublic) -> list[dict[str, Any]]:
-    """One row per cell: the varied fields (or the preset's label), n, mean and std of the final metric."""
+    """One row per arm: the varied fields (or the preset's label), n, mean and std of the final metric."""
     rows = []
-    for cell in group.cells:
-        row: dict[str, Any] = {"cell": cell.label, "n": cell.n, "mean": cell.mean, "std": cell.std}
+    for arm in group.arms:
+        row: dict[str, Any] = {"arm": arm.label, "n": arm.n, "mean": arm.mean, "std": arm.std}
         for field in group.varied:
-            row[field] = cell.spec.get(field)
+            row[field] = arm.spec.get(field)
         rows.append(row)
     return rows
 
@@ -180,7 +180,7 @@ def _shade(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str,
 
 
 def results_table(group: GroupPublic, table_id: str) -> DataTable:
-    """A sweep's cells × mean ± std of the final metric, sortable (numbers sort as numbers), coloured."""
+    """A sweep's arms × mean ± std of the final metric, sortable (numbers sort as numbers), coloured."""
     rows = results_rows(group)
     metric = group.metric
     num = Format(precision=4, scheme=Scheme.decimal)  # type: ignore[no-untyped-call]  # dash's Format
@@ -191,7 +191,7 @@ def results_table(group: GroupPublic, table_id: str) -> DataTable:
             "type": "numeric" if isinstance(rows[0].get(f) if rows else None, int | float) else "text",
         }
         for f in group.varied
-    ] or [{"name": "cell", "id": "cell"}]
+    ] or [{"name": "arm", "id": "arm"}]
     cols += [
         {"name": f"{metric} mean", "id": "mean", "type": "numeric", "format": num},
         {"name": "± std", "id": "std", "type": "numeric", "format": num},
@@ -199,7 +199,7 @@ def results_table(group: GroupPublic, table_id: str) -> DataTable:
     ]
     return DataTable(
         id=table_id,
-        # dash's annotation leaves out None, which a DataTable shows as an empty cell (no finished seed)
+        # dash's annotation leaves out None, which a DataTable shows as an empty arm (no finished seed)
         data=rows,  # type: ignore[arg-type]
         columns=cols,
         sort_action="native",

@@ -1,4 +1,4 @@
-"""A preset's claims judged with effect sizes on its cells (normlab.cells: each run's seeds aggregated),
+"""A preset's claims judged with effect sizes on its arms (normlab.arms: each run's seeds aggregated),
 and the metric vocabulary both use. Torch-free: `normlab reproduce` (through the engine) and
 `GET /api/groups/{id}` (from the store) call the same functions, so the browser and REPRODUCTIONS.md say
 the same thing.
@@ -45,7 +45,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from normlab.cells import START, is_number
+from normlab.arms import START, is_number
 from normlab.group_models import (
     AnyClaim,
     BestClaim,
@@ -135,16 +135,16 @@ def _sub(x: float | None, y: float | None) -> float | None:
     return x - y if is_number(x) and is_number(y) else None
 
 
-def _per_seed(cell: CellResult, key: Literal["value", "auc"] | TraceName) -> dict[int, float | None]:
+def _per_seed(arm: CellResult, key: Literal["value", "auc"] | TraceName) -> dict[int, float | None]:
     vals: list[float | None]
     if key == "value":
-        vals = cell.values
+        vals = arm.values
     elif key == "auc":
-        vals = cell.aucs
+        vals = arm.aucs
     else:
-        trace = cell.traces.get(key)
-        vals = trace.values if trace is not None else [None] * len(cell.seeds)
-    return dict(zip(cell.seeds, vals, strict=True))
+        trace = arm.traces.get(key)
+        vals = trace.values if trace is not None else [None] * len(arm.seeds)
+    return dict(zip(arm.seeds, vals, strict=True))
 
 
 def effect(diffs: list[float]) -> Effect:
@@ -234,7 +234,7 @@ def _near_one(
 
 def judge(
     rule: Rule,
-    cells: dict[str, CellResult],
+    arms: dict[str, CellResult],
     metric: str,
     *,
     chance: float | None = None,
@@ -249,8 +249,8 @@ def judge(
         return _directional(
             "better" if kind == "better" else "faster",
             f"{a} {word} {b}",
-            cells[a],
-            cells[b],
+            arms[a],
+            arms[b],
             "value" if kind == "better" else "auc",
             lower,
         )
@@ -259,8 +259,8 @@ def judge(
         return _directional(
             "steadier",
             f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})",
-            cells[a],
-            cells[b],
+            arms[a],
+            arms[b],
             "hidden_spread_late",
             True,
         )
@@ -269,18 +269,18 @@ def judge(
         return _directional(
             "gradient",
             f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}",
-            cells[a],
-            cells[b],
+            arms[a],
+            arms[b],
             "grad_orders",
             True,
         )
     if kind == "close":
         a, b = labels
-        pa, pb = _per_seed(cells[a], "value"), _per_seed(cells[b], "value")
+        pa, pb = _per_seed(arms[a], "value"), _per_seed(arms[b], "value")
         pairs = [(pa[s], pb[s]) for s in pa if s in pb]
         ok = [(x, y) for x, y in pairs if is_number(x) and is_number(y)]
         eff = effect([x - y for x, y in ok])
-        ref = cells[b].mean
+        ref = arms[b].mean
         margin = None if ref is None else EQUIV_REL * abs(ref)
         holds = (
             eff.difference is not None
@@ -306,7 +306,7 @@ def judge(
         )
     if kind == "gap":
         a1, a2, b1, b2 = labels
-        maps = [_per_seed(cells[lab], "value") for lab in labels]
+        maps = [_per_seed(arms[lab], "value") for lab in labels]
         seeds = [s for s in maps[0] if all(s in m for m in maps)]
         diffs = []
         for s in seeds:
@@ -329,12 +329,12 @@ def judge(
     if kind == "best":
         (a,) = labels
         parts = [
-            _directional("better", f"{a} better than {o}", cells[a], cells[o], "value", lower)
-            for o in cells
+            _directional("better", f"{a} better than {o}", arms[a], arms[o], "value", lower)
+            for o in arms
             if o != a
         ]
         return BestClaim(
-            claim=f"{a} best of {', '.join(cells)}",
+            claim=f"{a} best of {', '.join(arms)}",
             kind=kind,
             holds=bool(parts) and all(p.holds for p in parts),
             all_seeds=bool(parts) and all(p.all_seeds for p in parts),
@@ -346,7 +346,7 @@ def judge(
         )
     if kind == "trains":
         (a,) = labels
-        vals = cells[a].values
+        vals = arms[a].values
         diffs = [v - chance for v in vals if is_number(v)] if chance is not None else []
         claim = f"{a} trains (val loss below ln(classes) = {chance:.3f})" if chance else f"{a} trains"
         eff, holds, all_seeds = _below_zero(diffs, len(vals))
@@ -365,7 +365,7 @@ def judge(
         )
     if kind == "decays":
         (a,) = labels
-        by_seed = _per_seed(cells[a], "elr_orders")
+        by_seed = _per_seed(arms[a], "elr_orders")
         orders = [v for v in by_seed.values() if is_number(v)]
         eff, holds, all_seeds = _below_zero(orders, len(by_seed))
         return DecaysClaim(
@@ -385,20 +385,20 @@ def judge(
         key: TraceName
         line: float | None
         if kind == "equilibrium":
-            spec = cells[a].spec
+            spec = arms[a].spec
             lr, wd, mom = (spec.get(k) for k in ("lr", "weight_decay", "momentum"))
             line = angular_equilibrium(lr, wd, mom or 0.0) if lr and wd else None
             key, what = "angular_late", f"{a}: angular update at √(2ηλ/(1+μ))"
         else:
             line, key, what = 2.0, "eta_lambda_late", f"{a}: η·λ_max(H) at the edge of stability (2)"
-        per = _per_seed(cells[a], key)
+        per = _per_seed(arms[a], key)
         ratios = [v / line for v in per.values() if is_number(v) and line]
         if kind == "equilibrium":
             return _near_one("equilibrium", what, ratios, len(per), LINE_REL, line)
         return _near_one("edge", what, ratios, len(per), EDGE_REL, line)
     if kind == "chance":
         (a,) = labels
-        vals = cells[a].values
+        vals = arms[a].values
         finite = [v for v in vals if is_number(v)]
         diffs = [v - chance for v in finite] if chance is not None else []
         eff = effect(diffs)
@@ -465,7 +465,7 @@ def pending(claim: Claim, expected: int | None = None) -> bool:
 
 def judge_all(
     rules: list[Rule],
-    cells: dict[str, CellResult],
+    arms: dict[str, CellResult],
     metric: str,
     base_spec: RunSpec,
     expected: int | None = None,
@@ -473,10 +473,10 @@ def judge_all(
     """Every claim whose runs are present (a trimmed preset drops the others), and the overall verdict.
 
     `expected`: how many seeds were launched (a live group), so a claim not yet holding is pending."""
-    usable = [r for r in rules if r[0] == "refused" or set(r[1:]) <= set(cells)]
+    usable = [r for r in rules if r[0] == "refused" or set(r[1:]) <= set(arms)]
     classes = CLASSES.get(base_spec.task)
     chance = math.log(classes) if classes else None
-    claims = [judge(r, cells, metric, chance=chance, base_spec=base_spec) for r in usable]
+    claims = [judge(r, arms, metric, chance=chance, base_spec=base_spec) for r in usable]
     for c in claims:
         c.seeds_expected = None if c.seeds_in is None else expected
         c.pending = pending(c, expected)

@@ -73,19 +73,19 @@ class PresetMeta(BaseModel):
 
     kind: Literal["preset"] = "preset"
     preset: str
-    labels: dict[str, str]  # run id -> the preset's run label (its cell)
+    labels: dict[str, str]  # run id -> the preset's run label (its arm)
     steps: int | None = None
 
 
 class SweepMeta(BaseModel):
-    """What launched a sweep: the spec fields it varies (its cells are their combinations)."""
+    """What launched a sweep: the spec fields it varies (its arms are their combinations)."""
 
     kind: Literal["sweep"] = "sweep"
     varied: list[str] = Field(default_factory=list)
 
 
 class PlainMeta(BaseModel):
-    """A group launched by neither (cells by the fields that differ between its runs)."""
+    """A group launched by neither (arms by the fields that differ between its runs)."""
 
     kind: Literal["group"] = "group"
 
@@ -95,7 +95,7 @@ GroupMeta = Annotated[PresetMeta | SweepMeta | PlainMeta, Field(discriminator="k
 
 class GroupRun(BaseModel):
     id: str
-    cell: str  # the preset's label, or the sweep's varied fields ("norm=layer, batch_size=4")
+    arm: str  # the preset's label, or the sweep's varied fields ("norm=layer, batch_size=4")
     seed: int
     status: RunStatus
     final: float | None = None  # the group's metric at the end of the run (None until it finishes)
@@ -119,7 +119,7 @@ class Curve(BaseModel):
 
 
 class TraceStat(BaseModel):
-    """One hidden-state figure of a cell (normlab.cells.trace_stats) per seed, and its mean ± std."""
+    """One hidden-state figure of an arm (normlab.arms.trace_stats) per seed, and its mean ± std."""
 
     values: list[float | None]
     mean: float
@@ -137,11 +137,11 @@ TraceName = Literal[
 ]
 
 
-class Cell(BaseModel):
-    """One cell over its finished seeds."""
+class Arm(BaseModel):
+    """One arm over its finished seeds."""
 
     label: str
-    spec: dict[str, Any]  # the cell's resolved spec without the seed (JSON, as stored)
+    spec: dict[str, Any]  # the arm's resolved spec without the seed (JSON, as stored)
     seeds: list[int]
     values: list[float | None]  # the final metric per finished seed
     n: int  # finished seeds with a finite final metric
@@ -151,8 +151,8 @@ class Cell(BaseModel):
     traces: dict[TraceName, TraceStat] = Field(default_factory=dict)  # hidden-state figures
 
 
-class CellResult(Cell):
-    """A cell as normlab.cells aggregates it: the public cell and what `normlab reproduce` also reports
+class CellResult(Arm):
+    """An arm as normlab.arms aggregates it: the public arm and what `normlab reproduce` also reports
     (each seed's status, messages of the runs that did not complete, wall time, area under each curve)."""
 
     statuses: list[str | None]
@@ -160,8 +160,8 @@ class CellResult(Cell):
     wall_time: float
     aucs: list[float | None]
 
-    def public(self) -> Cell:
-        return Cell.model_validate(self.model_dump(include=set(Cell.model_fields)))
+    def public(self) -> Arm:
+        return Arm.model_validate(self.model_dump(include=set(Arm.model_fields)))
 
 
 class Effect(BaseModel):
@@ -265,7 +265,7 @@ AnyClaim = Annotated[
 
 
 class Verdict(BaseModel):
-    """A preset's claims over the cells present, and the overall verdict."""
+    """A preset's claims over the arms present, and the overall verdict."""
 
     claims: list[AnyClaim]
     pending: bool  # some claim still waits for seeds
@@ -306,11 +306,11 @@ class GroupPublic(BaseModel):
     setup: str | None = None
     metric: str
     higher_is_better: bool
-    varied: list[str] = Field(default_factory=list)  # a sweep's fields that differ between cells
+    varied: list[str] = Field(default_factory=list)  # a sweep's fields that differ between arms
     counts: dict[str, int]  # runs per status
     done: bool  # every run has ended
     runs: list[GroupRun]
-    cells: list[Cell]
+    arms: list[Arm]
     claims: list[AnyClaim] | None = None  # a preset's claims over its finished seeds
     holds: bool | None = None
     all_seeds: bool | None = None

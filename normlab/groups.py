@@ -1,10 +1,10 @@
-"""A group's results (a preset launched over seeds, or a sweep): cells and, for a preset, its claims.
+"""A group's results (a preset launched over seeds, or a sweep): arms and, for a preset, its claims.
 
 Torch-free and store-free: `summarize(meta, runs, curve_of)` takes the group's metadata (what launched it),
 its runs as stored ({"id", "spec", "status", "summary"}, JSON as dicts or text) and a function giving a
 run's validation curve, and returns `normlab.group_models.GroupPublic`, aggregated by
-`normlab.cells` and judged by `normlab.claims` exactly as `normlab reproduce` does. Only runs that have
-ended enter cells and claims, so the verdict fills in as runs finish.
+`normlab.arms` and judged by `normlab.claims` exactly as `normlab reproduce` does. Only runs that have
+ended enter arms and claims, so the verdict fills in as runs finish.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from normlab.cells import SeedRecord, aggregate, trace_stats
+from normlab.arms import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.events import TERMINAL_STATUSES
 from normlab.group_models import (
@@ -30,7 +30,7 @@ from normlab.group_models import (
 from normlab.maps import map_points
 from normlab.presets import PRESETS
 
-SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's cells apart
+SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's arms apart
 
 
 def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> PresetMeta:
@@ -69,7 +69,7 @@ def summarize(
     stored_varied = meta.varied if isinstance(meta, SweepMeta) else []
     varied = [] if preset else list(stored_varied or varied_fields(list(specs.values())))
 
-    def cell_of(run_id: str) -> str:
+    def arm_of(run_id: str) -> str:
         if preset:
             return labels.get(run_id, "?")
         spec = specs[run_id]
@@ -78,20 +78,20 @@ def summarize(
     order: list[str] = list(preset.run_labels()) if preset else []
     public_runs: list[GroupRun] = []
     records: dict[str, list[SeedRecord]] = {}
-    cell_spec: dict[str, dict[str, Any]] = {}
+    arm_spec: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     field = curve_field(metric)
     for r in sorted(runs, key=lambda r: (specs[r["id"]].get("seed", 0), r["id"])):
         summary = _json(r.get("summary"))
         final_metrics = summary.get("metrics") or {}
-        label, seed, status = cell_of(r["id"]), int(specs[r["id"]].get("seed", 0)), str(r["status"])
+        label, seed, status = arm_of(r["id"]), int(specs[r["id"]].get("seed", 0)), str(r["status"])
         counts[status] = counts.get(status, 0) + 1
         value = final_metrics.get(metric_key(metric))
         try:
             public_runs.append(
                 GroupRun(
                     id=r["id"],
-                    cell=label,
+                    arm=label,
                     seed=seed,
                     status=status,
                     final=value,
@@ -104,7 +104,7 @@ def summarize(
             ) from None
         if label not in order:
             order.append(label)
-        cell_spec.setdefault(label, {k: v for k, v in specs[r["id"]].items() if k not in SKIP_FIELDS})
+        arm_spec.setdefault(label, {k: v for k, v in specs[r["id"]].items() if k not in SKIP_FIELDS})
         if status in TERMINAL_STATUSES:
             records.setdefault(label, []).append(
                 {
@@ -117,10 +117,10 @@ def summarize(
                     "traces": trace_stats(summary.get("probes")),
                 }
             )
-    cells = {
-        label: aggregate(label, cell_spec.get(label, {}), records.get(label, []), metric)
+    arms = {
+        label: aggregate(label, arm_spec.get(label, {}), records.get(label, []), metric)
         for label in order
-        if label in cell_spec
+        if label in arm_spec
     }
     out = GroupPublic(
         group_id=group_id,
@@ -135,14 +135,14 @@ def summarize(
         counts=counts,
         done=bool(runs) and all(str(r["status"]) in TERMINAL_STATUSES for r in runs),
         runs=public_runs,
-        cells=[c.public() for c in cells.values()],
+        arms=[c.public() for c in arms.values()],
     )
     if preset and preset.scale_map:
-        out.map = map_points(preset.scale_map, cells, metric)
+        out.map = map_points(preset.scale_map, arms, metric)
     if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
-        # cells with no finished seed yet are kept: their claims stay pending until the seeds are in
+        # arms with no finished seed yet are kept: their claims stay pending until the seeds are in
         launched = len({int(s.get("seed", 0)) for s in specs.values()})
-        verdict = judge_all(list(preset.claims), cells, metric, preset.runs[0], expected=launched)
+        verdict = judge_all(list(preset.claims), arms, metric, preset.runs[0], expected=launched)
         out.claims = verdict.claims
         out.holds = verdict.holds
         out.all_seeds = verdict.all_seeds

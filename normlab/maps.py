@@ -3,9 +3,9 @@
 Torch-free. A `ScaleMap` names the axis (a RunSpec field: seq_len, batch_size, layers, lr), its values
 and the two normalizers; `normlab.presets` expands it into an ordinary preset (one run label per
 normalizer and axis value, e.g. "layer seq_len=256"), so it launches, stores and aggregates like any
-other. `map_points` turns the preset's cells into one effect per axis value: Δ = A − B paired by seed,
+other. `map_points` turns the preset's arms into one effect per axis value: Δ = A − B paired by seed,
 its paired standard error, and which side of zero it lies on beyond Z·SE. The claim's side is where A
-beats B (below zero when a lower metric is better). Points of cells with no finished seed have n = 0,
+beats B (below zero when a lower metric is better). Points of arms with no finished seed have n = 0,
 so the map fills in as runs end.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from normlab.cells import is_number
+from normlab.arms import is_number
 from normlab.claims import Z, effect, higher_is_better
 from normlab.group_models import CellResult, MapPoint, ScaleMapPublic
 
@@ -61,21 +61,21 @@ def side(
     return "a" if a_wins else "b"
 
 
-def _per_seed(cell: CellResult | None) -> dict[int, float | None]:
-    if cell is None:
+def _per_seed(arm: CellResult | None) -> dict[int, float | None]:
+    if arm is None:
         return {}
-    return dict(zip(cell.seeds, cell.values, strict=False))
+    return dict(zip(arm.seeds, arm.values, strict=False))
 
 
-def map_points(scale_map: ScaleMap, cells: dict[str, CellResult], metric: str) -> ScaleMapPublic:
+def map_points(scale_map: ScaleMap, arms: dict[str, CellResult], metric: str) -> ScaleMapPublic:
     """The map's public shape: its axis, the claim's side of zero, and per axis value the mean of
     A − B over seeds where both ended finite, its paired standard error, n, the per-seed differences
     and the run it favours."""
     lower = not higher_is_better(metric)
     points = []
     for value in scale_map.values:
-        pa = _per_seed(cells.get(scale_map.label(scale_map.a, value)))
-        pb = _per_seed(cells.get(scale_map.label(scale_map.b, value)))
+        pa = _per_seed(arms.get(scale_map.label(scale_map.a, value)))
+        pb = _per_seed(arms.get(scale_map.label(scale_map.b, value)))
         diffs = []
         for s in sorted(pa):
             x, y = pa[s], pb.get(s)

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.cells import is_number
+from normlab.arms import is_number
 from normlab.claims import higher_is_better
 
 TUNING_SEEDS = (100, 101, 102, 103, 104)

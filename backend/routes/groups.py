@@ -1,4 +1,4 @@
-"""GET /api/groups/{group_id}: a preset's or sweep's runs, cells (mean ± std, mean ± band curves), claims."""
+"""GET /api/groups/{group_id}: a preset's or sweep's runs, arms (mean ± std, mean ± band curves), claims."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def get_group(
     store: StoreDep,
     metric: str | None = Query(
         None,
-        description="Final metric per cell (default: the preset's, else val_loss).",
+        description="Final metric per arm (default: the preset's, else val_loss).",
         json_schema_extra={"enum": METRICS},
     ),
 ) -> GroupPublic:

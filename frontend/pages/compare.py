@@ -68,7 +68,7 @@ def layout(
     if family and not runs:  # a fork's family: the tree's runs (frontend/fork_view.py)
         runs = ",".join(fork_view.family_ids({"id": str(family)}))
     group_data, problem = load_group(group)
-    if group_data and not runs:  # a group's link: its runs (seeds × cells), bands and verdicts
+    if group_data and not runs:  # a group's link: its runs (seeds × arms), bands and verdicts
         runs = [r.id for r in group_data.runs]
     state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
     try:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from normlab.claims import MIN_SEEDS
 
 if TYPE_CHECKING:
-    from normlab.cells import SeedRecord
+    from normlab.arms import SeedRecord
     from normlab.cli import Subcommands
 
 

@@ -1,4 +1,4 @@
-"""`Group`: a sweep's or preset's runs together — wait for them, their cells and the paper's claims."""
+"""`Group`: a sweep's or preset's runs together — wait for them, their arms and the paper's claims."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Group:
         return f"Group({self.id!r}, runs={len(self.run_ids)})"
 
     def refresh(self, metric: str | None = None) -> GroupPublic:
-        """The group as the server summarizes it now (cells over the finished seeds, claims)."""
+        """The group as the server summarizes it now (arms over the finished seeds, claims)."""
         params = {"metric": metric} if metric else None
         self._public = GroupPublic.model_validate(
             self.client.request("GET", f"/api/groups/{self.id}", params=params).json()
@@ -71,13 +71,13 @@ class Group:
         return self._public if self._public is not None else self.refresh()
 
     @property
-    def cells(self) -> pd.DataFrame:
-        """One row per cell: label, n finished seeds, mean ± std of the group's metric, the seeds' values."""
+    def arms(self) -> pd.DataFrame:
+        """One row per arm: label, n finished seeds, mean ± std of the group's metric, the seeds' values."""
         pd = require_pandas()
         g = self.refresh()
         rows: list[dict[str, Any]] = [
             {
-                "cell": c.label,
+                "arm": c.label,
                 "n": c.n,
                 "mean": c.mean,
                 "std": c.std,
@@ -86,9 +86,9 @@ class Group:
                 "values": c.values,
                 "auc": c.curve.auc,
             }
-            for c in g.cells
+            for c in g.arms
         ]
-        return pd.DataFrame(rows, columns=["cell", "n", "mean", "std", "metric", "seeds", "values", "auc"])
+        return pd.DataFrame(rows, columns=["arm", "n", "mean", "std", "metric", "seeds", "values", "auc"])
 
     @property
     def claims(self) -> list[Claim]:
@@ -96,12 +96,12 @@ class Group:
         return list(self.refresh().claims or [])
 
     def finals(self) -> pd.DataFrame:
-        """One row per run: id, cell, seed, status and every final metric."""
+        """One row per run: id, arm, seed, status and every final metric."""
         pd = require_pandas()
         g = self.refresh()
         return pd.DataFrame(
             [
-                {"run_id": r.id, "cell": r.cell, "seed": r.seed, "status": r.status.value, **r.metrics}
+                {"run_id": r.id, "arm": r.arm, "seed": r.seed, "status": r.status.value, **r.metrics}
                 for r in g.runs
             ]
         )

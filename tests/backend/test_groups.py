@@ -1,5 +1,5 @@
 """POST /api/presets/{name} and GET /api/groups/{id} on the real API and SQLite (runs finished by hand
-through the store's writer, as a worker would): cells, bands and claims computed by normlab.claims."""
+through the store's writer, as a worker would): arms, bands and claims computed by normlab.claims."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
 
     g = client.get(f"/api/groups/{body['group_id']}").json()
     assert g["kind"] == "preset" and g["preset"] == "fig6-batch4" and g["counts"] == {"queued": 6}
-    assert not g["done"] and [c["label"] for c in g["cells"]] == ["batch", "layer"]
-    assert all(c["n"] == 0 for c in g["cells"])
+    assert not g["done"] and [c["label"] for c in g["arms"]] == ["batch", "layer"]
+    assert all(c["n"] == 0 for c in g["arms"])
     assert g["claims"] and not any(c["holds"] for c in g["claims"])  # nothing finished: nothing holds yet
     # ... and nothing fails either: every seed-judged claim waits for its seeds
     assert all(c["pending"] and c["seeds_expected"] == 3 for c in g["claims"] if c["kind"] != "refused")
@@ -83,19 +83,19 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
         if key[1] == 0:
             finish(app, run_id, [(5, 2.0), (10, finals[key])])
     g = client.get(f"/api/groups/{body['group_id']}").json()
-    assert g["counts"] == {"completed": 2, "queued": 4} and [c["n"] for c in g["cells"]] == [1, 1]
+    assert g["counts"] == {"completed": 2, "queued": 4} and [c["n"] for c in g["arms"]] == [1, 1]
     for run_id, key in by_id.items():
         if key[1] != 0:
             finish(app, run_id, [(5, 2.0 + key[1]), (10, finals[key])])
     g = client.get(f"/api/groups/{body['group_id']}").json()
     assert g["done"] and g["counts"] == {"completed": 6}
-    cells = {c["label"]: c for c in g["cells"]}
+    arms = {c["label"]: c for c in g["arms"]}
     layer = [finals["layer", s] for s in range(3)]
     batch = [finals["batch", s] for s in range(3)]
-    assert cells["layer"]["values"] == layer and cells["layer"]["n"] == 3
-    assert cells["layer"]["mean"] == pytest.approx(statistics.fmean(layer))
-    assert cells["layer"]["std"] == pytest.approx(statistics.stdev(layer))
-    band = cells["layer"]["curve"]
+    assert arms["layer"]["values"] == layer and arms["layer"]["n"] == 3
+    assert arms["layer"]["mean"] == pytest.approx(statistics.fmean(layer))
+    assert arms["layer"]["std"] == pytest.approx(statistics.stdev(layer))
+    band = arms["layer"]["curve"]
     assert band["steps"] == [5, 10] and band["mean"] == pytest.approx([3.0, statistics.fmean(layer)])
     assert band["std"] == pytest.approx([1.0, statistics.stdev(layer)])
     better = next(c for c in g["claims"] if c["kind"] == "better")
@@ -105,7 +105,7 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
     assert better["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3))
     assert better["per_seed"] == pytest.approx(diffs) and f"{Z:g} standard errors" in better["rule"]
     assert g["holds"] == all(c["holds"] for c in g["claims"])
-    assert {x["cell"] for x in g["runs"]} == {"batch", "layer"} and all(
+    assert {x["arm"] for x in g["runs"]} == {"batch", "layer"} and all(
         x["final"] is not None for x in g["runs"]
     )
 
@@ -135,7 +135,7 @@ def test_hidden_state_claims_read_the_runs_probes(app, client):
     assert claims["gradient"]["holds"] and claims["gradient"]["all_seeds"]
     assert claims["gradient"]["per_seed"] == pytest.approx([-10.0, -10.0 + math.log10(2)])
     assert claims["steadier"]["per_seed"] == pytest.approx([1.1 - 3.0, 1.1 - 3.0])  # t ≥ 21 only
-    traces = {c["label"]: c["traces"] for c in g["cells"]}
+    traces = {c["label"]: c["traces"] for c in g["arms"]}
     assert traces["layer"]["grad_orders"]["mean"] == pytest.approx(4.0)
 
 
@@ -149,7 +149,7 @@ def test_sweeps_get_a_group_with_one_cell_per_varied_combination(app, client):
         finish(app, x["id"], [(10, 0.1 * (1 + x["spec"]["seed"]))])
     g = client.get(f"/api/groups/{gid}").json()
     assert g["kind"] == "sweep" and g["varied"] == ["norm"] and g["claims"] is None
-    assert {c["label"]: (c["n"], c["mean"]) for c in g["cells"]} == {
+    assert {c["label"]: (c["n"], c["mean"]) for c in g["arms"]} == {
         "norm=layer": (2, pytest.approx(0.15)),
         "norm=batch": (2, pytest.approx(0.15)),
     }
@@ -185,7 +185,7 @@ def test_the_openapi_schema_names_the_claim_and_cell_models(client):
     assert ok["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/GroupPublic")
     assert "409" in ok
     group = models["GroupPublic"]["properties"]
-    assert group["cells"]["items"]["$ref"].endswith("/Cell")
+    assert group["arms"]["items"]["$ref"].endswith("/Arm")
     claims = next(b for b in group["claims"]["anyOf"] if b.get("type") == "array")["items"]
     # one model per kind of claim, told apart by "kind"
     assert claims["discriminator"]["propertyName"] == "kind"
@@ -207,12 +207,12 @@ def test_the_openapi_schema_names_the_claim_and_cell_models(client):
     }
     assert "margin" in models["CloseClaim"]["required"] and "message" in models["RefusedClaim"]["required"]
     assert models["BestClaim"]["properties"]["versus"]["items"]["$ref"].endswith("/Comparison")
-    cell = models["Cell"]["properties"]
-    assert cell["curve"]["$ref"].endswith("/Curve")
+    arm = models["Arm"]["properties"]
+    assert arm["curve"]["$ref"].endswith("/Curve")
     assert models["Curve"]["properties"]["at"]["items"]["$ref"].endswith("/CurvePoint")
-    assert cell["traces"]["additionalProperties"]["$ref"].endswith("/TraceStat")
-    # what normlab reproduce adds to a cell never reaches the API's shape
-    assert not {"statuses", "messages", "wall_time", "aucs"} & set(cell)
+    assert arm["traces"]["additionalProperties"]["$ref"].endswith("/TraceStat")
+    # what normlab reproduce adds to an arm never reaches the API's shape
+    assert not {"statuses", "messages", "wall_time", "aucs"} & set(arm)
 
 
 def test_every_kind_of_claim_keeps_its_wire_fields(app, client):

@@ -45,11 +45,11 @@ def test_a_preset_card_fills_in_its_curves_and_verdict_from_trained_runs(page, s
         bands.element_handle(),
     )
     filled = page.evaluate("(g) => g.data.filter(t => t.fill === 'toself').length", bands.element_handle())
-    cells = {c["label"]: c["curve"] for c in group["cells"]}
-    assert filled == 2 and sorted(m[0] for m in means) == sorted(cells) == ["layer", "none"]
+    arms = {c["label"]: c["curve"] for c in group["arms"]}
+    assert filled == 2 and sorted(m[0] for m in means) == sorted(arms) == ["layer", "none"]
     for label, xs, ys in means:
-        assert xs == cells[label]["steps"] and xs[-1] == 30
-        assert ys == pytest.approx(cells[label]["mean"])
+        assert xs == arms[label]["steps"] and xs[-1] == 30
+        assert ys == pytest.approx(arms[label]["mean"])
     text = card.locator(".verdict-box").inner_text()
     better = next(c for c in group["claims"] if c["kind"] == "better")
     assert "layer better than none" in text and "Δ = " in text

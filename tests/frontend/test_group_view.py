@@ -10,7 +10,7 @@ from frontend.api_client import ApiError
 from normlab.group_models import GroupPublic, PairedClaim
 
 
-def _cell(label, norm, mean, std, n=5, steps=(10, 20)):
+def _arm(label, norm, mean, std, n=5, steps=(10, 20)):
     return {
         "label": label,
         "spec": {"task": "digits", "norm": norm, "batch_size": 4},
@@ -46,7 +46,7 @@ def _group_json(kind, done, holds, all_seeds):
         "counts": {"completed": 7, "running": 2, "queued": 1} if not done else {"completed": 10},
         "done": done,
         "runs": [],
-        "cells": [_cell("LN", "layer", 0.31, 0.02), _cell("BN", "batch", 0.45, 0.03)],
+        "arms": [_arm("LN", "layer", 0.31, 0.02), _arm("BN", "batch", 0.45, 0.03)],
         "claims": [
             {
                 "claim": "LN better than BN",
@@ -88,7 +88,7 @@ def test_bands_are_mean_plus_minus_std_per_cell():
     assert list(ln_band["x"]) == [10, 20, 20, 10]
     assert list(ln_band["y"]) == pytest.approx([2.1, 0.33, 0.29, 1.9])  # mean + std, then mean - std reversed
     assert "(n=5)" in lines[0]["name"]
-    empty = group_view.band_figure(_group(cells=[]))
+    empty = group_view.band_figure(_group(arms=[]))
     assert "No finished seed yet" in str(empty["layout"]["annotations"])
 
 
@@ -180,7 +180,7 @@ def test_the_api_client_reads_a_group_as_its_model_and_names_a_wrong_shape():
 
     answers = {
         "/api/groups/g1": _group_json("preset", False, True, True),
-        "/api/groups/g2": {**_group_json("preset", False, True, True), "cells": [{"label": "LN"}]},
+        "/api/groups/g2": {**_group_json("preset", False, True, True), "arms": [{"label": "LN"}]},
     }
     client = ApiClient("http://lab.test")
     client._http = httpx.Client(
@@ -189,7 +189,7 @@ def test_the_api_client_reads_a_group_as_its_model_and_names_a_wrong_shape():
     )
     group = client.group("g1")
     assert isinstance(group, GroupPublic) and isinstance(group.claims[0], PairedClaim)
-    assert group.cells[1].curve.std == [0.1, 0.03]
+    assert group.arms[1].curve.std == [0.1, 0.03]
     with pytest.raises(ApiError) as err:
         client.group("g2")
-    assert err.value.status == 502 and "group g2" in err.value.detail and "cells.0.spec" in err.value.detail
+    assert err.value.status == 502 and "group g2" in err.value.detail and "arms.0.spec" in err.value.detail

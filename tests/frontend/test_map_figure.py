@@ -66,7 +66,7 @@ def test_compares_group_card_draws_the_map_of_a_map_preset():
         "counts": {"completed": 2},
         "done": False,
         "runs": [],
-        "cells": [],
+        "arms": [],
         "claims": None,
         "map": _map_json("below"),
     }

@@ -1,4 +1,4 @@
-"""normlab.cells and normlab.claims: aggregation over seeds, effect sizes paired by seed, and each rule's
+"""normlab.arms and normlab.claims: aggregation over seeds, effect sizes paired by seed, and each rule's
 verdict — the code shared by `normlab reproduce` and GET /api/groups/{id}, checked against hand
 computations."""
 
@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from normlab.cells import START, aggregate, curve_area, curve_summary, trace_stats
+from normlab.arms import START, aggregate, curve_area, curve_summary, trace_stats
 from normlab.claims import EQUIV_REL, Z, judge, judge_all, metric_key
 from normlab.presets import PRESETS
 
@@ -28,7 +28,7 @@ def _records(values, curves=None):
     ]
 
 
-def _cells(**values):
+def _arms(**values):
     return {lab: aggregate(lab, {"steps": 20}, _records(v), "val_loss") for lab, v in values.items()}
 
 
@@ -61,14 +61,14 @@ def test_curve_summary_mean_band_and_trapezoid_area():
 
 
 def test_better_reports_the_paired_difference_its_standard_error_and_the_rule():
-    cells = _cells(layer=[0.3, 0.5, 0.2], batch=[0.6, 0.4, 0.9])
-    c = judge(("better", "layer", "batch"), cells, "val_loss")
+    arms = _arms(layer=[0.3, 0.5, 0.2], batch=[0.6, 0.4, 0.9])
+    c = judge(("better", "layer", "batch"), arms, "val_loss")
     diffs = [-0.3, 0.1, -0.7]
     assert c.per_seed == pytest.approx(diffs) and c.difference == pytest.approx(statistics.fmean(diffs))
     assert c.se == pytest.approx(statistics.stdev(diffs) / math.sqrt(3)) and c.n == 3
     # -0.3 mean but SE 0.23: inside 2 standard errors, so not beyond seed noise; seed 1 goes the other way
     assert not c.holds and not c.all_seeds and "standard errors" in c.rule
-    clear = _cells(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
+    clear = _arms(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     c = judge(("better", "layer", "batch"), clear, "val_loss")
     assert c.holds and c.all_seeds and abs(c.difference) > Z * c.se
     assert not judge(("better", "layer", "batch"), clear, "accuracy").holds  # higher is better there
@@ -76,17 +76,17 @@ def test_better_reports_the_paired_difference_its_standard_error_and_the_rule():
 
 def test_close_is_an_equivalence_margin_not_a_quarter_of_the_value():
     rule = ("close", "layer", "batch")
-    near = _cells(layer=[0.100, 0.111, 0.121], batch=[0.101, 0.110, 0.120])
+    near = _arms(layer=[0.100, 0.111, 0.121], batch=[0.101, 0.110, 0.120])
     c = judge(rule, near, "val_loss")
     assert c.holds and c.all_seeds and c.margin == pytest.approx(EQUIV_REL * 0.110333, rel=1e-4)
     # BN 12 % better on every seed (the issue's MNIST-1D case): the old 25 % rule said "≈"; this one does not
-    apart = _cells(layer=[1.12, 1.01, 0.90], batch=[1.0, 0.9, 0.8])
+    apart = _arms(layer=[1.12, 1.01, 0.90], batch=[1.0, 0.9, 0.8])
     c = judge(rule, apart, "val_loss")
     assert not c.holds and not c.all_seeds
 
 
 def test_faster_compares_per_seed_curve_areas():
-    cells = {
+    arms = {
         "layer": aggregate(
             "layer", {"steps": 20}, _records([0.5, 0.5], [[(10, 1.0), (20, 0.5)]] * 2), "val_loss"
         ),
@@ -97,13 +97,13 @@ def test_faster_compares_per_seed_curve_areas():
             "val_loss",
         ),
     }
-    c = judge(("faster", "layer", "none"), cells, "val_loss")
+    c = judge(("faster", "layer", "none"), arms, "val_loss")
     assert c.per_seed == pytest.approx([-0.5, -0.6]) and c.holds and c.all_seeds
-    assert not judge(("better", "layer", "none"), cells, "val_loss").holds  # same final values
+    assert not judge(("better", "layer", "none"), arms, "val_loss").holds  # same final values
 
 
 def test_gap_best_trains_and_refused():
-    cells = _cells(
+    arms = _arms(
         **{
             "layer g=1.0": [0.5, 0.6, 0.55],
             "layer g=0.1": [0.55, 0.62, 0.6],
@@ -111,16 +111,16 @@ def test_gap_best_trains_and_refused():
             "batch g=0.1": [1.2, 1.1, 1.3],
         }
     )
-    c = judge(PRESETS["gain-init"].claims[0], cells, "val_loss")
+    c = judge(PRESETS["gain-init"].claims[0], arms, "val_loss")
     assert c.holds and c.all_seeds and c.per_seed == pytest.approx([0.05 - 0.7, 0.02 - 0.5, 0.05 - 0.8])
-    cells = _cells(none=[0.25, 0.25, 0.25], layer=[0.1, 0.3, 0.1], batch=[0.22, 0.26, 0.2])
-    c = judge(("best", "layer"), cells, "val_loss")
+    arms = _arms(none=[0.25, 0.25, 0.25], layer=[0.1, 0.3, 0.1], batch=[0.22, 0.26, 0.2])
+    c = judge(("best", "layer"), arms, "val_loss")
     assert not c.holds and not c.all_seeds and len(c.versus) == 2
-    c = judge(("trains", "layer"), _cells(layer=[1.0, 2.5]), "val_loss", chance=math.log(10))
+    c = judge(("trains", "layer"), _arms(layer=[1.0, 2.5]), "val_loss", chance=math.log(10))
     assert not c.all_seeds  # 2.5 is above ln 10 ≈ 2.303
     online = PRESETS["online"]
     out = judge_all(
-        list(online.claims), _cells(none=[2.0, 2.1, 2.0], layer=[0.5, 0.6, 0.55]), "val_loss", online.runs[0]
+        list(online.claims), _arms(none=[2.0, 2.1, 2.0], layer=[0.5, 0.6, 0.55]), "val_loss", online.runs[0]
     )
     refused = next(c for c in out.claims if c.kind == "refused")
     assert refused.holds and "batch size" in refused.message
@@ -145,19 +145,19 @@ def test_trace_stats_leave_out_the_start_up_steps_and_count_gradient_orders():
 
 
 def test_steadier_and_gradient_claims_pair_seeds():
-    def cell(spreads, orders):
+    def arm(spreads, orders):
         recs = _records([0.2] * len(spreads))
         for r, s, o in zip(recs, spreads, orders, strict=True):
             r["traces"] = {"hidden_spread": s, "hidden_spread_late": s, "grad_orders": o}
         return aggregate("x", {"steps": 20}, recs, "val_loss")
 
-    cells = {
-        "none": cell([4.0, 1.1, 3.0], [14.0, 13.0, 15.0]),
-        "layer": cell([1.2, 1.3, 1.1], [4.0, 4.5, 3.5]),
+    arms = {
+        "none": arm([4.0, 1.1, 3.0], [14.0, 13.0, 15.0]),
+        "layer": arm([1.2, 1.3, 1.1], [4.0, 4.5, 3.5]),
     }
-    c = judge(("steadier", "layer", "none"), cells, "val_loss")
+    c = judge(("steadier", "layer", "none"), arms, "val_loss")
     assert not c.all_seeds and c.per_seed == pytest.approx([-2.8, 0.2, -1.9])
-    c = judge(("gradient", "layer", "none"), cells, "val_loss")
+    c = judge(("gradient", "layer", "none"), arms, "val_loss")
     assert c.holds and c.all_seeds and c.difference == pytest.approx(-10.0)
 
 
@@ -185,7 +185,7 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
     assert c.pending and not c.holds and c.seeds_in == 0 and c.seeds_expected == 5
     assert out.pending and not out.holds
     # one seed with a large effect: a sign, not a verdict (a standard error needs two differences)
-    one = _cells(layer=[0.2], batch=[0.9])
+    one = _arms(layer=[0.2], batch=[0.9])
     c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=5).claims[0]
     assert c.pending and not c.holds and c.difference == pytest.approx(-0.7)
     # every seed that will come is in, but only one: still no verdict, never "holds"
@@ -195,7 +195,7 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
     mixed = [0.3, 0.5, 0.2]
     c = judge_all(
         [("better", "layer", "batch")],
-        _cells(layer=mixed, batch=[0.6, 0.4, 0.9]),
+        _arms(layer=mixed, batch=[0.6, 0.4, 0.9]),
         "val_loss",
         base,
         expected=5,
@@ -203,14 +203,14 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
     assert c.pending and not c.holds and c.seeds_in == 3
     c = judge_all(
         [("better", "layer", "batch")],
-        _cells(layer=mixed, batch=[0.6, 0.4, 0.9]),
+        _arms(layer=mixed, batch=[0.6, 0.4, 0.9]),
         "val_loss",
         base,
         expected=3,
     ).claims[0]
     assert not c.pending and not c.holds
     # a clear effect on 3 of 5 holds (with its count), and "refused" never waits for seeds
-    clear = _cells(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
+    clear = _arms(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     out = judge_all(
         [("better", "layer", "batch"), ("refused", "batch")],
         clear,
@@ -226,17 +226,17 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
 def test_chance_is_an_equivalence_with_a_uniform_guess():
     chance = math.log(10)
     at_chance = [chance + 0.01, chance - 0.02, chance + 0.005]
-    c = judge(("chance", "post-LN"), _cells(**{"post-LN": at_chance}), "val_loss", chance=chance)
+    c = judge(("chance", "post-LN"), _arms(**{"post-LN": at_chance}), "val_loss", chance=chance)
     diffs = [v - chance for v in at_chance]
     se = statistics.stdev(diffs) / math.sqrt(3)
     assert c.per_seed == pytest.approx(diffs) and c.se == pytest.approx(se)
     assert c.margin == pytest.approx(EQUIV_REL * chance) and c.holds and c.all_seeds
-    learned = judge(("chance", "pre-LN"), _cells(**{"pre-LN": [0.01, 0.02, 2.3]}), "val_loss", chance=chance)
+    learned = judge(("chance", "pre-LN"), _arms(**{"pre-LN": [0.01, 0.02, 2.3]}), "val_loss", chance=chance)
     assert not learned.holds and not learned.all_seeds
     preset = PRESETS["transformer-ln-position"]
     out = judge_all(
         list(preset.claims),
-        _cells(**{"pre-LN": [0.01, 0.002, 0.03], "post-LN": at_chance}),
+        _arms(**{"pre-LN": [0.01, 0.002, 0.03], "post-LN": at_chance}),
         "val_loss",
         preset.runs[0],
     )
@@ -275,7 +275,7 @@ def test_series_stats_read_the_first_and_last_estimates_and_the_second_half():
 
 
 def _series_cells(spec, per_label):
-    """Cells whose records carry probe summaries: {label: [probes per seed]}."""
+    """Arms whose records carry probe summaries: {label: [probes per seed]}."""
     out = {}
     for label, probes in per_label.items():
         records = [
@@ -290,22 +290,22 @@ def test_decays_equilibrium_and_edge_claims_against_their_lines():
     spec = {"steps": 40, "lr": 0.1, "weight_decay": 0.01, "momentum": 0.9}
     line = math.sqrt(2 * 0.1 * 0.01 / 1.9)
     near = [1.1, 0.95, 1.05]  # the late angle ÷ the line, per seed
-    cells = _series_cells(
+    arms = _series_cells(
         spec,
         {
             "wd": [_series_probes([(1e-3,), (2e-3,)], [(0.1,), (r * line,)]) for r in near],
             "none": [_series_probes([(1e-3,), (f * 1e-3,)], [(0.1,), (0.001,)]) for f in (0.5, 0.4, 0.6)],
         },
     )
-    eq = judge(("equilibrium", "wd"), cells, "val_loss")
+    eq = judge(("equilibrium", "wd"), arms, "val_loss")
     se = statistics.stdev([r - 1 for r in near]) / math.sqrt(3)
     assert eq.per_seed == pytest.approx([r - 1 for r in near]) and eq.se == pytest.approx(se)
     assert eq.holds and eq.all_seeds and eq.line == pytest.approx(line)
-    off = judge(("equilibrium", "none"), cells, "val_loss")
+    off = judge(("equilibrium", "none"), arms, "val_loss")
     assert not off.holds and not off.all_seeds  # 0.001 rad is far below the line
-    decays = judge(("decays", "none"), cells, "val_loss")
+    decays = judge(("decays", "none"), arms, "val_loss")
     assert decays.per_seed == pytest.approx([math.log10(f) for f in (0.5, 0.4, 0.6)]) and decays.holds
-    assert not judge(("decays", "wd"), cells, "val_loss").holds  # it doubled
+    assert not judge(("decays", "wd"), arms, "val_loss").holds  # it doubled
     sharp = _series_cells(
         {"steps": 40, "lr": 0.02},
         {"gd": [_series_probes([(1.0,)] * 4, [(0.1,)] * 4, etas=[0.4, 1.0, e, e]) for e in (1.9, 2.05, 2.1)]},

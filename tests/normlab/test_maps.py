@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from normlab.cells import SeedRecord, aggregate
+from normlab.arms import SeedRecord, aggregate
 from normlab.claims import Z
 from normlab.group_models import CellResult
 from normlab.maps import ScaleMap, map_points, side
@@ -16,7 +16,7 @@ from normlab.presets import PRESETS
 BATCH_MAP = ScaleMap("batch_size", (2, 4, 16, 128), "layer", "batch")
 
 
-def cell(label: str, values: dict[int, float | None], metric: str = "val_loss") -> CellResult:
+def arm(label: str, values: dict[int, float | None], metric: str = "val_loss") -> CellResult:
     records: list[SeedRecord] = [
         {"seed": s, "status": "completed", "value": v, "curve": [(10, v)], "wall_time": 1.0, "message": None}
         for s, v in values.items()
@@ -28,7 +28,7 @@ def cells_for(
     finals: dict[tuple[str, int], dict[int, float | None]], metric: str = "val_loss"
 ) -> dict[str, CellResult]:
     return {
-        BATCH_MAP.label(norm, value): cell(BATCH_MAP.label(norm, value), seeds, metric)
+        BATCH_MAP.label(norm, value): arm(BATCH_MAP.label(norm, value), seeds, metric)
         for (norm, value), seeds in finals.items()
     }
 

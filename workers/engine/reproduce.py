@@ -1,6 +1,6 @@
 """`reproduce(preset) -> dict`: train a preset's runs over seeds (in parallel processes) and judge its claims.
 
-The aggregation (`normlab.cells`) and the claims (effect sizes, paired by seed, and the rules:
+The aggregation (`normlab.arms`) and the claims (effect sizes, paired by seed, and the rules:
 `normlab.claims`) are the same torch-free code the API's `GET /api/groups/{id}` uses; this module only
 trains. Each (run, seed) trains in its own process with `threads` torch threads; `jobs` processes run at
 once.
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-from normlab.cells import SeedRecord, aggregate, trace_stats
+from normlab.arms import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
 from normlab.group_models import CellResult
 from normlab.maps import map_points
@@ -28,7 +28,7 @@ __all__ = ["metric_key", "reproduce", "run_one"]
 
 def run_one(spec: RunSpec, metric: str, settings: Settings, threads: int | None = 1) -> SeedRecord:
     """Train one spec; its status, final metric, validation curve [(step, value)], wall time and the
-    hidden-state trace figures (normlab.cells.trace_stats)."""
+    hidden-state trace figures (normlab.arms.trace_stats)."""
     import torch
 
     from workers.engine import train
@@ -92,7 +92,7 @@ def _with(spec: RunSpec, **update) -> RunSpec:
     return RunSpec(**{**spec.model_dump(exclude_unset=True), **update})
 
 
-def _cells(
+def _arms(
     preset: Preset, specs: dict[str, RunSpec], records: dict[tuple[str, int], SeedRecord], seeds: list[int]
 ) -> dict[str, CellResult]:
     return {
@@ -179,7 +179,7 @@ def reproduce(
     cpu += sum(r.get("cpu_time") or 0.0 for r in got)
     by_spec = dict(zip(unique, got, strict=True))
     records = {key: by_spec[spec.resolved().model_dump_json()] for key, spec in wanted.items()}
-    cells = _cells(preset, specs, records, seeds)
+    arms = _arms(preset, specs, records, seeds)
     out = {
         "preset": preset.name,
         "title": preset.title,
@@ -192,9 +192,9 @@ def reproduce(
         "steps": steps,
         "threads": threads,
         "jobs": jobs,
-        "runs": [c.model_dump() for c in cells.values()],
-        "direction": judge_all(list(preset.claims), cells, preset.metric, preset.runs[0]).model_dump(),
-        "map": map_points(preset.scale_map, cells, preset.metric).model_dump() if preset.scale_map else None,
+        "runs": [c.model_dump() for c in arms.values()],
+        "direction": judge_all(list(preset.claims), arms, preset.metric, preset.runs[0]).model_dump(),
+        "map": map_points(preset.scale_map, arms, preset.metric).model_dump() if preset.scale_map else None,
         "tuning": tuned,
         "same_hyperparameters": None,
         "wall_time": time.perf_counter() - start,
@@ -203,7 +203,7 @@ def reproduce(
         "idle_wall_estimate": cpu / jobs,
     }
     if tuning is not None:
-        same = _cells(
+        same = _arms(
             preset,
             base,
             {(k[0].removeprefix("same: "), k[1]): r for k, r in records.items() if k[0].startswith("same: ")},

@@ -125,14 +125,14 @@ def test_sweep_group_cells_and_finals(lab_client):
     assert isinstance(group, Group) and len(group.run_ids) == 2
     group.wait(progress=False, timeout=180)
     assert set(group.statuses().values()) == {"completed"}
-    cells = group.cells
-    assert sorted(cells["cell"]) == ["norm=layer", "norm=none"]
-    assert (cells["n"] == 1).all() and cells["mean"].notna().all()
+    arms = group.arms
+    assert sorted(arms["arm"]) == ["norm=layer", "norm=none"]
+    assert (arms["n"] == 1).all() and arms["mean"].notna().all()
     finals = group.finals()
     assert sorted(finals["run_id"]) == sorted(group.run_ids)
-    for _, row in finals.iterrows():  # a cell's mean over one seed is that run's final value
-        cell = cells[cells["cell"] == row["cell"]].iloc[0]
-        assert cell["mean"] == pytest.approx(lab_client.run(row["run_id"]).summary.metrics["val_loss"])
+    for _, row in finals.iterrows():  # an arm's mean over one seed is that run's final value
+        arm = arms[arms["arm"] == row["arm"]].iloc[0]
+        assert arm["mean"] == pytest.approx(lab_client.run(row["run_id"]).summary.metrics["val_loss"])
     assert group.claims == []
     assert lab_client.group(group.id).run_ids == group.run_ids
     assert sorted(r.id for r in lab_client.runs(group=group.id)) == sorted(group.run_ids)

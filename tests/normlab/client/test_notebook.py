@@ -26,7 +26,7 @@ def test_the_example_notebook_runs_against_a_real_server(lab, monkeypatch, tmp_p
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
-    assert "norm=layer" in html and "norm=none" in html  # the DataFrames of finals and cells
+    assert "norm=layer" in html and "norm=none" in html  # the DataFrames of finals and arms
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert printed.count("difference") == 3  # the preset's three claims, each with its effect
     assert "/embed/run/" in printed and "/embed/replay?runs=" in printed

@@ -1,7 +1,7 @@
-"""A preset's cells from its per-seed results: one cell per run label (or sweep combination) over its
+"""A preset's arms from its per-seed results: one arm per run label (or sweep combination) over its
 seeds, with mean ± std of the final metric, the mean ± band validation curve and the hidden-state trace
 figures. Torch-free: `normlab reproduce` (through the engine) and `GET /api/groups/{id}` (from the store)
-build cells with the same functions; `normlab.claims` judges the claims on them.
+build arms with the same functions; `normlab.claims` judges the claims on them.
 
 A record (`SeedRecord`) is one (run, seed): its seed, status, final metric, validation curve
 [(step, value)], wall time, message, and the run's last probe payloads or their `trace_stats`.
@@ -148,7 +148,7 @@ def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
 
 
 def aggregate(label: str, spec: dict[str, Any], records: list[SeedRecord], metric: str) -> CellResult:
-    """One cell (a run label, or a sweep's combination) over its seeds."""
+    """One arm (a run label, or a sweep's combination) over its seeds."""
     values = [r.get("value") for r in records]
     mean, std = mean_std([v for v in values if is_number(v)])
     per_seed_traces = [r.get("traces") or trace_stats(r.get("probes")) for r in records]

@@ -112,21 +112,29 @@ def draw_norm_growth(
             col=col,
         )
     off = [(p["step"] + 1, p["measured"]) for pts in points.values() for p in pts if p["departs"]]
-    if off:
-        fig.add_trace(
-            go.Scatter(
-                x=[x for x, _ in off],
-                y=[y for _, y in off],
-                name="departs from the law (> 10 %)",
-                legend=legend,
-                mode="markers",
-                marker=DEPART,
-                hoverinfo="skip",
-            ),
-            row=row,
-            col=col,
-        )
+    _shade_departures(fig, off, "departs from the law (> 10 %)", legend, row, col)
     return bool(points)
+
+
+def _shade_departures(
+    fig: go.Figure, off: list[tuple[int, float]], name: str, legend: str, row: int, col: int
+) -> None:
+    """A translucent halo at each (step, value) where a run leaves the line its theory draws."""
+    if not off:
+        return
+    fig.add_trace(
+        go.Scatter(
+            x=[x for x, _ in off],
+            y=[y for _, y in off],
+            name=name,
+            legend=legend,
+            mode="markers",
+            marker=DEPART,
+            hoverinfo="skip",
+        ),
+        row=row,
+        col=col,
+    )
 
 
 def draw_zero_curvature(
@@ -162,18 +170,5 @@ def draw_zero_curvature(
         for step, g in invariant
         if g.get("trace_ww") is not None and curvature_departs(g["along_w_curvature"], g["trace_ww"])
     ]
-    if off:
-        fig.add_trace(
-            go.Scatter(
-                x=[s for s, _ in off],
-                y=[v for _, v in off],
-                name="departs from 0 (> 10⁻³ of the trace)",
-                legend=legend,
-                mode="markers",
-                marker=DEPART,
-                hoverinfo="skip",
-            ),
-            row=row,
-            col=col,
-        )
+    _shade_departures(fig, off, "departs from 0 (> 10⁻³ of the trace)", legend, row, col)
     return True

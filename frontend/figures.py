@@ -22,6 +22,7 @@ from normlab.palette import (
     RAW_OPACITY,
     ema,
 )
+from normlab.spec import TRANSFORMER_TASKS
 
 # For colouring by batch size (or anything categorical in order): Okabe–Ito with neighbours far apart
 # in hue (sky blue and blue, nearly alike on a projector, are never next to each other).
@@ -71,9 +72,15 @@ def metric_key(task: str) -> str | None:
 
 
 def run_label(run: dict[str, Any]) -> str:
-    """A short legend label: normalizer, batch size, seed (and task when it is not digits)."""
+    """A short legend label: normalizer (with its Transformer position or Weight Standardization), batch
+    size, seed (and task when it is not digits)."""
     spec = run.get("spec", {})
-    label = f"{spec.get('norm', '?')} · bs {spec.get('batch_size', '?')} · seed {spec.get('seed', 0)}"
+    norm = str(spec.get("norm", "?"))
+    if spec.get("task") in TRANSFORMER_TASKS and norm != "none":
+        norm += f" {spec.get('ln_position') or 'pre'}-LN"
+    if spec.get("weight_standardization"):
+        norm += "+WS"
+    label = f"{norm} · bs {spec.get('batch_size', '?')} · seed {spec.get('seed', 0)}"
     if spec.get("task") and spec.get("task") != "digits":
         label += f" · {spec['task']}"
     return label

@@ -172,3 +172,19 @@ def test_an_empty_loss_axis_waits_over_a_loss_range_and_follows_its_data_from_th
     assert "range" not in fig["layout"]["xaxis"] and tmap["waiting_axes"] == ["yaxis"]
     # no runs at all: the figure says so instead (no axes to wait on)
     assert figures.curves_figure([], {}, panels=["loss"])[1]["waiting_axes"] == []
+
+
+def test_run_labels_tell_pre_from_post_ln_and_weight_standardization_apart():
+    # Two Transformer runs that differ only in where the LayerNorm sits, and two conv runs that differ only
+    # in Weight Standardization, would otherwise share one legend label.
+    pre = {"spec": {"task": "reverse", "norm": "layer", "batch_size": 32, "seed": 0, "ln_position": "pre"}}
+    post = {"spec": {**pre["spec"], "ln_position": "post"}}
+    gn = {"spec": {"task": "conv-digits", "norm": "group", "batch_size": 2, "seed": 1}}
+    ws = {"spec": {**gn["spec"], "weight_standardization": True}}
+    labels = [figures.run_label(r) for r in (pre, post, gn, ws)]
+    assert len(set(labels)) == 4
+    assert "post-LN" in labels[1] and "post-LN" not in labels[0]
+    assert labels[3].startswith("group+WS ") and "WS" not in labels[2]
+    # the default position is not shown where it does not apply
+    digits = {"spec": {"task": "digits", "norm": "layer", "batch_size": 32, "seed": 0, "ln_position": "pre"}}
+    assert "LN" not in figures.run_label(digits).replace("layer", "")

@@ -468,19 +468,20 @@ PRESETS: dict[str, Preset] = {
                         "hessian": True,
                     },
                 )
-                for n, lr in (("none", 2.0), ("layer", 0.3))
+                for n, lr in (("none", 2.0), ("layer", 0.25))
             ),
             "mse",
-            labels=("none η=2", "layer η=0.3"),
+            labels=("none η=2", "layer η=0.25"),
             expect="η·λ_max rises to 2 and stays there, for each normalizer",
-            claims=(("edge", "none η=2"), ("edge", "layer η=0.3")),
+            claims=(("edge", "none η=2"), ("edge", "layer η=0.25")),
             setup="Paper: full-batch GD on a 5,000-image CIFAR-10 subset, MSE and cross-entropy, MLPs, CNNs "
             "and Transformers, each at several η. Here: scikit-learn's 8×8 digits (the 1,258-case "
             "training split as one batch) with one-hot targets and squared error, MLP 64-128-128-10, "
             "plain GD (no momentum) for 400 steps; λ_max of the full-batch loss Hessian by a warm-started "
-            "Hessian-vector-product Krylov estimate every 20 steps. Each normalizer at its own η, picked "
-            "on one trial seed so that η·λ_max starts near or below 2 (LN's curvature at initialisation "
-            "is ≈ 10× the plain net's: LN diverged at η = 0.5).",
+            "Hessian-vector-product Krylov estimate every 20 steps. Each normalizer at its own η: the one "
+            "from {0.25, 0.5, 1, 2} with the lowest final MSE on tuning seeds 100–104 (a diverged seed "
+            "ranks a value last): 2 for the plain net, 0.25 for LN, whose curvature at initialisation is "
+            "≈ 10× the plain net's (LN diverged at η = 0.5 on 3 of 5 tuning seeds).",
             tags=("modern",),
             tuning=Tuning("lr", (0.25, 0.5, 1.0, 2.0)),
         ),

@@ -96,14 +96,14 @@ _FIG6 = (
 
 
 def map_preset(name: str, title: str, shows: str, scale_map: ScaleMap, base: RunSpec, **kw: Any) -> Preset:
-    """A preset with one run per normalizer (A, B) and axis value: `base` with `norm` and the axis set."""
+    """A preset with one run per normalizer (A, B) and axis value: `base` with that side's own fields
+    (`scale_map.a_spec` / `b_spec`), `norm` and the axis set."""
     runs, labels = [], []
     for value in scale_map.values:
         for norm in (scale_map.a, scale_map.b):
             # validated, not model_copy'd: an axis value the spec refuses fails here, not in a worker
-            runs.append(
-                RunSpec(**{**base.model_dump(exclude_unset=True), "norm": norm, scale_map.axis: value})
-            )
+            fields = {**base.model_dump(exclude_unset=True), **scale_map.side_spec(norm)}
+            runs.append(RunSpec(**{**fields, "norm": norm, scale_map.axis: value}))
             labels.append(scale_map.label(norm, value))
     return Preset(name, title, shows=shows, runs=tuple(runs), labels=tuple(labels), scale_map=scale_map, **kw)
 

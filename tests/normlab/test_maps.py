@@ -11,7 +11,8 @@ from normlab.arms import SeedRecord, aggregate
 from normlab.claims import Z
 from normlab.group_models import CellResult
 from normlab.maps import ScaleMap, map_points, side
-from normlab.presets import PRESETS
+from normlab.presets import PRESETS, map_preset
+from normlab.spec import RunSpec
 
 BATCH_MAP = ScaleMap("batch_size", (2, 4, 16, 128), "layer", "batch")
 
@@ -95,7 +96,29 @@ def test_map_presets_run_a_and_b_at_every_axis_value(name):
         for norm in (m.a, m.b):
             spec = runs[m.label(norm, value)]
             assert spec.norm == norm and getattr(spec, m.axis) == value
+            for key, own in m.side_spec(norm).items():
+                assert getattr(spec, key) == own
     assert preset.public()["map"]["values"] == list(m.values)
+
+
+def test_a_side_spec_sets_its_fields_on_that_side_only():
+    m = ScaleMap("seq_len", (16, 64), "layer", "none", a_spec={"lr": 3e-2}, b_spec={"lr": 1e-2, "steps": 7})
+    base = RunSpec(task="adding", cell="lstm", lr=1e-3, steps=20, eval_every=5)
+    preset = map_preset("m", "m", "m", m, base, paper_ref="-", metric="val_loss")
+    runs = dict(zip(preset.run_labels(), preset.runs, strict=True))
+    for value in (16, 64):
+        layer, none = runs[m.label("layer", value)], runs[m.label("none", value)]
+        assert (layer.lr, layer.steps, layer.seq_len) == (3e-2, 20, value)
+        assert (none.lr, none.steps, none.seq_len) == (1e-2, 7, value)
+    assert preset.public()["map"]["a_spec"] == {"lr": 3e-2}
+    assert base.lr == 1e-3  # the base spec is left as it was
+
+
+def test_a_side_spec_cannot_set_the_norm_or_the_axis():
+    with pytest.raises(ValueError, match="'seq_len'"):
+        ScaleMap("seq_len", (16, 64), "layer", "none", a_spec={"seq_len": 8})
+    with pytest.raises(ValueError, match="'norm'"):
+        ScaleMap("seq_len", (16, 64), "layer", "none", b_spec={"norm": "batch"})
 
 
 def test_at_least_two_maps_ln_vs_none_over_t_and_ln_vs_bn_over_batch():

@@ -124,6 +124,27 @@ def test_the_batch_map_favours_layernorm_at_batch_two_through_the_engine(setting
     assert claim["all_seeds"] and claim["difference"] == pytest.approx(p["difference"])
 
 
+@pytest.mark.slow
+def test_the_sequence_length_map_favours_layernorm_at_t_256_through_the_engine(settings):
+    # map-ln-none-seq-len trimmed to its T = 256 point on seeds 0-1, each side at its own rate (LN 1e-2,
+    # none 3e-2): LN ahead on every seed (in REPRODUCTIONS.md, Δ = −0.105 ± 0.015 over seeds 0–4), and
+    # the map and the claim say so. All 600 steps: LN has not yet learned T = 256 at 400 on seeds 0-1
+    # (Δ ≈ 0 there).
+    full = PRESETS["map-ln-none-seq-len"]
+    assert full.scale_map is not None
+    point = dataclasses.replace(full.scale_map, values=(256,))
+    runs = tuple(r for r in full.runs if r.seq_len == 256)
+    labels = tuple(point.label(r.norm, 256) for r in runs)
+    assert {r.norm: r.lr for r in runs} == {"layer": 1e-2, "none": 3e-2}
+    claims = tuple(c for c in full.claims if c[0] == "better" and c[1] == "layer seq_len=256")
+    preset = dataclasses.replace(full, runs=runs, labels=labels, scale_map=point, claims=claims)
+    out = reproduce(preset, seeds=[0, 1], settings=settings, jobs=2)
+    (p,) = out["map"]["points"]
+    assert p["n"] == 2 and all(d < 0 for d in p["per_seed"]), p
+    (claim,) = out["direction"]["claims"]
+    assert claim["all_seeds"] and claim["difference"] == pytest.approx(p["difference"])
+
+
 def test_tune_chooses_on_tuning_seeds_and_judges_at_the_chosen_setting_beside_the_preset_own(settings):
     # `online` with a two-value rule on two tuning seeds, 3 steps: the tuning table's numbers are the
     # engine's runs on the tuning seeds; the verdict runs train at the chosen rate on seeds 0-1; the

@@ -41,6 +41,8 @@ class Preset:
     def __post_init__(self) -> None:
         if self.tuning and set(self.tuning.seeds) & set(self.seeds):
             raise ValueError(f"preset {self.name}: tuning seeds must never decide a verdict")
+        if self.tuning and self.tuning.per == "side" and self.scale_map is None:
+            raise ValueError(f"preset {self.name}: only a map can be tuned per side")
 
     def run_labels(self) -> tuple[str, ...]:
         return self.labels or tuple(r.norm for r in self.runs)
@@ -339,6 +341,7 @@ PRESETS: dict[str, Preset] = {
             "runs; one rate per normalizer for the whole map). T = 784 is left out: it does not fit the "
             "3-minute budget for 5 seeds on 2 cores.",
             tags=("map",),
+            tuning=Tuning("lr", (1e-3, 3e-3, 1e-2, 3e-2), per="side"),
         ),
         map_preset(
             "map-ln-bn-batch",

@@ -31,6 +31,9 @@ class Tuning:
     field: str
     grid: tuple[float, ...]
     seeds: tuple[int, ...] = TUNING_SEEDS
+    # "run": each run of the preset gets its own value; "side" (maps only): each side of the map gets one
+    # value for every axis point, judged on the mean over its points and tuning seeds
+    per: str = "run"
 
     def __post_init__(self) -> None:
         if self.field not in TUNABLE:
@@ -39,14 +42,24 @@ class Tuning:
             raise ValueError("a tuning grid needs at least two distinct values")
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("tuning needs at least two distinct seeds")
+        if self.per not in ("run", "side"):
+            raise ValueError(f"tuning per {self.per!r}: choose 'run' or 'side'")
 
     def rule(self, metric: str) -> str:
         better = "highest" if higher_is_better(metric) else "lowest"
         grid = ", ".join(f"{v:g}" for v in self.grid)
         seeds = ", ".join(map(str, self.seeds))
+        who, over = (
+            (
+                "each normalizer of the map (one value for all its points)",
+                f"over its points and tuning seeds {seeds}",
+            )
+            if self.per == "side"
+            else ("each run", f"over tuning seeds {seeds}")
+        )
         return (
-            f"each run at the {TUNABLE[self.field]} from {{{grid}}} with the {better} mean final {metric} "
-            f"over tuning seeds {seeds} (never a verdict seed); a value under which a tuning seed failed or "
+            f"{who} at the {TUNABLE[self.field]} from {{{grid}}} with the {better} mean final {metric} "
+            f"{over} (never a verdict seed); a value under which a tuning run failed or "
             "diverged ranks below every value that finished on all of them; ties go to the earlier value"
         )
 
@@ -55,6 +68,7 @@ class Tuning:
             "field": self.field,
             "grid": list(self.grid),
             "seeds": list(self.seeds),
+            "per": self.per,
             "rule": self.rule(metric),
         }
 

@@ -54,6 +54,7 @@ def test_ties_go_to_the_earlier_grid_value():
         {"field": "lr", "grid": (1e-3,)},
         {"field": "lr", "grid": (1e-3, 1e-3)},
         {"field": "lr", "grid": (1e-3, 1e-2), "seeds": (100,)},
+        {"field": "lr", "grid": (1e-3, 1e-2), "per": "normalizer"},
     ],
 )
 def test_a_malformed_rule_is_refused(kwargs):
@@ -72,3 +73,9 @@ def test_tuning_seeds_never_decide_a_verdict():
         assert public["seeds"] == list(TUNING_SEEDS) and "never a verdict seed" in public["rule"]
     with pytest.raises(ValueError, match="never decide a verdict"):
         dataclasses.replace(PRESETS["pixel-digits"], seeds=(0, 1, 100))
+
+
+def test_only_a_map_can_be_tuned_per_side():
+    with pytest.raises(ValueError, match="only a map"):
+        dataclasses.replace(PRESETS["pixel-digits"], tuning=Tuning("lr", (1e-3, 1e-2), per="side"))
+    assert PRESETS["map-ln-none-seq-len"].public()["tuning"]["per"] == "side"

@@ -106,6 +106,15 @@ def _arms(
     }
 
 
+def _tuning_units(preset: Preset) -> dict[str, str]:
+    """Run label -> the name its tuned value is chosen under: the label itself, or for a map tuned per
+    side the side's normalizer (one value for all its axis points)."""
+    m = preset.scale_map
+    if preset.tuning is not None and preset.tuning.per == "side" and m is not None:
+        return {m.label(side, v): side for side in (m.a, m.b) for v in m.values}
+    return {label: label for label in preset.run_labels()}
+
+
 def reproduce(
     preset: Preset | str,
     seeds: list[int] | None = None,
@@ -156,14 +165,17 @@ def reproduce(
         ]
         got = _train_all(grid, preset.metric, settings, threads, jobs, progress)
         cpu += sum(r.get("cpu_time") or 0.0 for r in got)
-        finals: dict[str, dict[float, list]] = {label: {} for label in base}
+        unit = _tuning_units(preset)
+        finals: dict[str, dict[float, list]] = {unit[label]: {} for label in base}
         it = iter(got)
         for label in base:
             for value in tuning.grid:
-                finals[label][value] = [next(it).get("value") for _ in tuning.seeds]
+                finals[unit[label]].setdefault(value, []).extend(next(it).get("value") for _ in tuning.seeds)
         tuned = {**tuning.public(preset.metric), **choose(tuning, finals, preset.metric)}
         tuned["cpu_time"] = sum(r.get("cpu_time") or 0.0 for r in got)
-        specs = {label: _with(spec, **{tuning.field: tuned["chosen"][label]}) for label, spec in base.items()}
+        specs = {
+            label: _with(spec, **{tuning.field: tuned["chosen"][unit[label]]}) for label, spec in base.items()
+        }
     # seed-major: the first seeds finish first; a spec and seed wanted twice (the chosen value is the
     # preset's own) trains once
     wanted: dict[tuple[str, int], RunSpec] = {}

@@ -222,3 +222,45 @@ def test_groupnorm_with_weight_standardization_beats_batchnorm_at_batch_two(sett
     out = reproduce(preset, seeds=[0, 1], steps=300, settings=settings, jobs=2)
     (claim,) = out["direction"]["claims"]
     assert claim["all_seeds"], claim
+
+
+def test_a_map_tuned_per_side_gives_each_normalizer_one_rate_for_all_its_points(settings, monkeypatch):
+    # The training is replaced by a table of final losses, so the test checks the bookkeeping of the rule:
+    # per side, the mean over every axis point and tuning seed decides, and the verdict runs take the
+    # side's value at every point. A per-run rule would pick 1e-2 for "none seq_len=16" alone.
+    import workers.engine.reproduce as rep
+
+    def loss(spec) -> float:
+        if spec.norm == "layer":
+            return {1e-3: 0.5, 1e-2: 0.1}[spec.lr] + spec.seq_len / 1000
+        return {1e-3: 0.2, 1e-2: 0.9 if spec.seq_len == 64 else 0.15}[spec.lr]
+
+    def fake_train_all(work, metric, settings, threads, jobs, progress):
+        return [
+            {"seed": s, "status": "completed", "value": loss(spec), "cpu_time": 0.0} for _, s, spec in work
+        ]
+
+    monkeypatch.setattr(rep, "_train_all", fake_train_all)
+    full = PRESETS["map-ln-none-seq-len"]
+    m = dataclasses.replace(full.scale_map, values=(16, 64))
+    preset = dataclasses.replace(
+        full,
+        name="seq-len-2",
+        scale_map=m,
+        runs=tuple(r.model_copy(update={"seq_len": v}) for r in full.runs[:1] for v in (16, 64))
+        + tuple(r.model_copy(update={"seq_len": v, "norm": "none"}) for r in full.runs[:1] for v in (16, 64)),
+        labels=tuple(m.label(n, v) for n in ("layer", "none") for v in (16, 64)),
+        claims=(),
+        tuning=Tuning("lr", (1e-3, 1e-2), per="side"),
+    )
+    out = reproduce(preset, seeds=[0, 1], settings=settings, jobs=1, tune=True)
+    assert out["tuning"]["chosen"] == {"layer": 1e-2, "none": 1e-3}  # none: mean 0.2 < (0.15 + 0.9) / 2
+    rows = {(r["label"], r["value"]): r for r in out["tuning"]["table"]}
+    assert rows["none", 1e-2]["finished"] == 2 * 5  # two points × five tuning seeds
+    assert {r["label"]: r["spec"]["lr"] for r in out["runs"]} == {
+        "layer seq_len=16": 1e-2,
+        "layer seq_len=64": 1e-2,
+        "none seq_len=16": 1e-3,
+        "none seq_len=64": 1e-3,
+    }
+    assert "one value for all its points" in out["tuning"]["rule"]

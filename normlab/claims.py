@@ -88,6 +88,7 @@ CLASSES = {
     "mnist1d": 10,
     "seq-digits": 10,
     "pixel-digits": 10,
+    "pixel-mnist5k": 10,
     "conv-digits": 10,
     "conv-mnist5k": 10,
     "reverse": 10,  # per output position: 10 symbols

@@ -23,6 +23,7 @@ TaskName = Literal[
     "mnist1d",
     "seq-digits",
     "pixel-digits",
+    "pixel-mnist5k",
     "handwriting",
     "draw",
     "order-embed",

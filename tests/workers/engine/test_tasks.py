@@ -22,6 +22,7 @@ SHAPES = {
     "mnist1d": ({}, (40,), (40,), ()),
     "seq-digits": ({}, (8, 8), (8, 8), ()),
     "pixel-digits": ({}, (64, 1), (64, 1), ()),
+    "pixel-mnist5k": ({}, (784, 1), (784, 1), ()),
     "mnist5k": ({}, (784,), (784,), ()),
     "conv-digits": ({}, (1, 8, 8), (1, 8, 8), ()),
     "conv-mnist5k": ({}, (1, 28, 28), (1, 28, 28), ()),
@@ -60,6 +61,7 @@ def test_task_loads_with_the_right_shapes(task, settings, mnist_settings):
         "mnist1d",
         "seq-digits",
         "pixel-digits",
+        "pixel-mnist5k",
         "mnist5k",
         "conv-mnist5k",
         "adding",
@@ -217,6 +219,34 @@ def test_conv_mnist5k_is_mnist5k_as_images_standardized_with_one_training_scalar
     want = ((raw[parts["val"]] - train.mean()) / train.std()).reshape(-1, 1, 28, 28)
     torch.testing.assert_close(conv.split("val")[0], want, rtol=1e-5, atol=1e-5)
     assert conv.input_dim == 1 and conv.n_outputs == 10
+
+
+def test_pixel_mnist5k_reads_the_28x28_digits_one_pixel_per_step_in_mnist5ks_split(settings):
+    from workers.engine.tasks.digits import split_indices
+    from workers.engine.tasks.mnist5k import raw_mnist5k
+
+    flat = load_task(RunSpec(task="mnist5k", seed=3), settings)
+    pixels = load_task(RunSpec(task="pixel-mnist5k", seed=3), settings)
+    assert pixels.seq_len == pixels.eval_seq_len == 784 and pixels.input_dim == 1 and pixels.n_outputs == 10
+    # the same split from the same seed: same labels in the same order, and every case present once
+    for split in ("val", "test"):
+        assert torch.equal(flat.split(split)[1], pixels.split(split)[1])
+    sizes = [len(pixels.train[1]), len(pixels.split("val")[1]), len(pixels.split("test")[1])]
+    assert sizes == [3500, 750, 750]
+    # by definition, computed here in float64 from the raw pixels: (pixel − mean) / std with one mean and
+    # std over all of the training split's pixels, then row by row, one pixel per time step
+    x, _ = raw_mnist5k()
+    parts = split_indices(5000, 3)
+    raw = torch.from_numpy(x.astype(np.float64))
+    train = raw[parts["train"]]
+    for split in ("train", "val"):
+        want = ((raw[parts[split]] - train.mean()) / train.std()).reshape(-1, 784, 1)
+        got = pixels.train[0] if split == "train" else pixels.split(split)[0]
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    # the training split's pixels, all together, have mean 0 and std 1; the top-left pixel is background
+    assert abs(float(pixels.train[0].double().mean())) < 1e-4
+    assert float(pixels.train[0].double().std()) == pytest.approx(1.0, abs=1e-4)
+    assert float(pixels.train[0][0, 0, 0]) == pytest.approx(float(-train.mean() / train.std()), rel=1e-5)
 
 
 def test_pixel_digits_reads_the_row_by_row_digits_one_pixel_per_step(settings):

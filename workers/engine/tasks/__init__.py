@@ -23,7 +23,7 @@ from workers.engine.tasks.digits import (
 from workers.engine.tasks.draw import load_draw
 from workers.engine.tasks.handwriting import load_handwriting
 from workers.engine.tasks.mnist import load_mnist, load_mnist1d, read_idx
-from workers.engine.tasks.mnist5k import load_conv_mnist5k, load_mnist5k
+from workers.engine.tasks.mnist5k import load_conv_mnist5k, load_mnist5k, load_pixel_mnist5k
 from workers.engine.tasks.order_embed import load_order_embed
 from workers.engine.tasks.reverse import load_reverse
 from workers.engine.tasks.synthetic import load_adding, load_copy
@@ -38,6 +38,7 @@ LOADERS: dict[str, Loader] = {
     "mnist1d": load_mnist1d,
     "seq-digits": load_seq_digits,
     "pixel-digits": load_pixel_digits,
+    "pixel-mnist5k": load_pixel_mnist5k,
     "handwriting": load_handwriting,
     "draw": load_draw,
     "order-embed": load_order_embed,

@@ -158,7 +158,9 @@ TASKS: dict[str, TaskInfo] = {
             "sequence",
             "class",
             "accuracy",
-            _RNN_NORMS,
+            # recurrent BatchNorm is left out: its training loss became NaN by step 2 at every setting tried
+            # (batch 4 and 16, Adam 1e-3 and 1e-4), where pixel-digits' 64 steps train
+            ("none", "layer", "weight", "rms"),
             cells=("lstm", "gru", "tanh"),
             hidden_size=64,
             layers=1,

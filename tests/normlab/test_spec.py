@@ -31,6 +31,7 @@ def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm
         ({"task": "pixel-digits", "seq_len": 8}, "seq_len"),
         ({"task": "digits", "ln_position": "post"}, "ln_position"),
         ({"task": "reverse", "norm": "batch"}, "norm"),
+        ({"task": "pixel-mnist5k", "norm": "batch"}, "norm"),
     ],
 )
 def test_each_bad_combination_is_refused_with_its_field(bad, field):

@@ -311,7 +311,9 @@ PRESETS: dict[str, Preset] = {
             "map), generated 12-token captions (digit, stroke and slant words among fillers; 5 per "
             "training image), 64-unit GRU over 32-d word embeddings, order-violation hinge (margin "
             "0.05), batch 128, Adam 1e-3, 1,500 steps; metric: image retrieval R@5 among 750 "
-            "held-out pairs (chance 0.7 %).",
+            "held-out pairs (chance 0.7 %). Does not hold: LN slower at the shared rate, level with each "
+            "model at its best (--tune), a negative result. Where the effect went: 12-token captions are "
+            "shorter than any T at which map-ln-none-seq-len shows LN ahead.",
             tuning=Tuning("lr", (1e-3, 2e-3, 4e-3, 8e-3)),
         ),
         Preset(

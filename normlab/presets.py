@@ -407,7 +407,7 @@ PRESETS: dict[str, Preset] = {
             paper_ref="§1, §3 (beyond the paper's experiments)",
             metric="val_loss",
             expect="The deeper the net, the more LN helps",
-            # the expectation at the deepest net; not beyond 2 SE at 8 layers (REPRODUCTIONS.md)
+            # the expectation at the deepest net (REPRODUCTIONS.md: its verdict moved between machines)
             claims=(("better", "layer layers=8", "none layers=8"),),
             setup="Paper: no depth experiment. Here: scikit-learn's 8×8 digits, MLP with 128 units per "
             "hidden layer, Adam 1e-3, batch 32, 300 steps.",

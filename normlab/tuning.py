@@ -4,7 +4,9 @@ A `Tuning` is declared in the preset (normlab/presets.py) before anything runs: 
 of values and the tuning seeds (100–104 by default, disjoint from the verdict seeds 0–4). The rule is fixed:
 each run of the preset (each normalizer) takes the grid value whose final metric, averaged over the tuning
 seeds, is best; a value under which any tuning seed failed or diverged is ranked below every value that
-finished on all of them; ties go to the earlier grid value. `choose` applies it to the tuning runs' final
+finished on all of them; ties go to the earlier grid value. A map may be tuned per side instead
+(`per="side"`): each of its two normalizers takes one value for all its axis points, averaged over the
+points and the tuning seeds. `choose` applies the rule to the tuning runs' final
 metrics and returns the tuning table. `normlab reproduce PRESET --tune` trains the grid on the tuning
 seeds, then judges the claims on the verdict seeds at the chosen values, with the preset's own setting
 (the paper's "same hyperparameters" comparison) beside it.

@@ -13,7 +13,7 @@ def test_a_map_draws_its_points_as_runs_end(page, shot, dev_server):
     dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
     try:
         page.goto(f"{dev_server.url}/presets")
-        card = page.locator(".preset.card").filter(has_text="Over batch size")
+        card = page.locator(".preset.card").filter(has_text="Where does LN beat BN")
         card.get_by_role("button", name="Start 8 runs × 5 seeds").click()
         # the map appears with the first ended pair of runs and fills in until all four batch sizes
         page.wait_for_function(f"() => {MAP} && {MAP}.data[0].x.length >= 1", timeout=30000)

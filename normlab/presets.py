@@ -84,15 +84,12 @@ def _digits(norm: str, batch_size: int, steps: int = 300, **kw: Any) -> RunSpec:
     return RunSpec(task="digits", norm=norm, batch_size=batch_size, steps=steps, eval_every=25, **kw)
 
 
-def _pixels(norm: str, steps: int, **kw: Any) -> RunSpec:
+def _pixels(
+    norm: str, steps: int, task: str = "pixel-digits", batch_size: int = 32, evals: int = 6, **kw: Any
+) -> RunSpec:
+    # an LSTM reading digits pixel by pixel, evaluated `evals` times
     return RunSpec(
-        task="pixel-digits", norm=norm, cell="lstm", batch_size=32, steps=steps, eval_every=steps // 6, **kw
-    )
-
-
-def _pixels784(norm: str, steps: int, **kw: Any) -> RunSpec:
-    return RunSpec(
-        task="pixel-mnist5k", norm=norm, cell="lstm", batch_size=16, steps=steps, eval_every=steps // 5, **kw
+        task=task, norm=norm, cell="lstm", batch_size=batch_size, steps=steps, eval_every=steps // evals, **kw
     )
 
 
@@ -222,7 +219,9 @@ PRESETS: dict[str, Preset] = {
             "§6.2",
             "On 784-step pixel sequences (28×28 MNIST read pixel by pixel) the LayerNorm LSTM trains faster "
             "and ends better than the plain LSTM.",
-            (_pixels784("none", 200, lr=3e-3), _pixels784("layer", 200, lr=3e-3)),
+            tuple(
+                _pixels(n, 200, "pixel-mnist5k", batch_size=16, evals=5, lr=3e-3) for n in ("none", "layer")
+            ),
             "val_loss",
             expect="LN-LSTM better and faster than the baseline LSTM",
             claims=(("better", "layer", "none"), ("faster", "layer", "none")),

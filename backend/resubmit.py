@@ -3,16 +3,14 @@ with one request; the new run belongs to the caller and joins the run's group if
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
-from backend.runs_common import create_and_enqueue
+from backend.runs_common import create_and_enqueue, stored_spec
 from normlab.api_models import ErrorDetail, RunCreated
 from normlab.events import ACTIVE_STATUSES, RunStatus
-from normlab.spec import RunSpec
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}
@@ -28,7 +26,7 @@ def resubmit(run_id: str, store: StoreDep, settings: SettingsDep, user: UserDep)
             f"Run {run_id} is still {run['status']}; wait for it to end or cancel it "
             "first (POST /api/runs/{id}/cancel).",
         )
-    spec = RunSpec.model_validate(json.loads(run["spec"]))
+    spec = stored_spec(run)  # 409 naming the field when it cannot be read
     # Only the group's owner adds to it: a stranger's copy would change that user's arms and claims.
     group = run["group_id"] if run["owner"] == user else None
     [new_id] = create_and_enqueue(store, settings, [spec], user, group)

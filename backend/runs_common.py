@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import HTTPException
+from pydantic import ValidationError
 
+from backend.errors import validation_fields
 from normlab import fair_queue
 from normlab.api_models import RunPublic
 from normlab.events import RunStatus
@@ -31,6 +33,7 @@ def run_public(
     """The run as the API shows it; `tags` when the caller already read them (a list of runs); `queue`
     (Store.queue_view, read once for a list) gives a queued run its place in the fair order and an
     estimate of its wait."""
+    spec = stored_spec(row)
     position = wait = None
     if row["status"] == RunStatus.QUEUED:
         queue = queue if queue is not None else store.queue_view()
@@ -39,7 +42,7 @@ def run_public(
             wait = fair_queue.wait_estimate(position, queue["typical_s"], queue["workers"])
     return RunPublic(
         id=row["id"],
-        spec=json.loads(row["spec"]),
+        spec=spec,
         status=row["status"],
         owner=row["owner"],
         group_id=row["group_id"],
@@ -58,6 +61,29 @@ def run_public(
         note=row["note"],
         tags=tags if tags is not None else store.tags_of([row["id"]]).get(row["id"], []),
     )
+
+
+class UnreadableSpec(HTTPException):
+    """409: the run's stored spec no longer reads as a RunSpec (stored by an older server, or damaged);
+    `field` names what is wrong. Its other runs' lists are still served (`RunList.unreadable`)."""
+
+    def __init__(self, run_id: str, field: str, message: str):
+        self.run_id, self.field = run_id, field
+        detail = (
+            f"Run {run_id}'s stored spec cannot be read ({field}: {message}); delete it "
+            f"(DELETE /api/runs/{run_id}) or resubmit a corrected copy."
+        )
+        super().__init__(409, {"detail": detail, "fields": {field: message}})
+
+
+def stored_spec(row: RunRow) -> RunSpec:
+    """The run's stored spec, or UnreadableSpec naming the field that no longer validates."""
+    try:
+        return RunSpec.model_validate_json(row["spec"])
+    except ValidationError as exc:
+        fields = validation_fields(exc.errors())
+        field, message = next(iter(fields.items()), ("spec", str(exc)))
+        raise UnreadableSpec(row["id"], field, message) from None
 
 
 def limit_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:

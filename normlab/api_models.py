@@ -45,11 +45,19 @@ class RunPublic(BaseModel):
     note: str | None = None  # markdown
 
 
+class UnreadableRun(BaseModel):
+    """A run of the page whose stored spec no longer reads as a RunSpec: left out of `items`."""
+
+    id: str
+    detail: str
+
+
 class RunList(BaseModel):
     items: list[RunPublic]
     total: int
     offset: int
     limit: int
+    unreadable: list[UnreadableRun] = Field(default_factory=list)
 
 
 class SweepCreate(BaseModel):

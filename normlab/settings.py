@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     max_seq_tokens: int = Field(262_144, ge=1)  # seq_len × batch_size
     max_active_runs_per_user: int = Field(20, ge=1)
     submit_rate_per_minute: int = Field(120, ge=1)
+    intervention_rate_per_minute: int = Field(60, ge=1)  # live interventions, per user (auth on)
     min_probe_every: int = Field(5, ge=1)  # probes (hidden traces, Fisher) at most every N steps
     # A server-wide cap on queued + running runs (every user together, auth on or off): the queue and the
     # store stay bounded on a server without tokens too.

@@ -36,7 +36,12 @@ class LiveRequests:
         if event.kind == "intervention" and event.payload.get("source") == "live":
             changes = {k: v["new"] for k, v in event.payload["changes"].items()}
             try:
-                lineage.keep_intervention(self.store, self.run_id, event.step, changes)
+                if not lineage.keep_intervention(self.store, self.run_id, event.step, changes):
+                    log.warning(
+                        "run %s: its spec holds no more interventions; step %d's is not kept",
+                        self.run_id,
+                        event.step,
+                    )
             except Exception:  # noqa: BLE001 - the event itself is stored; the spec history is best effort
                 log.exception("run %s: could not add the intervention to its spec", self.run_id)
 

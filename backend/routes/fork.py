@@ -7,23 +7,25 @@ import time
 from typing import Any, Literal
 
 import anyio
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backend import interventions
+from backend.auth import require_owner
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.errors import validation_fields
-from backend.runs_common import create_and_enqueue
+from backend.runs_common import create_and_enqueue, stored_spec
 from normlab import checkpoints
 from normlab.api_models import ErrorDetail
 from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
-from normlab.spec import Intervention, RunSpec
+from normlab.spec import Intervention
 from normlab.store import RunRow, Store, lineage
 
 router = APIRouter(prefix="/api/runs", tags=["fork"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (403, 404, 409, 422, 429)}
 NOW_WAIT_S = 15.0  # a running run checkpoints at its next step; one step of the largest run allowed
 
 
@@ -123,8 +125,9 @@ def _fork(
                 "fields": {"step": "no checkpoint at or before this step"},
             },
         )
+    parent_spec = stored_spec(parent)  # 409 naming the field when it cannot be read
     try:
-        spec = child_spec(RunSpec.model_validate_json(parent["spec"]), parent["id"], from_step, changes)
+        spec = child_spec(parent_spec, parent["id"], from_step, changes)
     except ForkRefused as exc:
         raise HTTPException(422, {"detail": str(exc), "fields": exc.fields}) from None
     except ValidationError as exc:
@@ -151,11 +154,12 @@ async def fork(
 
 
 @router.post("/{run_id}/resume", status_code=202, response_model=Resumed, responses=ERRORS)
-def resume(run_id: str, store: StoreDep, settings: SettingsDep) -> Resumed:
+def resume(run_id: str, request: Request, store: StoreDep, settings: SettingsDep, user: UserDep) -> Resumed:
     """Continue a `lost` run (its worker died) as the same run: queued again, it starts from its latest
     checkpoint that its stored history reaches (the dead worker may have written a checkpoint whose
     steps' events never got stored); the steps it trains again are not reported twice."""
     run = get_run_or_404(store, run_id)
+    require_owner(request, run, "resume")
     if run["status"] != RunStatus.LOST:
         raise HTTPException(
             409, f"Run {run_id} is {run['status']}; only a lost run is resumed (fork or resubmit others)."
@@ -182,17 +186,27 @@ def resume(run_id: str, store: StoreDep, settings: SettingsDep) -> Resumed:
 @router.post(
     "/{run_id}/interventions", status_code=202, response_model=InterventionAccepted, responses=ERRORS
 )
-def intervene(run_id: str, body: InterventionRequest, store: StoreDep) -> InterventionAccepted:
+def intervene(
+    run_id: str,
+    body: InterventionRequest,
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    user: UserDep,
+) -> InterventionAccepted:
     """Change a running run's lr, weight decay, momentum or gain freezing from its next step; the run
-    emits an `intervention` event and keeps it in its spec (a resubmit replays it)."""
+    emits an `intervention` event and keeps it in its spec (a resubmit replays it). Its owner or an
+    admin only; at most `NORMLAB_INTERVENTION_RATE_PER_MINUTE` a minute per user (429), and a run takes
+    as many as a spec holds, its spec's own included (422)."""
     run = get_run_or_404(store, run_id)
+    require_owner(request, run, "change")
     changes = Intervention(step=1, **body.model_dump()).changes()
     if not changes:
         raise HTTPException(
             422, {"detail": "Say what to change: lr, weight_decay, momentum or freeze_gain.", "fields": {}}
         )
     _require_running(run, "interventions change a running run (fork a finished one with changes).")
-    lineage.ask(store, run_id, "intervention", {"changes": changes})
+    interventions.ask(store, settings, user, run, changes)
     return InterventionAccepted(run_id=run_id, changes=changes)
 
 

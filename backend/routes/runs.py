@@ -17,8 +17,8 @@ from backend.auth import require_owner
 from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.routes.fork import delete_checkpoints
-from backend.runs_common import create_and_enqueue, run_public
-from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic
+from backend.runs_common import UnreadableSpec, create_and_enqueue, run_public
+from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic, UnreadableRun
 from normlab.events import RunStatus
 from normlab.queue import drop_message
 from normlab.run_labels import TAG_PATTERN, RunLabels
@@ -80,7 +80,8 @@ def list_runs(
     offset: int = Query(0, ge=0, le=10**9),
     limit: int = Query(50, ge=1, le=500),
 ) -> RunList:
-    """Runs matching every filter given, newest first."""
+    """Runs matching every filter given, newest first; a run whose stored spec cannot be read is named
+    in `unreadable` instead of `items`."""
     query = RunQuery(
         text=q,
         tag=tag,
@@ -95,8 +96,13 @@ def list_runs(
     rows, total = store.search_runs(query, offset=offset, limit=limit)
     tags = store.tags_of([r["id"] for r in rows])
     queue = store.queue_view() if any(r["status"] == "queued" for r in rows) else None
-    items = [run_public(store, r, tags.get(r["id"], []), queue) for r in rows]
-    return RunList(items=items, total=total, offset=offset, limit=limit)
+    items, unreadable = [], []
+    for r in rows:  # one damaged run must not take the list down for everyone
+        try:
+            items.append(run_public(store, r, tags.get(r["id"], []), queue))
+        except UnreadableSpec as exc:
+            unreadable.append(UnreadableRun(id=r["id"], detail=exc.detail["detail"]))
+    return RunList(items=items, total=total, offset=offset, limit=limit, unreadable=unreadable)
 
 
 def _epoch(when: date | datetime | None) -> float | None:

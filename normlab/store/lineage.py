@@ -7,10 +7,11 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from pydantic import ValidationError
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from normlab.events import RunStatus
-from normlab.spec import Intervention, RunSpec
+from normlab.spec import MAX_INTERVENTIONS, Intervention, RunSpec
 from normlab.store.schema import events, lineage, run_requests, runs
 from normlab.store.store import Store
 
@@ -134,14 +135,74 @@ def take(store: Store, run_id: str) -> list[dict[str, Any]]:
     return [{"kind": r[1], **json.loads(r[2])} for r in rows]
 
 
-def keep_intervention(store: Store, run_id: str, step: int, changes: dict[str, Any]) -> None:
-    """Add a live intervention to the run's stored spec, so resubmitting the run replays it at `step`."""
+class TooManyInterventions(Exception):
+    """The run has as many interventions as a spec holds (its spec's and those asked live, together)."""
+
+    def __init__(self, run_id: str, used: int):
+        super().__init__(
+            f"Run {run_id} has {used} interventions already (asked live or in its spec); a run keeps at "
+            f"most {MAX_INTERVENTIONS}. Fork it with the changes instead."
+        )
+        self.used = used
+
+
+def _lock_run(conn: Connection, run_id: str) -> str | None:
+    """The run's stored spec, its row locked until the transaction ends (SQLite: the write lock, taken by
+    a write as the transaction's first statement; PostgreSQL: the row's lock)."""
+    conn.execute(update(runs).where(runs.c.id == run_id).values(last_seq=runs.c.last_seq))
+    return conn.execute(select(runs.c.spec).where(runs.c.id == run_id)).scalar_one_or_none()
+
+
+def ask_intervention(store: Store, run_id: str, changes: dict[str, Any]) -> None:
+    """Leave a live intervention for the run's worker, or raise TooManyInterventions: every one asked
+    counts (a pending request until the worker keeps it in the spec, then a spec entry), checked and
+    inserted under the run's lock so concurrent requests cannot overshoot the cap."""
     with store.engine.begin() as conn:
-        text = conn.execute(select(runs.c.spec).where(runs.c.id == run_id)).scalar_one_or_none()
+        text = _lock_run(conn, run_id)
+        in_spec = len(json.loads(text).get("interventions") or []) if text else 0
+        pending = conn.execute(
+            select(func.count())
+            .select_from(run_requests)
+            .where(run_requests.c.run_id == run_id, run_requests.c.kind == "intervention")
+        ).scalar_one()
+        if in_spec + pending >= MAX_INTERVENTIONS:
+            raise TooManyInterventions(run_id, in_spec + pending)
+        conn.execute(
+            insert(run_requests).values(
+                run_id=run_id,
+                kind="intervention",
+                payload=json.dumps({"changes": changes}),
+                created_at=time.time(),
+            )
+        )
+
+
+def keep_intervention(store: Store, run_id: str, step: int, changes: dict[str, Any]) -> bool:
+    """Add a live intervention to the run's stored spec, so resubmitting the run replays it at `step`;
+    its request stops counting (it is now a spec entry). False, the spec unchanged, when the result
+    would not be a valid spec: a stored spec must always read back."""
+    with store.engine.begin() as conn:
+        text = _lock_run(conn, run_id)
         if text is None:
-            return
-        spec = RunSpec.model_validate_json(text)
-        items = [*spec.interventions, Intervention(step=step, **changes)]
-        items.sort(key=lambda i: i.step)
-        new = spec.model_copy(update={"interventions": items})
+            return False
+        data = json.loads(text)
+        items = [*(data.get("interventions") or []), Intervention(step=step, **changes).model_dump()]
+        items.sort(key=lambda i: i["step"])
+        try:
+            new = RunSpec.model_validate({**data, "interventions": items})
+        except ValidationError:
+            return False
         conn.execute(update(runs).where(runs.c.id == run_id).values(spec=new.model_dump_json()))
+        oldest = (
+            select(run_requests.c.id)
+            .where(
+                run_requests.c.run_id == run_id,
+                run_requests.c.kind == "intervention",
+                run_requests.c.taken_at.is_not(None),
+            )
+            .order_by(run_requests.c.id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        conn.execute(delete(run_requests).where(run_requests.c.id == oldest))
+    return True

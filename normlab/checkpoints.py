@@ -5,7 +5,8 @@ A run's checkpoints are files ``<root>/<run_id>/step-<k>.ckpt``; ``root`` is `Se
 ``MAGIC`` + the SHA-256 of the body in hex + newline + the body (the engine's torch serialization),
 written to a temporary name, flushed to disk and renamed into place, so a reader sees a whole file or
 none; a torn or altered one fails its checksum and is refused by name. A fork pins the checkpoint it
-starts from (``pins/<k>``): retention never deletes a pinned one, nor the latest.
+starts from (``pins/<k>``; ``pins/<k>-<holder>`` while the fork is admitted): retention never deletes a
+pinned one, nor the latest.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 MAGIC = b"NORMLAB-CKPT-1\n"
 _NAME = re.compile(r"^step-(\d+)\.ckpt$")
+_PIN = re.compile(r"^(\d+)(-[0-9a-f]+)?$")  # for good, or while a fork is admitted (holder suffix)
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$|^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -99,7 +101,7 @@ def read(path: Path) -> bytes:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise CheckpointError(
-            f"Checkpoint {path} does not exist (deleted by retention, or never written)."
+            f"Checkpoint {path} does not exist (deleted with its run or by retention, or never written)."
         ) from None
     head = len(MAGIC) + 65
     if not raw.startswith(MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
@@ -112,16 +114,25 @@ def read(path: Path) -> bytes:
     return body
 
 
-def pin(root: Path, run_id: str, step: int) -> None:
-    """Keep this checkpoint for good: a fork starts from it."""
+def pin(root: Path, run_id: str, step: int, holder: str | None = None) -> Path:
+    """Keep this checkpoint: for good (a fork starts from it), or while `holder` holds it (a fork being
+    admitted: `unpin` the returned path if it is refused, so a refused fork pins nothing)."""
     folder = run_dir(root, run_id) / "pins"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / str(step)).touch()
+    path = folder / (str(step) if holder is None else f"{step}-{holder}")
+    path.touch()
+    return path
+
+
+def unpin(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 def pins(root: Path, run_id: str) -> set[int]:
     folder = run_dir(root, run_id) / "pins"
-    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+    if not folder.is_dir():
+        return set()
+    return {int(m.group(1)) for p in folder.iterdir() if (m := _PIN.match(p.name))}
 
 
 def total_bytes(root: Path, run_id: str) -> int:

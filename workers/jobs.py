@@ -111,6 +111,19 @@ def _resume_point(store, settings: Settings, run, writer: EventWriter) -> Resume
     return Resume(step=step, seq=seq, reported=reported)
 
 
+def _check_parent(store, settings: Settings, spec: RunSpec) -> None:
+    """A fork whose parent's checkpoint is gone fails saying why: its parent run was deleted (the
+    checkpoints go with it), rather than the loader's guess."""
+    parent = spec.parent
+    if parent is None or checkpoints.path_for(settings.checkpoint_root, parent.id, parent.step).exists():
+        return
+    if store.get_run(parent.id) is None:
+        raise checkpoints.CheckpointError(
+            f"This fork's parent run {parent.id} was deleted, and its checkpoints with it; the fork cannot "
+            f"start from step {parent.step}. Fork another run, or resubmit it without a parent."
+        )
+
+
 def run_training(run_id: str, settings: Settings, train=None) -> str | None:
     """Train one stored run to its end; return its final status (None if it was no longer queued)."""
     train = train or train_fn
@@ -135,6 +148,10 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
 
     try:
         spec = RunSpec.model_validate_json(run["spec"])
+        if not run[
+            "last_seq"
+        ]:  # a fresh fork starts from its parent's checkpoint, a resumed one from its own
+            _check_parent(store, settings, spec)
         resume = _resume_point(store, settings, run, writer)
         result = train(
             spec,

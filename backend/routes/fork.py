@@ -4,6 +4,7 @@ running run's knobs, and read a run's lineage and checkpoints."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Literal
 
 import anyio
@@ -135,9 +136,15 @@ def _fork(
         raise HTTPException(
             422, {"detail": "; ".join(f"{k}: {v}" for k, v in fields.items()), "fields": fields}
         ) from None
-    checkpoints.pin(root, parent["id"], from_step)  # before the child exists: retention keeps it from now on
-    [child_id] = create_and_enqueue(store, settings, [spec], user, parent["group_id"])
-    lineage.record_fork(store, child_id, parent["id"], from_step, kind)
+    # Held before the child exists (a running parent's retention must not delete it meanwhile), for good
+    # once the child is stored, and let go if admission refuses the child: a refused fork pins nothing.
+    held = checkpoints.pin(root, parent["id"], from_step, holder=uuid.uuid4().hex)
+    try:
+        [child_id] = create_and_enqueue(store, settings, [spec], user, parent["group_id"])
+        lineage.record_fork(store, child_id, parent["id"], from_step, kind)
+        checkpoints.pin(root, parent["id"], from_step)
+    finally:
+        checkpoints.unpin(held)
     return ForkCreated(id=child_id, from_step=from_step)
 
 

@@ -23,6 +23,7 @@ from normlab.events import RunStatus
 from normlab.queue import drop_message
 from normlab.run_labels import TAG_PATTERN, RunLabels
 from normlab.spec import NormName, RunSpec, TaskName
+from normlab.store import lineage
 from normlab.store.labels import RunQuery
 from normlab.store.rollup import SCALAR_NAMES
 
@@ -200,9 +201,18 @@ def export(run_id: str, store: StoreDep, format: Literal["csv", "json"] = "csv")
 
 @router.delete("/{run_id}", status_code=204, responses={**ERRORS, 409: {"model": ErrorDetail}})
 async def delete_run(
-    run_id: str, request: Request, store: StoreDep, settings: SettingsDep, user: UserDep
+    run_id: str,
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    user: UserDep,
+    with_children: bool = Query(
+        False, description="Also delete the run's queued forks, which start from its checkpoints."
+    ),
 ) -> None:
-    """Delete a run and its history. A running run must be cancelled first (409)."""
+    """Delete a run and its history. A running run must be cancelled first (409); so must a run whose
+    forks are queued or running (they need its checkpoints: 409 naming them), unless `with_children`
+    deletes its queued forks with it."""
     run = get_run_or_404(store, run_id)
     require_owner(request, run, "delete")
     if run["status"] == RunStatus.RUNNING:
@@ -210,5 +220,29 @@ async def delete_run(
             409,
             f"This run is still training; cancel it first (POST /api/runs/{run_id}/cancel), then delete it.",
         )
+    children = await anyio.to_thread.run_sync(lineage.active_children, store, run["id"])
+    running = [c["id"] for c in children if c["status"] == RunStatus.RUNNING]
+    if children and (not with_children or running):
+        raise HTTPException(409, children_need_it(run["id"], children, with_children))
+    for child in children:  # queued: none has started from the checkpoint yet
+        require_owner(request, get_run_or_404(store, child["id"]), "delete")
+    for child in children:
+        store.request_cancel(child["id"])
+        await anyio.to_thread.run_sync(store.delete_run, child["id"])
+        await anyio.to_thread.run_sync(delete_checkpoints, settings, store, child["id"])
     await anyio.to_thread.run_sync(store.delete_run, run["id"])
     await anyio.to_thread.run_sync(delete_checkpoints, settings, store, run["id"])
+
+
+def children_need_it(run_id: str, children: list[dict[str, Any]], with_children: bool) -> str:
+    """Why a run with queued or running forks is not deleted, and what to do."""
+    named = ", ".join(f"{c['id']} ({c['status']})" for c in children)
+    if with_children:
+        return (
+            f"Run {run_id}'s forks {named} are training from its checkpoints; cancel the running ones "
+            "first (POST /api/runs/{id}/cancel), then delete it."
+        )
+    return (
+        f"Run {run_id} has forks that start from its checkpoints and have not finished: {named}. "
+        f"Cancel them first, or delete them with it (DELETE /api/runs/{run_id}?with_children=true)."
+    )

@@ -61,7 +61,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
     age = parse_age(args.older_than)
     settings = settings_from(args)
     store = get_store(settings)
-    old = store.old_runs(time.time() - age, keep_tagged=args.keep_tagged)
+    old, kept = [], []
+    for run in store.old_runs(time.time() - age, keep_tagged=args.keep_tagged):
+        # a queued or running fork still needs this run's checkpoints: the run stays, and gc says why
+        forks = lineage.active_children(store, run["id"])
+        (kept if forks else old).append({**run, "forks": [c["id"] for c in forks]} if forks else run)
     deleted = 0
     if not args.dry_run:
         for run in old:
@@ -71,11 +75,16 @@ def cmd_gc(args: argparse.Namespace) -> int:
             checkpoints.delete_run(settings.checkpoint_root, run["id"])
             lineage.forget(store, run["id"])
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "runs": old, "deleted": deleted}))
+        print(json.dumps({"dry_run": args.dry_run, "runs": old, "deleted": deleted, "kept": kept}))
         return 0
     for run in old:
         when = time.strftime("%Y-%m-%d", time.gmtime(run["created_at"]))
         print(f"{run['id']}  {when}  {run['status']:<9} {run['owner'] or '-':<16} {run['name'] or ''}")
+    for run in kept:
+        print(
+            f"{run['id']}  kept: its fork(s) {', '.join(run['forks'])} (queued or running) start from its "
+            "checkpoints; it goes in a later gc once they end"
+        )
     verb = "would delete" if args.dry_run else "deleted"
     n = len(old) if args.dry_run else deleted
     print(f"{verb} {n} run(s) that ended more than {args.older_than} ago")

@@ -26,9 +26,28 @@ def record_fork(store: Store, child_id: str, parent_id: str, step: int, kind: st
 
 
 def parent_of(store: Store, run_id: str) -> dict[str, Any] | None:
+    """{id, step, kind, deleted}: `deleted` when the parent run (and its checkpoints) is gone."""
+    q = (
+        select(lineage, runs.c.id.label("parent_row"))
+        .outerjoin(runs, runs.c.id == lineage.c.parent_id)
+        .where(lineage.c.child_id == run_id)
+    )
     with store.engine.connect() as conn:
-        row = conn.execute(select(lineage).where(lineage.c.child_id == run_id)).mappings().first()
-    return None if row is None else {"id": row["parent_id"], "step": row["step"], "kind": row["kind"]}
+        row = conn.execute(q).mappings().first()
+    if row is None:
+        return None
+    return {
+        "id": row["parent_id"],
+        "step": row["step"],
+        "kind": row["kind"],
+        "deleted": row["parent_row"] is None,
+    }
+
+
+def active_children(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's children that are queued or running: a queued child still has to load the run's
+    checkpoint, a running one may need it again (resumed before its own first checkpoint)."""
+    return [c for c in children_of(store, run_id) if c["status"] in (RunStatus.QUEUED, RunStatus.RUNNING)]
 
 
 def children_of(store: Store, run_id: str) -> list[dict[str, Any]]:
@@ -103,7 +122,8 @@ def reopen_lost(store: Store, run_id: str, from_step: int) -> bool:
 
 
 def forget(store: Store, run_id: str) -> None:
-    """A deleted run leaves the tree (its children keep their own history) and its open requests go."""
+    """A deleted run leaves the tree as a child and its open requests go; its children keep naming it
+    (`parent_of` tells them it was deleted) and keep their own history."""
     with store.engine.begin() as conn:
         conn.execute(delete(lineage).where(lineage.c.child_id == run_id))
         conn.execute(delete(run_requests).where(run_requests.c.run_id == run_id))

@@ -16,9 +16,11 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 MAGIC = b"NORMLAB-CKPT-1\n"
+STALE_TMP_S = 600.0  # a partial file untouched this long has no writer: swept by retention and gc
 _NAME = re.compile(r"^step-(\d+)\.ckpt$")
 _PIN = re.compile(r"^(\d+)(-[0-9a-f]+)?$")  # for good, or while a fork is admitted (holder suffix)
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$|^[A-Za-z0-9_-]{1,64}$")
@@ -135,16 +137,61 @@ def pins(root: Path, run_id: str) -> set[int]:
     return {int(m.group(1)) for p in folder.iterdir() if (m := _PIN.match(p.name))}
 
 
+def temporaries(root: Path, run_id: str) -> list[Path]:
+    """The run's partial checkpoint files: one being written, or one a killed writer left behind."""
+    folder = run_dir(root, run_id)
+    return sorted(folder.glob(".tmp-*.ckpt")) if folder.is_dir() else []
+
+
+def sweep(root: Path, run_id: str, older_than_s: float = STALE_TMP_S) -> tuple[int, int]:
+    """Delete the run's partial checkpoint files untouched for `older_than_s` (a writer killed while
+    writing: a live one touches its file all along); returns (files, bytes) deleted."""
+    files = size = 0
+    now = time.time()
+    for tmp in temporaries(root, run_id):
+        try:
+            st = tmp.stat()
+            if now - st.st_mtime < older_than_s:
+                continue
+            tmp.unlink()
+        except FileNotFoundError:
+            continue  # its writer renamed it into place meanwhile
+        files, size = files + 1, size + st.st_size
+    return files, size
+
+
+def sweep_all(root: Path, older_than_s: float = STALE_TMP_S) -> tuple[int, int]:
+    """`sweep` over every run under the root; (files, bytes) deleted."""
+    files = size = 0
+    if Path(root).is_dir():
+        for folder in Path(root).iterdir():
+            if folder.is_dir() and _RUN_ID.match(folder.name):
+                f, b = sweep(root, folder.name, older_than_s)
+                files, size = files + f, size + b
+    return files, size
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # renamed into place or swept meanwhile
+        return 0
+
+
 def total_bytes(root: Path, run_id: str) -> int:
-    return sum(path_for(root, run_id, s).stat().st_size for s in steps(root, run_id))
+    """The run's checkpoints on disk, partial files included (they take space until swept)."""
+    done = sum(path_for(root, run_id, s).stat().st_size for s in steps(root, run_id))
+    return done + sum(_size(t) for t in temporaries(root, run_id))
 
 
 def prune(root: Path, run_id: str, cap_bytes: int) -> list[int]:
-    """Delete the oldest unpinned checkpoints (never the latest) until the run's total is ≤ cap_bytes;
-    returns the steps deleted."""
+    """Sweep the run's stale partial files, then delete the oldest unpinned checkpoints (never the
+    latest) until the run's total (partial files counted) is ≤ cap_bytes; returns the steps deleted."""
+    sweep(root, run_id)
     have = steps(root, run_id)
     sizes = {s: path_for(root, run_id, s).stat().st_size for s in have}
-    total, kept, deleted = sum(sizes.values()), pins(root, run_id), []
+    partial = sum(_size(t) for t in temporaries(root, run_id))
+    total, kept, deleted = sum(sizes.values()) + partial, pins(root, run_id), []
     for s in have[:-1]:
         if total <= cap_bytes:
             break

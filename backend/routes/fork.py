@@ -112,6 +112,9 @@ def _fork(
 ) -> ForkCreated:
     root = settings.checkpoint_root
     from_step = checkpoints.at_or_before(root, parent["id"], step)
+    refused_write = [(s, why) for s, why in lineage.checkpoint_failures(store, parent["id"]) if s <= step]
+    if refused_write and (from_step is None or refused_write[-1][0] > from_step):
+        raise HTTPException(422, unwritten(parent["id"], step, refused_write[-1], from_step))
     if from_step is None:
         have = checkpoints.steps(root, parent["id"])
         raise HTTPException(
@@ -148,6 +151,16 @@ def _fork(
     return ForkCreated(id=child_id, from_step=from_step)
 
 
+def unwritten(run_id: str, step: int, failed: tuple[int, str], earlier: int | None) -> dict[str, Any]:
+    """Why a fork or resume at `step` is refused: the checkpoint it needs could not be written."""
+    detail = (
+        f"Run {run_id}'s checkpoint of step {failed[0]} could not be written ({failed[1]}), so it "
+        f"cannot continue from step {step}"
+        + (f"; its latest checkpoint before that is at step {earlier}." if earlier is not None else ".")
+    )
+    return {"detail": detail, "fields": {"step": f"no checkpoint: {failed[1]}"}}
+
+
 @router.post("/{run_id}/fork", status_code=201, response_model=ForkCreated, responses=ERRORS)
 async def fork(
     run_id: str, body: ForkRequest, store: StoreDep, settings: SettingsDep, user: UserDep
@@ -175,6 +188,9 @@ def resume(run_id: str, request: Request, store: StoreDep, settings: SettingsDep
         settings.checkpoint_root, run_id, lineage.last_scalars_step(store, run_id)
     )
     if step is None:
+        failed = lineage.checkpoint_failures(store, run_id)
+        if failed:
+            raise HTTPException(409, unwritten(run_id, failed[-1][0], failed[-1], None))
         raise HTTPException(409, f"Run {run_id} has no checkpoint to resume from; resubmit it instead.")
     if not lineage.reopen_lost(store, run_id, step):
         raise HTTPException(409, f"Run {run_id} is no longer lost (resumed or deleted meanwhile).")

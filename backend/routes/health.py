@@ -1,8 +1,10 @@
-"""GET /api/health: is the store reachable, is the broker, are `normlab up`'s workers alive."""
+"""GET /api/health: is the store reachable, is the broker, are `normlab up`'s workers alive, is there room
+for checkpoints."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import anyio
@@ -15,6 +17,9 @@ router = APIRouter(prefix="/api", tags=["health"])
 # Health's own threads: with every shared worker thread busy (streams replaying history, slow reads) a
 # health check must not queue behind them.
 _LIMITER: anyio.CapacityLimiter | None = None
+# Below this a checkpoint of the largest model a server allows (5 M parameters with Adam's two moments,
+# ≈ 60 MB) may not fit.
+CHECKPOINT_MIN_FREE_BYTES = 64 * 2**20
 
 
 def _limiter() -> anyio.CapacityLimiter:
@@ -37,8 +42,15 @@ async def health(request: Request, settings: SettingsDep, store: StoreDep) -> di
     workers = workers_of() if workers_of is not None else None
     if workers is not None and workers["configured"] and not workers["alive"]:
         problems.append("no worker is alive (they are being started again): queued runs wait")
+    free = await anyio.to_thread.run_sync(checkpoint_free_bytes, settings, limiter=_limiter())
+    if free is not None and free < CHECKPOINT_MIN_FREE_BYTES:
+        problems.append(
+            f"the checkpoint folder's disk is full ({free // 2**20} MiB free): runs train on without "
+            "checkpoints, so they cannot be forked or resumed"
+        )
     return {
         "status": "degraded" if problems else "ok",
+        "checkpoint_free_bytes": free,
         "database": "postgresql" if not store.is_sqlite else "sqlite",
         "feed": "redis" if settings.uses_redis_feed else "embedded",
         "broker": "redis" if settings.broker_url else "filesystem",
@@ -47,6 +59,17 @@ async def health(request: Request, settings: SettingsDep, store: StoreDep) -> di
         "problems": problems,
         "auth": settings.auth,
     }
+
+
+def checkpoint_free_bytes(settings: Settings) -> int | None:
+    """Free bytes on the disk that holds the checkpoints (None when it cannot be looked at)."""
+    where = settings.checkpoint_root
+    while not where.exists() and where != where.parent:  # made on the first checkpoint
+        where = where.parent
+    try:
+        return shutil.disk_usage(where).free
+    except OSError:
+        return None
 
 
 def broker_reachable(settings: Settings) -> bool:

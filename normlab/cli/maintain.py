@@ -66,8 +66,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
         # a queued or running fork still needs this run's checkpoints: the run stays, and gc says why
         forks = lineage.active_children(store, run["id"])
         (kept if forks else old).append({**run, "forks": [c["id"] for c in forks]} if forks else run)
-    deleted = 0
+    deleted, swept = 0, (0, 0)
     if not args.dry_run:
+        # partial checkpoint files a killed writer left (of any run): retention only sweeps a run it writes
+        swept = checkpoints.sweep_all(settings.checkpoint_root)
         for run in old:
             # What DELETE /api/runs/{id} removes: the run with its events, roll-ups and tags, its
             # checkpoints (files under the checkpoint root) and its place in the fork tree.
@@ -75,7 +77,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
             checkpoints.delete_run(settings.checkpoint_root, run["id"])
             lineage.forget(store, run["id"])
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "runs": old, "deleted": deleted, "kept": kept}))
+        stale = {"files": swept[0], "bytes": swept[1]}
+        print(
+            json.dumps(
+                {"dry_run": args.dry_run, "runs": old, "deleted": deleted, "kept": kept, "swept": stale}
+            )
+        )
         return 0
     for run in old:
         when = time.strftime("%Y-%m-%d", time.gmtime(run["created_at"]))
@@ -85,6 +92,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
             f"{run['id']}  kept: its fork(s) {', '.join(run['forks'])} (queued or running) start from its "
             "checkpoints; it goes in a later gc once they end"
         )
+    if swept[0]:
+        print(f"swept {swept[0]} partial checkpoint file(s) left by killed writers ({swept[1]} bytes)")
     verb = "would delete" if args.dry_run else "deleted"
     n = len(old) if args.dry_run else deleted
     print(f"{verb} {n} run(s) that ended more than {args.older_than} ago")

@@ -88,6 +88,22 @@ def last_scalars_step(store: Store, run_id: str) -> int:
         return int(conn.execute(q).scalar_one_or_none() or 0)
 
 
+def checkpoint_failures(store: Store, run_id: str) -> list[tuple[int, str]]:
+    """(step, why) of the run's checkpoints its worker could not write (a full disk), from its log."""
+    q = (
+        select(events.c.payload)
+        .where(
+            events.c.run_id == run_id,
+            events.c.kind == "log",
+            events.c.payload.contains('"checkpoint_failed"'),
+        )
+        .order_by(events.c.seq)
+    )
+    with store.engine.connect() as conn:
+        found = [json.loads(p).get("checkpoint_failed") for (p,) in conn.execute(q)]
+    return [(int(f["step"]), str(f["reason"])) for f in found if isinstance(f, dict)]
+
+
 def reopen_lost(store: Store, run_id: str, from_step: int) -> bool:
     """Queue a `lost` run again, to continue from its checkpoint of `from_step` (False when it is not
     lost). Its stored `lost` status event becomes a warning in its log: the run goes on, so its history

@@ -159,13 +159,17 @@ class Writer:
     training may go on), while serializing, the checksum, the write, retention and the fsyncs happen
     beside it. `close()` waits until every checkpoint is whole and in place (a run reported ended has
     its last checkpoint there for any fork), not for the fsyncs: those follow on the thread, so the
-    run's end does not wait on the disk (checkpoints.write, durable=False)."""
+    run's end does not wait on the disk (checkpoints.write, durable=False). A checkpoint the disk
+    refuses (full, read-only, failing: an OSError) is skipped and listed in `failures`; the run trains
+    on without it (the engine says so in its log)."""
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
         self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
         self._to_sync: queue.Queue[Path | None] = queue.Queue()
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # a bug: ends the run
+        self.failures: list[tuple[int, str]] = []  # (step, why) of checkpoints the disk refused
+        self._told = 0
         self.cpu_s = 0.0  # the thread's CPU time serializing, hashing and writing
         self._submitted = self._placed = 0
         self._placed_cond = threading.Condition()
@@ -173,6 +177,11 @@ class Writer:
         self._syncer = threading.Thread(target=self._sync_loop, name=f"checkpoint-sync-{run_id}", daemon=True)
         self._thread.start()
         self._syncer.start()
+
+    def new_failures(self) -> list[tuple[int, str]]:
+        """The checkpoints the disk refused since the last call, (step, why) each."""
+        told, self._told = self._told, len(self.failures)
+        return self.failures[told : self._told]
 
     def submit(self, state: dict[str, Any]) -> None:
         if self.error is not None:
@@ -184,16 +193,20 @@ class Writer:
         while (item := self._queue.get()) is not None:
             t0 = time.thread_time()
             path = checkpoints.path_for(self.root, self.run_id, item[0])
+            written = False
             try:
                 checkpoints.write(path, serialize(item[1]), durable=False)
+                written = True
                 checkpoints.prune(self.root, self.run_id, self.cap_bytes)
+            except OSError as exc:  # a full or failing disk: the run trains on, without this checkpoint
+                self.failures.append((item[0], f"{exc.strerror or exc}"))
             except BaseException as exc:  # noqa: BLE001 - reported by the next submit or close
                 self.error = exc
             self.cpu_s += time.thread_time() - t0
             with self._placed_cond:
                 self._placed += 1
                 self._placed_cond.notify_all()
-            if self.error is None:
+            if self.error is None and written:
                 self._to_sync.put(path)
         self._to_sync.put(None)
 

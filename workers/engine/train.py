@@ -173,6 +173,20 @@ class _Run:
         finally:
             if self.writer is not None:
                 self.writer.close()  # the last checkpoint is on disk before the run is reported ended
+                self._tell_checkpoint_failures()
+
+    def _tell_checkpoint_failures(self) -> None:
+        """Say in the log which checkpoints the disk refused (the run trained on without them); the
+        API refuses forks and resumes that would need them with the same reason (`checkpoint_failed`)."""
+        assert self.writer is not None
+        for step, why in self.writer.new_failures():
+            self.log(
+                f"The checkpoint of step {step} could not be written ({why}); the run trains on without "
+                "it, but it cannot be forked from that step or resumed from it. Free space under the "
+                "checkpoint folder (NORMLAB_CHECKPOINT_DIR).",
+                "warning",
+                checkpoint_failed={"step": step, "reason": why},
+            )
 
     def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> float:
         """Save the state after step loop.step (a run without an id keeps none); returns the seconds the
@@ -180,6 +194,7 @@ class _Run:
         if self.writer is None:
             return 0.0
         t0 = time.perf_counter()
+        self._tell_checkpoint_failures()
         loop.metrics = dict(self.metrics)
         self.writer.submit(checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop))
         return time.perf_counter() - t0

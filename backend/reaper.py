@@ -35,7 +35,13 @@ def reap_once(store: Store, lost_after_s: float, publish: Publish | None = None)
 
 def mark_lost(store: Store, run_id: str, lost_after_s: float, publish: Publish | None = None) -> bool:
     """Mark one stale run lost (False if it is no longer running) and put its last event on the feed."""
-    row = store.finish_with_status(run_id, RunStatus.LOST, LOST_MESSAGE, only_from=(RunStatus.RUNNING,))
+    row = store.finish_with_status(
+        run_id,
+        RunStatus.LOST,
+        LOST_MESSAGE,
+        only_from=(RunStatus.RUNNING,),
+        stale_before=time.time() - lost_after_s,  # a heartbeat that came meanwhile keeps it running
+    )
     if row is None:
         return False
     log.warning("run %s is lost (no heartbeat for %.1f s)", run_id, lost_after_s)
@@ -66,11 +72,14 @@ async def reaper_loop(
     """Every `period`, mark stale running runs lost. While the database is away the workers' heartbeats
     cannot reach it either: from the moment it answers again, they get a whole staleness window before
     any run is called lost (counted from the first answer, not the last failure, so a worker whose
-    reconnect comes a little after the API's is not called lost). Each store call runs in the reaper's
-    own threads and is given up after `call_bound_s` (backend/background.py); a call that fails or is
-    given up counts as the database being away. Run it under `supervise`."""
+    reconnect comes a little after the API's is not called lost). A look that took longer than the
+    store's deadline counts as such an absence too (it answered only after a while), and a run is
+    marked lost only if its heartbeat is still stale at that moment (one statement). Each store call
+    runs in the reaper's own threads and is given up after `call_bound_s` (backend/background.py); a
+    call that fails or is given up counts as the database being away. Run it under `supervise`."""
     period, stale_s = reaper_timing(lost_after_s, heartbeat_s)
     call = BoundedCalls(call_bound_s)
+    slow_s = max(store.timeout_s or 0.0, period)  # a call slower than this met a database that was away
     quiet_until, away = 0.0, False
     while True:
         try:
@@ -79,7 +88,14 @@ async def reaper_loop(
                 if away:
                     away, quiet_until = False, time.monotonic() + period + stale_s
             else:
-                for run_id in await call(store.stale_runs, time.time() - stale_s):
+                began = time.monotonic()
+                stale = await call(store.stale_runs, time.time() - stale_s)
+                if time.monotonic() - began > slow_s:
+                    # it answered only after a while: the workers' heartbeats could not get through
+                    # meanwhile either, so they get a whole window from now, as after a failed call
+                    log.warning("reaper: the database took %.1f s to answer", time.monotonic() - began)
+                    stale, quiet_until = [], time.monotonic() + period + stale_s
+                for run_id in stale:
                     await call(mark_lost, store, run_id, stale_s, publish)
         except Exception as exc:  # the database is away, or a call was held up or given up
             log.warning("reaper: %s", str(getattr(exc, "orig", None) or exc)[:200])

@@ -202,6 +202,9 @@ class RunWatch:
                     self._cancel.set()
             except Exception as exc:  # a database blip must not kill the run; the next poll retries
                 log.warning("run %s: heartbeat/cancel check failed: %s", self.run_id, exc)
+                # held up by row locks a session cut off in an outage keeps: end it, or no heartbeat
+                # gets through until the event writer's next retry does so
+                self.store.after_held_up(exc)
 
     def stop(self) -> None:
         self._stop.set()

@@ -275,14 +275,24 @@ class Store(GroupsMixin, LabelsMixin):
         return (row[0] if row else "missing"), None
 
     def finish_with_status(
-        self, run_id: str, status: str, message: str, *, only_from: tuple[str, ...]
+        self,
+        run_id: str,
+        status: str,
+        message: str,
+        *,
+        only_from: tuple[str, ...],
+        stale_before: float | None = None,
     ) -> EventRow | None:
-        """Append a terminal status event for a run no worker will finish; None if not in only_from."""
+        """Append a terminal status event for a run no worker will finish; None if not in only_from (or,
+        with `stale_before`, if its worker sent a heartbeat since then: checked in the same statement)."""
         now = time.time()
+        cond = [runs.c.id == run_id, runs.c.status.in_(only_from)]
+        if stale_before is not None:
+            cond.append(runs.c.heartbeat_at < stale_before)
         with self.engine.begin() as conn:
             n = conn.execute(
                 update(runs)
-                .where(runs.c.id == run_id, runs.c.status.in_(only_from))
+                .where(*cond)
                 .values(
                     status=status,
                     finished_at=now,

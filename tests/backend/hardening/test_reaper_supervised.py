@@ -20,6 +20,8 @@ class _Store:
     """One running run whose worker is dead (its heartbeat is old). `first` decides how the reaper's
     first look at the stale runs goes: it blocks until the test ends, or raises."""
 
+    timeout_s = None  # (the store's deadline: none here)
+
     def __init__(self, first):
         self.first, self.looks, self.lost = first, 0, []
         self.release = threading.Event()
@@ -33,7 +35,7 @@ class _Store:
             self.first(self)
         return [] if self.lost else ["r"]
 
-    def finish_with_status(self, run_id, status, message, only_from):
+    def finish_with_status(self, run_id, status, message, only_from, stale_before=None):
         self.lost.append((run_id, status))
         return {"status": status}
 

@@ -138,3 +138,42 @@ def test_a_worker_dead_after_the_outage_is_lost(proxied_pg, pg_proxy, live_stack
         killed = time.monotonic()
         assert stack.wait_status(client, run_id, ("lost",), timeout=60)["status"] == "lost"
         assert time.monotonic() - killed < LOST_AFTER_S + 10  # and the reaper's period and load
+
+
+@pytest.mark.slow
+def test_no_live_run_is_called_lost_after_ten_outages(proxied_pg, pg_proxy, live_stack, redis_url):
+    """Ten outages longer than the loss timeout, two runs training through them on two workers: after
+    each, both runs' workers get a full staleness window to store a heartbeat again, so neither is called
+    lost (short settings keep each trial to seconds)."""
+    lost_after_s, outage_s, trials = 4.0, 5.0, 10
+    stack = live_stack(
+        workers=2,
+        database_url=proxied_pg,
+        broker_url=redis_url,
+        redis_url=redis_url,
+        lost_after_s=lost_after_s,
+        worker_heartbeat_s=0.3,
+        db_timeout_s=1.0,
+        max_steps=200_000,
+    )
+    with httpx.Client(timeout=30) as client:
+        runs = [stack.submit(client, steps=200_000, eval_every=1000, seed=s) for s in range(2)]
+        for run_id in runs:
+            assert stack.wait_status(client, run_id, ("running",), timeout=90)["status"] == "running"
+        falsely_lost = []
+        for trial in range(trials):
+            pg_proxy.silence()
+            time.sleep(outage_s)  # the outage itself, not a wait for an event
+            pg_proxy.resume()
+            deadline = time.monotonic() + 30
+            while client.get(stack.api("api/health")).status_code != 200:
+                assert time.monotonic() < deadline, "no recovery within 30 s"
+                time.sleep(0.1)
+            watch_until = time.monotonic() + lost_after_s + 2.0  # past a whole window after recovery
+            while time.monotonic() < watch_until:
+                statuses = {r: client.get(stack.api(f"api/runs/{r}")).json()["status"] for r in runs}
+                falsely_lost += [(trial, r) for r, s in statuses.items() if s == "lost"]
+                if falsely_lost:
+                    break
+                time.sleep(0.2)
+            assert falsely_lost == [], f"a live run was called lost after outage {trial + 1}"

@@ -69,7 +69,7 @@ class UnreadableSpec(HTTPException):
 
     def __init__(self, run_id: str, field: str, message: str):
         self.run_id, self.field = run_id, field
-        detail = (
+        self.message = detail = (
             f"Run {run_id}'s stored spec cannot be read ({field}: {message}); delete it "
             f"(DELETE /api/runs/{run_id}) or resubmit a corrected copy."
         )

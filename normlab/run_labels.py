@@ -10,6 +10,11 @@ TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:+/-]{0,63}$"
 MAX_TAGS = 16
 MAX_NOTE_CHARS = 20_000
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # note keeps tabs and newlines
+# Bidirectional controls (U+202E and kin) make a name display as something else (text reversed, a file
+# extension moved): no name needs them.
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+NAME_PATTERN = f"^[^\\x00-\\x1f\\x7f-\\x9f{BIDI}]*$"
+_NAME_REFUSED = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI}]")
 
 
 class RunLabels(BaseModel):
@@ -17,7 +22,13 @@ class RunLabels(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, max_length=200, description="A short name; null clears it.")
+    name: str | None = Field(
+        None,
+        max_length=200,
+        description="A short name, one line without control or bidirectional-control characters; null "
+        "clears it.",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    )
     tags: list[str] | None = Field(
         None,
         max_length=MAX_TAGS,
@@ -31,8 +42,10 @@ class RunLabels(BaseModel):
         if value is None:
             return None
         value = value.strip()
-        if _CONTROL.search(value) or "\n" in value or "\r" in value or "\t" in value:
-            raise ValueError("a name is one line without control characters")
+        if _NAME_REFUSED.search(value):
+            raise ValueError(
+                "a name is one line without control characters or bidirectional controls (U+202E and kin)"
+            )
         return value or None
 
     @field_validator("tags")

@@ -131,6 +131,11 @@ class Intervention(BaseModel):
     def _known(cls, data: Any) -> Any:
         return refuse_unknown_fields(cls, data)
 
+    @field_validator("step", "lr", "weight_decay", "momentum", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
+
     def changes(self) -> dict[str, float | bool]:
         """The knobs this intervention sets, without its step."""
         return {k: v for k, v in self.model_dump(exclude={"step"}).items() if v is not None}

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import anyio
 from fastapi import APIRouter, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from backend import interventions
 from backend.auth import require_owner
@@ -22,7 +22,7 @@ from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
-from normlab.spec import Intervention
+from normlab.spec import Intervention, refuse_bool
 from normlab.store import RunRow, Store, lineage
 
 router = APIRouter(prefix="/api/runs", tags=["fork"])
@@ -35,6 +35,11 @@ class ForkRequest(BaseModel):
 
     step: int | Literal["now"] = Field(description="Fork after the latest checkpoint at or before this step.")
     changes: dict[str, Any] = Field(default_factory=dict, description="RunSpec fields the child changes.")
+
+    @field_validator("step", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
 
 class ForkCreated(BaseModel):
@@ -56,6 +61,11 @@ class InterventionRequest(BaseModel):
     weight_decay: float | None = Field(None, ge=0.0, le=1.0)
     momentum: float | None = Field(None, ge=0.0, lt=1.0)
     freeze_gain: bool | None = None
+
+    @field_validator("lr", "weight_decay", "momentum", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return refuse_bool(value)
 
 
 class InterventionAccepted(BaseModel):

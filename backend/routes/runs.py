@@ -102,7 +102,7 @@ def list_runs(
         try:
             items.append(run_public(store, r, tags.get(r["id"], []), queue))
         except UnreadableSpec as exc:
-            unreadable.append(UnreadableRun(id=r["id"], detail=exc.detail["detail"]))
+            unreadable.append(UnreadableRun(id=r["id"], detail=exc.message))
     return RunList(items=items, total=total, offset=offset, limit=limit, unreadable=unreadable)
 
 

@@ -8,7 +8,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from normlab.cli import CLIError, settings_from
 
@@ -61,7 +61,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     age = parse_age(args.older_than)
     settings = settings_from(args)
     store = get_store(settings)
-    old, kept = [], []
+    old: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
     for run in store.old_runs(time.time() - age, keep_tagged=args.keep_tagged):
         # a queued or running fork still needs this run's checkpoints: the run stays, and gc says why
         forks = lineage.active_children(store, run["id"])

@@ -42,9 +42,14 @@ class SchemaState:
         return self.current == self.head
 
 
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+
 def alembic_config(connection: Connection | None = None) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", "normlab:migrations")
+    # the folder beside this package's files: "normlab:migrations" would be looked up through the
+    # `normlab` package, which a folder of that name in the working directory can shadow
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
     return cfg
 

@@ -41,6 +41,9 @@ class EventRow(NamedTuple):
     payload: str  # JSON text
 
 
+SEQ_MAX = 2**31 - 1  # events.seq is an INTEGER (32-bit on PostgreSQL)
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -54,6 +57,11 @@ def event_json(run_id: str, row: EventRow) -> str:
 
 
 DEFAULT_TIMEOUT_S = 3.0  # see Settings.db_timeout_s
+
+
+def fold_case(text: str | None) -> str | None:
+    """Lower case one character at a time, as PostgreSQL's lower() does (İ → i, not i + U+0307)."""
+    return None if text is None else "".join(c.lower()[0] for c in text)
 
 
 def make_engine(url: str, timeout_s: float | None = None) -> Engine:
@@ -71,6 +79,8 @@ def make_engine(url: str, timeout_s: float | None = None) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            # SQLite's own lower() folds ASCII only; search (icontains) then folds as PostgreSQL does
+            dbapi_conn.create_function("lower", 1, fold_case, deterministic=True)
 
         return engine
     if url.startswith("postgresql://"):
@@ -366,6 +376,9 @@ class Store(GroupsMixin, LabelsMixin):
     def events_after(
         self, run_id: str, after: int, limit: int = 1000, kind: str | None = None
     ) -> list[EventRow]:
+        # a cursor past any sequence number an INTEGER column holds means "nothing after": PostgreSQL
+        # would refuse the comparison itself (integer out of range)
+        after = min(after, SEQ_MAX)
         q = select(events.c.seq, events.c.step, events.c.kind, events.c.time, events.c.payload).where(
             events.c.run_id == run_id, events.c.seq > after
         )

@@ -153,6 +153,8 @@ class _AwayStore:
     """A store whose database is away until `back_at` (monotonic); one running run, whose worker's
     heartbeat resumes `resume_after` s after the database is back (None: it never does, the worker died)."""
 
+    timeout_s = None  # (the store's deadline: none here)
+
     def __init__(self, back_at: float, resume_after: float | None):
         self.back_at, self.resume_after, self.lost_at = back_at, resume_after, None
         self.heartbeat_at = time.time()  # its last heartbeat before the outage
@@ -167,7 +169,7 @@ class _AwayStore:
             self.heartbeat_at = time.time()  # the worker reconnected and beats again
         return ["r"] if self.heartbeat_at < older_than and self.lost_at is None else []
 
-    def finish_with_status(self, run_id, status, message, only_from):
+    def finish_with_status(self, run_id, status, message, only_from, stale_before=None):
         self.lost_at = time.monotonic()
         return {"status": status}
 

@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from backend import auth, errors, openapi, resubmit
-from backend.background import call_bound_s, supervise
+from backend.background import call_bound_s, presence_loop, supervise
 from backend.feed.hub import FeedHub
 from backend.limits import BodyLimit
 from backend.reaper import Publish, reaper_loop
@@ -37,6 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
             ),
             "broker watch": lambda: broker_watch_loop(store, settings, bound_s),  # Redis restarts
             "orphan watch": lambda: orphan_watch_loop(store, settings, bound_s),  # dead holders
+            "presence": lambda: presence_loop(store, bound_s),  # a store in use: restore refuses it
         }
         tasks = [asyncio.create_task(supervise(name, loop)) for name, loop in loops.items()]
         try:

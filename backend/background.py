@@ -1,5 +1,5 @@
-"""The API's background loops (the reaper, the broker and orphan watches) run supervised: no exception
-ends one and no stuck call wedges one.
+"""The API's background loops (the reaper, the broker and orphan watches, its presence note) run
+supervised: no exception ends one and no stuck call wedges one.
 
 - `supervise(name, loop)`: whatever ends the loop other than its own cancellation (any exception, a
   stray CancelledError raised inside it) is logged with its traceback, and the loop starts again.
@@ -13,6 +13,7 @@ ends one and no stuck call wedges one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -71,3 +72,21 @@ async def supervise(name: str, loop: Callable[[], Coroutine[Any, Any, None]], re
         except BaseException:
             log.exception("%s died; starting it again in %.1f s", name, restart_s)
         await asyncio.sleep(restart_s)
+
+
+async def presence_loop(store: Any, call_bound: float) -> None:
+    """Note this API process in the store every few seconds (`normlab restore` refuses a store in use),
+    and take the note back when the API stops."""
+    from normlab.store import presence
+
+    name, call = presence.api_name(), BoundedCalls(call_bound, threads=1)
+    try:
+        while True:
+            try:
+                await call(presence.note_api, store, name)
+            except Exception as exc:  # the database is away: the next pass notes it again
+                log.warning("presence: %s", str(exc)[:200])
+            await asyncio.sleep(presence.PERIOD_S)
+    finally:
+        with contextlib.suppress(Exception):
+            presence.forget_api(store, name)

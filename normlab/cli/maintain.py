@@ -35,8 +35,17 @@ def register(sub: Subcommands) -> None:
     _store_args(p)
     p.set_defaults(func=cmd_backup)
 
-    p = sub.add_parser("restore", help="replace the results store's contents with a backup (stop the server)")
+    p = sub.add_parser(
+        "restore",
+        help="replace the results store's contents with a backup (refused while a server or worker uses it)",
+    )
     p.add_argument("path", help="a file written by `normlab backup`")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="restore although a server or worker is using the store (what they write after it for runs "
+        "the backup lacks is removed)",
+    )
     _store_args(p)
     p.set_defaults(func=cmd_restore)
 
@@ -128,9 +137,19 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from normlab.store import migrate
+    from normlab.store import get_store, migrate, presence
     from normlab.store.backup import BackupError, restore
 
+    settings = settings_from(args)
+    store = get_store(settings)
+    using = presence.in_use(store, settings.lost_after_s)
+    if using and not args.force:
+        raise CLIError(
+            "the store is in use by "
+            + "; ".join(using)
+            + ". Stop the server and its workers first (a restore under them loses their runs and leaves "
+            "rows and checkpoints of runs the backup lacks), or pass --force."
+        )
     engine, url = _store_engine(args)
     path = Path(args.path).expanduser().resolve()
     try:
@@ -140,10 +159,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from exc
     finally:
         engine.dispose()
+    # runs the backup lacks: their rows and checkpoints go, now and (run `normlab gc` later) after the
+    # processes still running have stopped writing them
+    removed = presence.remove_orphans(store, settings.checkpoint_root)
     if args.json:
-        print(json.dumps({"path": str(path), "revision": st.current, "up_to_date": st.up_to_date}))
+        out = {"path": str(path), "revision": st.current, "up_to_date": st.up_to_date, "removed": removed}
+        print(json.dumps(out))
         return 0
     print(f"restored {path} (schema {st.current})")
+    if any(removed.values()):
+        print(
+            "removed what belonged to runs the backup lacks: "
+            + ", ".join(f"{n} {k}" for k, n in removed.items())
+        )
     if not st.up_to_date:
         print(f"the backup's schema is older than this normlab's: run `{migrate.UPGRADE_COMMAND}` next")
     return 0

@@ -366,12 +366,17 @@ class Store(GroupsMixin, LabelsMixin):
         if finish:
             values.update(finish)
         with self.engine.begin() as conn:
+            # the run's row first: a run that is gone (deleted, or not in a store restored meanwhile)
+            # gets no rows that nothing would ever read or delete
+            if (
+                values
+                and conn.execute(update(runs).where(runs.c.id == run_id).values(**values)).rowcount == 0
+            ):
+                return
             if rows:
                 conn.execute(insert(events), [{"run_id": run_id, **r._asdict()} for r in rows])
             if buckets:
                 conn.execute(insert(rollups), [{"run_id": run_id, **b} for b in buckets])
-            if values:
-                conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
     def events_after(
         self, run_id: str, after: int, limit: int = 1000, kind: str | None = None

@@ -2,11 +2,13 @@
 started here (its own redis-server on a free port, its own PostgreSQL schema reached through a proxy
 that can cut it or go silent), an API and two workers. While runs of both users train and every run
 has a live SSE viewer, it takes PostgreSQL away, makes it silent (connections open, nothing answered),
-submits and cancels a storm of runs, SIGKILLs a worker mid-run (and starts another), restarts Redis,
-and kills a process holding a queued run's message; /api/health is polled throughout. It reports runs
-submitted / completed / lost / run twice / not finished, events stored vs emitted, viewer gaps, the
-longest time queued runs waited with a worker free, and health's latency during the faults. Bounded:
-it stops by itself within `--timeout` seconds.
+submits and cancels a storm of runs, floods a running run with interventions, SIGKILLs a worker
+mid-run (and starts another), restarts Redis, and kills a process holding a queued run's message;
+/api/health and the run list are polled throughout. It reports runs submitted / completed / lost (and
+falsely lost: lost although its worker was not killed) / run twice / not finished, 5xx answers other
+than the outages' 503, events stored vs emitted, viewer gaps, the longest time queued runs waited with
+a worker free, and health's latency during the faults. Bounded: it stops by itself within `--timeout`
+seconds.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ TARGETS = {
     "max_wait_with_free_worker_s": 30,
     "incomplete_viewers": 0,
     "health_p95_during_faults_s": 5,
+    "falsely_lost": 0,
+    "server_errors_5xx": 0,
 }
 SILENT_S = 12  # longer than every store deadline: only deadlines end the calls it holds
 STORM = 40  # runs submitted and cancelled at once
+FLOOD = 130  # interventions at once on one running run (its cap is 100, the rate 60 a minute)
 SHORT = {"task": "digits", "steps": 600, "hidden_size": 16, "eval_every": 100}
 LONG = {"task": "digits", "steps": 20000, "hidden_size": 16, "eval_every": 1000}
 HOLDER = (
@@ -86,6 +91,8 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
     outages: list[tuple[float, float]] = []  # while the database was away or silent: nobody can claim
     t0 = time.monotonic()
 
+    listed: list[int] = []  # GET /api/runs status codes (0 = no answer)
+
     def poll_health() -> None:
         with httpx.Client(timeout=30) as c:
             while time.monotonic() < t0 + timeout and not done.is_set():
@@ -95,6 +102,10 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
                 except httpx.HTTPError:
                     code = 0
                 health.append((time.time(), time.monotonic() - start, code))
+                try:  # the run list, which one unreadable run used to take down for everyone
+                    listed.append(c.get(url + "api/runs").status_code)
+                except httpx.HTTPError:
+                    listed.append(0)
                 time.sleep(0.25)
 
     done = threading.Event()
@@ -142,6 +153,7 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
         raise RuntimeError("could not submit")
 
     ids: list[str] = []
+    flood: dict[str, int] = {}
     try:
         with httpx.Client(timeout=30) as c:
             ids += [submit(c, LONG, 0), submit(c, LONG, 1)]  # both workers busy, then a queue behind
@@ -161,6 +173,10 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             time.sleep(3)
             faults.append((time.time(), f"{STORM} runs submitted and cancelled"))
             storm = _cancel_storm(c, url, STORM)
+            flooded = _wait_running(c, url, ids[:2], 30)
+            if flooded is not None:
+                faults.append((time.time(), f"{FLOOD} interventions at once on a running run"))
+                flood = _intervention_flood(url, flooded["id"], FLOOD)
             ids += [submit(c, SHORT, i) for i in range(100, 100 + n_runs - n_runs // 2)]
             time.sleep(5)
             victim = _wait_running(c, url, ids[:2], 30)
@@ -209,6 +225,11 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
             wall_s=time.monotonic() - t0,
         ) | {
             "storm_cancelled": storm,
+            "intervention_flood": flood,
+            "falsely_lost": sum(runs.get(r, {}).get("status") == "lost" and r not in killed for r in ids),
+            "server_errors_5xx": sum(500 <= code < 600 and code != 503 for code in listed)
+            + sum(n for code, n in flood.items() if code.startswith("5") and code != "503"),
+            "list_answers": len(listed),
             "max_wait_outside_db_outages_s": round(_max_wait(ids, runs, alive, killed, outages), 1),
             "longest_wait_after": _longest_wait_after(ids, runs, alive, killed, outages, faults),
             **_health_report(health, faults),
@@ -221,6 +242,23 @@ def run_chaos(pg_base: str, n_runs: int, timeout: float) -> dict:
         proxy.stop()
         with psycopg.connect(pg_base, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _intervention_flood(url: str, run_id: str, n: int) -> dict[str, int]:
+    """`n` interventions sent at once from 10 threads (a script gone wrong): answers counted by status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        try:
+            with httpx.Client(timeout=30) as c:
+                body = {"lr": 0.001 + i * 1e-6}
+                return str(c.post(url + f"api/runs/{run_id}/interventions", json=body).status_code)
+        except httpx.HTTPError:
+            return "no answer"
+
+    with ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(one, range(n)))
+    return {code: codes.count(code) for code in sorted(set(codes))}
 
 
 def _cancel_storm(c: httpx.Client, url: str, n: int) -> int:

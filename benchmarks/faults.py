@@ -239,8 +239,12 @@ def print_chaos(c: dict) -> None:
     print(f"  faults: {'; '.join(c['faults'])}")
     print(
         f"  runs: {c['runs_submitted']} submitted, {c['completed']} completed, {c['lost']} lost "
-        f"(the SIGKILLed worker's), {c['cancelled']} cancelled, {c['not_finished']} not finished, "
-        f"{c['run_twice']} run twice"
+        f"(the SIGKILLed worker's), {c['falsely_lost']} falsely lost, {c['cancelled']} cancelled, "
+        f"{c['not_finished']} not finished (stranded), {c['run_twice']} run twice"
+    )
+    print(
+        f"  intervention flood: {c['intervention_flood']}; 5xx other than 503: {c['server_errors_5xx']} "
+        f"(run list polled {c['list_answers']} times)"
     )
     print(f"  events: {c['events_emitted']} emitted, {c['events_stored']} stored, {c['lost_events']} lost")
     print(f"  viewers: {c['viewers']}, {c['incomplete_viewers']} incomplete (a gap, a duplicate or a hang)")

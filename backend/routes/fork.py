@@ -184,7 +184,7 @@ async def fork(
 
 
 @router.post("/{run_id}/resume", status_code=202, response_model=Resumed, responses=ERRORS)
-def resume(run_id: str, request: Request, store: StoreDep, settings: SettingsDep, user: UserDep) -> Resumed:
+def resume(run_id: str, request: Request, store: StoreDep, settings: SettingsDep) -> Resumed:
     """Continue a `lost` run (its worker died) as the same run: queued again, it starts from its latest
     checkpoint that its stored history reaches (the dead worker may have written a checkpoint whose
     steps' events never got stored); the steps it trains again are not reported twice."""

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 MAGIC = b"NORMLAB-CKPT-1\n"
+PER_RUN = 10  # a run left to the default cadence checkpoints every ceil(steps / PER_RUN) steps
 _NAME = re.compile(r"^step-(\d+)\.ckpt$")
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$|^[A-Za-z0-9_-]{1,64}$")
 
@@ -48,6 +49,21 @@ def at_or_before(root: Path, run_id: str, step: int) -> int | None:
     """The latest checkpointed step ≤ step, or None."""
     earlier = [s for s in steps(root, run_id) if s <= step]
     return earlier[-1] if earlier else None
+
+
+def every(steps: int, checkpoint_every: int | None) -> int:
+    """Steps between a run's checkpoints: `checkpoint_every` when the spec sets it, else ceil(steps /
+    PER_RUN). A fork between two checkpoints replays at most this many of its parent's steps."""
+    return checkpoint_every if checkpoint_every is not None else max(1, -(-steps // PER_RUN))
+
+
+def schedule(steps: int, checkpoint_every: int | None, start: int = 0) -> list[int]:
+    """The steps a run checkpoints after, from its spec alone (never the clock or the host's load): its
+    starting step (0, or a fork's step), each multiple of `every(...)` after it, and its last step.
+    A resumed run continues from one of these and does not write that one again."""
+    interval = every(steps, checkpoint_every)
+    first = (start // interval + 1) * interval
+    return [start, *range(first, steps, interval), steps] if start < steps else [steps]
 
 
 def write(path: Path, body: bytes, durable: bool = True) -> int:

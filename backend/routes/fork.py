@@ -30,13 +30,15 @@ NOW_WAIT_S = 15.0  # a running run checkpoints at its next step; one step of the
 class ForkRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: int | Literal["now"] = Field(description="Fork after the latest checkpoint at or before this step.")
+    step: int | Literal["now"] = Field(
+        description="Fork after this step (one the run has reached); 'now': a running run's next step."
+    )
     changes: dict[str, Any] = Field(default_factory=dict, description="RunSpec fields the child changes.")
 
 
 class ForkCreated(BaseModel):
     id: str
-    from_step: int
+    from_step: int = Field(description="The step the child continues after: the one asked for.")
     status: RunStatus = RunStatus.QUEUED
 
 
@@ -108,8 +110,17 @@ def _fork(
     kind: str,
 ) -> ForkCreated:
     root = settings.checkpoint_root
-    from_step = checkpoints.at_or_before(root, parent["id"], step)
-    if from_step is None:
+    reached = lineage.last_scalars_step(store, parent["id"])
+    loaded = checkpoints.at_or_before(root, parent["id"], step)
+    if step != loaded and step > reached:  # (a checkpoint asked for "now" may be ahead of the stored events)
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Run {parent['id']} has reached step {reached}; fork at a step up to {reached}.",
+                "fields": {"step": f"at most {reached}"},
+            },
+        )
+    if loaded is None:  # (runs of an engine that did not checkpoint step 0)
         have = checkpoints.steps(root, parent["id"])
         raise HTTPException(
             422,
@@ -123,8 +134,8 @@ def _fork(
                 "fields": {"step": "no checkpoint at or before this step"},
             },
         )
-    try:
-        spec = child_spec(RunSpec.model_validate_json(parent["spec"]), parent["id"], from_step, changes)
+    try:  # the child loads the checkpoint of `loaded` and replays the parent's steps up to `step`
+        spec = child_spec(RunSpec.model_validate_json(parent["spec"]), parent["id"], step, changes, loaded)
     except ForkRefused as exc:
         raise HTTPException(422, {"detail": str(exc), "fields": exc.fields}) from None
     except ValidationError as exc:
@@ -132,19 +143,20 @@ def _fork(
         raise HTTPException(
             422, {"detail": "; ".join(f"{k}: {v}" for k, v in fields.items()), "fields": fields}
         ) from None
-    checkpoints.pin(root, parent["id"], from_step)  # before the child exists: retention keeps it from now on
+    checkpoints.pin(root, parent["id"], loaded)  # before the child exists: retention keeps it from now on
     [child_id] = create_and_enqueue(store, settings, [spec], user, parent["group_id"])
-    lineage.record_fork(store, child_id, parent["id"], from_step, kind)
-    return ForkCreated(id=child_id, from_step=from_step)
+    lineage.record_fork(store, child_id, parent["id"], step, kind)
+    return ForkCreated(id=child_id, from_step=step)
 
 
 @router.post("/{run_id}/fork", status_code=201, response_model=ForkCreated, responses=ERRORS)
 async def fork(
     run_id: str, body: ForkRequest, store: StoreDep, settings: SettingsDep, user: UserDep
 ) -> ForkCreated:
-    """Start a child run from the parent's latest checkpoint at or before `step` ("now": a running
-    parent checkpoints at its next step), with `changes` to its spec. Changes that cannot continue the
-    model (task, cell, hidden size, layers, …) get 422 saying why."""
+    """Start a child run from the parent's state after `step` ("now": a running parent checkpoints at
+    its next step), with `changes` to its spec: it loads the latest checkpoint at or before `step` and
+    first replays the parent's steps up to `step` (at most one checkpoint interval). Changes that
+    cannot continue the model (task, cell, hidden size, layers, …) get 422 saying why."""
     parent = get_run_or_404(store, run_id)
     step = await _checkpoint_now(store, settings, parent) if body.step == "now" else body.step
     return await anyio.to_thread.run_sync(_fork, store, settings, parent, step, body.changes, user, "fork")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import queue
 import random
 import threading
@@ -107,50 +106,14 @@ class Resume:
     reported: int
 
 
-class Cadence:
-    """Which steps the loop checkpoints after (besides the last step and the ones a fork asks for "now").
-
-    An explicit `checkpoint_every` is kept exactly. Left to the engine, a run is offered about ten
-    checkpoints (every ceil(steps / 10) steps) and takes an offer only while its checkpoints, this one
-    included (priced at the last one's cost), stay within BUDGET of the run's time so far: the cost is
-    what they take from the training thread plus the writer thread's CPU time. A long run takes every
-    offer; a run so fast that ten would cost more than the budget takes its first offer and fewer later
-    ones (a fork then starts from the latest checkpoint before the step asked for)."""
-
-    BUDGET = 0.02
-    OFFERS = 10
-
-    def __init__(self, every: int | None, steps: int):
-        self.fixed = every is not None
-        self.every = every if every is not None else max(1, math.ceil(steps / self.OFFERS))
-        self.spent = 0.0  # the training thread's seconds in capturing and copying checkpoints
-        self.count = 0
-
-    def due(self, step: int, elapsed: float, writer_cpu: float) -> bool:
-        """Whether to checkpoint after `step`, `elapsed` seconds into the run; `writer_cpu` is the
-        writer thread's CPU time so far."""
-        if step % self.every:
-            return False
-        if self.fixed:
-            return True
-        cost = self.spent + writer_cpu
-        price = cost / self.count if self.count else 0.0
-        return cost + price <= self.BUDGET * elapsed
-
-    def charge(self, seconds: float) -> None:
-        """A checkpoint took `seconds` of the training thread."""
-        self.spent += seconds
-        self.count += 1
-
-
-def _copied(obj: Any) -> Any:
+def copied(obj: Any) -> Any:
     """The state with every tensor copied: training goes on updating the live ones in place."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
     if isinstance(obj, dict):
-        return {k: _copied(v) for k, v in obj.items()}
+        return {k: copied(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_copied(v) for v in obj]
+        return [copied(v) for v in obj]
     return obj
 
 
@@ -178,7 +141,7 @@ class Writer:
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
         self._submitted += 1
-        self._queue.put((state["loop"]["step"], _copied(state)))
+        self._queue.put((state["loop"]["step"], copied(state)))
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:

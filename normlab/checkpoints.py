@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 MAGIC = b"NORMLAB-CKPT-1\n"
@@ -66,19 +67,25 @@ def schedule(steps: int, checkpoint_every: int | None, start: int = 0) -> list[i
     return [start, *range(first, steps, interval), steps] if start < steps else [steps]
 
 
-def write(path: Path, body: bytes, durable: bool = True) -> int:
-    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes.
+def write(path: Path, body: bytes | Sequence[bytes | memoryview], durable: bool = True) -> int:
+    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes. The
+    body may come in parts (written one after another, hashed as one: no copy to join them).
 
     durable=False leaves the fsyncs to a later `sync(path)`: the file is whole and in place for every
     reader at once (a process that dies keeps what it wrote), and until `sync` a crash of the host
     may leave it torn, which its checksum then refuses by name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(body).hexdigest().encode()
+    parts = [body] if isinstance(body, bytes) else list(body)
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part)
+    digest = hasher.hexdigest().encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ckpt")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + digest + b"\n")
-            f.write(body)
+            for part in parts:
+                f.write(part)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
@@ -88,7 +95,7 @@ def write(path: Path, body: bytes, durable: bool = True) -> int:
         raise
     if durable:
         _sync_dir(path.parent)
-    return len(MAGIC) + 65 + len(body)
+    return len(MAGIC) + 65 + sum(memoryview(part).nbytes for part in parts)
 
 
 def sync(path: Path) -> None:

@@ -9,7 +9,6 @@ stream's place in its epoch, the step, and the loop's open logging window.
 
 from __future__ import annotations
 
-import io
 import logging
 import queue
 import random
@@ -25,6 +24,7 @@ from torch import nn
 
 from normlab import checkpoints
 from normlab.spec import RunSpec
+from workers.engine import snapshot
 from workers.engine.tasks.base import BatchStream
 
 FORMAT = 1
@@ -81,17 +81,9 @@ def capture(
     }
 
 
-def serialize(state: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
-    """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
-    size = checkpoints.write(checkpoints.path_for(root, run_id, state["loop"]["step"]), serialize(state))
-    checkpoints.prune(root, run_id, cap_bytes)
-    return size
+def serialize(state: dict[str, Any] | snapshot.Snapshot) -> list[bytes | memoryview]:
+    """A checkpoint file's body, in parts (workers/engine/snapshot.py)."""
+    return snapshot.encode(state if isinstance(state, snapshot.Snapshot) else snapshot.take(state))
 
 
 @dataclass(frozen=True)
@@ -126,7 +118,7 @@ class Writer:
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
-        self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, snapshot.Snapshot] | None] = queue.Queue()
         self._to_sync: queue.Queue[Path | None] = queue.Queue()
         self.error: BaseException | None = None
         self.cpu_s = 0.0  # the thread's CPU time serializing, hashing and writing
@@ -141,7 +133,7 @@ class Writer:
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
         self._submitted += 1
-        self._queue.put((state["loop"]["step"], copied(state)))
+        self._queue.put((state["loop"]["step"], snapshot.take(state)))  # the training thread's cost
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -180,7 +172,7 @@ class Writer:
 def load(root: Path, run_id: str, step: int) -> dict[str, Any]:
     """A checkpoint's state; CheckpointError (naming the file) when it is missing, torn or corrupt."""
     body = checkpoints.read(checkpoints.path_for(root, run_id, step))
-    state = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    state = snapshot.decode(body)
     if state.get("format") != FORMAT:
         raise checkpoints.CheckpointError(
             f"Checkpoint {checkpoints.path_for(root, run_id, step)} has format {state.get('format')}; "

@@ -96,6 +96,7 @@ class Resume:
     step: int
     seq: int
     reported: int
+    yielded: bool = False  # it gave its worker to an interactive run (else its worker was lost)
 
 
 def copied(obj: Any) -> Any:

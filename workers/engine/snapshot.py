@@ -63,7 +63,7 @@ def encode(snap: Snapshot) -> list[bytes | memoryview]:
     head = io.BytesIO()
     torch.save({"skeleton": snap.skeleton, "tensors": snap.tensors}, head)
     skeleton = head.getvalue()
-    return [TAG + struct.pack("<Q", len(skeleton)), skeleton, memoryview(snap.flat.numpy())]
+    return [TAG + struct.pack("<Q", len(skeleton)), skeleton, snap.flat.numpy().data]
 
 
 def decode(body: bytes) -> dict[str, Any]:

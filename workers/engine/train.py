@@ -172,7 +172,13 @@ class _Run:
             resumed = start_child(spec, start, model, optimizer, batches, self.prober, self.log)
             self.step = resumed.step
             self.metrics.update(resumed.metrics)
-        if self.resume is not None:
+        if self.resume is not None and self.resume.yielded:
+            self.log(
+                f"Resumed from its checkpoint of step {resumed.step} (it had yielded its worker to an "
+                "interactive run).",
+                phase="resume",
+            )
+        elif self.resume is not None:
             self.log(
                 f"Resumed from its checkpoint of step {resumed.step} (its worker was lost): the steps up "
                 f"to {self.resume.reported} are trained again and not reported twice.",
@@ -266,6 +272,7 @@ class _Run:
             due.discard(resumed.step)  # a resumed run starts from that checkpoint: it exists
         params = list(model.parameters())  # once: walking the module tree every step is a visible cost
         on_gpu, checked = device.type != "cpu", False
+        logged = resumed.step  # the last step whose scalars were reported (a yield waits for one)
         model.train()
         for step in range(resumed.step + 1, spec.steps + 1):
             if step - 1 == self.until:  # a replay ends where a checkpoint of its last step would be taken
@@ -275,6 +282,16 @@ class _Run:
                 self.reached = checkpoint.copied(self._state(model, optimizer, batches, loop))
                 return RunStatus.COMPLETED, f"Replayed to step {step - 1}."
             asked = controls.take()  # (live interventions too: applied below)
+            if controls.yield_asked and writer is not None and step - 1 == logged and not controls.pending:
+                # at a reported step, so the run continues from exactly here with nothing trained twice
+                loop = LoopState(
+                    step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
+                )
+                self._checkpoint(model, optimizer, batches, loop)
+                return RunStatus.QUEUED, (
+                    f"Yielded its worker to an interactive run after step {step - 1}; it continues from "
+                    "its checkpoint there on the next free worker."
+                )
             if writer is not None and (asked or step - 1 in due):
                 # after the previous step's evaluation, before this step's interventions: the state a fork
                 # from step - 1 continues
@@ -347,7 +364,7 @@ class _Run:
             # the contract is checked on the first event and on evaluation steps (where the validation
             # metrics join); the other steps' payloads come out of this same code with new floats
             self.events("scalars", step, scalars, check=on_eval or not checked)
-            checked = True
+            checked, logged = True, step
             window_loss, window_steps, window_time = 0.0, 0, 0.0
         last = LoopState(spec.steps, elapsed=time.perf_counter() - start)
         if self.until == spec.steps:
@@ -462,7 +479,12 @@ def train(
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")
-    events("status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump())
+    if status == RunStatus.QUEUED:  # yielded: back to the queue, its status event is the worker's to write
+        run.log(message or "", phase="yield")
+    else:
+        events(
+            "status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump()
+        )
     return RunResult(
         status=status,
         step=run.step,

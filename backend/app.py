@@ -19,6 +19,7 @@ from backend.reaper import Publish, reaper_loop
 from backend.requeue import broker_watch_loop, orphan_watch_loop
 from backend.routes import ROUTERS
 from backend.stream_slots import StreamSlots
+from backend.yields import yield_loop
 from normlab.settings import Settings
 from normlab.store import get_store
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings) -> FastAPI:
             "broker watch": lambda: broker_watch_loop(store, settings, bound_s),  # Redis restarts
             "orphan watch": lambda: orphan_watch_loop(store, settings, bound_s),  # dead holders
             "presence": lambda: presence_loop(store, bound_s),  # a store in use: restore refuses it
+            "yields": lambda: yield_loop(store, bound_s),  # batch work gives way to interactive runs
         }
         tasks = [asyncio.create_task(supervise(name, loop)) for name, loop in loops.items()]
         try:

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 LOST_MESSAGE = (
     "The worker stopped sending heartbeats (it was killed or crashed) — the events stored "
-    "before that are kept. Resubmit the run's spec to train it again."
+    "before that are kept. Resume the run to continue it from its latest checkpoint, or resubmit "
+    "its spec to train it again from the start."
 )
 
 

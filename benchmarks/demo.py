@@ -4,6 +4,8 @@
 - start-up: process start -> /api/health answers (the URL is printed then);
 - click -> first point: POST /api/runs -> the first `scalars` event on the run's SSE stream, for the
   first run after start and the median of --repeats more (each cancelled once it has its point);
+- click -> first point with every worker on batch work: the one worker trains a sweep's long run
+  (batch work) when the click comes; the sweep's run yields (backend/yields.py), beside the quiet median;
 - cancel latency: POST /api/runs/{id}/cancel -> the `cancelled` status event on the SSE stream, with the
   run queued (behind a training one), setting up (cancelled as soon as its `running` event arrives; the
   phase it was really in is reported: scalars seen before the cancel or not) and training;
@@ -40,6 +42,7 @@ from normlab.events import TERMINAL_STATUSES
 TARGETS = {
     "first_point_median_s": 1.0,
     "first_point_after_start_s": 1.5,
+    "first_point_batch_busy_s": 3.0,
     "cancel_s": 1.0,
     "meaningful_paint_ms": 1000.0,
 }
@@ -131,6 +134,21 @@ def first_point(url: str) -> float:
     return took
 
 
+def first_point_behind_batch(url: str, repeats: int) -> list[float]:
+    """Click -> first point while the one worker trains a sweep's long run (batch work), per repeat;
+    the sweep's run is cancelled after each."""
+    out = []
+    for _ in range(repeats):
+        r = httpx.post(url + "api/sweeps", json={"base": LONG, "norms": ["layer"]}, timeout=30)
+        r.raise_for_status()
+        batch = r.json()["run_ids"][0]
+        watch = Watch(url, batch)
+        watch.wait("scalars", timeout=120)
+        out.append(first_point(url))
+        _cancel(url, batch, watch)
+    return out
+
+
 def cancel_latencies(url: str, repeats: int) -> dict:
     out: dict[str, list] = {
         "queued": [],
@@ -171,6 +189,7 @@ def measure(
             startup = time.perf_counter() - t0
             first = first_point(lab.url)
             more = [first_point(lab.url) for _ in range(repeats)]
+            behind_batch = first_point_behind_batch(lab.url, repeats)
             cancels = cancel_latencies(lab.url, cancel_repeats)
             weight = pages(lab.url, page_repeats)
             browser_clicks = clicks(lab.url, max(1, repeats))
@@ -183,6 +202,7 @@ def measure(
         "first_point_after_start_s": first,
         "first_point_median_s": statistics.median(more),
         "first_point_s": more,
+        "first_point_batch_busy_s": behind_batch,
         "cancel_s": cancels,
         "pages": weight,
         "code": pythonpath or "this checkout",
@@ -205,6 +225,14 @@ def rows(res: dict) -> list[tuple[str, float | None, float | None]]:
         ),
         ("click -> first point, median (s)", res["first_point_median_s"], TARGETS["first_point_median_s"]),
     ]
+    if res.get("first_point_batch_busy_s"):  # (a baseline older than yields has none)
+        out.append(
+            (
+                "click -> first point, every worker on batch work, median (s)",
+                statistics.median(res["first_point_batch_busy_s"]),
+                TARGETS["first_point_batch_busy_s"],
+            )
+        )
     for phase in ("queued", "setting_up", "training"):
         ok = [v for v in c[phase] if v is not None]  # None: the run ended otherwise (see stderr)
         out.append(

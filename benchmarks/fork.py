@@ -2,12 +2,12 @@
 one run.
 
 - checkpoint overhead: the same run (each task's default model) trained with checkpoints at the default
-  cadence (the engine's: about 10 a run, fewer for a run too fast for them, and the last step) and
+  cadence (normlab.checkpoints.schedule: the first step, every ceil(steps / 10) steps and the last) and
   without, in alternating pairs; the overhead is the median paired ratio of their training times minus
   one (target ≤ 3 %), beside the same ratio of the process's CPU time (the writer thread's included,
   and far less disturbed by other work on the machine than the wall clock);
 - checkpoint bytes: one checkpoint of each task's default model after a step (Adam's moments exist
-  then) and a run's worth at the default cadence (11 of them), before any retention cap;
+  then) and a run's worth at the default cadence (at most 12 of them), before any retention cap;
 - fork → child's first point: on a warm `normlab up` (temporary data directory, one worker), POST
   /api/runs/{id}/fork → the child's first `scalars` event on its SSE stream, median of --repeats,
   beside a fresh run's submit → first point measured in the same session (target ≤ 1 s).
@@ -16,7 +16,6 @@ one run.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
 import tempfile
@@ -24,7 +23,6 @@ import time
 from pathlib import Path
 
 import httpx
-import torch
 
 from normlab import checkpoints
 from normlab.catalog import TASKS, task_availability
@@ -34,7 +32,7 @@ from normlab.spec import RunSpec
 TARGETS = {"checkpoint_overhead": 0.03, "fork_first_point_median_s": 1.0}
 OVERHEAD_TASKS = ("digits", "seq-digits", "conv-digits")  # MLP, LSTM, ConvNet
 RUN = {"task": "digits", "norm": "layer", "batch_size": 4}  # the demo's run (bench demo)
-PER_RUN = 11  # checkpoints a run keeps at most at the default cadence: ten, and the last step
+PER_RUN = 12  # checkpoints a run keeps at most at the default cadence: its first, ten, and its last
 
 
 def checkpoint_overhead(
@@ -75,7 +73,7 @@ def checkpoint_overhead(
 
 def checkpoint_bytes(settings: Settings, tasks: list[str] | None = None) -> dict:
     """{task: {"params", "bytes", "bytes_per_run"}} for each task's default model whose data is here."""
-    from workers.engine.checkpoint import LoopState, capture
+    from workers.engine.checkpoint import LoopState, capture, serialize
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.tasks import load_task
     from workers.engine.tasks.base import seeded
@@ -93,9 +91,8 @@ def checkpoint_bytes(settings: Settings, tasks: list[str] | None = None) -> dict
         x, y = next(batches)
         data.loss(model(x), y).backward()
         optimizer.step()
-        buffer = io.BytesIO()
-        torch.save(capture(spec, model, optimizer, batches, None, LoopState(1)), buffer)
-        size = len(buffer.getvalue())
+        parts = serialize(capture(spec, model, optimizer, batches, None, LoopState(1)))
+        size = sum(memoryview(part).nbytes for part in parts)
         params = sum(p.numel() for p in model.parameters())
         out[name] = {"params": params, "bytes": size, "bytes_per_run": size * PER_RUN}
     return out

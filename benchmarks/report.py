@@ -46,6 +46,7 @@ ORDER = (
     "faults",
     "faults-chaos",
     "demo",
+    "demo-batch",
     "client",
     "fork",
 )

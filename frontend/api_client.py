@@ -127,6 +127,10 @@ class ApiClient:
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")
 
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """POST /api/runs/{id}/resume -> {id, from_step, status} (a lost run continues as itself)."""
+        return self._object("POST", f"/api/runs/{run_id}/resume")
+
     def fork(self, run_id: str, step: int | str, changes: dict[str, Any]) -> dict[str, Any]:
         """POST /api/runs/{id}/fork -> {id, from_step}."""
         return self._object("POST", f"/api/runs/{run_id}/fork", json={"step": step, "changes": changes})

@@ -57,8 +57,9 @@ def fork_card(run: dict[str, Any] | None) -> html.Div:
         children=[
             html.H2("What if… fork this run"),
             html.P(
-                "Click a point of a curve to pick the step; the child continues from the latest "
-                "checkpoint at or before it, with your changes.",
+                "Click a point of a curve to pick the step; the child continues from the run's state "
+                "at exactly that step, with your changes (bit for bit on the CPU; on a GPU close to the "
+                "run, not bit for bit).",
                 className="muted",
             ),
             html.Div(className="fork-fields", children=[html.Label([text, field]) for text, field in fields]),

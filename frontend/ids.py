@@ -94,6 +94,7 @@ RUN_PROBES = "run-probes"  # dcc.Store {hidden: [...], fisher: [...]} filled by 
 RUN_HIDDEN = "run-hidden"
 RUN_FISHER = "run-fisher"
 RUN_CANCEL = "run-cancel"
+RUN_RESUME = "run-resume"  # a lost run's Resume button
 RUN_LOG = "run-log"  # the run's log lines, warnings first
 RUN_INIT_GRADS = "run-init-grads"  # graph: a Transformer's per-block gradient norms at initialisation
 RUN_LINES = "run-lines"  # dcc.Store [line, ...]: log lines, status changes and evaluations from the stream

@@ -17,10 +17,12 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 MAGIC = b"NORMLAB-CKPT-1\n"
 STALE_TMP_S = 600.0  # a partial file untouched this long has no writer: swept by retention and gc
+PER_RUN = 10  # a run left to the default cadence checkpoints every ceil(steps / PER_RUN) steps
 _NAME = re.compile(r"^step-(\d+)\.ckpt$")
 _PIN = re.compile(r"^(\d+)(-[0-9a-f]+)?$")  # for good, or while a fork is admitted (holder suffix)
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$|^[A-Za-z0-9_-]{1,64}$")
@@ -54,19 +56,40 @@ def at_or_before(root: Path, run_id: str, step: int) -> int | None:
     return earlier[-1] if earlier else None
 
 
-def write(path: Path, body: bytes, durable: bool = True) -> int:
-    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes.
+def every(steps: int, checkpoint_every: int | None) -> int:
+    """Steps between a run's checkpoints: `checkpoint_every` when the spec sets it, else ceil(steps /
+    PER_RUN). A fork between two checkpoints replays at most this many of its parent's steps."""
+    return checkpoint_every if checkpoint_every is not None else max(1, -(-steps // PER_RUN))
+
+
+def schedule(steps: int, checkpoint_every: int | None, start: int = 0) -> list[int]:
+    """The steps a run checkpoints after, from its spec alone (never the clock or the host's load): its
+    starting step (0, or a fork's step), each multiple of `every(...)` after it, and its last step.
+    A resumed run continues from one of these and does not write that one again."""
+    interval = every(steps, checkpoint_every)
+    first = (start // interval + 1) * interval
+    return [start, *range(first, steps, interval), steps] if start < steps else [steps]
+
+
+def write(path: Path, body: bytes | Sequence[bytes | memoryview], durable: bool = True) -> int:
+    """Write a checkpoint atomically (temporary file, fsync, rename); returns its size in bytes. The
+    body may come in parts (written one after another, hashed as one: no copy to join them).
 
     durable=False leaves the fsyncs to a later `sync(path)`: the file is whole and in place for every
     reader at once (a process that dies keeps what it wrote), and until `sync` a crash of the host
     may leave it torn, which its checksum then refuses by name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(body).hexdigest().encode()
+    parts = [body] if isinstance(body, bytes) else list(body)
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part)
+    digest = hasher.hexdigest().encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ckpt")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + digest + b"\n")
-            f.write(body)
+            for part in parts:
+                f.write(part)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
@@ -76,7 +99,7 @@ def write(path: Path, body: bytes, durable: bool = True) -> int:
         raise
     if durable:
         _sync_dir(path.parent)
-    return len(MAGIC) + 65 + len(body)
+    return len(MAGIC) + 65 + sum(memoryview(part).nbytes for part in parts)
 
 
 def sync(path: Path) -> None:

@@ -57,6 +57,25 @@ def order(queued: Iterable[Row], running: Iterable[Row] = ()) -> list[str]:
     return sorted(keys, key=keys.__getitem__)
 
 
+def to_yield(
+    queued: Iterable[Row], running: Iterable[Row], now: float, patience_s: float, asked: Iterable[str] = ()
+) -> list[str]:
+    """The batch runs to ask to yield their workers, youngest first (latest started): one for each
+    interactive run that has waited `patience_s` (a free worker would have taken it by then) while every
+    running run is batch work, less the yields `asked` already. A yielded run goes back to the queue and
+    continues later from its checkpoint; interactive work is never asked to yield."""
+    running = list(running)
+    if any(run_class(r) == INTERACTIVE for r in running):
+        return []  # not every worker holds batch work
+    waiting = [r for r in queued if run_class(r) == INTERACTIVE and now - r["created_at"] >= patience_s]
+    pending = set(asked) & {r["id"] for r in running}
+    candidates = sorted(
+        (r for r in running if r["id"] not in pending),
+        key=lambda r: (-(r.get("started_at") or 0.0), r["id"]),
+    )
+    return [r["id"] for r in candidates[: max(0, len(waiting) - len(pending))]]
+
+
 def positions(queued: Iterable[Row], running: Iterable[Row] = ()) -> dict[str, int]:
     """{run id: its place in `order`, 1 = the next to be trained}."""
     return {rid: i + 1 for i, rid in enumerate(order(queued, running))}

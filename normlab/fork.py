@@ -1,5 +1,6 @@
 """What a fork may change, and the child's spec: the parent's spec with the changes, starting after a
-checkpoint. Torch-free: the API and the CLI check a fork here before anything is queued."""
+step of the parent (from its checkpoint there, or an earlier one replayed up to it). Torch-free: the API
+and the CLI check a fork here before anything is queued."""
 
 from __future__ import annotations
 
@@ -60,9 +61,13 @@ def refused_changes(changes: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def child_spec(parent: RunSpec, parent_id: str, from_step: int, changes: dict[str, Any]) -> RunSpec:
-    """The child's spec: `parent` with `changes`, continuing after the checkpoint of `from_step`.
-    Raises ForkRefused (fields a fork cannot change) or pydantic's ValidationError (a bad value)."""
+def child_spec(
+    parent: RunSpec, parent_id: str, step: int, changes: dict[str, Any], checkpoint: int | None = None
+) -> RunSpec:
+    """The child's spec: `parent` with `changes`, continuing after the parent's step `step`, from its
+    checkpoint of step `checkpoint` (default `step`; an earlier one is replayed up to `step` with the
+    parent's interventions in between). Raises ForkRefused (fields a fork cannot change) or pydantic's
+    ValidationError (a bad value)."""
     refused = refused_changes(changes)
     if refused:
         raise ForkRefused(" ".join(refused.values()), refused)
@@ -71,4 +76,8 @@ def child_spec(parent: RunSpec, parent_id: str, from_step: int, changes: dict[st
         changes = {**changes, "probes": {**base["probes"], **changes["probes"]}}
     if "checkpoint_every" not in changes and "steps" in changes:
         base["checkpoint_every"] = None  # about 10 over the child's own length
-    return RunSpec(**{**base, **changes, "parent": ParentRef(id=parent_id, step=from_step)}).resolved()
+    ref = ParentRef(id=parent_id, step=step)
+    if checkpoint is not None and checkpoint != step:
+        replay = [i for i in parent.interventions if checkpoint < i.step <= step]
+        ref = ParentRef(id=parent_id, step=step, checkpoint=checkpoint, replay=replay)
+    return RunSpec(**{**base, **changes, "parent": ref}).resolved()

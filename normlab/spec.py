@@ -104,15 +104,6 @@ class ProbeSpec(BaseModel):
         return refuse_bool(value)
 
 
-class ParentRef(BaseModel):
-    """Where a forked run starts: its parent run and the step of the checkpoint it continues from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The parent run's id.")
-    step: int = Field(ge=0, le=MAX_STEPS, description="The parent's checkpoint step the child starts after.")
-
-
 class Intervention(BaseModel):
     """A change to a run's knobs taking effect at the start of `step` (a field left out is unchanged)."""
 
@@ -142,6 +133,36 @@ class Intervention(BaseModel):
 
 
 MAX_INTERVENTIONS = 100
+
+
+class ParentRef(BaseModel):
+    """Where a forked run starts: its parent run, the step it forks at, and the parent's checkpoint it
+    loads (at or before that step: the steps between are replayed with the parent's spec first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The parent run's id.")
+    step: int = Field(ge=0, le=MAX_STEPS, description="The parent's step the child starts after.")
+    checkpoint: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_STEPS,
+        description="The parent's checkpoint the child loads (default: `step`); the steps after it up to "
+        "`step` are replayed with the parent's spec, bit for bit on the CPU.",
+    )
+    replay: list[Intervention] = Field(
+        default_factory=list,
+        max_length=MAX_INTERVENTIONS,
+        description="The parent's interventions after `checkpoint` up to `step`, applied in the replay.",
+    )
+
+    @model_validator(mode="after")
+    def _checkpoint_before_step(self) -> ParentRef:
+        if self.checkpoint is not None and self.checkpoint > self.step:
+            raise ValueError(f"checkpoint {self.checkpoint} is past the fork step {self.step}")
+        return self
+
+
 # RunSpec fields that say where a run comes from and what was done to it, not what to train: no CLI
 # option or form field of their own.
 LINEAGE_FIELDS = ("parent", "interventions")
@@ -194,8 +215,8 @@ class RunSpec(BaseModel):
         None,
         ge=1,
         le=MAX_STEPS,
-        description="Steps between checkpoints (default: chosen by the engine: about 10 a run, fewer "
-        "when the run is so fast that they would cost more than 2 % of its time).",
+        description="Steps between checkpoints (default: ceil(steps / 10), i.e. every 10 % of the run); "
+        "a run also checkpoints its first and last step. A fork between two replays at most this many.",
     )
     parent: ParentRef | None = Field(None, description="A forked run's parent and fork step.")
     interventions: list[Intervention] = Field(

@@ -21,7 +21,7 @@ from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSu
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.lifeline import die_with_parent
-from normlab.queue import TRAIN_JOB
+from normlab.queue import TRAIN_JOB, enqueue_run
 from normlab.settings import Settings
 from normlab.spec import RunSpec
 from normlab.store import get_store, lineage
@@ -101,6 +101,8 @@ def _resume_point(store, settings: Settings, run, writer: EventWriter) -> Resume
     if not run["last_seq"]:
         return None
     seq = writer.continue_stored()  # first: whatever follows, its events come after the stored ones
+    last = store.events_after(run["id"], seq - 1, limit=1)
+    yielded = bool(last) and last[0].kind == "status" and json.loads(last[0].payload)["status"] == "queued"
     reported = lineage.last_scalars_step(store, run["id"])
     step = checkpoints.at_or_before(settings.checkpoint_root, run["id"], reported)
     if step is None:
@@ -108,7 +110,25 @@ def _resume_point(store, settings: Settings, run, writer: EventWriter) -> Resume
             f"Run {run['id']} has stored events but no checkpoint at or before step {reported} to "
             "resume from."
         )
-    return Resume(step=step, seq=seq, reported=reported)
+    return Resume(step=step, seq=seq, reported=reported, yielded=yielded)
+
+
+def _requeue(settings: Settings, closer: runguard.RunCloser, run_id: str, result: RunResult) -> None:
+    """A run that yielded its worker to an interactive run: its events are stored, a `queued` status
+    closes this part (not terminal: its stream goes on when it resumes), and its message goes back to
+    the broker, so any free worker continues it from its checkpoint (the fair order puts it after the
+    interactive run it yielded to)."""
+    closer.close(
+        {"status": RunStatus.QUEUED, "worker_host": None},
+        {
+            "status": RunStatus.QUEUED,
+            "message": f"Yielded its worker after step {result.step}; queued to continue from there.",
+            "metrics": result.metrics,
+            "step": result.step,
+            "time": time.time(),
+        },
+    )
+    enqueue_run(settings, run_id)
 
 
 def _check_parent(store, settings: Settings, spec: RunSpec) -> None:
@@ -176,6 +196,11 @@ def run_training(run_id: str, settings: Settings, train=None) -> str | None:
         closer.engine_returned()
         watch.stop()
         requests.stop()
+    if result.status == RunStatus.QUEUED and not watch.should_stop():
+        _requeue(settings, closer, run_id, result)
+        if publisher is not None:
+            publisher.close()
+        return result.status
     if watch.should_stop() and result.status not in TERMINAL_STATUSES:
         result.status = "cancelled"
     summary = RunSummary(

@@ -33,7 +33,9 @@ NOW_WAIT_S = 15.0  # a running run checkpoints at its next step; one step of the
 class ForkRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: int | Literal["now"] = Field(description="Fork after the latest checkpoint at or before this step.")
+    step: int | Literal["now"] = Field(
+        description="Fork after this step (one the run has reached); 'now': a running run's next step."
+    )
     changes: dict[str, Any] = Field(default_factory=dict, description="RunSpec fields the child changes.")
 
     @field_validator("step", mode="before")
@@ -44,7 +46,7 @@ class ForkRequest(BaseModel):
 
 class ForkCreated(BaseModel):
     id: str
-    from_step: int
+    from_step: int = Field(description="The step the child continues after: the one asked for.")
     status: RunStatus = RunStatus.QUEUED
 
 
@@ -121,11 +123,20 @@ def _fork(
     kind: str,
 ) -> ForkCreated:
     root = settings.checkpoint_root
-    from_step = checkpoints.at_or_before(root, parent["id"], step)
+    reached = lineage.last_scalars_step(store, parent["id"])
+    loaded = checkpoints.at_or_before(root, parent["id"], step)
     refused_write = [(s, why) for s, why in lineage.checkpoint_failures(store, parent["id"]) if s <= step]
-    if refused_write and (from_step is None or refused_write[-1][0] > from_step):
-        raise HTTPException(422, unwritten(parent["id"], step, refused_write[-1], from_step))
-    if from_step is None:
+    if refused_write and (loaded is None or refused_write[-1][0] > loaded):
+        raise HTTPException(422, unwritten(parent["id"], step, refused_write[-1], loaded))
+    if step != loaded and step > reached:  # (a checkpoint asked for "now" may be ahead of the stored events)
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Run {parent['id']} has reached step {reached}; fork at a step up to {reached}.",
+                "fields": {"step": f"at most {reached}"},
+            },
+        )
+    if loaded is None:  # (runs of an engine that did not checkpoint step 0)
         have = checkpoints.steps(root, parent["id"])
         raise HTTPException(
             422,
@@ -140,8 +151,8 @@ def _fork(
             },
         )
     parent_spec = stored_spec(parent)  # 409 naming the field when it cannot be read
-    try:
-        spec = child_spec(parent_spec, parent["id"], from_step, changes)
+    try:  # the child loads the checkpoint of `loaded` and replays the parent's steps up to `step`
+        spec = child_spec(parent_spec, parent["id"], step, changes, loaded)
     except ForkRefused as exc:
         raise HTTPException(422, {"detail": str(exc), "fields": exc.fields}) from None
     except ValidationError as exc:
@@ -151,14 +162,14 @@ def _fork(
         ) from None
     # Held before the child exists (a running parent's retention must not delete it meanwhile), for good
     # once the child is stored, and let go if admission refuses the child: a refused fork pins nothing.
-    held = checkpoints.pin(root, parent["id"], from_step, holder=uuid.uuid4().hex)
+    held = checkpoints.pin(root, parent["id"], loaded, holder=uuid.uuid4().hex)
     try:
         [child_id] = create_and_enqueue(store, settings, [spec], user, parent["group_id"])
-        lineage.record_fork(store, child_id, parent["id"], from_step, kind)
-        checkpoints.pin(root, parent["id"], from_step)
+        lineage.record_fork(store, child_id, parent["id"], step, kind)
+        checkpoints.pin(root, parent["id"], loaded)
     finally:
         checkpoints.unpin(held)
-    return ForkCreated(id=child_id, from_step=from_step)
+    return ForkCreated(id=child_id, from_step=step)
 
 
 def unwritten(run_id: str, step: int, failed: tuple[int, str], earlier: int | None) -> dict[str, Any]:
@@ -175,9 +186,10 @@ def unwritten(run_id: str, step: int, failed: tuple[int, str], earlier: int | No
 async def fork(
     run_id: str, body: ForkRequest, store: StoreDep, settings: SettingsDep, user: UserDep
 ) -> ForkCreated:
-    """Start a child run from the parent's latest checkpoint at or before `step` ("now": a running
-    parent checkpoints at its next step), with `changes` to its spec. Changes that cannot continue the
-    model (task, cell, hidden size, layers, …) get 422 saying why."""
+    """Start a child run from the parent's state after `step` ("now": a running parent checkpoints at
+    its next step), with `changes` to its spec: it loads the latest checkpoint at or before `step` and
+    first replays the parent's steps up to `step` (at most one checkpoint interval). Changes that
+    cannot continue the model (task, cell, hidden size, layers, …) get 422 saying why."""
     parent = get_run_or_404(store, run_id)
     step = await _checkpoint_now(store, settings, parent) if body.step == "now" else body.step
     return await anyio.to_thread.run_sync(_fork, store, settings, parent, step, body.changes, user, "fork")

@@ -86,6 +86,13 @@ def header(run: dict[str, Any], api_base: str = "") -> list[Component]:
                     className="btn small danger",
                     style={} if logic.can_cancel(run.get("status", "")) else {"display": "none"},
                 ),
+                html.Button(
+                    "Resume",
+                    id=ids.RUN_RESUME,
+                    className="btn small",
+                    title="Continue this run from its latest checkpoint, as the same run",
+                    style={} if run.get("status") == "lost" else {"display": "none"},
+                ),
                 html.Span(id=ids.RUN_MESSAGE, className="message", role="status"),
             ],
         )
@@ -433,6 +440,22 @@ def on_cancel(_n: int | None, run_id: str, token: str | None) -> str:
     except ApiError as exc:
         return exc.detail
     return "Cancel requested."
+
+
+@callback(
+    Output(ids.RUN_MESSAGE, "children", allow_duplicate=True),
+    Input(ids.RUN_RESUME, "n_clicks"),
+    State(ids.RUN_ID, "data"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def on_resume(_n: int | None, run_id: str, token: str | None) -> str:
+    """A lost run queued again as itself; its curve goes on live where it stopped (the page follows)."""
+    try:
+        made = data.api(token).resume(run_id)
+    except ApiError as exc:
+        return exc.detail
+    return f"Resuming from its checkpoint of step {made['from_step']}…"
 
 
 # nav=False: a run's page is reached from the others (chips, the Runs table), not from the top bar

@@ -1,5 +1,5 @@
-"""`normlab fork RUN --step K [--norm …] [--lr …] …`: fork a run of a running normlab server from its
-checkpoint at or before step K (or `now`), with changes; prints the child's id and its fork step."""
+"""`normlab fork RUN --step K [--norm …] [--lr …] …`: fork a run of a running normlab server after step
+K (or `now`), with changes; prints the child's id and its fork step."""
 
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ def register(sub: Subcommands) -> None:
         epilog="Exit status: 0 queued, 2 refused (the message says why) or no server.",
     )
     p.add_argument("run", help="the parent run's id")
-    p.add_argument(
-        "--step", required=True, help="fork after the latest checkpoint at or before this step, or 'now'"
-    )
+    p.add_argument("--step", required=True, help="fork after this step (one the run has reached), or 'now'")
     from normlab.spec import RunSpec
 
     for name in OPTIONS:

@@ -152,14 +152,20 @@ class Run:
         self.client.request("DELETE", f"/api/runs/{self.id}")
 
     def fork(self, step: int | Literal["now"], **changes: Any) -> Run:
-        """A new run from this run's latest checkpoint at or before `step` ("now": a running run
-        checkpoints at its next step), with the spec `changes` (e.g. lr=1e-3)."""
+        """A new run from this run's state after `step` ("now": a running run checkpoints at its next
+        step), with the spec `changes` (e.g. lr=1e-3)."""
         body = self.client.request(
             "POST", f"/api/runs/{self.id}/fork", json={"step": step, "changes": changes}
         ).json()
         if not isinstance(body, dict) or not isinstance(body.get("id"), str):
             raise NormlabError(f"The server answered the fork without a run id: {body!r}")
         return Run(self.client, body["id"])
+
+    def resume(self) -> Run:
+        """Continue this `lost` run (its worker died) as the same run, from its latest checkpoint."""
+        self.client.request("POST", f"/api/runs/{self.id}/resume")
+        self._info = None
+        return self
 
     def intervene(self, **knobs: Any) -> dict[str, Any]:
         """Change knobs of the running run (lr, weight_decay, momentum, freeze_gain) from its next step;

@@ -148,7 +148,8 @@ class EventWriter:
 
     def close(self, finish: dict[str, Any], fallback_status: dict[str, Any]) -> None:
         """Write what is pending, then the terminal event (the engine's, or one built from
-        `fallback_status` if it never sent one) together with the run's `finish` columns."""
+        `fallback_status` if it never sent one) together with the run's `finish` columns. (A run that
+        yielded its worker closes the same way with status `queued`: not terminal, it goes on later.)"""
         with self._cond:
             self._closing = True
             self._cond.notify()

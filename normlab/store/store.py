@@ -197,7 +197,7 @@ class Store(GroupsMixin, LabelsMixin):
 
     def queue_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(queued, running) runs as normlab.fair_queue reads them: id, created_at, owner, group_id."""
-        cols = (runs.c.id, runs.c.created_at, runs.c.owner, runs.c.group_id, runs.c.status)
+        cols = (runs.c.id, runs.c.created_at, runs.c.started_at, runs.c.owner, runs.c.group_id, runs.c.status)
         with self.engine.connect() as conn:
             found = conn.execute(
                 select(*cols).where(runs.c.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))

@@ -42,16 +42,19 @@ def test_fork_a_finished_run_lineage_and_refusals(stack, client):
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 10, "changes": {}})
     assert r.status_code == 201, r.text
     same = r.json()
-    assert same["from_step"] == 9  # the latest checkpoint at or before step 10
+    assert same["from_step"] == 10  # exactly the step asked for: replayed from the checkpoint of step 9
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 9, "changes": {"norm": "batch"}})
     other = r.json()["id"]
     same_events, other_events = events_of(client, stack, same["id"]), events_of(client, stack, other)
-    assert scalars(same_events) == scalars(parent_events)[9:]  # bit for bit after the fork
+    assert scalars(same_events) == scalars(parent_events)[10:]  # bit for bit after the fork
     assert [s for s, _ in scalars(other_events)][0] == 10 and other_events[-1]["payload"][
         "status"
     ] == "completed"
     child = client.get(stack.api(f"api/runs/{other}")).json()
-    assert child["spec"]["norm"] == "batch" and child["spec"]["parent"] == {"id": parent, "step": 9}
+    assert child["spec"]["norm"] == "batch"
+    assert child["spec"]["parent"] == {"id": parent, "step": 9, "checkpoint": None, "replay": []}
+    replayed = client.get(stack.api(f"api/runs/{same['id']}")).json()["spec"]["parent"]
+    assert replayed == {"id": parent, "step": 10, "checkpoint": 9, "replay": []}
     lineage = client.get(stack.api(f"api/runs/{other}/lineage")).json()
     assert lineage["parent"]["id"] == parent and [s["id"] for s in lineage["siblings"]] == [same["id"]]
     assert [c["id"] for c in client.get(stack.api(f"api/runs/{parent}/lineage")).json()["children"]] == [
@@ -70,8 +73,8 @@ def test_fork_a_finished_run_lineage_and_refusals(stack, client):
         assert r.status_code == 422 and why in r.json()["detail"] and field in r.json()["fields"], r.text
     r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 9, "changes": {"lr": -1}})
     assert r.status_code == 422 and "lr" in r.json()["fields"]
-    r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 1, "changes": {}})
-    assert r.status_code == 422 and "no checkpoint at or before step 1" in r.json()["detail"]
+    r = client.post(stack.api(f"api/runs/{parent}/fork"), json={"step": 10_000, "changes": {}})
+    assert r.status_code == 422 and "has reached step" in r.json()["detail"] and "step" in r.json()["fields"]
 
 
 def test_cli_fork(stack, client, capsys):
@@ -81,7 +84,7 @@ def test_cli_fork(stack, client, capsys):
     assert main(args) == 0
     made = json.loads(capsys.readouterr().out)
     child = client.get(stack.api(f"api/runs/{made['id']}")).json()
-    assert made["from_step"] == 6 and child["spec"]["norm"] == "rms" and child["spec"]["lr"] == 0.01
+    assert made["from_step"] == 7 and child["spec"]["norm"] == "rms" and child["spec"]["lr"] == 0.01
     assert main(["fork", parent, "--step", "7", "--batch-size", "0", "--url", stack.url]) == 2
     assert "422" in (err := capsys.readouterr().err) and "batch_size" in err
     assert main(["fork", parent, "--step", "seven", "--url", stack.url]) == 2

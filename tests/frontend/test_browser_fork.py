@@ -48,14 +48,16 @@ def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page
     page.wait_for_function(f"() => !location.pathname.endsWith('{parent}')", timeout=20000)
     child = page.url.rstrip("/").rsplit("/", 1)[1]
     spec = httpx.get(f"{server.url}/api/runs/{child}", timeout=10).json()["spec"]
-    assert spec["norm"] == "layer" and spec["parent"]["id"] == parent and spec["parent"]["step"] == 30
-    # both runs on one chart: the parent's whole curve and the child's, dashed, from step 31 on
+    # exactly the clicked step: the child replays 31 from the checkpoint of step 30
+    assert spec["norm"] == "layer" and spec["parent"]["id"] == parent and spec["parent"]["step"] == 31
+    assert spec["parent"]["checkpoint"] == 30
+    # both runs on one chart: the parent's whole curve and the child's, dashed, from step 32 on
     page.wait_for_function(
         f"""() => {{ const d = ({GD} || {{}}).data || [];
             const kid = d.filter(t => t.legendgroup === '{child}' && t.x.length > 0);
             const dad = d.filter(t => t.legendgroup === '{parent}' && t.x.length >= 60);
             return kid.length > 0 && dad.length > 0 && kid.every(t => t.line.dash === 'dash')
-                && Math.min(...kid[0].x) === 31; }}""",
+                && Math.min(...kid[0].x) === 32; }}""",
         timeout=60000,
     )
     assert page.locator("#nl-lineage").inner_text().startswith("forked from")
@@ -134,7 +136,7 @@ def test_change_now_and_fork_from_the_labs_live_card(page, shot, server, quiet_q
         page.wait_for_selector("#nl-fork-message:has-text('joins the board')", timeout=20000)
         child = page.locator("#nl-fork-message").inner_text().split(": ", 1)[1].split(" ", 1)[0]
         spec = httpx.get(f"{server.url}/api/runs/{child}", timeout=10).json()["spec"]
-        assert spec["norm"] == "layer" and spec["parent"] == {"id": parent, "step": 100}
+        assert spec["norm"] == "layer" and (spec["parent"]["id"], spec["parent"]["step"]) == (parent, 100)
         assert urlparse(page.url).path == "/"  # still on the Lab
         httpx.post(f"{server.url}/api/runs/{parent}/cancel", timeout=10)  # the one worker trains the child
         # the child on the board's chart, beside its parent: dashed, its own points after step 100

@@ -65,3 +65,20 @@ def test_the_worker_claims_in_the_fair_order_whatever_message_it_holds(store):
     assert store.queue_view()["positions"] == {"p1": 1, "p2": 2}
     assert store.claim_next("p2")["id"] == "p1" and store.claim_next("lab")["id"] == "p2"
     assert store.claim_next("p0") is None  # nothing queued: the message is skipped
+
+
+def test_the_youngest_batch_run_yields_to_an_interactive_run_that_found_no_free_worker():
+    batch = [
+        {"id": "old", "created_at": 1.0, "started_at": 10.0, "group_id": "g"},
+        {"id": "young", "created_at": 2.0, "started_at": 20.0, "group_id": "g"},
+    ]
+    lab = {"id": "lab", "created_at": 100.0, "group_id": None}
+    assert fair_queue.to_yield([lab], batch, now=100.5, patience_s=1.0) == []  # a worker may still take it
+    assert fair_queue.to_yield([lab], batch, now=101.0, patience_s=1.0) == ["young"]
+    assert fair_queue.to_yield([lab], batch, now=101.0, patience_s=1.0, asked=["young"]) == []  # once
+    second = {**lab, "id": "lab2"}
+    assert fair_queue.to_yield([lab, second], batch, now=101.0, patience_s=1.0, asked=["young"]) == ["old"]
+    # batch work waiting behind batch work yields nothing, nor does a worker holding interactive work
+    assert fair_queue.to_yield([{**lab, "group_id": "h"}], batch, now=200.0, patience_s=1.0) == []
+    busy = [*batch, {"id": "other-lab", "created_at": 3.0, "started_at": 30.0, "group_id": None}]
+    assert fair_queue.to_yield([lab], busy, now=200.0, patience_s=1.0) == []

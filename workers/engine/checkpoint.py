@@ -9,9 +9,7 @@ stream's place in its epoch, the step, and the loop's open logging window.
 
 from __future__ import annotations
 
-import io
 import logging
-import math
 import queue
 import random
 import threading
@@ -26,6 +24,7 @@ from torch import nn
 
 from normlab import checkpoints
 from normlab.spec import RunSpec
+from workers.engine import snapshot
 from workers.engine.tasks.base import BatchStream
 
 FORMAT = 1
@@ -82,17 +81,9 @@ def capture(
     }
 
 
-def serialize(state: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def save(root: Path, run_id: str, state: dict[str, Any], cap_bytes: int) -> int:
-    """Write the checkpoint of step state["loop"]["step"], then apply the run's byte cap; returns its size."""
-    size = checkpoints.write(checkpoints.path_for(root, run_id, state["loop"]["step"]), serialize(state))
-    checkpoints.prune(root, run_id, cap_bytes)
-    return size
+def serialize(state: dict[str, Any] | snapshot.Snapshot) -> list[bytes | memoryview]:
+    """A checkpoint file's body, in parts (workers/engine/snapshot.py)."""
+    return snapshot.encode(state if isinstance(state, snapshot.Snapshot) else snapshot.take(state))
 
 
 @dataclass(frozen=True)
@@ -105,52 +96,17 @@ class Resume:
     step: int
     seq: int
     reported: int
+    yielded: bool = False  # it gave its worker to an interactive run (else its worker was lost)
 
 
-class Cadence:
-    """Which steps the loop checkpoints after (besides the last step and the ones a fork asks for "now").
-
-    An explicit `checkpoint_every` is kept exactly. Left to the engine, a run is offered about ten
-    checkpoints (every ceil(steps / 10) steps) and takes an offer only while its checkpoints, this one
-    included (priced at the last one's cost), stay within BUDGET of the run's time so far: the cost is
-    what they take from the training thread plus the writer thread's CPU time. A long run takes every
-    offer; a run so fast that ten would cost more than the budget takes its first offer and fewer later
-    ones (a fork then starts from the latest checkpoint before the step asked for)."""
-
-    BUDGET = 0.02
-    OFFERS = 10
-
-    def __init__(self, every: int | None, steps: int):
-        self.fixed = every is not None
-        self.every = every if every is not None else max(1, math.ceil(steps / self.OFFERS))
-        self.spent = 0.0  # the training thread's seconds in capturing and copying checkpoints
-        self.count = 0
-
-    def due(self, step: int, elapsed: float, writer_cpu: float) -> bool:
-        """Whether to checkpoint after `step`, `elapsed` seconds into the run; `writer_cpu` is the
-        writer thread's CPU time so far."""
-        if step % self.every:
-            return False
-        if self.fixed:
-            return True
-        cost = self.spent + writer_cpu
-        price = cost / self.count if self.count else 0.0
-        return cost + price <= self.BUDGET * elapsed
-
-    def charge(self, seconds: float) -> None:
-        """A checkpoint took `seconds` of the training thread."""
-        self.spent += seconds
-        self.count += 1
-
-
-def _copied(obj: Any) -> Any:
+def copied(obj: Any) -> Any:
     """The state with every tensor copied: training goes on updating the live ones in place."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
     if isinstance(obj, dict):
-        return {k: _copied(v) for k, v in obj.items()}
+        return {k: copied(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_copied(v) for v in obj]
+        return [copied(v) for v in obj]
     return obj
 
 
@@ -165,7 +121,7 @@ class Writer:
 
     def __init__(self, root: Path, run_id: str, cap_bytes: int):
         self.root, self.run_id, self.cap_bytes = root, run_id, cap_bytes
-        self._queue: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, snapshot.Snapshot] | None] = queue.Queue()
         self._to_sync: queue.Queue[Path | None] = queue.Queue()
         self.error: BaseException | None = None  # a bug: ends the run
         self.failures: list[tuple[int, str]] = []  # (step, why) of checkpoints the disk refused
@@ -187,7 +143,7 @@ class Writer:
         if self.error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {self.error}") from self.error
         self._submitted += 1
-        self._queue.put((state["loop"]["step"], _copied(state)))
+        self._queue.put((state["loop"]["step"], snapshot.take(state)))  # the training thread's cost
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -230,7 +186,7 @@ class Writer:
 def load(root: Path, run_id: str, step: int) -> dict[str, Any]:
     """A checkpoint's state; CheckpointError (naming the file) when it is missing, torn or corrupt."""
     body = checkpoints.read(checkpoints.path_for(root, run_id, step))
-    state = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    state = snapshot.decode(body)
     if state.get("format") != FORMAT:
         raise checkpoints.CheckpointError(
             f"Checkpoint {checkpoints.path_for(root, run_id, step)} has format {state.get('format')}; "

@@ -3,7 +3,9 @@ effect at the start of a step and reported as an `intervention` event (step, old
 
 They come from the spec (`RunSpec.interventions`: a resubmitted or forked run replays them at the same
 steps) or live, from `poll()` (the worker hands over what the API was asked; a test hands its own).
-A live request may also ask for a checkpoint at the next step (a fork of a running run "now").
+A live request may also ask for a checkpoint at the next step (a fork of a running run "now"), or that
+the run yield its worker to an interactive run (`yield_asked`: the loop checkpoints at its next logged
+step and hands the run back to the queue).
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ class Controls:
             self.scheduled.setdefault(item.step, []).append(item)
         self.emit, self.poll = emit, poll
         self.pending: list[dict[str, Any]] = []
+        self.yield_asked = False
 
     def take(self) -> bool:
         """Collect the live requests; True when one asks for a checkpoint of the state before this step
         (the caller saves it before `apply_due` changes anything)."""
         self.pending = self.poll() if self.poll is not None else []
+        if any(r.get("kind") == "yield" for r in self.pending):
+            self.yield_asked = True
+            self.pending = [r for r in self.pending if r.get("kind") != "yield"]
         return any(r.get("kind") == "checkpoint" for r in self.pending)
 
     def apply_due(self, step: int, model: nn.Module, optimizer) -> None:

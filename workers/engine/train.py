@@ -27,9 +27,10 @@ import torch
 
 import kernels
 from kernels import graphs
+from normlab import checkpoints
 from normlab.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab.spec import ParentRef, RunSpec
 from workers.engine import checkpoint
 from workers.engine.checkpoint import LoopState
 from workers.engine.controls import Controls, Poll
@@ -54,6 +55,14 @@ log = logging.getLogger(__name__)
 
 MAX_SCALAR_EVENTS = 400  # scalars events per run, besides the ones on evaluation steps
 REPORTED_KINDS = ("scalars", "hidden", "fisher", "intervention")  # a step's own events
+
+
+class _ReplayEnded(Exception):
+    """A fork's replay of its parent's steps ended before the fork step (cancelled, or it failed)."""
+
+    def __init__(self, status: str, message: str | None):
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 class _Unreported:
@@ -104,12 +113,21 @@ class _Run:
         self.metrics: dict[str, float | None] = {}  # latest known: train_loss, val_*, test_*
         self.prober: Prober | None = None
         self.beyond_reported = False
+        # a replay (a fork's parent trained again from its checkpoint up to the fork step): the state it
+        # starts from, the step it stops after, and the state it reached there
+        self.initial: dict | None = None
+        self.until: int | None = None
+        self.reached: dict | None = None
 
     def log(self, message: str, level: str = "info", **extra) -> None:
         self.events("log", self.step, {"level": level, "message": message, **extra})
 
     def execute(self) -> tuple[str, str | None]:
         spec = self.spec
+        try:  # first: a replay seeds and builds its own parts, this run's set-up follows as usual
+            start = self._start_state()
+        except _ReplayEnded as ended:
+            return ended.status, ended.message
         device = pick_device(spec.device)
         self.device = str(device)
         data = load_task(spec, self.settings)
@@ -150,21 +168,22 @@ class _Run:
                 )
         batches = data.train_batches(spec.batch_size, seeded(spec.seed, 4))
         resumed = LoopState()
-        if self.resume is not None and self.run_id is not None:
-            state = checkpoint.load(self.settings.checkpoint_root, self.run_id, self.resume.step)
-            resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
+        if start is not None:
+            resumed = start_child(spec, start, model, optimizer, batches, self.prober, self.log)
             self.step = resumed.step
             self.metrics.update(resumed.metrics)
+        if self.resume is not None and self.resume.yielded:
+            self.log(
+                f"Resumed from its checkpoint of step {resumed.step} (it had yielded its worker to an "
+                "interactive run).",
+                phase="resume",
+            )
+        elif self.resume is not None:
             self.log(
                 f"Resumed from its checkpoint of step {resumed.step} (its worker was lost): the steps up "
                 f"to {self.resume.reported} are trained again and not reported twice.",
                 "warning",
             )
-        elif spec.parent is not None:
-            state = checkpoint.load(self.settings.checkpoint_root, spec.parent.id, spec.parent.step)
-            resumed = start_child(spec, state, model, optimizer, batches, self.prober, self.log)
-            self.step = resumed.step
-            self.metrics.update(resumed.metrics)
         if self.run_id is not None:
             root, cap = self.settings.checkpoint_root, self.settings.checkpoint_bytes_per_run
             self.writer = checkpoint.Writer(root, self.run_id, cap)
@@ -188,16 +207,68 @@ class _Run:
                 checkpoint_failed={"step": step, "reason": why},
             )
 
-    def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> float:
-        """Save the state after step loop.step (a run without an id keeps none); returns the seconds the
-        training thread spent on it."""
-        if self.writer is None:
-            return 0.0
-        t0 = time.perf_counter()
-        self._tell_checkpoint_failures()
+    def _start_state(self) -> dict | None:
+        """The state this run starts from: a replay's given one, a resumed run's own checkpoint, a
+        fork's parent state at its fork step (replayed from an earlier checkpoint if need be), or None
+        for a fresh run."""
+        if self.initial is not None:
+            return self.initial
+        root = self.settings.checkpoint_root
+        if self.resume is not None and self.run_id is not None:
+            return checkpoint.load(root, self.run_id, self.resume.step)
+        parent = self.spec.parent
+        if parent is None:
+            return None
+        loaded = parent.step if parent.checkpoint is None else parent.checkpoint
+        state = checkpoint.load(root, parent.id, loaded)
+        return state if loaded == parent.step else self._replay(state, parent, loaded)
+
+    def _replay(self, state: dict, parent: ParentRef, loaded: int) -> dict:
+        """The parent's state after step parent.step: its checkpoint of step `loaded` trained on with the
+        parent's spec (and its interventions in between), nothing reported. Deterministic: on the CPU
+        it is the state the parent had there, bit for bit."""
+        self.events(
+            "log",
+            loaded,
+            {
+                "level": "info",
+                "message": f"Replaying the parent's steps {loaded + 1} → {parent.step} from its checkpoint "
+                f"of step {loaded}: the fork is at step {parent.step}, so the parent's training up to it "
+                "runs again first (its curve up to there is the parent's).",
+                "phase": "replay",
+            },
+        )
+        spec = RunSpec.model_validate_json(state["spec"]).model_copy(update={"interventions": parent.replay})
+        sub = _Run(spec, EventCounter(lambda event: None), self.should_stop, self.settings, self.options)
+        sub.initial, sub.until = state, parent.step
+        status, message = sub.execute()
+        if sub.reached is None:
+            if status == RunStatus.CANCELLED:
+                raise _ReplayEnded(status, f"Cancelled while replaying the parent's steps to {parent.step}.")
+            raise _ReplayEnded(
+                RunStatus.FAILED, f"Replaying the parent's steps to {parent.step} ended {status}: {message}"
+            )
+        self.events(
+            "log",
+            parent.step,
+            {
+                "level": "info",
+                "message": f"Replayed to step {parent.step}; the fork's own steps start at "
+                f"{parent.step + 1}.",
+                "phase": "replay",
+            },
+        )
+        return sub.reached
+
+    def _state(self, model, optimizer, batches, loop: LoopState) -> dict:
         loop.metrics = dict(self.metrics)
-        self.writer.submit(checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop))
-        return time.perf_counter() - t0
+        return checkpoint.capture(self.spec, model, optimizer, batches, self.prober, loop)
+
+    def _checkpoint(self, model, optimizer, batches, loop: LoopState) -> None:
+        """Save the state after step loop.step (a run without an id keeps none)."""
+        if self.writer is not None:
+            self._tell_checkpoint_failures()
+            self.writer.submit(self._state(model, optimizer, batches, loop))
 
     def _loop(self, model, data, optimizer, device, batches, resumed: LoopState) -> tuple[str, str | None]:
         spec, prober = self.spec, self.prober
@@ -210,24 +281,39 @@ class _Run:
             resumed.window_time,
         )
         controls = Controls(spec, lambda step, payload: self.events("intervention", step, payload), self.poll)
-        cadence, writer = checkpoint.Cadence(spec.checkpoint_every, spec.steps), self.writer
-        began = time.perf_counter()
+        writer = self.writer
+        due = set(checkpoints.schedule(spec.steps, spec.checkpoint_every, resumed.step))
+        if self.resume is not None:
+            due.discard(resumed.step)  # a resumed run starts from that checkpoint: it exists
         params = list(model.parameters())  # once: walking the module tree every step is a visible cost
         on_gpu, checked = device.type != "cpu", False
+        logged = resumed.step  # the last step whose scalars were reported (a yield waits for one)
         model.train()
         for step in range(resumed.step + 1, spec.steps + 1):
+            if step - 1 == self.until:  # a replay ends where a checkpoint of its last step would be taken
+                loop = LoopState(
+                    step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
+                )
+                self.reached = checkpoint.copied(self._state(model, optimizer, batches, loop))
+                return RunStatus.COMPLETED, f"Replayed to step {step - 1}."
             asked = controls.take()  # (live interventions too: applied below)
-            if writer is not None and (
-                asked
-                or step - 1 > resumed.step
-                and cadence.due(step - 1, time.perf_counter() - began, writer.cpu_s)
-            ):
+            if controls.yield_asked and writer is not None and step - 1 == logged and not controls.pending:
+                # at a reported step, so the run continues from exactly here with nothing trained twice
+                loop = LoopState(
+                    step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
+                )
+                self._checkpoint(model, optimizer, batches, loop)
+                return RunStatus.QUEUED, (
+                    f"Yielded its worker to an interactive run after step {step - 1}; it continues from "
+                    "its checkpoint there on the next free worker."
+                )
+            if writer is not None and (asked or step - 1 in due):
                 # after the previous step's evaluation, before this step's interventions: the state a fork
                 # from step - 1 continues
                 loop = LoopState(
                     step - 1, window_loss, window_steps, window_time, time.perf_counter() - start
                 )
-                cadence.charge(self._checkpoint(model, optimizer, batches, loop))
+                self._checkpoint(model, optimizer, batches, loop)
             controls.apply_due(step, model, optimizer)
             if self.should_stop is not None and self.should_stop():
                 return RunStatus.CANCELLED, f"Cancelled before step {step}."
@@ -293,11 +379,13 @@ class _Run:
             # the contract is checked on the first event and on evaluation steps (where the validation
             # metrics join); the other steps' payloads come out of this same code with new floats
             self.events("scalars", step, scalars, check=on_eval or not checked)
-            checked = True
+            checked, logged = True, step
             window_loss, window_steps, window_time = 0.0, 0, 0.0
-        self._checkpoint(
-            model, optimizer, batches, LoopState(spec.steps, elapsed=time.perf_counter() - start)
-        )
+        last = LoopState(spec.steps, elapsed=time.perf_counter() - start)
+        if self.until == spec.steps:
+            self.reached = checkpoint.copied(self._state(model, optimizer, batches, last))
+            return RunStatus.COMPLETED, f"Replayed to step {spec.steps}."
+        self._checkpoint(model, optimizer, batches, last)
         self._evaluate(model, data, device, "test", None)
         return RunStatus.COMPLETED, f"Completed {spec.steps} steps."
 
@@ -406,7 +494,12 @@ def train(
                 run.log(probes["fisher_note"], "warning")
         except Exception:  # noqa: BLE001 - a probe summary never turns a finished run into a failure
             log.exception("probe summary failed")
-    events("status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump())
+    if status == RunStatus.QUEUED:  # yielded: back to the queue, its status event is the worker's to write
+        run.log(message or "", phase="yield")
+    else:
+        events(
+            "status", run.step, StatusPayload(status=status, message=message, metrics=metrics).model_dump()
+        )
     return RunResult(
         status=status,
         step=run.step,

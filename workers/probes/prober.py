@@ -73,19 +73,43 @@ class Prober:
         self._step_start: float | None = None
         self._outside = 0.0
 
-    # -- the generator a checkpoint carries -------------------------------------------------------
+    # -- what a checkpoint carries -----------------------------------------------------------------
     @property
     def generator(self) -> torch.Generator:
         """The probes' own random generator (seeded from the spec's seed; the training RNG is not used)."""
         return self.curvature.generator
 
-    def rng_state(self) -> torch.Tensor:
-        """The probes' generator state, to save with a checkpoint."""
-        return self.generator.get_state()
+    def rng_state(self) -> dict:
+        """What the probes carry from one estimate to the next, to save with a checkpoint: their
+        generator, the warm starts and smoothing of the curvature estimates, and what the run's summary
+        keeps of the estimates so far (a continued run reports as if it had never stopped)."""
+        c = self.curvature
+        return {
+            "generator": self.generator.get_state(),
+            "estimates": self.estimates,
+            "last_fisher_step": self.last_fisher_step,
+            "eig": c.eig,
+            "heig": c.heig,
+            "ema": dict(c.ema),
+            "iterations": dict(c.iterations),
+            "residuals": dict(c.residuals),
+            "failed": dict(c.failed),
+            "series": list(self.series),
+            "last": dict(self.last),
+        }
 
-    def load_rng_state(self, state: torch.Tensor) -> None:
-        """Resume the probes' draws where `rng_state()` left them."""
-        self.generator.set_state(state)
+    def load_rng_state(self, state: dict | torch.Tensor) -> None:
+        """Continue where `rng_state()` left off (an older engine's checkpoint holds the generator only)."""
+        if isinstance(state, torch.Tensor):
+            self.generator.set_state(state)
+            return
+        c = self.curvature
+        self.generator.set_state(state["generator"])
+        self.estimates, self.last_fisher_step = state["estimates"], state["last_fisher_step"]
+        c.eig, c.heig = state["eig"], state["heig"]
+        c.ema, c.iterations = dict(state["ema"]), dict(state["iterations"])
+        c.residuals, c.failed = dict(state["residuals"]), dict(state["failed"])
+        self.series, self.last = list(state["series"]), dict(state["last"])
 
     # -- the hook ---------------------------------------------------------------------------------
     def capture_this_step(self, step: int) -> bool | str:

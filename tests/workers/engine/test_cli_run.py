@@ -147,4 +147,4 @@ def test_run_help_lists_every_spec_option_even_with_a_percent_sign_in_its_descri
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "--ln-position {pre,post}" in out and "--weight-standardization" in out
-    assert "2 % of its time" in out  # checkpoint_every's description, printed as written
+    assert "every 10 % of the run" in out  # checkpoint_every's description, printed as written

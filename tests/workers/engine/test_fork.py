@@ -4,6 +4,8 @@ interventions take effect at their step, live or replayed from the spec."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from normlab.fork import child_spec
 from normlab.settings import Settings
 from normlab.spec import Intervention, RunSpec
 from workers.engine import train
-from workers.engine.checkpoint import Cadence, Resume, load
+from workers.engine.checkpoint import Resume, load
 from workers.engine.fork import map_parameters
 from workers.engine.loop_setup import build_model
 from workers.engine.tasks import load_task
@@ -36,8 +38,8 @@ def run(spec: RunSpec, settings: Settings, run_id: str, **kw):
     return result, events
 
 
-def fork_of(parent: RunSpec, parent_id: str, step: int, **changes) -> RunSpec:
-    return child_spec(parent.resolved(), parent_id, step, changes)
+def fork_of(parent: RunSpec, parent_id: str, step: int, checkpoint: int | None = None, **changes) -> RunSpec:
+    return child_spec(parent.resolved(), parent_id, step, changes, checkpoint)
 
 
 @pytest.mark.parametrize(
@@ -60,15 +62,64 @@ def fork_of(parent: RunSpec, parent_id: str, step: int, **changes) -> RunSpec:
 def test_a_fork_without_changes_continues_bit_for_bit(model, ck_settings):
     parent = RunSpec(**model, **SMALL)
     _, events = run(parent, ck_settings, "parent")
-    assert checkpoints.steps(ck_settings.checkpoint_root, "parent") == [4, 8, 12]
-    _, child_events = run(fork_of(parent, "parent", 4), ck_settings, "child")
-    # every step after 4: the same train loss, and the same validation loss (BN: its running statistics)
-    assert scalars(child_events) == scalars(events)[4:]
-    assert [e.step for e in child_events if e.kind == "scalars"][0] == 5
-    probes = [(e.step, e.kind, e.payload) for e in events if e.kind in ("hidden", "fisher") and e.step > 4]
-    assert probes == [(e.step, e.kind, e.payload) for e in child_events if e.kind in ("hidden", "fisher")]
-    if parent.probes.enabled:  # Fisher estimates after the fork draw from the probes' generator
-        assert [s for s, kind, _ in probes if kind == "fisher"] == [5, 8, 11]
+    assert checkpoints.steps(ck_settings.checkpoint_root, "parent") == [0, 4, 8, 12]
+    # at a checkpoint (4), and between two (6: the child replays 5 → 6 from the checkpoint of step 4)
+    for step, loaded in ((4, None), (6, 4)):
+        _, child_events = run(fork_of(parent, "parent", step, loaded), ck_settings, f"child{step}")
+        # every step after the fork: the same train loss, and the same validation loss (BN: its running
+        # statistics)
+        assert scalars(child_events) == scalars(events)[step:]
+        assert [e.step for e in child_events if e.kind == "scalars"][0] == step + 1
+        probes = [
+            (e.step, e.kind, e.payload) for e in events if e.kind in ("hidden", "fisher") and e.step > step
+        ]
+        assert probes == [(e.step, e.kind, e.payload) for e in child_events if e.kind in ("hidden", "fisher")]
+        if parent.probes.enabled:  # Fisher estimates after the fork draw from the probes' generator
+            assert [s for s, kind, _ in probes if kind == "fisher"] == [s for s in (5, 8, 11) if s > step]
+
+
+def test_a_fork_between_checkpoints_replays_to_its_step_then_changes(ck_settings):
+    parent = RunSpec(task="digits", norm="layer", hidden_size=16, **SMALL)
+    _, events = run(parent, ck_settings, "p")
+    _, child = run(fork_of(parent, "p", 7, 4, lr=0.01, norm="rms"), ck_settings, "c")
+    said = [e for e in child if e.kind == "log" and e.payload.get("phase") == "replay"]
+    assert [e.payload["message"][:40] for e in said] == [
+        "Replaying the parent's steps 5 → 7 from ",
+        "Replayed to step 7; the fork's own steps",
+    ]
+    assert any(
+        "Forked at step 7 from norm 'layer' to 'rms'" in e.payload["message"]
+        for e in child
+        if e.kind == "log"
+    )
+    # the child starts from the parent's weights after step 7: with RMSNorm in place of LayerNorm its first
+    # loss differs, and its steps are 8 … 12 at the new learning rate
+    assert [s for s, *_ in scalars(child)] == list(range(8, 13))
+    assert {e.payload["lr"] for e in child if e.kind == "scalars"} == {0.01}
+    # its own checkpoints start at its fork step (another fork of it may start anywhere after)
+    assert checkpoints.steps(ck_settings.checkpoint_root, "c") == [7, 8, 12]
+    lr_only = fork_of(parent, "p", 7, 4, lr=0.01)
+    _, same_weights = run(lr_only, ck_settings, "c2")
+    assert scalars(same_weights)[0][1] == scalars(events)[7][1]  # step 8's loss: the weights after step 7
+
+
+def test_the_replay_applies_the_parents_interventions_before_the_fork(ck_settings):
+    spec = RunSpec(task="digits", hidden_size=16, **SMALL)
+    parent = spec.model_copy(update={"interventions": [Intervention(step=6, lr=0.02)]})
+    _, events = run(parent, ck_settings, "p")
+    child = fork_of(parent, "p", 7, 4)
+    assert child.parent is not None and [i.step for i in child.parent.replay] == [6]
+    _, child_events = run(child, ck_settings, "c")
+    assert scalars(child_events) == scalars(events)[7:]
+    assert not [e for e in child_events if e.kind == "intervention"]  # the replay reports nothing
+
+
+def test_a_cancel_during_the_replay_cancels_the_child(ck_settings):
+    parent = RunSpec(task="digits", hidden_size=16, **SMALL)
+    run(parent, ck_settings, "p")
+    events: list = []
+    result = train(fork_of(parent, "p", 7, 4), events.append, lambda: True, settings=ck_settings, run_id="c")
+    assert result.status == "cancelled" and "while replaying" in events[-1].payload["message"]
 
 
 def test_checkpoint_holds_batchnorm_statistics_and_the_loop_window(ck_settings):
@@ -199,55 +250,32 @@ def test_retention_keeps_the_latest_and_pinned_checkpoints(ck_settings):
     root = ck_settings.checkpoint_root
     spec = RunSpec(task="digits", hidden_size=16, steps=12, checkpoint_every=2, eval_every=50, device="cpu")
     run(spec, ck_settings, "p")
-    assert checkpoints.steps(root, "p") == [2, 4, 6, 8, 10, 12]
+    assert checkpoints.steps(root, "p") == [0, 2, 4, 6, 8, 10, 12]
     checkpoints.pin(root, "p", 4)
     deleted = checkpoints.prune(root, "p", cap_bytes=0)
-    assert deleted == [2, 6, 8, 10] and checkpoints.steps(root, "p") == [4, 12]
+    assert deleted == [0, 2, 6, 8, 10] and checkpoints.steps(root, "p") == [4, 12]
     checkpoints.delete_run(root, "p")
     assert checkpoints.steps(root, "p") == []
 
 
-def test_an_explicit_cadence_is_kept_whatever_it_costs():
-    cadence = Cadence(4, 12)
-    # checkpoints that cost far more than the run's time so far are still taken every 4 steps
-    assert [s for s in range(1, 13) if cadence.due(s, elapsed=0.001 * s, writer_cpu=10.0)] == [4, 8, 12]
+def test_the_checkpoint_schedule_is_a_function_of_the_spec_alone():
+    # no clock, no load, no writer's CPU time among its inputs: a busy host checkpoints the same steps
+    assert list(inspect.signature(checkpoints.schedule).parameters) == ["steps", "checkpoint_every", "start"]
+    assert checkpoints.schedule(300, None) == [0, 30, 60, 90, 120, 150, 180, 210, 240, 270, 300]
+    assert checkpoints.schedule(12, 4) == [0, 4, 8, 12]
+    assert checkpoints.schedule(25, None) == [0, 3, 6, 9, 12, 15, 18, 21, 24, 25]
+    assert checkpoints.schedule(12, 5) == [0, 5, 10, 12]
+    assert checkpoints.schedule(12, 4, start=6) == [6, 8, 12]  # a fork at 6 keeps the parent's multiples
+    assert checkpoints.schedule(12, 4, start=12) == [12]
+    assert checkpoints.every(5000, None) == 500 and checkpoints.every(3, None) == 1
 
 
-def _offers_taken(cadence: Cadence, steps: int, step_s: float, capture_s: float, write_s: float) -> list[int]:
-    """Drive a cadence through a run of `steps` steps of `step_s` seconds whose checkpoints cost
-    `capture_s` on the training thread and `write_s` on the writer."""
-    taken: list[int] = []
-    elapsed = 0.0
-    for step in range(1, steps):
-        elapsed += step_s
-        if cadence.due(step, elapsed, writer_cpu=write_s * len(taken)):
-            cadence.charge(capture_s)
-            elapsed += capture_s
-            taken.append(step)
-    return taken
-
-
-def test_the_default_cadence_offers_ten_and_keeps_to_its_budget():
-    # a slow run (0.1 s a step, 4 ms checkpoints): every offer of about ten is taken
-    slow = _offers_taken(Cadence(None, 300), 300, step_s=0.1, capture_s=0.001, write_s=0.003)
-    assert slow == list(range(30, 300, 30))
-    # a fast run (1 ms a step, the same checkpoints): the first offer, then only what the budget allows
-    fast_cadence = Cadence(None, 300)
-    fast = _offers_taken(fast_cadence, 300, step_s=0.001, capture_s=0.001, write_s=0.003)
-    assert fast[0] == 30 and len(fast) < 9
-    run_s = 0.001 * 299 + 0.001 * len(fast)
-    spent = (0.001 + 0.003) * len(fast)
-    # past the first checkpoint (always taken: it gives the run its first fork point and its price),
-    # checkpoints cost at most the budget of the run's time
-    assert spent - 0.004 <= Cadence.BUDGET * run_s
-
-
-def test_a_run_left_to_the_default_cadence_keeps_an_early_checkpoint_and_its_last(ck_settings):
+def test_a_run_checkpoints_exactly_the_steps_its_schedule_names(ck_settings):
     spec = RunSpec(task="digits", hidden_size=16, steps=40, eval_every=50, device="cpu")
-    assert spec.resolved().checkpoint_every is None  # left to the engine in the stored spec too
+    assert spec.resolved().checkpoint_every is None  # left to the default in the stored spec too
     run(spec, ck_settings, "auto")
     kept = checkpoints.steps(ck_settings.checkpoint_root, "auto")
-    assert kept[0] == 4 and kept[-1] == 40 and set(kept) <= set(range(4, 41, 4))
+    assert kept == checkpoints.schedule(40, None) == [0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
 
 
 def test_a_resumed_run_continues_its_own_history_bit_for_bit_without_repeating_a_step(ck_settings):
@@ -257,7 +285,7 @@ def test_a_resumed_run_continues_its_own_history_bit_for_bit_without_repeating_a
     # the first worker stops before step 10: checkpoints at 4 and 8, events stored up to step 9
     first = train(spec, stopped.append, lambda: len(scalars(stopped)) >= 9, settings=ck_settings, run_id="r")
     assert first.status == "cancelled" and [s for s, *_ in scalars(stopped)] == list(range(1, 10))
-    assert checkpoints.steps(ck_settings.checkpoint_root, "r") == [4, 8]
+    assert checkpoints.steps(ck_settings.checkpoint_root, "r") == [0, 4, 8]
     stored = [e for e in stopped if not (e.kind == "status" and e.payload["status"] == "cancelled")]
     point = Resume(step=8, seq=stored[-1].seq, reported=9)
     result, resumed = run(spec, ck_settings, "r", resume=point)

@@ -2,14 +2,19 @@
 
 Steps, in the order that spends a short GPU lease on what matters first, each under its own time cap:
   tests   `pytest -m gpu tests/kernels` (correctness before any figure)
-  lstm    the fused LN-LSTM sequence, fwd+bwd at B=32 T=128 H=512, against cuDNN's nn.LSTM (fp32, TF32)
-  ln      LayerNorm bf16 at M·N ≥ 32M: ours, eager torch and torch.compile, forward and backward, as % of
-          the copy ceiling and of the GPU's peak bandwidth; then the dispatch's measured choice per row
-  host    host µs per call on a small shape (back-to-back calls, no flush): ours, dispatched, torch
-  engine  engine steps/s with kernel_backend auto vs torch on two tasks
+  probe   where the forced-Triton backward's excess goes (benchmarks/gpu_probe.py), two shapes
+  ln      LayerNorm bf16 at M·N ≥ 32M: ours, eager torch and torch.compile (every row compiled: Dynamo
+          reset per shape, never past its recompile limit), forward and backward by events, the kernels
+          alone by events and by CUDA-graph replay, as % of the copy ceiling measured in the same run and
+          of the GPU's peak; then the dispatch's measured choice per row
+  host    host µs per call on a small shape, without grad (forward) and with grad (fwd + backward):
+          ours, dispatched, torch
+  lstm    the fused LN-LSTM sequence, fwd+bwd at B=32 T=128 H=512, against cuDNN (regression guard)
+  engine  engine steps/s with kernel_backend auto vs torch on two tasks (not in the default run: met)
 Every step appends its rows to results.jsonl as they are measured and rewrites status.json when it ends,
-so a step cut by its cap, or a run cut by the lease, still leaves what it measured. Without CUDA each
-step records why it was skipped (the CPU dry run the tests make). Caps (seconds) sum to CAPS_TOTAL, which
+so a step cut by its cap, or a run cut by the lease, still leaves what it measured. The dispatch's
+calibration cache lives in RESULTS/calibration (never the user's cache). Without CUDA each step records
+why it was skipped (the CPU dry run the tests make). The default steps' caps sum to CAPS_TOTAL, which
 leaves 45 s of a 420 s lease for start-up and the copy back.
 """
 
@@ -22,14 +27,18 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 
-CAPS = {"tests": 95, "lstm": 45, "ln": 150, "host": 20, "engine": 60}
-CAPS_TOTAL = sum(CAPS.values())
+from benchmarks.gpu_probe import bench as _bench
+from benchmarks.gpu_probe import graph_bench, host_seconds, probe_row
+
+CAPS = {"tests": 95, "probe": 45, "ln": 150, "host": 20, "lstm": 45, "engine": 60}
+DEFAULT_STEPS = ("tests", "probe", "ln", "host", "lstm")
+CAPS_TOTAL = sum(CAPS[name] for name in DEFAULT_STEPS)
 RECOMMENDED_TIMEOUT_S = 420
 LN_N = (768, 1000, 2041, 4096, 4099, 5120, 8192, 16384, 32768, 65536)
 PEAK_GBS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0}
+PROBE_N = (1000, 4096)
 
 
 class Cut(Exception):
@@ -53,24 +62,6 @@ class Step:
         with open(self.out / "results.jsonl", "a") as f:
             f.write(json.dumps({"step": self.name, **row}) + "\n")
         print(self.name, json.dumps(row), flush=True)
-
-
-def _bench(fn: Callable[[], object], reps: int = 10) -> float:
-    """Median-of-3 GPU seconds per call, `reps` calls back to back between two events (no flush)."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / reps)
-    return sorted(times)[1]
 
 
 def step_tests(step: Step, scale: float) -> None:
@@ -128,8 +119,9 @@ def _copy_ceiling_gbs(elems: int) -> float:
     return 2 * elems * 2 / _bench(lambda: dst.copy_(src)) / 1e9
 
 
-def _ln_row(M: int, N: int, compiled, step: Step) -> dict:
-    """One bf16 (M, N) row: ours, eager and compiled torch, forward and backward (bwd = fwd+bwd − fwd)."""
+def _ln_row(M: int, N: int, compiled, calibrator, step: Step) -> dict:
+    """One bf16 (M, N) row: ours, eager and compiled torch, forward and backward (bwd = fwd+bwd − fwd) by
+    events; the kernels alone by events and by CUDA-graph replay."""
     import torch
     import torch.nn.functional as F
 
@@ -141,7 +133,7 @@ def _ln_row(M: int, N: int, compiled, step: Step) -> dict:
     b = torch.randn(N, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     dy = torch.randn_like(x)
     sides = {
-        "ours": lambda: layer_norm_op.triton_layer_norm(x, w, b),
+        "ours": lambda: kernels.triton_layer_norm(x, w, b),
         "eager": lambda: F.layer_norm(x, (N,), w, b),
         "compile": lambda: compiled(x, (N,), w, b),
     }
@@ -151,23 +143,50 @@ def _ln_row(M: int, N: int, compiled, step: Step) -> dict:
         with torch.no_grad():
             t_f = _bench(fn)
         t_b = max(_bench(lambda fn=fn: torch.autograd.grad(fn(), (x, w, b), dy)) - t_f, 1e-9)
-        row[side] = {"fwd_us": t_f * 1e6, "bwd_us": t_b * 1e6,
-                     "fwd_gbs": 2 * M * N * 2 / t_f / 1e9, "bwd_gbs": 3 * M * N * 2 / t_b / 1e9}  # fmt: skip
+        row[side] = {"fwd_us": t_f * 1e6, "bwd_us": t_b * 1e6}
     # the kernels alone, outputs allocated once: what host time the rows above carry on top
-    y, mean, rstd = (torch.empty_like(x), *torch.empty(2, M, device="cuda"))
-    dx = torch.empty_like(x)
-    with torch.no_grad():
-        layer_norm_op.forward_into(x, w, b, 1e-5, y, mean, rstd)
-        t_f = _bench(lambda: layer_norm_op.forward_into(x, w, b, 1e-5, y, mean, rstd))
-        t_b = _bench(lambda: layer_norm_op.backward_into(dy, x, w, mean, rstd, dx, True, b.dtype))
-    row["kernels_only"] = {"fwd_us": t_f * 1e6, "bwd_us": t_b * 1e6}
+    xd, wd, bd = x.detach(), w.detach(), b.detach()
+    y, stats, dx = torch.empty_like(x), torch.empty(2, M, device="cuda"), torch.empty_like(x)
+
+    def fwd():
+        layer_norm_op.forward_into(xd, wd, bd, 1e-5, y, stats[0], stats[1])
+
+    def bwd():
+        layer_norm_op.backward_into(dy, xd, wd, stats[0], stats[1], dx, True, b.dtype)
+
+    fwd()
+    row["kernels_only"] = {"fwd_us": _bench(fwd) * 1e6, "bwd_us": _bench(bwd) * 1e6}
+    graphed = {d: graph_bench(fn) for d, fn in (("fwd", fwd), ("bwd", bwd))}
+    row["kernels_graph"] = {f"{d}_us": None if t is None else t * 1e6 for d, t in graphed.items()}
     best = {d: min(row["eager"][f"{d}_us"], row["compile"][f"{d}_us"]) for d in ("fwd", "bwd")}
     row["ours_vs_best_torch"] = {d: row["ours"][f"{d}_us"] / best[d] for d in ("fwd", "bwd")}
     row["kernels_vs_best_torch"] = {d: row["kernels_only"][f"{d}_us"] / best[d] for d in ("fwd", "bwd")}
-    kernels.layer_norm(x, w, b).backward(dy)  # the engine's path: its measured choice for this class
-    choices = kernels.layer_norm_choices().items()
+    kernels.layer_norm(x, w, b, calibrator=calibrator).backward(dy)  # the engine's path: its choice
+    with torch.no_grad():
+        kernels.layer_norm(x, w, b, calibrator=calibrator)
+    choices = kernels.layer_norm_choices(calibrator).items()
     row["dispatch"] = {k.split(" | ", 1)[1]: v for k, v in choices if f"N={N}," in k}
     return row
+
+
+def _percentages(row: dict, ceiling_gbs: float, peak_gbs: float | None) -> None:
+    """% of the copy ceiling (and of peak) per side and direction: fwd moves 2·M·N·2 bytes, bwd 3·M·N·2."""
+    moved = {"fwd": 2 * row["M"] * row["N"] * 2, "bwd": 3 * row["M"] * row["N"] * 2}
+    for side in ("ours", "eager", "compile", "kernels_only", "kernels_graph"):
+        for d, nbytes in moved.items():
+            t = row[side].get(f"{d}_us")
+            if not t:
+                continue
+            gbs = nbytes / (t * 1e-6) / 1e9
+            row[side][f"{d}_pct_ceiling"] = 100 * gbs / ceiling_gbs
+            if peak_gbs:
+                row[side][f"{d}_pct_peak"] = 100 * gbs / peak_gbs
+
+
+def _calibrator(step: Step):
+    import kernels
+
+    return kernels.make_calibrator(step.out / "calibration")  # this run's own, never ~/.cache
 
 
 def step_ln(step: Step, scale: float) -> None:
@@ -177,16 +196,26 @@ def step_ln(step: Step, scale: float) -> None:
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in PEAK_GBS.items() if k in name), None)
     elems = int(32 * 2**20 * scale)
-    step.row(copy_ceiling_gbs=_copy_ceiling_gbs(elems), peak_gbs=peak, gpu=name)
+    ceiling = _copy_ceiling_gbs(elems)
+    step.row(copy_ceiling_gbs=ceiling, peak_gbs=peak, gpu=name)
     compiled = torch.compile(F.layer_norm, dynamic=False)
+    calibrator = _calibrator(step)
     for N in LN_N if scale >= 1 else (64, 100):
         step.check(12)
-        row = _ln_row(-(-elems // N), N, compiled, step)
-        if peak:
-            ko = row["kernels_only"]
-            moved = {"fwd": 2 * row["M"] * N * 2, "bwd": 3 * row["M"] * N * 2}
-            row["kernels_pct_peak"] = {d: 100 * moved[d] / (ko[f"{d}_us"] * 1e-6) / 1e9 / peak for d in moved}
+        # ten shapes × dynamic=False pass Dynamo's recompile limit (8): the last rows would silently run
+        # eager. A reset per shape (public API) compiles every row afresh instead.
+        torch.compiler.reset()
+        row = _ln_row(-(-elems // N), N, compiled, calibrator, step)
+        _percentages(row, ceiling, peak)
         step.row(**row)
+    step.row(calibration_first_use_s={k: v["first_use_s"] for k, v in calibrator.measured.items()})
+
+
+def step_probe(step: Step, scale: float) -> None:
+    elems = int(32 * 2**20 * scale)
+    for N in PROBE_N if scale >= 1 else (64,):
+        step.check(15)
+        step.row(**probe_row(-(-elems // N), N, step.out))
 
 
 def step_host(step: Step, scale: float) -> None:
@@ -194,27 +223,30 @@ def step_host(step: Step, scale: float) -> None:
     import torch.nn.functional as F
 
     import kernels
-    from kernels import layer_norm_op
 
-    x = torch.randn(32, 512, device="cuda")
-    w, b = torch.ones(512, device="cuda"), torch.zeros(512, device="cuda")
+    x = torch.randn(32, 512, device="cuda", requires_grad=True)
+    w = torch.ones(512, device="cuda", requires_grad=True)
+    b = torch.zeros(512, device="cuda", requires_grad=True)
+    dy = torch.randn_like(x)
+    calibrator = _calibrator(step)
     sides = {
-        "ours": lambda: layer_norm_op.triton_layer_norm(x, w, b),
-        "dispatched": lambda: kernels.layer_norm(x, w, b),
+        "ours": lambda: kernels.triton_layer_norm(x, w, b),
+        "dispatched": lambda: kernels.layer_norm(x, w, b, calibrator=calibrator),
         "torch": lambda: F.layer_norm(x, (512,), w, b),
     }
-    row = {}
+    row: dict = {}
     for side, fn in sides.items():
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(2000):
-            fn()
-        host = (time.perf_counter() - t0) / 2000
-        torch.cuda.synchronize()
-        row[f"{side}_host_us"] = host * 1e6
-    step.row(shape=[32, 512], **row, target_ours_host_us="<= 10")
+        with torch.no_grad():
+            row[f"{side}_fwd_nograd_host_us"] = host_seconds(fn, 2000) * 1e6
+        row[f"{side}_fwd_bwd_host_us"] = (
+            host_seconds(lambda fn=fn: torch.autograd.grad(fn(), (x, w, b), dy)) * 1e6
+        )
+    for mode in ("fwd_nograd", "fwd_bwd"):
+        row[f"dispatched_minus_torch_{mode}_us"] = (
+            row[f"dispatched_{mode}_host_us"] - row[f"torch_{mode}_host_us"]
+        )
+    step.row(shape=[32, 512], **row, target="dispatched <= torch + 3 us, with and without grad",
+             dispatch=kernels.layer_norm_choices(calibrator))  # fmt: skip
 
 
 def step_engine(step: Step, scale: float) -> None:
@@ -247,14 +279,17 @@ def run_steps(names: list[str], out: Path, scale: float, cuda: bool, status: dic
         (out / "status.json").write_text(json.dumps(status, indent=1))
 
 
-STEPS = {"tests": step_tests, "lstm": step_lstm, "ln": step_ln, "host": step_host, "engine": step_engine}
+STEPS = {"tests": step_tests, "probe": step_probe, "ln": step_ln, "host": step_host, "lstm": step_lstm,
+         "engine": step_engine}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, nargs="?", default=Path("gpu-check"), help="results folder")
     parser.add_argument("--json", action="store_true", help="print status.json at the end")
-    parser.add_argument("--only", default=",".join(STEPS), help="comma-separated steps, in this order")
+    parser.add_argument(
+        "--only", default=",".join(DEFAULT_STEPS), help=f"comma-separated steps of {list(STEPS)}"
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="< 1: tiny shapes (a dry run)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ __all__ = [
     "layer_norm",
     "layer_norm_choices",
     "layer_norm_reference",
+    "make_calibrator",
     "ln_backend_for",
     "ln_gru_cell",
     "ln_gru_cell_reference",
@@ -53,7 +54,7 @@ def check_backend(name: str) -> str:
             "kernel backend 'triton' needs the triton package; install normlab[kernels] or use 'auto'/'torch'"
         )
     if name != "torch" and torch.cuda.is_available() and triton_available():
-        for module in ("layer_norm_op", "lstm_op", "gru_op", "lstm_seq_op", "gru_seq_op"):
+        for module in ("layer_norm_autograd", "lstm_op", "gru_op", "lstm_seq_op", "gru_seq_op"):
             _module(module)
     return name
 
@@ -92,11 +93,21 @@ def ln_backend_for(x: torch.Tensor, backend: str = "auto") -> str:
     return chosen if chosen == "torch" or backend == "triton" else "measured"
 
 
-def layer_norm_choices() -> dict[str, str]:
-    """The measured LayerNorm choices this process made or loaded: '<GPU> <dtype/direction/shape>' -> side."""
-    if "layer_norm_op" not in _MODULES:
+def layer_norm_choices(calibrator=None) -> dict[str, str]:
+    """The measured LayerNorm choices `calibrator` (default: the process's in-memory one) made or loaded:
+    '<GPU> | <dtype>/<train|infer>/<shape class>' -> side."""
+    if calibrator is not None:
+        return calibrator.record()
+    if "layer_norm_autograd" not in _MODULES:
         return {}
-    return _ln_op().CALIBRATOR.record()
+    return _ln_op().process_calibrator().record()
+
+
+def make_calibrator(cache_dir=None, timer=None, margin=None):
+    """A calibrator for the measured LayerNorm dispatch, its choices kept in `cache_dir` (None: in memory)
+    under a hash of the kernel sources and the Triton/torch versions. Build it at the edge (worker start,
+    a benchmark's main) and pass it to `layer_norm(..., calibrator=)`."""
+    return _ln_op().make_calibrator(cache_dir, timer, margin)
 
 
 def _module(name: str):
@@ -108,7 +119,7 @@ def _module(name: str):
 
 
 def _ln_op():
-    return _module("layer_norm_op")
+    return _module("layer_norm_autograd")
 
 
 def _lstm_op():
@@ -121,16 +132,18 @@ def layer_norm(
     bias: torch.Tensor | None,
     eps: float = 1e-5,
     backend: str = "auto",
+    calibrator=None,
 ) -> torch.Tensor:
     """LayerNorm over the last dimension (eq. 15: population variance), then gain and bias.
 
-    On CUDA the faster of the Triton kernels and torch's for the input's shape class (measured once, see
-    kernels/dispatch.py), or Triton when `backend` is 'triton'; `F.layer_norm` otherwise."""
+    On CUDA the faster of the Triton kernels and torch's for the input's shape class, measured once by
+    `calibrator` (`make_calibrator`; None: one in memory for this process, see kernels/dispatch.py), or
+    Triton when `backend` is 'triton'; `F.layer_norm` otherwise."""
     chosen = ln_backend_for(x, backend)
     if chosen == "triton":
         return _ln_op().triton_layer_norm(x, weight, bias, eps)
     if chosen == "measured":
-        return _ln_op().dispatched_layer_norm(x, weight, bias, eps)
+        return _ln_op().dispatched_layer_norm(x, weight, bias, eps, calibrator)
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 

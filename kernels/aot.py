@@ -1,7 +1,7 @@
 """Ahead-of-time compilation of every kernel specialization we launch, for sm_80 and sm_90, without a GPU.
 
 `specializations(full)` lists (kernel, signature, constexprs, num_warps) built from the real launch
-heuristics (layer_norm_op.fwd_config / bwd_config, lstm_op), so a tier added there is compiled here.
+heuristics (layer_norm_op.fwd_launch / bwd_launch, lstm_op), so a tier added there is compiled here.
 `compile_all(...)` runs triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32)) on fresh JIT
 copies of the kernel modules (the process may have imported them interpreted). `python -m kernels.aot
 [--full]` prints registers and spills per kernel (ptxas -v) for the record.
@@ -28,7 +28,7 @@ TARGETS = ((80, "sm_80"), (90, "sm_90"))
 DTYPES = (("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"))
 # One N per launch configuration (see fwd_config); N a multiple of 16 compiles the 16-byte-load case
 # (Triton specializes on it at run time), the others the scalar-load case of the same tier.
-LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 65536)
+LN_SIZES = (7, 1000, 2041, 4096, 4099, 5120, 8192, 12289, 16384, 20001, 32768, 65536)
 LSTM_HIDDEN = (256, 1024)
 CPU = torch.device("cpu")  # only the persistent grid size depends on the device; it is not compiled in
 MODULES = ("layer_norm_triton", "lstm_triton", "gru_triton")
@@ -65,7 +65,7 @@ def load_jit_modules() -> dict[str, ModuleType]:
 
 
 def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
-    from kernels.layer_norm_op import CHUNK, bwd_launch, fwd_launch, warps_for
+    from kernels.layer_norm_op import CHUNK, bwd_launch, fwd_launch, sums_launch, warps_for
 
     label = f"N={N} x={x} w={w} W={int(has_w)} B={int(has_b)}"
     flags = {"HAS_W": has_w, "HAS_B": has_b}
@@ -76,13 +76,14 @@ def _ln_specs(x: str, w: str, N: int, has_w: bool, has_b: bool) -> list[Spec]:
                "M": "i32", "N": "i32", "rows_per_program": "i32"}  # fmt: skip
     # N and the row strides compiled as multiples of 16 where N is one (Triton specializes them so)
     aligned = ("N", "stride_x", "stride_dy") if N % 16 == 0 else ()
-    fwd, bwd = fwd_launch(4096, N), bwd_launch(4096, N, CPU)
-    fwd_flags = {**flags, "BLOCK_N": fwd.BLOCK_N, "ROWS": fwd.ROWS, "LONG": fwd.long}
-    bwd_flags = {**flags, "BLOCK_N": bwd.BLOCK_N, "SEGMENTED": bwd.long}
+    fwd, bwd, sums = fwd_launch(4096, N, CPU), bwd_launch(4096, N, CPU), sums_launch(N)
     specs = [
-        Spec("_ln_fwd", fwd_sig, fwd_flags, fwd.num_warps, label, tuple(a for a in aligned if a in fwd_sig)),
-        Spec("_ln_bwd", bwd_sig, bwd_flags, bwd.num_warps, label, aligned),
-    ]
+        Spec("_ln_fwd", fwd_sig, {**flags, **fwd.meta}, fwd.num_warps, label,
+             tuple(a for a in aligned if a in fwd_sig)),
+        Spec("_ln_bwd", bwd_sig, {**flags, **bwd.meta}, bwd.num_warps, label, aligned),
+        Spec("_ln_param_sums", {"Part": "*fp32", "DW": f"*{w}", "DB": f"*{w}", "P": "i32", "N": "i32"},
+             {**flags, **sums.meta}, sums.num_warps, label, tuple(a for a in aligned if a == "N")),
+    ]  # fmt: skip
     if bwd.long:
         sums_sig = {
             n: bwd_sig[n] for n in ("DY", "X", "W", "Mean", "Rstd", "C", "stride_dy", "stride_x", "N")
@@ -221,7 +222,9 @@ def specializations(full: bool = False) -> list[Spec]:
     for k, H in enumerate(LSTM_HIDDEN):
         for x, w in DTYPES if full else (DTYPES[3 * k],):
             specs += _gru_specs(x, w, H)
-    return specs
+    # one compile per distinct specialization (the partial-row sum is the same kernel for most N)
+    unique = {(s.kernel, repr(s.signature), repr(s.constexprs), s.num_warps, s.aligned): s for s in specs}
+    return list(unique.values())
 
 
 def compile_spec(spec: Spec, mods: dict[str, ModuleType], cc: int):

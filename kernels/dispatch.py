@@ -1,23 +1,31 @@
-"""Which LayerNorm runs on a CUDA tensor: the faster of the Triton kernels and `F.layer_norm`, measured.
+"""A `Calibrator`: which of several implementations runs for a shape class, measured once, with a margin.
 
-The first time a (device, dtype, direction, shape class) is seen, both sides run a few times back to back
-between two CUDA events (no cache flush, so host time shows when the call is host-bound), and the faster
-one is used from then on. Decisions are kept per process and in a JSON file per device model in the cache
-directory, so a worker that restarts does not measure again. "Never slower than torch" then holds by
-construction on any GPU, within the timer's noise. The timer is injectable: tests drive it with a fake.
+The first time a (device, key) is seen, every candidate runs a few times back to back between two CUDA
+events (no cache flush, so host time shows when a call is host-bound) and the fastest is used from then
+on, but a challenger must beat the baseline (torch) by `margin`: a noise-level tie keeps torch. The
+caller's candidates are whole paths (for the LayerNorm: forward and backward through the autograd path
+the engine runs), so "never slower than the baseline" holds by construction on any GPU, within the
+timer's noise. Choices are kept per process and in a JSON file per (device model, fingerprint) in
+`cache_dir`; the fingerprint hashes the kernel sources and the Triton/torch versions, so a changed kernel
+or toolchain measures again instead of inheriting old choices. The caller builds one at its edge and
+passes it down; the timer is injectable (tests drive it with a fake).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
 Timer = Callable[[Callable[[], object]], float]  # seconds per call of a no-argument function
+BASELINE = "torch"
+MARGIN = 0.05  # a challenger must be ≥ 5 % faster than the baseline: the event timer's run-to-run noise
 
 
 def cuda_timer(fn: Callable[[], object], reps: int = 20, trials: int = 3) -> float:
@@ -41,25 +49,41 @@ def shape_class(M: int, N: int) -> str:
     return f"N={N},M<={1 << max(0, (M - 1).bit_length())}"
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normlab" / "kernels"
+def fingerprint(*parts: str) -> str:
+    """A short hash of `parts` (kernel sources, library versions): the cache file's name carries it."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
 
 class Calibrator:
-    """Chooses 'triton' or 'torch' per key, measuring once; the choices persist in `cache_dir`."""
+    """Chooses one candidate per (device, key), measuring once; the choices persist in `cache_dir`."""
 
-    def __init__(self, timer: Timer | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        timer: Timer | None = None,
+        cache_dir: Path | None = None,
+        margin: float = MARGIN,
+        fingerprint: str = "",
+    ) -> None:
         self.timer = timer or cuda_timer
         self.cache_dir = cache_dir
+        self.margin = margin
+        self.fingerprint = fingerprint
         self.choices: dict[str, dict[str, str]] = {}  # device model -> key -> choice
-        self.measured: dict[str, dict[str, float]] = {}  # key -> {'triton': s, 'torch': s}, this process
+        # key -> seconds per call of each candidate, and 'first_use_s': what measuring cost (this process)
+        self.measured: dict[str, dict[str, float]] = {}
+        self.fast: dict[tuple, str] = {}  # the caller's per-call memo (exact shapes -> choice)
         self._lock = threading.Lock()
 
     def _file(self, device: str) -> Path | None:
         if self.cache_dir is None:
             return None
         safe = "".join(c if c.isalnum() else "_" for c in device)
-        return Path(self.cache_dir) / f"layer_norm_{safe}.json"
+        tag = f"_{self.fingerprint}" if self.fingerprint else ""
+        return Path(self.cache_dir) / f"layer_norm_{safe}{tag}.json"
 
     def _known(self, device: str) -> dict[str, str]:
         known = self.choices.get(device)
@@ -69,8 +93,8 @@ class Calibrator:
             if path is not None and path.exists():
                 try:
                     loaded = json.loads(path.read_text())
-                    known = {k: v for k, v in loaded.items() if v in ("triton", "torch")}
-                except (OSError, ValueError):
+                    known = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, str)}
+                except (OSError, ValueError, AttributeError):
                     known = {}  # an unreadable cache is measured again, never trusted
             self.choices[device] = known
         return known
@@ -87,26 +111,34 @@ class Calibrator:
         except OSError:
             pass  # a read-only cache costs a measurement per process, nothing else
 
-    def choose(
-        self, device: str, key: str, triton_fn: Callable[[], object], torch_fn: Callable[[], object]
-    ) -> str:
-        """'triton' or 'torch' for `key` on `device` (a device model name), measuring the two at most once."""
+    def known(self, device: str, key: str) -> str | None:
+        """The stored choice for `key`, without measuring (a graph capture must not time anything)."""
+        return self._known(device).get(key)
+
+    def pick(self, times: Mapping[str, float]) -> str:
+        """The baseline unless the fastest other candidate beats it by the margin."""
+        best = min((name for name in times if name != BASELINE), key=times.__getitem__, default=None)
+        if best is None or BASELINE not in times:
+            return best or BASELINE
+        return best if times[best] < (1.0 - self.margin) * times[BASELINE] else BASELINE
+
+    def choose(self, device: str, key: str, candidates: Mapping[str, Callable[[], object]]) -> str:
+        """The candidate for `key` on `device` (a device model name), measuring each at most once. A
+        stored choice that is no longer a candidate is measured again."""
         known = self._known(device)
-        choice = known.get(key)
-        if choice is not None:
-            return choice
+        stored = known.get(key)
+        if stored is not None and stored in candidates:
+            return stored
         with self._lock:
             choice = known.get(key)
-            if choice is None:
-                t_triton, t_torch = self.timer(triton_fn), self.timer(torch_fn)
-                self.measured[key] = {"triton": t_triton, "torch": t_torch}
-                choice = known[key] = "triton" if t_triton < t_torch else "torch"
+            if choice is None or choice not in candidates:
+                t0 = time.perf_counter()
+                times = {name: self.timer(fn) for name, fn in candidates.items()}
+                choice = known[key] = self.pick(times)
+                self.measured[key] = {**times, "first_use_s": time.perf_counter() - t0}
                 self._save(device)
         return choice
 
     def record(self) -> dict[str, str]:
         """Every choice this process has made or loaded, as '<device> | <key>' -> choice (run summaries)."""
         return {f"{dev} | {key}": c for dev, keys in self.choices.items() for key, c in sorted(keys.items())}
-
-
-CALIBRATOR = Calibrator(cache_dir=default_cache_dir())

@@ -1,10 +1,11 @@
-"""`triton_layer_norm` and the measured `dispatched_layer_norm`: launches, autograd, dispatch.
+"""The LayerNorm's launches: heuristics, cached launch plans, and the custom op pair for torch.compile.
 
-The kernels and their maths are in layer_norm_triton.py. Launch heuristics live here and only here: the
-forward takes ROWS short rows per program or walks a long row in chunks; the backward is persistent, its
-grid P computed per call from (M, N, device). One custom op pair (`normlab::layer_norm_fwd` / `_bwd`)
-carries autograd and keeps the kernels in a torch.compile graph. On CUDA the engine's `kernels.layer_norm`
-reaches `dispatched_layer_norm`, which runs the side measured faster per shape class (dispatch.py).
+The kernels and their maths are in layer_norm_triton.py; the eager autograd and the measured dispatch in
+layer_norm_autograd.py. Launch heuristics live here and only here: the forward takes ROWS short rows per
+program or walks a long row in chunks; the backward is persistent, its grid P computed from (M, N,
+device). Each (device, dtypes, M, N, weight, bias, alignment) gets one plan, built once: its launches call
+the compiled kernel's runner directly after the first (launch.py). One custom op pair
+(`normlab::layer_norm_fwd` / `_bwd`) carries autograd and keeps the kernels in a torch.compile graph.
 """
 
 # No `from __future__ import annotations`: older torch infers custom-op schemas from real annotations.
@@ -15,11 +16,15 @@ import torch
 import triton
 
 from kernels import layer_norm_triton as K
-from kernels.dispatch import CALIBRATOR, shape_class
+from kernels.launch import Launcher, PlanCache, aligned, spec
 
-MAX_RESIDENT = 8192  # widest row (next power of two) held in registers; longer rows are walked in chunks
+MAX_RESIDENT = 8192  # backward: widest row (next power of two) held in registers (x, ∂y, γ, two partials)
+MAX_RESIDENT_FWD = 32768  # forward: a row in registers up to 32K (16–32 warps), longer ones in chunks
 CHUNK = 4096  # columns per chunk (forward walk) and per segment (backward) of a long row
-SMALL_ROW_ELEMS = 4096  # a forward program over short rows takes about this many elements
+SMALL_ROW_ELEMS = 4096  # a forward step over short rows takes about this many elements
+PREFETCH_ELEMS = 8192  # the forward prefetches the next block while a block holds at most this many
+BWD_TILE_ELEMS = 2048  # a backward step over short rows (N ≤ 1024) takes about this many elements
+STAGES = 3  # software-pipelining depth of the long-row and backward row loops (tl.range num_stages)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -34,44 +39,121 @@ def warps_for(elems: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def persistent_programs(device: torch.device) -> int:
-    """Programs of a persistent grid on this device: two per SM; few on the interpreter (CPU tests)."""
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def persistent_programs(device: torch.device, per_sm: int = 2) -> int:
+    """Programs of a persistent grid on this device: `per_sm` per SM; few on the interpreter (CPU tests)."""
     if device.type == "cuda":
-        return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+        return per_sm * _sm_count(device)
     return 4
 
 
-class Launch(NamedTuple):
-    """One kernel's launch: its block, rows per program (forward) or row range (backward), grid, warps."""
+def occupancy(regs: int, num_warps: int, shared: int, sm_regs: int, sm_threads: int, sm_shared: int) -> int:
+    """Programs of one compiled kernel resident on one SM: the least of its thread, register and
+    shared-memory limits (registers are allocated per warp, in units of 256)."""
+    threads = 32 * num_warps
+    per_warp = -(-max(regs, 1) * 32 // 256) * 256
+    limits = [sm_threads // threads, sm_regs // (per_warp * num_warps)]
+    if shared:
+        limits.append(sm_shared // shared)
+    return max(1, min(limits))
 
-    BLOCK_N: int
-    ROWS: int
-    grid: tuple
+
+def programs_per_sm(compiled, num_warps: int, device: torch.device) -> int | None:
+    """occupancy() of a compiled kernel on `device`; None when its register count is unknown."""
+    if compiled.run is None:  # the public launcher property loads the binary: n_regs is known from here
+        return None
+    regs = getattr(compiled, "n_regs", None)
+    if not regs:
+        return None
+    props = torch.cuda.get_device_properties(device)
+    shared = getattr(compiled.metadata, "shared", 0)
+    return occupancy(regs, num_warps, shared, getattr(props, "regs_per_multiprocessor", 65536),
+                     getattr(props, "max_threads_per_multi_processor", 2048),
+                     getattr(props, "shared_memory_per_multiprocessor", 228 * 1024))  # fmt: skip
+
+
+class Launch(NamedTuple):
+    """One kernel's launch: its constexprs, warps, grid, rows per program (backward) and row shape."""
+
+    meta: dict
     num_warps: int
+    grid: tuple
+    rows_per_program: int
     long: bool
 
 
-def fwd_launch(M: int, N: int) -> Launch:
-    block = triton.next_power_of_2(N)
-    if block > MAX_RESIDENT:
-        return Launch(CHUNK, 1, (M,), warps_for(CHUNK), True)
-    rows = max(1, min(SMALL_ROW_ELEMS // block, 16, triton.next_power_of_2(M)))
-    return Launch(block, rows, (triton.cdiv(M, rows),), warps_for(block * rows), False)
+def _prev_pow2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
-def bwd_launch(M: int, N: int, device: torch.device) -> Launch:
-    """P programs (P·segments about one wave) each over a contiguous range of ROWS rows; long rows in
-    segments of CHUNK columns (grid (P, segments))."""
+def fwd_launch(M: int, N: int, device: torch.device, per_sm: int | None = None) -> Launch:
+    """Short rows: ROWS per step as two power-of-two tiles (BLOCK_A ≤ N, BLOCK_B ≥ the rest); rows past
+    MAX_RESIDENT_FWD walked in CHUNKs. A persistent grid of at most per_sm programs per SM (default: about
+    1024 threads per SM until the compiled kernel's occupancy is known)."""
+    if triton.next_power_of_2(N) > MAX_RESIDENT_FWD:
+        warps = warps_for(CHUNK)
+        meta = dict(BLOCK_A=CHUNK, BLOCK_B=0, ROWS=1, LONG=True, STAGES=STAGES, PREFETCH=False)
+        cap = persistent_programs(device, per_sm or max(1, 32 // warps))
+        return Launch(meta, warps, (max(1, min(M, cap)),), 0, True)
+    a = _prev_pow2(N)
+    b = triton.next_power_of_2(N - a) if N > a else 0
+    rows = max(1, min(_prev_pow2(max(1, SMALL_ROW_ELEMS // (a + b))), 16, triton.next_power_of_2(M)))
+    warps = warps_for((a + b) * rows)
+    cap = persistent_programs(device, per_sm or max(1, 32 // warps))
+    # past 8192 values a program's registers hold one block, not two: no prefetch, more programs per SM
+    prefetch = (a + b) * rows <= PREFETCH_ELEMS
+    meta = dict(BLOCK_A=a, BLOCK_B=b, ROWS=rows, LONG=False, STAGES=1, PREFETCH=prefetch)
+    return Launch(meta, warps, (max(1, min(triton.cdiv(M, rows), cap)),), 0, False)
+
+
+def bwd_launch(M: int, N: int, device: torch.device, per_sm: int | None = None) -> Launch:
+    """P programs (P·segments about one wave) each over a contiguous range of rows, ROWS rows per step
+    for N ≤ 1024; long rows in segments of CHUNK columns (grid (P, segments))."""
     block = triton.next_power_of_2(N)
     # rows not a multiple of 16 load element by element: past 4096 their resident backward spills
     long = block > MAX_RESIDENT or (block > CHUNK and N % 16 != 0)
     seg = CHUNK if long else block
     segments = triton.cdiv(N, seg)
-    P = max(1, min(M, persistent_programs(device) // segments if long else persistent_programs(device)))
+    step = 1 if long else max(1, min(16, BWD_TILE_ELEMS // block))
+    # x, ∂y, γ and the two partial rows stay resident: about four times the forward's registers.
+    warps = min(16, warps_for(4 * seg * step))
+    cap = persistent_programs(device, per_sm or max(1, 32 // warps))
+    P = max(1, min(triton.cdiv(M, step), cap // segments if long else cap))
     rows = triton.cdiv(M, P)
     P = triton.cdiv(M, rows)  # no program without rows
-    # x, ∂y, γ and the two partial rows stay resident: about four times the forward's registers.
-    return Launch(seg, rows, (P, segments), min(16, warps_for(4 * seg)), long)
+    meta = dict(BLOCK_N=seg, ROWS=step, SEGMENTED=long, STAGES=STAGES)
+    return Launch(meta, warps, (P, segments), rows, long)
+
+
+def sums_launch(N: int) -> Launch:
+    """The fixed-order sum of the backward's partial rows: 256 columns a program, 16 partial rows a step."""
+    block = min(256, triton.next_power_of_2(N))
+    return Launch(dict(BLOCK_P=16, BLOCK_N=block), 4, (triton.cdiv(N, block),), 0, False)
+
+
+PLANS = PlanCache()  # launch plans: one per (device, dtypes, M, N, weight, bias, alignment)
+
+
+def _sized(kernel, cfg: Launch, make, args: tuple, meta: dict, device: torch.device) -> Launch:
+    """`cfg` again with the grid sized from the compiled kernel's occupancy (CUDA; compiles it now)."""
+    if device.type != "cuda":
+        return cfg
+    compiled = kernel.warmup(*args, grid=cfg.grid, **meta)
+    per_sm = None if compiled is None else programs_per_sm(compiled, cfg.num_warps, device)
+    return cfg if per_sm is None else make(per_sm)
+
+
+class _FwdPlan:
+    """The forward's launch for one key: heuristics evaluated once, the kernel's runner after first use."""
+
+    def __init__(self, M: int, N: int, device: torch.device, flags: dict, args: tuple) -> None:
+        cfg = fwd_launch(M, N, device)
+        meta = {**cfg.meta, **flags, "num_warps": cfg.num_warps}
+        cfg = _sized(K._ln_fwd, cfg, lambda per_sm: fwd_launch(M, N, device, per_sm), args, meta, device)
+        self.launch = Launcher(K._ln_fwd, cfg.grid, meta)
 
 
 def forward_into(x2, weight, bias, eps: float, y, mean, rstd) -> None:
@@ -80,13 +162,35 @@ def forward_into(x2, weight, bias, eps: float, y, mean, rstd) -> None:
     M, N = x2.shape
     if M == 0:
         return
-    cfg = fwd_launch(M, N)
-    K._ln_fwd[cfg.grid](
-        x2, y, x2 if weight is None else weight, x2 if bias is None else bias, mean, rstd,
-        x2.stride(0), M, N, eps,
-        BLOCK_N=cfg.BLOCK_N, ROWS=cfg.ROWS, LONG=cfg.long,
-        HAS_W=weight is not None, HAS_B=bias is not None, num_warps=cfg.num_warps,
-    )  # fmt: skip
+    key = ("fwd", x2.device, x2.dtype, _dtype(weight), _dtype(bias), M, N, spec(x2.stride(0)),
+           aligned(x2), aligned(weight), aligned(bias), aligned(y), aligned(mean), aligned(rstd))  # fmt: skip
+    args = (x2, y, x2 if weight is None else weight, x2 if bias is None else bias, mean, rstd,
+            x2.stride(0), M, N, eps)  # fmt: skip
+    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None}
+    PLANS.get(key, lambda: _FwdPlan(M, N, x2.device, flags, args)).launch(*args)
+
+
+def _dtype(t: torch.Tensor | None):
+    return None if t is None else t.dtype
+
+
+class _BwdPlan:
+    """The backward's launches for one key: row sums for long rows, the persistent pass (its grid from
+    the compiled kernel's occupancy), the fixed-order sum of the partial rows."""
+
+    def __init__(self, M: int, N: int, device: torch.device, flags: dict, args) -> None:
+        cfg = bwd_launch(M, N, device)
+        meta = {**cfg.meta, **flags, "num_warps": cfg.num_warps}
+        cfg = _sized(K._ln_bwd, cfg, lambda per_sm: bwd_launch(M, N, device, per_sm),
+                     args(cfg.grid[0], cfg.rows_per_program), meta, device)  # fmt: skip
+        self.cfg, self.P = cfg, cfg.grid[0]
+        self.main = Launcher(K._ln_bwd, cfg.grid, meta)
+        row_meta = dict(BLOCK_N=CHUNK, HAS_W=flags["HAS_W"], num_warps=warps_for(2 * CHUNK))
+        self.rowsums = Launcher(K._ln_bwd_rowsums, (M,), row_meta) if cfg.long else None
+        sums = sums_launch(N)
+        self.param_sums = Launcher(
+            K._ln_param_sums, sums.grid, {**sums.meta, **flags, "num_warps": sums.num_warps}
+        )
 
 
 def backward_into(dy2, x2, weight, mean, rstd, dx, has_bias: bool, bias_dtype) -> tuple:
@@ -97,24 +201,31 @@ def backward_into(dy2, x2, weight, mean, rstd, dx, has_bias: bool, bias_dtype) -
     if M == 0:
         zeros = functools.partial(torch.zeros, N, device=dev)
         return (zeros(dtype=weight.dtype) if has_w else None, zeros(dtype=bias_dtype) if has_bias else None)
-    cfg = bwd_launch(M, N, dev)
-    P = cfg.grid[0]
+    db_dtype = bias_dtype if has_bias else None  # ∂β's pointer type is compiled into the sum kernel
+    key = ("bwd", dev, x2.dtype, _dtype(weight), db_dtype, M, N, spec(dy2.stride(0)), spec(x2.stride(0)),
+           aligned(dy2), aligned(x2), aligned(weight), aligned(mean), aligned(rstd), aligned(dx))  # fmt: skip
     w = weight if has_w else x2
-    rowsums = torch.empty((M, 2), dtype=torch.float32, device=dev) if cfg.long else mean
-    if cfg.long:
-        K._ln_bwd_rowsums[(M,)](
-            dy2, x2, w, mean, rstd, rowsums, dy2.stride(0), x2.stride(0), N,
-            BLOCK_N=CHUNK, HAS_W=has_w, num_warps=warps_for(2 * CHUNK),
-        )  # fmt: skip
-    part = torch.empty((int(has_w) + int(has_bias), P, N), dtype=torch.float32, device=dev)
-    dw_part = part[0] if has_w else mean
-    db_part = part[-1] if has_bias else mean
-    K._ln_bwd[cfg.grid](
-        dy2, x2, w, mean, rstd, rowsums, dx, dw_part, db_part, dy2.stride(0), x2.stride(0), M, N, cfg.ROWS,
-        BLOCK_N=cfg.BLOCK_N, SEGMENTED=cfg.long, HAS_W=has_w, HAS_B=has_bias, num_warps=cfg.num_warps,
-    )  # fmt: skip
-    dw = column_sum(part[0], weight.dtype) if has_w else None
-    db = column_sum(part[-1], bias_dtype) if has_bias else None
+    n_parts = int(has_w) + int(has_bias)
+
+    def args(P: int, rows: int, part=None, rowsums=mean) -> tuple:
+        if part is None:  # sizing the grid: a buffer of the default grid's shape
+            part = torch.empty((n_parts, P, N), dtype=torch.float32, device=dev)
+        dw_part, db_part = part[0] if has_w else mean, part[-1] if has_bias else mean
+        strides = (dy2.stride(0), x2.stride(0))
+        return (dy2, x2, w, mean, rstd, rowsums, dx, dw_part, db_part, *strides, M, N, rows)
+
+    plan = PLANS.get(key, lambda: _BwdPlan(M, N, dev, {"HAS_W": has_w, "HAS_B": has_bias}, args))
+    rowsums = mean
+    if plan.rowsums is not None:
+        rowsums = torch.empty((M, 2), dtype=torch.float32, device=dev)
+        plan.rowsums(dy2, x2, w, mean, rstd, rowsums, dy2.stride(0), x2.stride(0), N)
+    part = torch.empty((n_parts, plan.P, N), dtype=torch.float32, device=dev)
+    plan.main(*args(plan.P, plan.cfg.rows_per_program, part, rowsums))
+    if not n_parts:
+        return None, None
+    dw = torch.empty(N, dtype=weight.dtype, device=dev) if has_w else None
+    db = torch.empty(N, dtype=bias_dtype, device=dev) if has_bias else None
+    plan.param_sums(part, part if dw is None else dw, part if db is None else db, plan.P, N)
     return dw, db
 
 
@@ -144,14 +255,32 @@ def layer_norm_fwd(
     return _triton_forward(x, weight, bias, eps)
 
 
-def _triton_forward(x, weight, bias, eps):
+def _triton_forward(x, weight, bias, eps, stats=None):
+    """(y, mean, rstd) by the forward kernel; `stats` an fp32 (2, M) buffer for mean and rstd, else two
+    allocations (a custom op's outputs must not alias each other)."""
     x2 = _rows(x)
     M = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    mean = torch.empty(M, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+    if stats is None:
+        mean = torch.empty(M, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+    else:
+        mean, rstd = stats
     forward_into(x2, _unit(weight), _unit(bias), eps, y, mean, rstd)
     return y, mean, rstd
+
+
+def triton_forward(x, weight, bias, eps):
+    """(y, mean, rstd) by the forward kernel, mean and rstd in one fp32 allocation (the eager path)."""
+    M = x.numel() // x.shape[-1]
+    return _triton_forward(x, weight, bias, eps, torch.empty((2, M), dtype=torch.float32, device=x.device))
+
+
+def triton_backward(dy, x, weight, mean, rstd, has_bias: bool, bias_dtype) -> tuple:
+    """(∂x, ∂γ or None, ∂β or None) by the backward kernels; dy with a unit column stride."""
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw, db = backward_into(_rows(dy), _rows(x), _unit(weight), mean, rstd, dx, has_bias, bias_dtype)
+    return dx, dw, db
 
 
 @layer_norm_fwd.register_fake
@@ -171,8 +300,7 @@ def layer_norm_bwd(
     bias_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(∂x, ∂γ, ∂β); ∂γ / ∂β are empty tensors when γ / β are absent (custom-op outputs must not alias)."""
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dw, db = backward_into(_rows(dy), _rows(x), _unit(weight), mean, rstd, dx, has_bias, bias_dtype)
+    dx, dw, db = triton_backward(dy, x, weight, mean, rstd, has_bias, bias_dtype)
     return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
 
 
@@ -216,108 +344,3 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tenso
             raise ValueError(f"{name} is on {p.device} but x is on {x.device}; move them to one device")
         if p.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{name} must be float32/float16/bfloat16, got {p.dtype}")
-
-
-def triton_layer_norm(
-    x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5
-) -> torch.Tensor:
-    """LayerNorm over the last dimension by the Triton kernels; differentiable: the custom op (one graph
-    node) under torch.compile, a plain autograd.Function eagerly. CPU tensors need TRITON_INTERPRET=1 set
-    before triton is imported."""
-    check_inputs(x, weight, bias)
-    if torch.compiler.is_compiling():
-        return layer_norm_fwd(x, weight, bias, float(eps))[0]
-    return _LayerNorm.apply(x, weight, bias, float(eps), False)
-
-
-# ---- measured dispatch: the faster of these kernels and torch's, per shape class (kernels/dispatch.py) ----
-
-
-def _aten_forward(x, weight, bias, eps):
-    y, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)
-    return y, mean.reshape(-1), rstd.reshape(-1)
-
-
-_DEVICE_NAMES: dict[int, str] = {}
-_CHOSEN: dict[tuple, str] = {}  # (device index, dtype, direction, M, N) -> side: the per-call fast path
-
-
-def _device_name(x: torch.Tensor) -> str:
-    index = x.device.index or 0
-    name = _DEVICE_NAMES.get(index)
-    if name is None:
-        name = _DEVICE_NAMES[index] = torch.cuda.get_device_name(x.device)
-    return name
-
-
-def _choice(x: torch.Tensor, direction: str, ours, theirs) -> str:
-    """'triton' or 'torch' for this input: measured once per shape class, never inside a graph capture."""
-    N = x.shape[-1]
-    M = x.numel() // N
-    memo = (x.device.index, x.dtype, direction, M, N)
-    side = _CHOSEN.get(memo)
-    if side is not None:
-        return side
-    key = f"{str(x.dtype).removeprefix('torch.')}/{direction}/{shape_class(M, N)}"
-    device = _device_name(x)
-    if x.is_cuda and torch.cuda.is_current_stream_capturing():
-        return CALIBRATOR.choices.get(device, {}).get(key, "torch")
-    side = _CHOSEN[memo] = CALIBRATOR.choose(device, key, ours, theirs)
-    return side
-
-
-class _LayerNorm(torch.autograd.Function):
-    """Eager autograd (no custom-op dispatch on the hot path). With `measured`, forward and backward each
-    take the side measured faster; their statistics are interchangeable (fp32 mean and rstd per row), so
-    the two directions choose independently. Without it both are the Triton kernels."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, measured):
-        args = (x, weight, bias, eps)
-        side = (
-            _choice(x, "fwd", lambda: _triton_forward(*args), lambda: _aten_forward(*args))
-            if measured
-            else "triton"
-        )
-        y, mean, rstd = (_triton_forward if side == "triton" else _aten_forward)(*args)
-        ctx.save_for_backward(x, weight, bias, mean, rstd)
-        ctx.measured = measured
-        return y
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dy):
-        x, weight, bias, mean, rstd = ctx.saved_tensors
-        dy = dy.contiguous()
-        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1],
-                bias is not None and ctx.needs_input_grad[2]]  # fmt: skip
-        lead = (*x.shape[:-1], 1)
-
-        def theirs():
-            return torch.ops.aten.native_layer_norm_backward(
-                dy, x, [x.shape[-1]], mean.view(lead), rstd.view(lead), weight, bias, mask
-            )
-
-        def ours():
-            dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            bias_dtype = bias.dtype if bias is not None else x.dtype
-            dw, db = backward_into(_rows(dy), _rows(x), _unit(weight), mean, rstd, dx, mask[2], bias_dtype)
-            return dx, dw, db
-
-        side = _choice(x, "bwd", ours, theirs) if ctx.measured else "triton"
-        dx, dw, db = (ours if side == "triton" else theirs)()
-        return dx, dw if mask[1] else None, db if mask[2] else None, None, None
-
-
-def dispatched_layer_norm(x, weight, bias, eps: float = 1e-5) -> torch.Tensor:
-    """LayerNorm on a CUDA tensor by whichever of Triton and torch was measured faster for its shape class;
-    under torch.compile, torch's (inductor generates and fuses its own kernel there)."""
-    N = x.shape[-1]
-    if torch.compiler.is_compiling():
-        return torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)
-    M = x.numel() // N if N else 0
-    memo = (x.device.index, x.dtype)
-    if _CHOSEN.get((*memo, "fwd", M, N)) == _CHOSEN.get((*memo, "bwd", M, N)) == "torch":
-        return torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)  # no wrapper's host time
-    check_inputs(x, weight, bias)
-    return _LayerNorm.apply(x, weight, bias, float(eps), True)

@@ -1,23 +1,28 @@
-"""The Triton LayerNorm kernels (launches, autograd and dispatch: layer_norm_op.py).
+"""The Triton LayerNorm kernels (launches and plans: layer_norm_op.py; autograd: layer_norm_autograd.py).
 
 Maths (the paper's eq. 15, population variance), per row x of length N, statistics in fp32:
     μ = Σ x / N,   σ² = Σ (x − μ)² / N,   rstd = 1 / √(σ² + ε),   x̂ = (x − μ)·rstd,   y = γ ⊙ x̂ + β
 Backward, with g = γ ⊙ ∂y (g = ∂y without a gain):
     ∂x = rstd · (g − x̂ · mean(g ⊙ x̂) − mean(g)),   ∂γ = Σ_rows ∂y ⊙ x̂,   ∂β = Σ_rows ∂y
-Two shapes of row:
-  * resident (next_pow2(N) ≤ MAX_RESIDENT): the row stays in registers; the forward takes ROWS rows per
-    program when rows are short; the backward is persistent: P programs each walk a contiguous range of
-    rows, keep their partial ∂γ, ∂β in registers and write one fp32 partial row each; torch sums the P
-    partial rows in a fixed order, so ∂γ, ∂β are bitwise repeatable for a given (M, N, device).
-  * long rows: the forward walks each row in chunks (mean, then centred variance, then y; the row is in
-    L2 by the second walk); the backward first reduces mean(g ⊙ x̂) and mean(g) per row (`_ln_bwd_rowsums`),
-    then splits the columns into segments so each program still holds its partial ∂γ, ∂β in registers.
-P is computed per call from (M, N, device) — never cached across shapes — so a worker's results and its
-launches do not depend on the shapes it saw before.
+Forward: a persistent grid; each program loads γ and β once, then walks blocks of ROWS rows, issuing the
+next block's loads before the current block's reductions (memory never idles between phases). A
+resident row is held as two power-of-two tiles, BLOCK_A = the largest power of two ≤ N and BLOCK_B ≥ the
+rest (N = 4099: 4096 + 4 lanes, not 8192); rows too long to hold are walked in chunks, each walk a
+`tl.range` with `num_stages` (Triton pipelines a loop without `tl.dot` only then).
+Backward: persistent: P programs each walk a contiguous range of rows, ROWS rows per step for short rows
+(2-D ∂γ/∂β accumulators, reduced once at the end), mean(g ⊙ x̂) and mean(g) in one fused reduction,
+and write one fp32 partial row each; `_ln_param_sums` adds the P partial rows in a fixed order, so ∂γ, ∂β
+are bitwise repeatable for a given (M, N, device). Long rows first reduce mean(g ⊙ x̂), mean(g) per row
+(`_ln_bwd_rowsums`), then split the columns into segments, each program holding its partial ∂γ, ∂β.
 """
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _add_pair(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
 
 
 @triton.jit
@@ -32,57 +37,103 @@ def _ln_fwd(
     M,
     N,
     eps,
-    BLOCK_N: tl.constexpr,
+    BLOCK_A: tl.constexpr,  # resident: the first tile (power of two ≤ N); long: the chunk
+    BLOCK_B: tl.constexpr,  # resident: the second tile (≥ N − BLOCK_A; 0: none)
     ROWS: tl.constexpr,
     LONG: tl.constexpr,
+    STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,  # resident: γ/β held, the next block loaded before this one is reduced
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
 ):
-    if LONG:  # one row per program, walked in BLOCK_N chunks
-        row = tl.program_id(0).to(tl.int64)
-        x_row = X + row * stride_x
-        y_row = Y + row * N
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for off in range(0, N, BLOCK_N):
-            cols = off + tl.arange(0, BLOCK_N)
-            acc += tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
-        mean = tl.sum(acc, axis=0) / N
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for off in range(0, N, BLOCK_N):  # centred second pass: no cancellation in σ²
-            cols = off + tl.arange(0, BLOCK_N)
-            x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
-            xc = tl.where(cols < N, x - mean, 0.0)
-            acc += xc * xc
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-        for off in range(0, N, BLOCK_N):
-            cols = off + tl.arange(0, BLOCK_N)
-            ok = cols < N
-            y = (tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32) - mean) * rstd
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    if LONG:  # one row at a time, walked in BLOCK_A chunks; rows strided over the persistent grid
+        for r in range(pid, M, programs):
+            row = tl.cast(r, tl.int64)
+            x_row = X + row * stride_x
+            y_row = Y + row * N
+            acc = tl.zeros([BLOCK_A], dtype=tl.float32)
+            for off in tl.range(0, N, BLOCK_A, num_stages=STAGES):
+                cols = off + tl.arange(0, BLOCK_A)
+                acc += tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+            mean = tl.sum(acc, axis=0) / N
+            acc = tl.zeros([BLOCK_A], dtype=tl.float32)
+            for off in tl.range(0, N, BLOCK_A, num_stages=STAGES):  # centred: no cancellation in σ²
+                cols = off + tl.arange(0, BLOCK_A)
+                x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+                xc = tl.where(cols < N, x - mean, 0.0)
+                acc += xc * xc
+            rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+            for off in tl.range(0, N, BLOCK_A, num_stages=STAGES):
+                cols = off + tl.arange(0, BLOCK_A)
+                ok = cols < N
+                y = (tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32) - mean) * rstd
+                if HAS_W:
+                    y = y * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+                if HAS_B:
+                    y = y + tl.load(B + cols, mask=ok, other=0.0).to(tl.float32)
+                tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=ok)
+            tl.store(Mean + row, mean)
+            tl.store(Rstd + row, rstd)
+    else:  # ROWS whole rows per step, resident in registers as tile A (+ tile B)
+        cols_a = tl.arange(0, BLOCK_A)  # all < N: BLOCK_A ≤ N
+        cols_b = BLOCK_A + tl.arange(0, BLOCK_B if BLOCK_B > 0 else 1)
+        ok_b = cols_b < N
+        if PREFETCH:  # γ, β once per program (a 16K–32K row reloads them from cache: registers)
             if HAS_W:
-                y = y * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+                w_a = tl.load(W + cols_a).to(tl.float32)[None, :]
+                w_b = tl.load(W + cols_b, mask=ok_b, other=0.0).to(tl.float32)[None, :]
             if HAS_B:
-                y = y + tl.load(B + cols, mask=ok, other=0.0).to(tl.float32)
-            tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=ok)
-        tl.store(Mean + row, mean)
-        tl.store(Rstd + row, rstd)
-    else:  # ROWS whole rows per program, resident in registers
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK_N)
+                b_a = tl.load(B + cols_a).to(tl.float32)[None, :]
+                b_b = tl.load(B + cols_b, mask=ok_b, other=0.0).to(tl.float32)[None, :]
+        blocks = tl.cdiv(M, ROWS)
+        rows = pid * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
-        mask = row_ok[:, None] & (cols < N)[None, :]
         rows64 = rows.to(tl.int64)  # M·N can pass 2³¹
-        x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / N
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
-        y = xc * rstd[:, None]
-        if HAS_W:
-            y = y * tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        if HAS_B:
-            y = y + tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        tl.store(Y + rows64[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-        tl.store(Mean + rows, mean, mask=row_ok)
-        tl.store(Rstd + rows, rstd, mask=row_ok)
+        x_a = tl.load(X + rows64[:, None] * stride_x + cols_a[None, :], mask=row_ok[:, None], other=0.0)
+        x_b = tl.load(X + rows64[:, None] * stride_x + cols_b[None, :], mask=row_ok[:, None] & ok_b[None, :],
+                      other=0.0)  # fmt: skip
+        for blk in range(pid, blocks, programs):
+            nxt = (blk + programs) * ROWS + tl.arange(0, ROWS)
+            nxt_ok = nxt < M
+            nxt64 = nxt.to(tl.int64)
+            x_next = X + nxt64[:, None] * stride_x
+            if PREFETCH:  # the next block's loads go out before this block's reductions
+                xn_a = tl.load(x_next + cols_a[None, :], mask=nxt_ok[:, None], other=0.0)
+                xn_b = tl.load(x_next + cols_b[None, :], mask=nxt_ok[:, None] & ok_b[None, :], other=0.0)
+            xa = x_a.to(tl.float32)
+            xb = x_b.to(tl.float32)
+            mean = (tl.sum(xa, axis=1) + tl.sum(xb, axis=1)) / N
+            xca = xa - mean[:, None]
+            xcb = tl.where(ok_b[None, :], xb - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt((tl.sum(xca * xca, axis=1) + tl.sum(xcb * xcb, axis=1)) / N + eps)
+            ya = xca * rstd[:, None]
+            yb = xcb * rstd[:, None]
+            if not PREFETCH:
+                if HAS_W:
+                    w_a = tl.load(W + cols_a).to(tl.float32)[None, :]
+                    w_b = tl.load(W + cols_b, mask=ok_b, other=0.0).to(tl.float32)[None, :]
+                if HAS_B:
+                    b_a = tl.load(B + cols_a).to(tl.float32)[None, :]
+                    b_b = tl.load(B + cols_b, mask=ok_b, other=0.0).to(tl.float32)[None, :]
+            if HAS_W:
+                ya = ya * w_a
+                yb = yb * w_b
+            if HAS_B:
+                ya = ya + b_a
+                yb = yb + b_b
+            y_rows = Y + rows64[:, None] * N
+            tl.store(y_rows + cols_a[None, :], ya.to(Y.dtype.element_ty), mask=row_ok[:, None])
+            if BLOCK_B > 0:
+                mask_b = row_ok[:, None] & ok_b[None, :]
+                tl.store(y_rows + cols_b[None, :], yb.to(Y.dtype.element_ty), mask=mask_b)
+            tl.store(Mean + rows, mean, mask=row_ok)
+            tl.store(Rstd + rows, rstd, mask=row_ok)
+            if not PREFETCH:  # a whole 16K–32K row: its registers leave no room for the next one
+                xn_a = tl.load(x_next + cols_a[None, :], mask=nxt_ok[:, None], other=0.0)
+                xn_b = tl.load(x_next + cols_b[None, :], mask=nxt_ok[:, None] & ok_b[None, :], other=0.0)
+            rows, row_ok, rows64, x_a, x_b = nxt, nxt_ok, nxt64, xn_a, xn_b
 
 
 @triton.jit
@@ -104,7 +155,7 @@ def _ln_bwd_rowsums(
     rstd = tl.load(Rstd + row)
     acc_gx = tl.zeros([BLOCK_N], dtype=tl.float32)
     acc_g = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for off in range(0, N, BLOCK_N):
+    for off in tl.range(0, N, BLOCK_N, num_stages=3):
         cols = off + tl.arange(0, BLOCK_N)
         ok = cols < N
         x = tl.load(X + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
@@ -134,7 +185,9 @@ def _ln_bwd(
     N,
     rows_per_program,
     BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,  # rows per step (short rows: a [ROWS, BLOCK_N] tile)
     SEGMENTED: tl.constexpr,
+    STAGES: tl.constexpr,
     HAS_W: tl.constexpr,
     HAS_B: tl.constexpr,
 ):
@@ -142,31 +195,69 @@ def _ln_bwd(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's column segment
     ok = cols < N
     if HAS_W:
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
-    acc_dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    acc_db = tl.zeros([BLOCK_N], dtype=tl.float32)
+        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)[None, :]
+    acc_dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    acc_db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     first = pid * rows_per_program
-    for i in range(first, tl.minimum(first + rows_per_program, M)):
-        row = tl.cast(i, tl.int64)
-        x = tl.load(X + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
-        rstd = tl.load(Rstd + row)
-        xhat = tl.where(ok, (x - tl.load(Mean + row)) * rstd, 0.0)
+    last = tl.minimum(first + rows_per_program, M)
+    for start in tl.range(first, last, ROWS, num_stages=STAGES):  # the next rows load during this step
+        rows = start + tl.arange(0, ROWS)
+        row_ok = rows < last
+        rows64 = rows.to(tl.int64)
+        mask = row_ok[:, None] & ok[None, :]
+        x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         if HAS_W:
             g = dy * w
         else:
             g = dy
         if SEGMENTED:
-            c_gx = tl.load(C + 2 * row)
-            c_g = tl.load(C + 2 * row + 1)
-        else:
-            c_gx = tl.sum(g * xhat, axis=0) / N
-            c_g = tl.sum(g, axis=0) / N
-        dx = (g - (xhat * c_gx + c_g)) * rstd
-        tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=ok)
+            c_gx = tl.load(C + 2 * rows64, mask=row_ok, other=0.0)
+            c_g = tl.load(C + 2 * rows64 + 1, mask=row_ok, other=0.0)
+        else:  # both row means in one reduction
+            s_gx, s_g = tl.reduce((g * xhat, g), 1, _add_pair)
+            c_gx = s_gx / N
+            c_g = s_g / N
+        dx = (g - (xhat * c_gx[:, None] + c_g[:, None])) * rstd[:, None]
+        tl.store(DX + rows64[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         acc_dw += dy * xhat
         acc_db += dy
     if HAS_W:
-        tl.store(DW + pid * N + cols, acc_dw, mask=ok)
+        tl.store(DW + pid * N + cols, tl.sum(acc_dw, axis=0), mask=ok)
     if HAS_B:
-        tl.store(DB + pid * N + cols, acc_db, mask=ok)
+        tl.store(DB + pid * N + cols, tl.sum(acc_db, axis=0), mask=ok)
+
+
+@triton.jit
+def _ln_param_sums(
+    Part,  # fp32 (K, P, N): the backward's partial rows, ∂γ's first (when HAS_W), ∂β's last (when HAS_B)
+    DW,  # ∂γ (N,) out, γ's dtype; unused when HAS_W is False
+    DB,  # ∂β (N,) out, β's dtype; unused when HAS_B is False
+    P,
+    N,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+):
+    # Σ over the P partial rows in a fixed order (the same tiles, the same tree, every run): deterministic
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = cols < N
+    if HAS_W:
+        acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+        for p0 in range(0, P, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            m = (rows < P)[:, None] & ok[None, :]
+            acc += tl.load(Part + rows[:, None].to(tl.int64) * N + cols[None, :], mask=m, other=0.0)
+        tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=ok)
+    if HAS_B:
+        base = Part + (P * N if HAS_W else 0)
+        acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+        for p0 in range(0, P, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            m = (rows < P)[:, None] & ok[None, :]
+            acc += tl.load(base + rows[:, None].to(tl.int64) * N + cols[None, :], mask=m, other=0.0)
+        tl.store(DB + cols, tl.sum(acc, axis=0).to(DB.dtype.element_ty), mask=ok)

@@ -7,7 +7,7 @@ uses them where the public API would cost a copy or a Python loop per step:
   `torch.ops.aten.native_layer_norm_backward`: LayerNorm's forward with its per-row mean and 1/σ, and the
   backward from them (the LN-LSTM recurrence `workers/engine/lstm_seq.py`, the per-case probes
   `workers/probes/fused.py` and `tangent.py`, the measured dispatch's torch side
-  `kernels/layer_norm_op.py`);
+  `kernels/layer_norm_autograd.py`);
 - `torch._foreach_norm` (gradient norm on a GPU `workers/engine/train.py`, `workers/probes/start.py`),
   `torch._foreach_add_` (`workers/probes/fisher.py`), `torch._foreach_copy_` (`workers/probes/eigen.py`,
   the CUDA-graph inputs `kernels/graph_entry.py`).

@@ -9,9 +9,12 @@ from benchmarks import gpu_check
 
 
 def test_the_caps_leave_45_seconds_of_the_recommended_lease():
-    assert sum(gpu_check.CAPS.values()) <= gpu_check.RECOMMENDED_TIMEOUT_S - 45
-    assert list(gpu_check.CAPS) == list(gpu_check.STEPS)  # every step has a cap, in the run's order
-    assert list(gpu_check.STEPS)[:3] == ["tests", "lstm", "ln"]  # correctness, then the two targets
+    assert gpu_check.CAPS_TOTAL == sum(gpu_check.CAPS[name] for name in gpu_check.DEFAULT_STEPS)
+    assert gpu_check.CAPS_TOTAL <= gpu_check.RECOMMENDED_TIMEOUT_S - 45 == 375  # a 7-minute lease
+    assert list(gpu_check.CAPS) == list(gpu_check.STEPS)  # every step has a cap
+    assert set(gpu_check.DEFAULT_STEPS) <= set(gpu_check.STEPS)
+    # correctness, then the backward's excess explained, then the LayerNorm targets; LSTM as a guard
+    assert gpu_check.DEFAULT_STEPS == ("tests", "probe", "ln", "host", "lstm")
 
 
 def test_a_cpu_dry_run_reports_every_step_in_few_files(tmp_path):
@@ -21,8 +24,34 @@ def test_a_cpu_dry_run_reports_every_step_in_few_files(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     status = json.loads((tmp_path / "status.json").read_text())
-    assert {n: s["state"] for n, s in status["steps"].items()} == dict.fromkeys(gpu_check.STEPS, "skipped")
+    assert {n: s["state"] for n, s in status["steps"].items()} == dict.fromkeys(
+        gpu_check.DEFAULT_STEPS, "skipped"
+    )
     assert len(list(tmp_path.iterdir())) <= 8
+
+
+def test_every_step_runs_its_calibration_in_the_results_folder(tmp_path, monkeypatch):
+    # The dispatch's cache belongs to the run: a check must neither read a user's choices nor leave its own.
+    import kernels
+
+    built = []
+    monkeypatch.setattr(kernels, "make_calibrator", lambda cache_dir=None, **kw: built.append(cache_dir) or 1)
+    step = gpu_check.Step("ln", 10, tmp_path)
+    assert gpu_check._calibrator(step) == 1 and built == [tmp_path / "calibration"]
+
+
+def test_percentages_are_of_the_copy_ceiling_and_of_peak():
+    # fwd moves 2·M·N·2 bytes: M·N = 2^20 bf16 in 4.194304 µs is 1000 GB/s
+    row = {"M": 1024, "N": 1024, "ours": {"fwd_us": 4.194304, "bwd_us": 6.291456}, "eager": {},
+           "compile": {}, "kernels_only": {"fwd_us": 8.388608},
+           "kernels_graph": {"fwd_us": None}}  # fmt: skip
+    gpu_check._percentages(row, ceiling_gbs=800.0, peak_gbs=1000.0)
+    assert (
+        round(row["ours"]["fwd_pct_ceiling"], 6) == 125.0 and round(row["ours"]["fwd_pct_peak"], 6) == 100.0
+    )
+    assert round(row["ours"]["bwd_pct_ceiling"], 6) == 125.0
+    assert round(row["kernels_only"]["fwd_pct_ceiling"], 6) == 62.5
+    assert "fwd_pct_ceiling" not in row["kernels_graph"]  # a failed capture has no figure
 
 
 def test_a_cut_or_failing_step_is_recorded_and_the_next_still_runs(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ def test_every_kernel_compiles_for_sm80_and_sm90(compiler):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,  # a cold compile cache on a loaded 2-core machine; pytest-timeout stops at 600
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     if compiler == "gpu-machine":  # compiled by the folder's triton, not this environment's
@@ -50,6 +50,7 @@ def test_every_kernel_compiles_for_sm80_and_sm90(compiler):
         "_ln_fwd",
         "_ln_bwd",
         "_ln_bwd_rowsums",
+        "_ln_param_sums",
         "_ln_lstm_fwd",
         "_ln_lstm_bwd",
         "_ln_gru_fwd",

@@ -102,7 +102,10 @@ def test_reference_dispatch_and_shape_errors(sequence_inputs):
 def test_input_side_is_two_layer_norms_each_way_outside_the_loop(gen, sequence_inputs, monkeypatch):
     # T = 5: LN(W_x x) over 2H and LN(W x) over H, one launch each forward and backward for all T·B rows;
     # every per-step cell reads the hoisted input side.
-    from kernels import gru_triton, layer_norm_triton
+    from kernels import gru_triton, layer_norm_op, layer_norm_triton
+    from kernels.launch import PlanCache
+
+    monkeypatch.setattr(layer_norm_op, "PLANS", PlanCache())  # plans hold the kernels they were built with
 
     counts = {"_ln_fwd": 0, "_ln_bwd": 0}
     hoisted = []

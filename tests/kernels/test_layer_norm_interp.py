@@ -7,7 +7,17 @@ import torch.nn.functional as F
 import kernels
 from kernels.reference import layer_norm_reference
 
-pytestmark = pytest.mark.usefixtures("interp")
+pytestmark = pytest.mark.usefixtures("interp", "fresh_plans")
+
+
+@pytest.fixture
+def fresh_plans():
+    """No launch plan outlives a test: some tests swap a kernel or the grid heuristic under the plans."""
+    from kernels import layer_norm_op
+
+    layer_norm_op.PLANS.clear()
+    yield
+    layer_norm_op.PLANS.clear()
 
 
 def _data(gen, M, N, dtype, wdtype=None, weight=True, bias=True):
@@ -48,6 +58,7 @@ def rows(request, monkeypatch):
 
     if request.param == "long":
         monkeypatch.setattr(layer_norm_op, "MAX_RESIDENT", 64)
+        monkeypatch.setattr(layer_norm_op, "MAX_RESIDENT_FWD", 64)
         monkeypatch.setattr(layer_norm_op, "CHUNK", 32)
     return request.param
 
@@ -69,14 +80,47 @@ def test_long_rows_match_float64(gen, tol, rows):
     _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
 
 
-def test_row_shapes_are_chosen_by_row_length():
-    from kernels.layer_norm_op import MAX_RESIDENT, bwd_launch, fwd_launch
+@pytest.mark.parametrize("N", [300, 4099])
+def test_two_tile_rows_match_float64(gen, tol, N):
+    # N = 300: tiles of 256 + 64 lanes; N = 4099: 4096 + 4 (not one 8192-wide padded block)
+    from kernels.layer_norm_op import fwd_launch
 
-    cpu = torch.device("cpu")
-    assert not fwd_launch(64, MAX_RESIDENT).long and fwd_launch(64, MAX_RESIDENT + 1).long
-    assert not bwd_launch(64, MAX_RESIDENT, cpu).long and bwd_launch(64, MAX_RESIDENT + 1, cpu).long
-    short = fwd_launch(1000, 37)  # short rows: several per program, all rows covered
-    assert short.ROWS > 1 and short.grid[0] * short.ROWS >= 1000
+    cfg = fwd_launch(3, N, torch.device("cpu"))
+    assert (cfg.meta["BLOCK_A"], cfg.meta["BLOCK_B"]) == {300: (256, 64), 4099: (4096, 4)}[N]
+    x, w, b, dy = _data(gen, 3, N, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+
+
+@pytest.mark.parametrize("N", [32, 37])
+def test_persistent_forward_walks_several_blocks_per_program(gen, tol, monkeypatch, N):
+    # 2 programs over 13 one-row blocks: each program prefetches its next block before reducing this one;
+    # the last prefetch runs past M (masked).
+    from kernels import layer_norm_op
+
+    monkeypatch.setattr(layer_norm_op, "persistent_programs", lambda device, per_sm=2: 2)
+    monkeypatch.setattr(layer_norm_op, "SMALL_ROW_ELEMS", 32)
+    cfg = layer_norm_op.fwd_launch(13, N, torch.device("cpu"))
+    assert cfg.grid == (2,) and cfg.meta["ROWS"] == 1 and not cfg.long
+    x, w, b, dy = _data(gen, 13, N, torch.float32)
+    got = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy)
+    _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+
+
+@pytest.mark.parametrize("weight,bias", [(True, True), (False, True)])
+def test_backward_takes_several_rows_per_step(gen, tol, monkeypatch, weight, bias):
+    # N = 37: 64-lane rows, 4 a step (BWD_TILE_ELEMS = 256); 4 programs over 30 rows: 8, 8, 8, 6 rows,
+    # the last step of each program partly masked; 2-D partial ∂γ/∂β reduced once at the end.
+    from kernels import layer_norm_op
+
+    monkeypatch.setattr(layer_norm_op, "BWD_TILE_ELEMS", 256)
+    cfg = layer_norm_op.bwd_launch(30, 37, torch.device("cpu"))
+    assert cfg.meta["ROWS"] == 4 and cfg.grid == (4, 1) and cfg.rows_per_program == 8
+    x, w, b, dy = _data(gen, 30, 37, torch.float32, weight=weight, bias=bias)
+    runs = [_grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), x, w, b, dy) for _ in range(2)]
+    _assert_all_close(runs[0], _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
+    for first, second in zip(*runs, strict=True):  # the fixed-order partial sums: same bits each run
+        assert (first is None and second is None) or torch.equal(first, second)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -226,46 +270,134 @@ class _Recording:
 def test_a_workers_shape_history_changes_neither_launch_nor_bits(gen, monkeypatch):
     # The shape history that once froze a persistent grid at the first M seen (and, for odd N, promised a
     # 16-byte alignment that later rows did not have): a first backward at M = 300, N = 1001 bf16 on a
-    # GPU-sized grid, then a larger M. The second call must launch what a fresh worker launches and give
-    # the same bits.
+    # 264-program grid, then a larger M; here a quarter of it (66 programs, M = 75 then 150) so the
+    # interpreter stays quick. The second call must launch what a fresh worker launches, same bits.
     from kernels import layer_norm_op, layer_norm_triton
 
-    monkeypatch.setattr(layer_norm_op, "persistent_programs", lambda device: 264)
-    data = {M: _data(gen, M, 1001, torch.bfloat16) for M in (300, 600)}
-    fresh = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[600])
+    monkeypatch.setattr(layer_norm_op, "persistent_programs", lambda device, per_sm=2: 66)
+    layer_norm_op.PLANS.clear()
+    data = {M: _data(gen, M, 1001, torch.bfloat16) for M in (75, 150)}
+    fresh = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[150])
     recorded = _Recording(layer_norm_triton._ln_bwd)
     monkeypatch.setattr(layer_norm_triton, "_ln_bwd", recorded)
-    _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[300])
-    after = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[600])
-    cfg = layer_norm_op.bwd_launch(600, 1001, torch.device("cpu"))
-    assert recorded.grids == [layer_norm_op.bwd_launch(300, 1001, torch.device("cpu")).grid, cfg.grid]
-    assert cfg.grid[0] * cfg.ROWS >= 600 and (cfg.grid[0] - 1) * cfg.ROWS < 600  # every row, no idle program
+    layer_norm_op.PLANS.clear()  # plans hold the kernel they were built with
+    _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[75])
+    after = _grads(lambda *a: kernels.triton_layer_norm(*a, 1e-5), *data[150])
+    cfg = layer_norm_op.bwd_launch(150, 1001, torch.device("cpu"))
+    assert recorded.grids == [layer_norm_op.bwd_launch(75, 1001, torch.device("cpu")).grid, cfg.grid]
+    rows = cfg.rows_per_program
+    assert cfg.grid[0] * rows >= 150 and (cfg.grid[0] - 1) * rows < 150  # every row, no idle program
     assert all(torch.equal(f, a) for f, a in zip(fresh, after, strict=True))
 
 
-# ---- measured dispatch: each direction takes the side its calibration chose ----
+# ---- the host path: one cached plan per (dtype, M, N, weight, bias, alignment) ----
 
 
-SIDES = [((1, 2, 1, 2), "triton/triton"), ((2, 1, 1, 2), "torch/triton"), ((1, 2, 2, 1), "triton/torch")]
+class _Compiled:
+    """A compiled kernel as the JIT returns it on a GPU: its runner takes every argument positionally."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def run(self, *args):
+        raise AssertionError("the Launcher calls the runner, not run")
+
+    def __getitem__(self, grid):
+        def runner(*args):
+            self.owner.direct.append(args[0].data_ptr() % 16 == 0)
+            self.owner.kernel[grid](*args)
+
+        return runner
 
 
-@pytest.mark.parametrize("times,sides", [*SIDES, ((2, 1, 2, 1), "torch/torch")])
-def test_dispatched_layer_norm_mixes_sides_and_matches_float64(gen, tol, monkeypatch, times, sides):
-    from kernels import dispatch, layer_norm_op
+class _JitWithLauncher:
+    """Stands in for a JITFunction on a GPU: each JIT launch returns a compiled kernel (interpreted here)."""
 
-    clock = iter(times)  # Calibrator.choose times the Triton side first, then torch's
-    calibrator = dispatch.Calibrator(timer=lambda fn: next(clock))
-    monkeypatch.setattr(layer_norm_op, "CALIBRATOR", calibrator)
-    monkeypatch.setattr(layer_norm_op, "_CHOSEN", {})
+    def __init__(self, kernel):
+        self.kernel, self.arg_names, self.jit, self.direct = kernel, kernel.arg_names, [], []
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            self.jit.append(args[0].data_ptr() % 16 == 0)
+            self.kernel[grid](*args, **meta)
+            return _Compiled(self)
+
+        return launch
+
+
+def test_a_misaligned_view_never_reuses_an_aligned_plan(gen, tol, monkeypatch):
+    # Triton compiles a kernel for 16-byte-aligned pointers; the compiled kernel's runner must not be
+    # handed a view 4 bytes off. Aligned, misaligned, aligned: two plans, each JIT-launched once.
+    from kernels import layer_norm_op, layer_norm_triton
+
+    fake = _JitWithLauncher(layer_norm_triton._ln_fwd)
+    monkeypatch.setattr(layer_norm_triton, "_ln_fwd", fake)
+    M, N = 5, 36
+    buf = torch.randn(M * N + 4, generator=gen)
+    views = {"aligned": buf[: M * N].view(M, N), "misaligned": buf[1 : M * N + 1].view(M, N)}
+    assert views["aligned"].data_ptr() % 16 == 0 and views["misaligned"].data_ptr() % 16 == 4
+    w, b = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+    for name in ("aligned", "aligned", "misaligned", "misaligned", "aligned"):
+        y = kernels.triton_layer_norm(views[name], w, b, 1e-5)
+        want = _f64(views[name], w, b)
+        torch.testing.assert_close(y.double(), want, atol=tol[torch.float32][0], rtol=tol[torch.float32][1])
+    assert fake.jit == [True, False]  # one JIT launch (compile) per plan
+    assert fake.direct == [True, False, True]  # then the plan's runner, never across alignments
+    assert len([k for k in layer_norm_op.PLANS.plans if k[0] == "fwd"]) == 2
+
+
+def test_without_grad_no_autograd_node_is_built(gen, tol):
+    x, w, b, _ = _data(gen, 4, 37, torch.float32)
+    y = kernels.triton_layer_norm(x, w.requires_grad_(), b, 1e-5)
+    assert y.grad_fn is not None
+    with torch.no_grad():
+        y = kernels.triton_layer_norm(x, w, b, 1e-5)
+    assert y.grad_fn is None and not y.requires_grad
+    _assert_all_close([y], [_f64(x, w, b)], *tol[torch.float32])
+
+
+# ---- measured dispatch: each side as its calibration chose ----
+
+
+def _calibrated(monkeypatch, times):
+    """A Calibrator whose fake timer returns `times` in the order the candidates are timed."""
+    from kernels import dispatch, layer_norm_autograd
+
+    clock = iter(times)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(layer_norm_autograd, "_DEVICE_NAMES", {})
+    return dispatch.Calibrator(timer=lambda fn: next(clock), margin=0.05)
+
+
+# candidates are timed torch, triton, triton/torch, torch/triton
+TRAIN = [((2, 1, 3, 3), "triton"), ((2, 3, 1, 3), "triton/torch"), ((2, 3, 3, 1), "torch/triton"),
+         ((1, 2, 2, 2), "torch"), ((1.0, 0.97, 2, 2), "torch")]  # fmt: skip
+
+
+@pytest.mark.parametrize("times,side", TRAIN)
+def test_dispatched_layer_norm_takes_the_measured_side_and_matches_float64(
+    gen, tol, monkeypatch, times, side
+):
+    from kernels import layer_norm_autograd
+
+    calibrator = _calibrated(monkeypatch, times)
     x, w, b, dy = _data(gen, 6, 37, torch.float32)
-    got = _grads(lambda *a: layer_norm_op.dispatched_layer_norm(*a, 1e-5), x, w, b, dy)
+    got = _grads(lambda *a: layer_norm_autograd.dispatched_layer_norm(*a, 1e-5, calibrator), x, w, b, dy)
     _assert_all_close(got, _grads(_f64, x, w, b, dy.double()), *tol[torch.float32])
-    fwd, bwd = sides.split("/")
-    assert calibrator.record() == {
-        "test GPU | float32/fwd/N=37,M<=8": fwd,
-        "test GPU | float32/bwd/N=37,M<=8": bwd,
-    }
-    y = layer_norm_op.dispatched_layer_norm(x.requires_grad_(), w, b, 1e-5)
+    assert calibrator.record() == {"test GPU | float32/train/N=37,M<=8": side}
+    y = layer_norm_autograd.dispatched_layer_norm(x.requires_grad_(), w, b, 1e-5, calibrator)
     wrapped = type(y.grad_fn).__name__ == "_LayerNormBackward"
-    assert wrapped == (sides != "torch/torch")  # torch on both sides: F.layer_norm itself, no wrapper
+    assert wrapped == (side != "torch")  # torch chosen: F.layer_norm itself, no wrapper
+
+
+@pytest.mark.parametrize("times,side", [((2, 1), "triton"), ((1, 2), "torch"), ((1.0, 0.99), "torch")])
+def test_a_call_without_grad_uses_the_forward_choice_alone(gen, tol, monkeypatch, times, side):
+    from kernels import layer_norm_autograd
+
+    calibrator = _calibrated(monkeypatch, times)
+    x, w, b, _ = _data(gen, 6, 37, torch.float32)
+    with torch.no_grad():
+        y = layer_norm_autograd.dispatched_layer_norm(x, w.requires_grad_(), b, 1e-5, calibrator)
+    assert y.grad_fn is None
+    _assert_all_close([y], [_f64(x, w, b)], *tol[torch.float32])
+    assert calibrator.record() == {"test GPU | float32/infer/N=37,M<=8": side}  # no training path timed

@@ -80,7 +80,10 @@ class _Recording:
 def test_input_side_is_one_layer_norm_each_way_outside_the_loop(gen, sequence_inputs, monkeypatch):
     # T = 6 steps: the per-step cells read the hoisted input side (HOISTED), and LN(x W_xᵀ) runs as one
     # LayerNorm launch over all T·B rows forward and one backward (its dγ/dβ sum is a third), not per step.
-    from kernels import layer_norm_triton, lstm_triton
+    from kernels import layer_norm_op, layer_norm_triton, lstm_triton
+    from kernels.launch import PlanCache
+
+    monkeypatch.setattr(layer_norm_op, "PLANS", PlanCache())  # plans hold the kernels they were built with
 
     recorded = {}
     for name in ("_ln_fwd", "_ln_bwd"):

@@ -34,8 +34,9 @@ def _traced(p, steps: int) -> list[int]:
 
 def test_a_worked_example_from_the_definitions():
     """200 steps of an MLP, budget 15 %, traces every 25, estimates 10 apart at the least, λ_max
-    planned at WARM_VECTORS Krylov vectors warm: the run may spend 0.85 × 0.15 × 200 training steps on probes; 9 traces take their
-    part; the estimates as many as fit after a cold one, spread evenly from step 5."""
+    planned at WARM_VECTORS Krylov vectors warm: the run may spend 0.85 × 0.15 × 200 training steps on
+    probes; 9 traces take their part; the estimates as many as fit after a cold one, spread evenly from
+    step 5."""
     spec = RunSpec(
         task="digits", steps=200, probes=ProbeSpec(enabled=True, fisher_every=10, power_iterations=2)
     )

@@ -40,6 +40,7 @@ ORDER = (
     "lstm_vs_torch",
     "engine",
     "probes",
+    "probes-accuracy",
     "frontend",
     "stream",
     "stream-train-load",

@@ -170,6 +170,7 @@ def _eta_lambda(fig: go.Figure, events: list[dict[str, Any]], steps: list[int]) 
             name="η·λ_max(F)",
             legend="legend2",
             line={"color": "#0072B2"},
+            **bound_markers(events, "lambda_max"),
         ),
         row=1,
         col=2,
@@ -191,6 +192,7 @@ def _eta_lambda(fig: go.Figure, events: list[dict[str, Any]], steps: list[int]) 
                 name="η·λ_max(Hessian)",
                 legend="legend2",
                 line={"color": "#D55E00", "dash": "dot"},
+                **bound_markers(events, "hessian_lambda_max"),
             ),
             row=1,
             col=2,
@@ -211,6 +213,29 @@ def _eta_lambda(fig: go.Figure, events: list[dict[str, Any]], steps: list[int]) 
     # the line stays in view even while η·λ is far below it
     values = [v for v in [*(e["payload"].get("eta_lambda_max") for e in events), *hess] if v is not None]
     fig.update_yaxes(range=[0, max([2.3, *values]) * 1.08], row=1, col=2)
+
+
+def bound_markers(events: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Scatter keywords marking each estimate: a filled dot when λ_max is within its tolerance, an open
+    one with a hover text when the probe stopped short of it (a lower bound; docs/probes.md)."""
+    symbols, texts = [], []
+    for e in events:
+        p = e["payload"]
+        short = bool(p.get(f"{key}_lower_bound"))
+        symbols.append("circle-open" if short else "circle")
+        bound = p.get(f"{key}_rel_bound")
+        tolerance = p.get("lambda_tolerance")
+        if short:
+            texts.append(f"lower bound: λ_max may be up to {bound:.0%} higher (not within {tolerance:.0%})")
+        elif bound is not None and tolerance is not None:
+            texts.append(f"within {tolerance:.0%} of λ_max (bound {bound:.1%})")
+        else:
+            texts.append("")
+    return {
+        "mode": "lines+markers",
+        "marker": {"symbol": symbols, "size": 7},
+        "hovertext": texts,
+    }
 
 
 def _place_legends(fig: go.Figure, present: bool) -> None:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend import figures
+from frontend.probe_figures import bound_markers
 
 HELP = (
     "Left: how strongly the loss reaches back through the time steps (flat is healthy, a steep fall is a "
@@ -57,7 +58,9 @@ def strip_figure(
     steps = [e["step"] for e in fisher]
     eta = [e["payload"].get("eta_lambda_max") for e in fisher]
     if steps:
-        fig.add_trace(go.Scatter(x=steps, y=eta, mode="lines+markers", name="η·λ_max"), row=1, col=2)
+        fig.add_trace(
+            go.Scatter(x=steps, y=eta, name="η·λ_max", **bound_markers(fisher, "lambda_max")), row=1, col=2
+        )
         fig.add_trace(
             go.Scatter(
                 x=[steps[0], steps[-1]], y=[2, 2], mode="lines", line={"dash": "dash", "color": "#D55E00"}

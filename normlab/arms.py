@@ -119,7 +119,8 @@ def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     the orders of magnitude η/‖w‖² moved from the first estimate to the last ("elr_orders", mean over
     weight sets of log10 last/first) and the mean angular update over the second half of the estimates
     ("angular_late"); the mean η·λ_max(H) over the second half ("eta_lambda_late") and at the first
-    estimate ("eta_lambda_first"). None where the run has no such numbers."""
+    estimate ("eta_lambda_first"), each from estimates within their tolerance (lower bounds left out).
+    None where the run has no such numbers."""
     series = (probes or {}).get("fisher_series") or []
     out: dict[str, float | None] = dict.fromkeys(SERIES_KEYS)
     if not series:
@@ -140,10 +141,14 @@ def series_stats(probes: dict[str, Any] | None) -> dict[str, float | None]:
     ]
     if angles:
         out["angular_late"] = statistics.fmean(angles)
-    sharp = [e["eta_hessian_lambda_max"] for e in series if is_number(e.get("eta_hessian_lambda_max"))]
-    if sharp:
-        out["eta_lambda_first"] = sharp[0]
-        out["eta_lambda_late"] = statistics.fmean(_late(sharp))
+    # an estimate that stopped short of its tolerance is a lower bound, not a value: left out of the mean,
+    # and the first estimate ("at initialisation") is None when it is one
+    sharp = [e for e in series if is_number(e.get("eta_hessian_lambda_max"))]
+    if sharp and not sharp[0].get("hessian_lower_bound"):
+        out["eta_lambda_first"] = sharp[0]["eta_hessian_lambda_max"]
+    late = [e["eta_hessian_lambda_max"] for e in _late(sharp) if not e.get("hessian_lower_bound")]
+    if late:
+        out["eta_lambda_late"] = statistics.fmean(late)
     return out
 
 

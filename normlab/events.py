@@ -119,6 +119,13 @@ class FisherPayload(BaseModel):
     eta_lambda_max: float | None = None
     hessian_lambda_max: float | None = None
     eta_hessian_lambda_max: float | None = None
+    # each λ_max's bound r/θ (relative Ritz residual: λ_max ≤ θ (1 + bound) once θ sits at the top
+    # eigenvalue; θ ≤ λ_max always) and whether it stopped above the tolerance: then a lower bound
+    lambda_tolerance: float | None = None
+    lambda_max_rel_bound: float | None = None
+    lambda_max_lower_bound: bool = False
+    hessian_lambda_max_rel_bound: float | None = None
+    hessian_lambda_max_lower_bound: bool = False
     lr: float | None = None
 
 

@@ -85,7 +85,8 @@ class ProbeSpec(BaseModel):
         None,
         ge=1,
         le=50,
-        description="Krylov vectors per warm-started λ_max(F) (default: 3 on conv nets, 2 elsewhere).",
+        description="Krylov vectors at least per warm-started λ_max(F), which then iterates to its "
+        "tolerance (default: 3 on conv nets, 2 elsewhere).",
     )
     hessian: bool = Field(False, description="Also estimate λ_max of the Hessian (edge of stability).")
     empirical_fisher: bool = Field(False, description="Also report the empirical Fisher, labelled as such.")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from frontend import hidden_figures, probe_figures
+from frontend import hidden_figures, probe_figures, probe_strip
 
 
 def test_hidden_heatmap_is_log10_of_the_norms_with_latest_snapshot():
@@ -182,3 +182,21 @@ def test_fisher_events_stored_with_the_old_groups_key_draw_the_same_panels():
     ]
     assert all("groups" in e["payload"] and "weight_sets" not in e["payload"] for e in old)
     assert probe_figures.fisher_figure(old)["data"] == probe_figures.fisher_figure(events)["data"]
+
+
+def test_a_lambda_max_short_of_its_tolerance_is_drawn_open_with_its_bound():
+    """An estimate flagged as a lower bound gets an open marker and says how far off it may be; one
+    within the tolerance a filled marker; events stored before the flag draw filled, without a text."""
+    converged, short, old = _fisher(1, 1), _fisher(2, 1), _fisher(3, 1)
+    for event, flag, bound in ((converged, False, 0.004), (short, True, 0.07)):
+        event["payload"].update(
+            lambda_tolerance=0.02, lambda_max_rel_bound=bound, lambda_max_lower_bound=flag
+        )
+    fig = probe_figures.fisher_figure([converged, short, old])
+    line = next(t for t in fig["data"] if t["name"] == "η·λ_max(F)")
+    assert list(line["marker"]["symbol"]) == ["circle", "circle-open", "circle"]
+    texts = list(line["hovertext"])
+    assert "within 2%" in texts[0] and "lower bound" in texts[1] and "7%" in texts[1] and texts[2] == ""
+    strip = probe_strip.strip_figure([], [converged, short, old])
+    dots = next(t for t in strip["data"] if t["name"] == "η·λ_max")
+    assert list(dots["marker"]["symbol"]) == ["circle", "circle-open", "circle"]

@@ -3,15 +3,18 @@
 State carried across estimates: the previous top eigenvectors of F and H (warm starts), an EMA of the
 summed-gradient traces (they are noisier), and estimators switched off after they failed once.
 
-λ_max by Lanczos (`workers.probes.eigen`), `power_iterations` Krylov vectors warm, the last one by its
-Jacobian-vector product alone. Start: where the predictions are a Linear layer's outputs (feed-forward and
-conv nets), the output layer's own Fisher block gives a direction q0 and its F q0 for one vjp
-(`workers.probes.start`); elsewhere (recurrent nets) the sampled-label gradient ∇S (free: the trace pass
-computes it, its covariance is N·F). Warm, the best combination of that vector and the previous Ritz
-vector (Rayleigh–Ritz: a Jacobian-vector product each, the combination's F u one vjp) — a previous vector
-alone, tens of steps old, leaves λ_max far too low; cold, the vector itself. Cold (the first estimate, or
-after a failure) iterates until the relative Ritz residual is ≤ COLD_TOL or θ stops moving, at most COLD_MAX
-vectors; `lambda_residual` in the payload says how far it got (after the last full product).
+λ_max by Lanczos (`workers.probes.eigen`): at least `power_iterations` Krylov vectors, then on until the
+relative Ritz residual r/θ is ≤ STOP (a quarter of TOL, the stated tolerance: the bound in
+`workers.probes.eigen`, the quarter at STOP below), at most MAX_VECTORS, the last one at the cap by its
+Jacobian-vector product alone (the Fisher). An estimate whose bound is still above TOL there is a lower
+bound: the payload says so (`lambda_max_lower_bound`) with the bound it reached (`lambda_max_rel_bound`,
+r/θ), and the same for the Hessian (`hessian_lambda_max_…`). Start: where the predictions
+are a Linear layer's outputs (feed-forward and conv nets), the output layer's own Fisher block gives a
+direction q0 and its F q0 for one vjp (`workers.probes.start`); elsewhere (recurrent nets) the
+sampled-label gradient ∇S (free: the trace pass computes it, its covariance is N·F). Warm, the best
+combination of that vector and the previous Ritz vector (Rayleigh–Ritz: a Jacobian-vector product each, the
+combination's F u one vjp); cold, the vector itself. The Hessian starts from its previous Ritz vector, cold
+from a random one drawn from the probes' seeded generator.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from workers.probes.likelihood import Likelihood
 from workers.probes.start import best_start, output_layer_start
 from workers.probes.weight_sets import WeightSet, find_weight_sets, weight_set_payload
 
-COLD_TOL = 0.02  # a cold λ_max is iterated until its relative Ritz residual is below this
-# Krylov vectors at most for a cold start (its cost stays near a warm one's); the residual is reported
-COLD_MAX = 4
+TOL = 0.02  # the stated tolerance: an estimate whose bound r/θ is above it is flagged as a lower bound
+# Lanczos goes on to r/θ ≤ STOP: a Ritz value can sit at the second of two eigenvalues a few % apart with
+# r/θ under TOL (3.8 % low at 1.2 %, on a tiny RMS-norm MLP); at TOL/4 the Krylov space had split them
+STOP = TOL / 4
+MAX_VECTORS = 16  # Krylov vectors at most per λ_max, cold or warm; the bound reached there is reported
 EMA = 0.5  # weight of the newest summed-gradient trace
 ALONG_ROWS = (
     "uᵀFu for u = Σ_i r_i v_i/‖v_i‖ (random signs r_i; every row's direction at once), "
@@ -88,6 +93,7 @@ class CurvatureProbe:
         self.failed: dict[str, str] = {}
         self.iterations: dict[str, int] = {}  # products since the cold start, per operator
         self.residuals: dict[str, float] = {}  # relative Ritz residual of the latest λ, per operator
+        self.vectors: dict[str, int] = {}  # Krylov vectors the latest λ took, per operator
         self.workspace: dict[str, dict] = {}  # Lanczos' basis matrix per operator, kept between estimates
 
     def _random(self, params) -> list:
@@ -147,6 +153,7 @@ class CurvatureProbe:
             "eta_lambda_max": None,
             "hessian_lambda_max": None,
             "eta_hessian_lambda_max": None,
+            "lambda_tolerance": TOL,
             "weight_sets": weight_sets,
             "empirical": None,
             "lr": lr,
@@ -169,7 +176,12 @@ class CurvatureProbe:
             payload["empirical"] = {"trace": e_trace, "trace_estimator": e_kinds, "note": EMPIRICAL_NOTE}
             _sync(self.device)
             seconds["empirical"] = self.clock() - t1
+        for key, name in (("lambda_max", "lambda_max"), ("hessian_lambda_max", "hessian")):
+            if payload[key] is not None:
+                payload[f"{key}_rel_bound"] = self.residuals[name]
+                payload[f"{key}_lower_bound"] = self.residuals[name] > TOL
         payload["power_iterations_total"] = dict(self.iterations)
+        payload["lambda_vectors"] = dict(self.vectors)
         payload["lambda_residual"] = dict(self.residuals)
         payload["products"] = "central differences (fused LSTM path)" if fp.fused else "double backward"
         if self.failed:
@@ -211,8 +223,8 @@ class CurvatureProbe:
                 product,
                 init,
                 self.power_iterations,
-                tol=COLD_TOL if cold else None,
-                max_products=COLD_MAX,
+                tol=STOP,
+                max_products=MAX_VECTORS,
                 start_product=first,
                 quadratic=_quadratic(fp),
                 workspace=self.workspace.setdefault(name, {}),
@@ -222,5 +234,6 @@ class CurvatureProbe:
             return None, self.clock() - t0, previous
         self.iterations[name] = self.iterations.get(name, 0) + info["products"]
         self.residuals[name] = info["residual"]
+        self.vectors[name] = info["products"]
         _sync(self.device)
         return lam, self.clock() - t0, vec

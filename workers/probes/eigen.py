@@ -1,16 +1,20 @@
-"""`lanczos_top(product, init, ...)`: the largest eigenvalue of a symmetric PSD operator, few products.
+"""`lanczos_top(product, init, ...)`: the largest eigenvalue of a symmetric operator, to a stated tolerance.
 
 Lanczos keeps every direction it has seen (the Krylov space of `init`), so after k products its top Ritz
 value is at least the Rayleigh quotient that k steps of power iteration reach from the same start, and
-it converges much faster when the spectrum has a few outliers (as Fisher spectra do). A warm start from
-the previous estimate's Ritz vector needs ~2 products. A cold start iterates until the Ritz residual
-‖F y − θ y‖ ≤ tol · θ (an eigenvalue lies within that distance of θ) or the relative change of θ
-between two products is below tol / 10, or `max_products` is reached; the residual is reported.
+it converges much faster when the spectrum has a few outliers (as Fisher spectra do).
+
+The bound. The top Ritz value θ is a Rayleigh quotient, so θ ≤ λ_max always (for any symmetric operator,
+the Hessian included). Its Ritz vector y has the residual r = ‖A y − θ y‖ = β_k |s_k| (the last Lanczos
+coefficient times the last entry of the tridiagonal matrix's top eigenvector), and some eigenvalue of A
+lies in [θ − r, θ + r]. When that eigenvalue is λ_max — the Krylov space holds the top direction, which a
+start with any component along it gives — then θ ≤ λ_max ≤ θ + r, and (λ_max − θ)/λ_max ≤ r/θ. With `tol`
+the iteration goes on until r ≤ tol·|θ| (then `converged`), or stops at `max_products` with the bound it
+reached: the value is then a lower bound, and r/θ says how far below λ_max it may be.
 A Fisher-vector product is a Jacobian-vector product J q and a vjp Jᵀ(Λ J q); the last Krylov vector
-needs only qᵀFq = (Jq)ᵀΛ(Jq)/N, so given `quadratic` the last vjp is skipped (θ is still the top Ritz
-value of the whole Krylov space, residual then known only up to the vector before it).
-The basis is fully re-orthogonalized (it has at most a dozen vectors): classical Gram–Schmidt, repeated
-when it cancelled most of the vector.
+needs only qᵀFq = (Jq)ᵀΛ(Jq)/N, so given `quadratic` the last vjp is skipped at the cap (θ is still the
+top Ritz value of the whole Krylov space; its bound is the one after the last full product: θ only grows).
+The basis is fully re-orthogonalized: classical Gram–Schmidt, repeated when it cancelled most of the vector.
 """
 
 from __future__ import annotations
@@ -123,12 +127,13 @@ def lanczos_top(
     quadratic=None,
     workspace: dict | None = None,
 ) -> tuple[float, list[Tensor], dict]:
-    """(θ ≈ λ_max, its Ritz vector, {"products", "residual"}) — `products` at least, then to `tol`.
+    """(θ ≤ λ_max, its Ritz vector, {"products", "residual", "converged"}) — `products` at least, then
+    until the relative residual r/|θ| ≤ `tol` or `max_products` (see the module docstring for the bound).
 
     `products` counts Krylov vectors. `start_product` = F·init when the caller has it already (the first
-    product is then free); `quadratic(q)` = qᵀFq for a unit q, which the last Krylov vector needs alone
-    (a Fisher-vector product's Jacobian-vector half, without the vjp that only the next vector would
-    use). With `quadratic` the reported residual is the one after the last full product.
+    product is then free); `quadratic(q)` = qᵀFq for a unit q, which the last Krylov vector at the cap
+    needs alone (a Fisher-vector product's Jacobian-vector half, without the vjp that only the next vector
+    would use). "residual" is r/|θ|, after the last full product; "converged" whether it is ≤ `tol`.
 
     The Krylov basis is kept as the rows of one matrix over the flattened parameters, and each product is
     written straight into the next row, so a small model's few products are not outweighed by
@@ -154,7 +159,7 @@ def lanczos_top(
     basis[0].div_(norm)
     alphas: list[float] = []
     betas: list[float] = []
-    theta, s, residual, previous, ritz_at = 0.0, [1.0], math.inf, None, 0
+    theta, s, residual, ritz_at = 0.0, [1.0], math.inf, 0
     for k in range(limit):
         if quadratic is not None and k + 1 == limit:  # the last vector: its Rayleigh quotient is enough
             alphas.append(float(quadratic(rows[k])))
@@ -176,23 +181,13 @@ def lanczos_top(
             beta = _norm(w)
         else:
             beta = math.sqrt(left)
+        # an invariant subspace (β ≈ 0): θ is an eigenvalue, r = 0
         stop = k + 1 == limit or beta <= 1e-12 * max(max(abs(a) for a in alphas), 1e-30)
         check = tol is not None and k + 1 >= products
         if check or stop:  # the Ritz pair now (else only at the end: its value is not needed before)
-            if check and previous is None and k > 0:
-                previous = _top_ritz(alphas[:-1], betas[:-1])[0] if k > 1 else alphas[0]
             theta, s = _top_ritz(alphas, betas)
             residual, ritz_at = beta * abs(float(s[-1])), len(alphas)
-            done = (
-                check
-                and tol is not None
-                and (
-                    residual <= tol * abs(theta)
-                    or (previous is not None and abs(theta - previous) <= 0.1 * tol * abs(theta))
-                )
-            )
-            previous = theta
-            if done or stop:
+            if stop or (tol is not None and residual <= tol * abs(theta)):
                 break
         betas.append(beta)
         w.div_(beta)
@@ -209,8 +204,9 @@ def lanczos_top(
         ritz = basis[0] * s[0]
         if m == 2:
             ritz.add_(basis[1], alpha=s[1])
+    relative = residual / max(abs(theta), 1e-30)
     return (
         theta,
         _split(ritz, init),
-        {"products": m, "residual": residual / max(abs(theta), 1e-30)},
+        {"products": m, "residual": relative, "converged": tol is not None and relative <= tol},
     )

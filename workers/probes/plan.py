@@ -6,7 +6,9 @@ run's own model (one forward and backward pass over a batch), the unit an estima
 
 - a hidden-state trace adds a fraction of its step (TRACE_STEPS);
 - a Fisher estimate is one pass for the per-layer traces (BASE_STEPS[kind]) and one Fisher-vector
-  product per Krylov vector of λ_max (VECTOR_STEPS[kind]): `power_iterations` of them warm, up to
+  product per Krylov vector of λ_max (VECTOR_STEPS[kind]). λ_max iterates to a tolerance
+  (`workers.probes.curvature`), so its vectors vary with the spectrum; the plan counts the typical
+  number measured by `normlab bench probes --accuracy`: WARM_VECTORS warm (`power_iterations` if more),
   COLD_VECTORS for the first (cold) one; λ_max(H) as many Hessian-vector products again, the empirical
   Fisher one more trace pass. The constants are fitted to the warm and cold columns of
   `normlab bench probes`, which prints this plan's figures beside the measured ones.
@@ -35,7 +37,10 @@ TRACE_STEPS = 0.5  # a hidden-state trace, in training steps (what recording add
 # a recurrent net's products run step by step through time, twice differentiable, while it trains fused
 BASE_STEPS: dict[Kind, float] = {"feedforward": 1.4, "conv": 1.6, "recurrent": 1.9}
 VECTOR_STEPS: dict[Kind, float] = {"feedforward": 1.0, "conv": 1.0, "recurrent": 1.8}
-COLD_VECTORS = 4  # a cold λ_max iterates to tolerance, at most this many vectors (curvature.COLD_MAX)
+# Krylov vectors a λ_max to tolerance typically takes (medians measured on digits, digits-mse, seq-digits:
+# cold 5.5–11, warm 4.5–6.5; at most curvature.MAX_VECTORS)
+COLD_VECTORS = 8
+WARM_VECTORS = 5
 OWN_FORWARD_STEPS = 0.4  # an estimate that cannot reuse the training forward (on a GPU) runs its own
 
 
@@ -89,7 +94,7 @@ class ProbePlan:
 def estimate_costs(probes: ProbeSpec, kind: Kind, own_forward: bool = False) -> tuple[float, float]:
     """(cold, warm) cost of one Fisher estimate in training steps, from what it computes."""
     base, vector = BASE_STEPS[kind], VECTOR_STEPS[kind]
-    warm_vectors = probes.power_iterations or 2
+    warm_vectors = max(probes.power_iterations or 2, WARM_VECTORS)
     per_estimate = (
         base + (OWN_FORWARD_STEPS if own_forward else 0.0) + (base if probes.empirical_fisher else 0.0)
     )

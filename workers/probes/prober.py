@@ -254,11 +254,13 @@ class Prober:
 
 
 def series_entry(step: int, payload: dict) -> dict:
-    """One estimate's step, η·λ_max of the Hessian (None unless asked for) and, per scale-invariant set,
+    """One estimate's step, η·λ_max of the Hessian (None unless asked for; whether it stopped short of its
+    tolerance, a lower bound) and, per scale-invariant set,
     η/‖w‖² and the angular update of the step: what a run's summary keeps of every estimate."""
     return {
         "step": step,
         "eta_hessian_lambda_max": payload.get("eta_hessian_lambda_max"),
+        "hessian_lower_bound": bool(payload.get("hessian_lambda_max_lower_bound")),
         "weight_sets": [
             {
                 "name": g["name"],

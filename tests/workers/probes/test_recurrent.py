@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.engine.models import RecurrentNet
-from workers.probes.curvature import COLD_TOL, CurvatureProbe
+from workers.probes.curvature import TOL, CurvatureProbe
 from workers.probes.fisher import FisherPass
 from workers.probes.likelihood import Likelihood
 
@@ -103,7 +103,7 @@ def test_fused_path_products_match_brute_force(norm, placement):
     ],
 )
 def test_cold_lambda_max_converges_at_w_and_2w(cell, norm, seed):
-    """The first estimate starts cold; it iterates to COLD_TOL, so doubling a set (which moves the top
+    """The first estimate starts cold; it iterates to TOL, so doubling a set (which moves the top
     eigenvector) does not leave it far below λ_max as a fixed few iterations did (45 % low once)."""
     model, x, y = tiny_rnn(norm, cell, seed=seed)
     name = {"lstm": "rnn.0.hh.weight", "gru": "rnn.0.hh_gates.weight", "tanh": "rnn.0.proj.weight"}[cell]
@@ -114,7 +114,7 @@ def test_cold_lambda_max_converges_at_w_and_2w(cell, norm, seed):
         top = float(torch.linalg.eigvalsh(fisher)[-1])
         probe = CurvatureProbe(model, Likelihood("class"), F.cross_entropy, seed=seed)
         payload, _ = probe.estimate(x, y, lr=0.1)
-        assert payload["lambda_max"] == pytest.approx(top, rel=COLD_TOL), (factor, payload["lambda_residual"])
+        assert payload["lambda_max"] == pytest.approx(top, rel=TOL), (factor, payload["lambda_residual"])
         assert payload["lambda_max"] <= top * (1 + 1e-6)  # a Ritz value never exceeds λ_max
 
 

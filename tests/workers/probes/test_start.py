@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workers.probes.curvature import COLD_TOL, CurvatureProbe
+from workers.probes.curvature import TOL, CurvatureProbe
 from workers.probes.eigen import _top_ritz, lanczos_top
 from workers.probes.fisher import FisherPass
 from workers.probes.likelihood import Likelihood
@@ -89,8 +89,8 @@ def test_recurrent_predictions_get_no_output_layer_start():
 
 
 def test_cold_lambda_max_of_feedforward_nets_within_the_stated_tolerance(norm):
-    """The first estimate starts at the output layer's block and iterates to COLD_TOL, at most COLD_MAX
-    products: when its reported residual says it got there, it is within COLD_TOL of the brute-force
+    """The first estimate starts at the output layer's block and iterates to TOL, at most MAX_VECTORS
+    products: when its reported residual says it got there, it is within TOL of the brute-force
     λ_max (else the residual says it did not); a Ritz value is never above λ_max, and a warm estimate
     on the same batch (previous vector in its start) never below the cold one."""
     for seed in (0, 1, 2):
@@ -101,8 +101,8 @@ def test_cold_lambda_max_of_feedforward_nets_within_the_stated_tolerance(norm):
         payload, _ = probe.estimate(x, y, lr=0.1)
         cold, residual = payload["lambda_max"], payload["lambda_residual"]["lambda_max"]
         assert cold <= top * (1 + 1e-9)
-        if residual <= COLD_TOL:
-            assert cold == pytest.approx(top, rel=COLD_TOL), seed
+        if residual <= TOL:
+            assert cold == pytest.approx(top, rel=TOL), seed
         else:
             assert top - cold <= top * 0.1, (seed, residual)  # capped short of the tolerance, not far off
         warm, _ = probe.estimate(x, y, lr=0.1)

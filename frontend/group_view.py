@@ -24,9 +24,11 @@ SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
 
 
 def _num(v: Any, digits: int = 2) -> str:
+    """`digits` decimals, or `digits` significant digits below 0.1: never "± 0.00" for a small effect."""
     if not isinstance(v, int | float) or not math.isfinite(v):
         return "–"
-    return f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:+.{digits}f}".replace("-", "−")
+    text = f"{v:+.{digits}g}" if abs(v) < 0.1 and v != 0 else f"{v:+.{digits}f}"
+    return text.replace("-", "−")
 
 
 def progress(group: GroupPublic) -> str:

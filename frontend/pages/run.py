@@ -26,7 +26,6 @@ from frontend import (
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES
 from normlab.spec import TRANSFORMER_TASKS
 
 
@@ -126,7 +125,6 @@ def layout(
     spec = run.get("spec", {})
     probes = spec.get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
-    ended = run.get("status") in TERMINAL_STATUSES
     note = (
         ""
         if probes
@@ -184,7 +182,7 @@ def layout(
                     ),
                     dcc.Graph(
                         id=ids.RUN_HIDDEN,
-                        figure=hidden_figures.hidden_figure([], present_on, ended),
+                        figure=hidden_figures.hidden_figure([], present_on, None),  # None: loading
                         config=components.GRAPH_CONFIG,
                         className="graph",
                     ),
@@ -206,7 +204,7 @@ def layout(
                     html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
                     dcc.Graph(
                         id=ids.RUN_FISHER,
-                        figure=probe_figures.fisher_figure([], present_on, ended),
+                        figure=probe_figures.fisher_figure([], present_on, None),
                         config=components.GRAPH_CONFIG,
                         className="graph",
                     ),

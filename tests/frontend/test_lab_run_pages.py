@@ -185,3 +185,20 @@ def test_run_log_lists_status_changes_and_evaluations_newest_info_lines_only(pag
     )
     assert len(items) == 1 + 50 + 1 and texts[-1] == "12 earlier lines not shown"
     assert run.on_lines([])[0].children == "No log lines yet."
+
+
+def test_a_groups_compare_link_selects_every_run_of_the_group(pages, monkeypatch):
+    from types import SimpleNamespace
+
+    from frontend import ids
+    from frontend.pages import compare
+
+    # a map: 8 arms × 5 seeds; the card says n = 5, so Compare must draw all 40 runs, not the first 24
+    group = SimpleNamespace(runs=[SimpleNamespace(id=f"r{i:02d}") for i in range(40)], done=True)
+    monkeypatch.setattr(compare, "load_group", lambda gid: (group, ""))
+    monkeypatch.setattr(compare, "group_box", lambda *a: [])
+    monkeypatch.setattr(compare, "run_options", lambda api, runs: [])
+    page = compare.layout(group="g1")
+    assert len(_find(page, ids.CMP_RUNS).value) == 40
+    listed = compare.layout(runs=",".join(f"x{i}" for i in range(30)))
+    assert len(_find(listed, ids.CMP_RUNS).value) == 24  # a hand-written list stays capped

@@ -88,7 +88,18 @@ def run_label(run: dict[str, Any]) -> str:
 
 
 # After the coloured field, the spec fields whose differences the line dash shows, in this order.
-DASH_FIELDS = ("task", "lr", "optimizer", "weight_decay", "hidden_size", "layers", "cell", "seq_len", "steps", "seed")
+DASH_FIELDS = (
+    "task",
+    "lr",
+    "optimizer",
+    "weight_decay",
+    "hidden_size",
+    "layers",
+    "cell",
+    "seq_len",
+    "steps",
+    "seed",
+)
 
 
 def colors_for(runs: list[dict[str, Any]], color_by: str) -> dict[str, tuple[str, str]]:

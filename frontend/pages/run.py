@@ -21,6 +21,7 @@ from frontend import (
     logic,
     probe_figures,
     probe_names,
+    run_labels,
     smoothing_control,
 )
 from frontend.api_client import ApiError
@@ -218,6 +219,7 @@ def layout(
                     html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([])),
                 ],
             ),
+            run_labels.labels_card(run),
             html.Div(
                 className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]
             ),

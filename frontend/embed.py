@@ -19,7 +19,7 @@ from typing import Any
 
 import flask
 
-from frontend.smoothing import parse_weight
+from frontend.smoothing import SMOOTHED_PANELS, parse_weight
 from normlab.palette import NORM_COLORS, OTHER_COLOR, RAW_OPACITY
 
 HERE = Path(__file__).parent / "embed_assets"
@@ -67,6 +67,7 @@ def page_config(mode: str, runs: list[str], args: Mapping[str, str]) -> dict[str
         "token": args.get("token") or None,
         "panels": panels or list(DEFAULT_PANELS),
         "smoothing": parse_weight(args.get("smoothing", 0.6)),
+        "smoothed_panels": list(SMOOTHED_PANELS),  # the rest drawn as measured
         "theme": "dark" if args.get("theme") == "dark" else "light",
         # presentation mode (present=1, as on the dashboard's pages): big type and no controls
         "controls": _flag(args.get("controls"), True) and not _flag(args.get("present"), False),

@@ -132,7 +132,7 @@ def _pages(runs) -> list[tuple[str, str]]:
     """(name, path) of every page."""
     live, ended, digits = runs["live"], runs["ended"], runs["digits"]
     return [
-        ("lab", "/"),
+        ("lab", f"/?runs={live},{digits}"),  # the board: a live run and an ended one
         ("run-live", f"/run/{live}"),
         ("run-ended", f"/run/{ended}"),
         ("compare", f"/compare?runs={ended},{digits},{live}"),
@@ -183,3 +183,35 @@ def test_every_page_reads_cleanly_in_both_modes(browser, server, runs, viewport,
         finally:
             context.close()
     assert not problems, "\n".join(problems)
+
+
+def test_embeds_fit_a_small_frame_and_say_when_a_panel_has_no_data(browser, server, runs, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("views-embed-small")
+    print(f"\nscreenshots: {folder}")
+    context = browser.new_context(viewport={"width": 480, "height": 300})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    ready = "() => window.normlabEmbed && window.normlabEmbed.ready"
+    try:
+        # a replay with its bar, in a 480×300 frame: every chart whole, above the bar
+        page.goto(f"{server.url}/embed/replay?runs={runs['ended']},{runs['digits']}&panels=loss,val")
+        page.wait_for_function(ready, timeout=30000)
+        page.screenshot(path=str(folder / "replay-480x300.png"))
+        boxes = page.evaluate(
+            "() => ({bar: document.getElementById('bar').getBoundingClientRect().top, panels:"
+            " Array.from(document.querySelectorAll('.panel')).map(p => p.getBoundingClientRect().bottom)})"
+        )
+        assert boxes["panels"] and all(bottom <= boxes["bar"] + 1 for bottom in boxes["panels"]), boxes
+        # probe panels of a run without probes say so; validation drawn as measured (one trace, opaque)
+        page.goto(f"{server.url}/embed/run/{runs['digits']}?panels=val,hidden,fisher&smoothing=0.6")
+        page.wait_for_function(ready, timeout=30000)
+        page.screenshot(path=str(folder / "no-probes-480x300.png"))
+        for panel in ("hidden", "fisher"):
+            text = page.evaluate(f"() => document.getElementById('panel-{panel}').textContent")
+            assert "probes were off" in text, (panel, text)
+        val = page.evaluate("() => document.getElementById('panel-val').data.map(t => t.opacity)")
+        assert val == [1], val
+        assert not errors, errors
+    finally:
+        context.close()

@@ -205,11 +205,9 @@ def test_a_groups_compare_link_selects_every_run_of_the_group(pages, monkeypatch
 
 
 def test_the_labs_fork_card_fills_in_the_clicked_runs_values(pages):
-    from frontend import fork_view
+    from frontend import fork_view, ids
 
     # the Lab's card starts empty; a click on a curve names the run (FakeApi: adding, lr 0.003)
-    from frontend import ids
-
     assert _find(fork_view.fork_card(None), ids.FORK_NORM).value is None
     norm, lr, batch, steps, seed = fork_view.on_fork_run("r7", None)
     spec = RunSpec(task="adding", lr=0.003, probes={"enabled": True, "budget": 0.15}).resolved()

@@ -127,8 +127,8 @@
       var probesOn = runs.some(function (r) { return r.spec.probes && r.spec.probes.enabled; });
       if (PANELS[key].probe && !probesOn) {
         Plotly.relayout(divs[i], {"xaxis.visible": false, "yaxis.visible": false, annotations: [{
-          text: "No " + (key === "hidden" ? "hidden-state" : "Fisher") + " data: probes were off for " +
-            (runs.length === 1 ? "this run" : "these runs"),
+          text: "No " + (key === "hidden" ? "hidden-state" : "Fisher") + " data:<br>probes were off for " +
+            (runs.length === 1 ? "this run" : "these runs"),  // two short lines: fits a narrow panel
           showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
           font: {size: C.big ? 20 : 13, color: dark ? "#bbb" : "#555"}}]});
       }

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from backend.background import BoundedCalls
 from normlab.events import RunStatus
-from normlab.queue import enqueue_run, waiting_run_ids
+from normlab.queue import enqueue_run, waiting_messages
 from normlab.settings import Settings
 
 if TYPE_CHECKING:
@@ -76,44 +76,56 @@ async def broker_watch_loop(store: Store, settings: Settings, call_bound_s: floa
         client.close()
 
 
-# A queued run missing from the broker's waiting queue for this long has been taken by a worker that
-# never claimed it (a live one claims within a second or two): that worker died holding it.
+# Queued runs outnumbering the waiting messages for this long have lost a message to a worker that never
+# claimed a run with it (a live one claims within a second or two): that worker died holding it.
 MISSING_GRACE_S = 5.0
 ORPHAN_PERIOD_S = 2.0
 
 
 class OrphanWatch:
-    """Re-sends queued runs that no waiting message carries any more — taken by a worker that died
-    before claiming them (a prefetched message in Redis's unacked hash, a file the file queue already
-    handed out), or lost with an API that crashed between storing and sending. Either broker, and at API
-    start (a restart after a crash re-sends what nobody holds). A copy too many is skipped by the claim."""
+    """Re-sends queued runs that no waiting message will train any more — a message taken by a worker
+    that died before claiming (a prefetched message in Redis's unacked hash, a file the file queue
+    already handed out), or lost with an API that crashed between storing and sending. Either broker,
+    and at API start (a restart after a crash re-sends what nobody holds). A copy too many is skipped by
+    the claim.
+
+    Messages are counted, not matched by name: a worker trains the first queued run in the fair order
+    whichever run its message names (interactive runs overtake a preset's, groups take turns), so a
+    queued run whose own message was spent on another run is still trained by that run's message. Only
+    when fewer messages wait than runs are queued has one gone missing."""
 
     def __init__(self, store: Store, settings: Settings, grace_s: float = MISSING_GRACE_S):
         self.store, self.settings, self.grace_s = store, settings, grace_s
         self.missing_since: dict[str, float] = {}
 
     def check(self, now: float | None = None) -> list[str]:
-        """One look: re-send what has been missing for grace_s; return the ids re-sent."""
+        """One look: re-send what has been short of a message for grace_s; return the ids re-sent."""
         now = time.monotonic() if now is None else now
         queued = queued_ids(self.store)
         if not queued:
             self.missing_since.clear()
             return []
-        waiting = waiting_run_ids(self.settings)
+        waiting = waiting_messages(self.settings)
         if waiting is None:  # a broker this cannot look into
             return []
         # Read the store again: a run claimed while the broker was read is no longer queued.
         still = set(queued_ids(self.store))
-        missing = [r for r in queued if r not in waiting and r in still]
-        self.missing_since = {r: self.missing_since.get(r, now) for r in missing}
-        resent = [r for r in missing if now - self.missing_since[r] >= self.grace_s]
+        queued = [r for r in queued if r in still]
+        short = len(queued) - len(waiting)
+        # The runs no message names are the ones re-sent when messages are short (newest last).
+        unnamed = [r for r in queued if r not in set(waiting)]
+        self.missing_since = {r: self.missing_since.get(r, now) for r in unnamed} if short > 0 else {}
+        due = [r for r in unnamed if now - self.missing_since.get(r, now) >= self.grace_s]
+        resent = due[: max(short, 0)]
         for run_id in resent:
             enqueue_run(self.settings, run_id)
             self.missing_since[run_id] = now  # give the new message the same grace
         if resent:
             log.warning(
-                "re-sent %d queued run(s) that no message carried any more (a worker died holding them?): %s",
+                "re-sent %d queued run(s): %d queued, %d message(s) waiting (a worker died holding one?): %s",
                 len(resent),
+                len(queued),
+                len(waiting),
                 ", ".join(resent),
             )
         return resent

@@ -124,6 +124,10 @@ class ApiClient:
                 f"The server at {self.base} answered group {group_id} in another shape ({problems(exc)}).",
             ) from None
 
+    def label(self, run_id: str, labels: dict[str, Any]) -> dict[str, Any]:
+        """PATCH /api/runs/{id}: name, tags or note (its owner or an admin); the run as it is now."""
+        return self._object("PATCH", f"/api/runs/{run_id}", json=labels)
+
     def cancel(self, run_id: str) -> Any:
         return self._call("POST", f"/api/runs/{run_id}/cancel")
 

@@ -4,8 +4,8 @@
 Plain Flask routes on the dashboard's server (no Dash renderer: a page is plotly.js, one small script
 and the data), so they paint fast and load nothing from beyond this server. Query: `panels=loss,val,
 metric,grad,lr,hidden,fisher`, `smoothing=0..0.99`, `theme=light|dark`, `controls=0|1`, `big=0|1`,
-`token=` (a private server). Only these routes may be framed by another origin; every other page of
-the server answers with headers that forbid it (`install`).
+`present=1` (big, no controls), `token=` (a private server). Only these routes may be framed by another
+origin; every other page of the server answers with headers that forbid it (`install`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import flask
 
-from frontend.smoothing import parse_weight
+from frontend.smoothing import SMOOTHED_PANELS, parse_weight
 from normlab.palette import NORM_COLORS, OTHER_COLOR, RAW_OPACITY
 
 HERE = Path(__file__).parent / "embed_assets"
@@ -67,9 +67,11 @@ def page_config(mode: str, runs: list[str], args: Mapping[str, str]) -> dict[str
         "token": args.get("token") or None,
         "panels": panels or list(DEFAULT_PANELS),
         "smoothing": parse_weight(args.get("smoothing", 0.6)),
+        "smoothed_panels": list(SMOOTHED_PANELS),  # the rest drawn as measured
         "theme": "dark" if args.get("theme") == "dark" else "light",
-        "controls": _flag(args.get("controls"), True),
-        "big": _flag(args.get("big"), False),
+        # presentation mode (present=1, as on the dashboard's pages): big type and no controls
+        "controls": _flag(args.get("controls"), True) and not _flag(args.get("present"), False),
+        "big": _flag(args.get("big"), False) or _flag(args.get("present"), False),
         "speed": speed_value,  # replay: run-seconds per second; None = the whole replay in 20 s
         "colors": {**NORM_COLORS, "other": OTHER_COLOR},
         "raw_opacity": RAW_OPACITY,

@@ -7,6 +7,7 @@ live points continue the server-built history without a redraw.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -86,27 +87,52 @@ def run_label(run: dict[str, Any]) -> str:
     return label
 
 
+# After the coloured field, the spec fields whose differences the line dash shows, in this order.
+DASH_FIELDS = (
+    "task",
+    "lr",
+    "optimizer",
+    "weight_decay",
+    "hidden_size",
+    "layers",
+    "cell",
+    "seq_len",
+    "steps",
+    "seed",
+)
+
+
 def colors_for(runs: list[dict[str, Any]], color_by: str) -> dict[str, tuple[str, str]]:
-    """run id -> (colour, dash). Colour by normalizer (fixed palette) or by batch size (ordinal);
-    the other attribute picks the line dash, so every run stays distinguishable. A fork drawn beside
+    """run id -> (colour, dash). Colour by normalizer (fixed palette) or by batch size (ordinal); the
+    dash by everything else that differs between the runs (the other of the two first, then task,
+    learning rate, …), so two runs drawn alike differ in nothing shown. A fork drawn beside
     its parent is dashed: its own points start after the fork step, so the chart shows the parent's
     curve solid up to there (drawn once) and each branch dashed past it."""
     sizes = sorted({r["spec"].get("batch_size", 0) for r in runs})
-    norms = sorted({r["spec"].get("norm", "") for r in runs})
+    other = "norm" if color_by == "batch_size" else "batch_size"
+    varying = [
+        f
+        for f in (other, *DASH_FIELDS)
+        if len({json.dumps(r["spec"].get(f), sort_keys=True) for r in runs}) > 1
+    ]
+    keys = sorted({_dash_key(r["spec"], varying) for r in runs})
     drawn = {r["id"] for r in runs}
     out = {}
     for r in runs:
         spec = r["spec"]
         if color_by == "batch_size":
             color = ORDINAL_COLORS[sizes.index(spec.get("batch_size", 0)) % len(ORDINAL_COLORS)]
-            dash = DASHES[norms.index(spec.get("norm", "")) % len(DASHES)]
         else:
             color = norm_color(spec.get("norm", ""))
-            dash = DASHES[sizes.index(spec.get("batch_size", 0)) % len(DASHES)]
+        dash = DASHES[keys.index(_dash_key(spec, varying)) % len(DASHES)]
         if (spec.get("parent") or {}).get("id") in drawn:
             dash = "dash"
         out[r["id"]] = (color, dash)
     return out
+
+
+def _dash_key(spec: dict[str, Any], fields: list[str]) -> str:
+    return json.dumps([spec.get(f) for f in fields], sort_keys=True)
 
 
 def _series_for(panel: str, task: str) -> str | None:
@@ -347,8 +373,16 @@ def curves_figure(
     # live append whose new range changes a label's width would move them and make plotly draw it twice
     fig.update_xaxes(automargin=False)
     fig.update_yaxes(automargin=False)
+    # the legend below the x-axis titles, never over them: its top a fixed number of pixels under the
+    # plot (ticks and title take ~55 px normal, ~75 px presented), converted to paper units
+    height, margin = (
+        fig.layout.height,
+        ({"l": 90, "r": 30, "t": 50, "b": 150} if present else {"l": 66, "r": 24, "t": 50, "b": 110}),
+    )
+    below_px = 78 if present else 58
     fig.update_layout(
-        margin={"l": 90, "r": 30, "t": 50, "b": 115} if present else {"l": 66, "r": 24, "t": 50, "b": 88}
+        margin=margin,
+        legend={"y": -below_px / (height - margin["t"] - margin["b"]), "yanchor": "top"},
     )
     # zoom and pan survive appends and rebuilds, but not a change of x units (steps vs seconds)
     fig.update_layout(uirevision=f"curves-{x_mode}")

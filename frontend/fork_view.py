@@ -145,6 +145,28 @@ clientside_callback(
 )
 
 
+@callback(
+    Output(ids.FORK_NORM, "value"),
+    Output(ids.FORK_LR, "value"),
+    Output(ids.FORK_BATCH, "value"),
+    Output(ids.FORK_STEPS, "value"),
+    Output(ids.FORK_SEED, "value"),
+    Input(ids.FORK_RUN, "data"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def on_fork_run(run_id: str | None, token: str | None) -> tuple[object, ...]:
+    """A click picked the run to fork (the Lab's card starts empty; on a Run page, a family member):
+    the form shows that run's own values, so what is changed is what differs from them."""
+    if not run_id:
+        return (no_update,) * 5
+    try:
+        spec = data.api(token).run(run_id).get("spec", {})
+    except ApiError:
+        return (no_update,) * 5
+    return tuple(spec.get(k) for k in ("norm", "lr", "batch_size", "steps", "seed"))
+
+
 def fork_changes(
     run: dict[str, Any],
     norm: str | None,

@@ -24,9 +24,11 @@ SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
 
 
 def _num(v: Any, digits: int = 2) -> str:
+    """`digits` decimals, or `digits` significant digits below 0.1: never "± 0.00" for a small effect."""
     if not isinstance(v, int | float) or not math.isfinite(v):
         return "–"
-    return f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:+.{digits}f}".replace("-", "−")
+    text = f"{v:+.{digits}g}" if abs(v) < 0.1 and v != 0 else f"{v:+.{digits}f}"
+    return text.replace("-", "−")
 
 
 def progress(group: GroupPublic) -> str:
@@ -147,11 +149,22 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
             )
         )
     fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(title_text=f"{metric} (mean ± std over seeds)")
+    # two short lines: one long line ran past a small card's plot and was clipped
+    fig.update_yaxes(title_text=f"{metric}<br>mean ± std over seeds")
     if not fig.data:
         figures.empty(fig, "No finished seed yet: the bands appear as runs end.")
     apply_theme(fig, present, height=height)
-    fig.update_layout(uirevision="group-bands")
+    # the legend under the x-axis title, never over it: a fixed pixel offset below the plot, and a
+    # bottom margin with room for its rows (about three entries a row on a preset card)
+    entries = sum(1 for t in fig.data if t.showlegend is not False)
+    row_px, below_px = (30, 80) if present else (20, 56)
+    margin = {"l": 90 if present else 70, "r": 20, "t": 20, "b": below_px + row_px * max(1, -(-entries // 3))}
+    total = fig.layout.height
+    fig.update_layout(
+        margin=margin,
+        legend={"y": -below_px / max(total - margin["t"] - margin["b"], 40), "yanchor": "top"},
+        uirevision="group-bands",
+    )
     plotly_json: dict[str, Any] = fig.to_plotly_json()
     return plotly_json
 

@@ -84,8 +84,8 @@ def _heat(fig: go.Figure, events: list[dict[str, Any]], key: str, label: str, ro
                 "x": 0.505,
                 "xanchor": "left",
                 "thickness": 12,
-                "title": {"text": label, "side": "right"},
-            },
+            },  # no title: the subplot's title names the colour ("‖h_t‖ over training (log colour)"),
+            # and a title beside the bar ran into the snapshot plot's axis title
             hovertemplate="time step %{x}, training step %{customdata}: "
             + label
             + " = 10^%{z:.2f}<extra></extra>",
@@ -111,11 +111,14 @@ def _heat(fig: go.Figure, events: list[dict[str, Any]], key: str, label: str, ro
     return True, len(rows)
 
 
-def hidden_figure(events: list[dict[str, Any]], present: bool = False, ended: bool = False) -> dict[str, Any]:
+def hidden_figure(
+    events: list[dict[str, Any]], present: bool = False, ended: bool | None = False
+) -> dict[str, Any]:
     """‖h_t‖ and ‖∂L/∂h_t‖: training step × time step heatmaps (log colour) and the latest snapshot.
 
     Feed-forward runs have no time steps: their panel shows each layer's summed-input spread and
-    activation norm over training instead.
+    activation norm over training instead. `ended`: the run has ended and all its stored events were
+    read (only then may an empty panel say none were recorded); None while they are still loading.
     """
     events = [e for e in events if e.get("kind", "hidden") == "hidden"]
     if events and "layers" in events[-1]["payload"]:
@@ -125,7 +128,7 @@ def hidden_figure(events: list[dict[str, Any]], present: bool = False, ended: bo
         cols=2,
         column_widths=[0.58, 0.42],
         vertical_spacing=0.16,
-        horizontal_spacing=0.14,
+        horizontal_spacing=0.16,
         subplot_titles=[
             "‖h_t‖ over training (log colour)",
             "‖h_t‖, latest snapshot",
@@ -144,6 +147,8 @@ def hidden_figure(events: list[dict[str, Any]], present: bool = False, ended: bo
             fig,
             "This run recorded no hidden-state snapshots."
             if ended
+            else "Loading the run's hidden-state snapshots…"
+            if ended is None
             else "Waiting for the first hidden-state snapshot…",
         )
     figures.apply_theme(fig, present, height=620 if has_h or has_g else 160)
@@ -154,7 +159,18 @@ def hidden_figure(events: list[dict[str, Any]], present: bool = False, ended: bo
             f"{recorded} snapshots recorded; the heatmaps show {MAX_SNAPSHOTS}, evenly thinned "
             "(first and latest kept)"
         )
-        fig.update_layout(title={"text": note, "font": {"size": 12}, "x": 0})
+        # at the very top, above the subplot titles (which sit just over their plots)
+        fig.update_layout(
+            title={
+                "text": note,
+                "font": {"size": 12},
+                "x": 0,
+                "y": 0.995,
+                "yref": "container",
+                "yanchor": "top",
+            },
+            margin={"t": 90 if present else 75},
+        )
     figure: dict[str, Any] = fig.to_plotly_json()
     return figure
 

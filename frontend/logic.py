@@ -53,11 +53,15 @@ def clamp_float(value: Any, lo: float, hi: float, default: float) -> float:
     return min(max(v, lo), hi) if v == v else default
 
 
-def compare_state(params: dict[str, Any]) -> dict[str, Any]:
+MAX_RUNS = 24  # runs a Compare link names one by one
+MAX_GROUP_RUNS = 240  # a group's link (or its runs, kept in the picker): every run, or its bands would lie
+
+
+def compare_state(params: dict[str, Any], max_runs: int = MAX_RUNS) -> dict[str, Any]:
     """Compare page state from URL params, every value checked: runs, smooth, color, x, panels, present."""
     panels = [p for p in split_list(params.get("panels")) if p in ("loss", "val", "metric")]
     return {
-        "runs": split_list(params.get("runs"))[:24],
+        "runs": split_list(params.get("runs"))[:max_runs],
         # no smoothing in the URL: the default (dense curves readable); one the URL gives: kept as given
         "smooth": DEFAULT_WEIGHT
         if params.get("smooth") in (None, "")

@@ -55,13 +55,14 @@ def _step_panel(events: list[dict[str, Any]]) -> tuple[str, str]:
 def fisher_figure(
     events: list[dict[str, Any]],
     present: bool = False,
-    ended: bool = False,
+    ended: bool | None = False,
     blocked: bool = False,
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fisher curvature over training. Top row, per layer: the Fisher trace, and η·λ_max against the
     stability line 2. Below, per scale-invariant weight set: ‖w‖, the effective step, uᵀFu along w and
-    the gain curvature. One legend beside each subplot; a layer or set keeps its colour everywhere.
+    the gain curvature. One legend a row, right of it; a layer or set keeps its colour everywhere.
+    `ended`: the run ended and its stored events were all read; None while they load.
     `blocked`: the run warned that no estimate fits its budget (the empty panel then points to it).
     `spec`: the run's resolved spec, for the theory lines that apply to it (frontend.theory_lines)."""
     events = [e for e in events if e.get("kind", "fisher") == "fisher"]
@@ -74,7 +75,7 @@ def fisher_figure(
         "uᵀFu along w (→ 0 when scale-invariant)",
         "Gain curvature per weight set",
     ]
-    fig = make_subplots(rows=3, cols=2, vertical_spacing=0.11, horizontal_spacing=0.25, subplot_titles=titles)
+    fig = make_subplots(rows=3, cols=2, vertical_spacing=0.11, horizontal_spacing=0.14, subplot_titles=titles)
     steps = [e["step"] for e in events]
     if not events:
         why = (
@@ -82,6 +83,8 @@ def fisher_figure(
             if blocked
             else "This run recorded no Fisher estimates."
             if ended
+            else "Loading the run's Fisher estimates…"
+            if ended is None
             else "Waiting for the first Fisher estimate…"
         )
         figures.empty(fig, why)
@@ -238,15 +241,34 @@ def bound_markers(events: list[dict[str, Any]], key: str) -> dict[str, Any]:
     }
 
 
+# A row's two subplots show the same layers (row 1) or weight sets (rows 2, 3) in the same colours: one
+# legend a row, right of the right column, where it cannot cover the other column's axis title.
+ROW_LEGEND = {"legend2": "legend", "legend4": "legend3", "legend6": "legend5"}
+
+
 def _place_legends(fig: go.Figure, present: bool) -> None:
-    """Each subplot's legend beside it, at its top (the left column's in the gap between the columns)."""
+    """One legend per row, right of the figure at the row's top: the right subplot's entries fold into
+    the left one's (an entry named twice is shown once; theory lines keep theirs)."""
     size = 16 if present else 11
-    for n, legend in enumerate(("legend", "legend2", "legend3", "legend4", "legend5", "legend6"), start=1):
-        xaxis, yaxis = fig.layout[f"xaxis{'' if n == 1 else n}"], fig.layout[f"yaxis{'' if n == 1 else n}"]
+    named: dict[str, set[str]] = {legend: set() for legend in ("legend", "legend3", "legend5")}
+    for trace in fig.data:
+        legend = trace.legend or "legend"
+        if legend in named and trace.showlegend is not False:
+            named[legend].add(trace.name)
+    for trace in fig.data:
+        legend = trace.legend or "legend"
+        if legend in ROW_LEGEND:
+            target = ROW_LEGEND[legend]
+            if trace.name in named[target]:
+                trace.showlegend = False
+            named[target].add(trace.name)
+            trace.legend = target
+    for n, legend in ((1, "legend"), (3, "legend3"), (5, "legend5")):
+        yaxis = fig.layout[f"yaxis{'' if n == 1 else n}"]
         fig.update_layout(
             {
                 legend: {
-                    "x": xaxis.domain[1] + 0.01,
+                    "x": 1.02,
                     "xanchor": "left",
                     "y": yaxis.domain[1],
                     "yanchor": "top",
@@ -256,4 +278,4 @@ def _place_legends(fig: go.Figure, present: bool) -> None:
                 }
             }
         )
-    fig.update_layout(showlegend=True, margin={"r": 190, "t": 80})
+    fig.update_layout(showlegend=True, margin={"r": 280 if present else 200, "t": 80})

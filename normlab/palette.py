@@ -15,7 +15,7 @@ NORM_COLORS = {
     "batch": "#D55E00",  # vermillion
     "weight": "#009E73",  # bluish green
     "rms": "#CC79A7",  # reddish purple
-    "group": "#E69F00",  # orange
+    "group": "#56B4E9",  # sky blue (GroupNorm with one group is LayerNorm; orange sat too near batch's)
     "none": "#000000",  # black: the baseline
 }
 OTHER_COLOR = "#7F7F7F"

@@ -12,7 +12,8 @@ worker takes the next run at once instead of it waiting behind the busy one's lo
 only by the worker that claims it in the store (queued -> running), so a message delivered twice never
 runs a run twice; a killed worker's run is reported `lost` by the heartbeat reaper. A queued run whose
 message nobody holds any more (its worker died after taking it) is sent again by the API
-(backend/requeue.py, using `waiting_run_ids`).
+(backend/requeue.py, using `waiting_messages`). Messages are interchangeable: a worker trains the first
+queued run in the fair order (normlab/fair_queue.py), whichever run its message names.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def enqueue_run(settings: Settings, run_id: str) -> None:
 def waiting_run_ids(settings: Settings) -> set[str] | None:
     """Ids of the runs whose message waits in the broker for any free worker (not those a worker has
     taken); None when this broker cannot be looked into."""
+    found = waiting_messages(settings)
+    return None if found is None else set(found)
+
+
+def waiting_messages(settings: Settings) -> list[str] | None:
+    """The run id of every training message waiting in the broker, one entry a message (a run sent twice
+    appears twice); None when this broker cannot be looked into."""
     if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
         import redis
 
@@ -111,7 +119,7 @@ def waiting_run_ids(settings: Settings) -> set[str] | None:
                 continue
     else:
         return None
-    return {run_id for m in raw if (run_id := _run_id_of(m)) is not None}
+    return [run_id for m in raw if (run_id := _run_id_of(m)) is not None]
 
 
 def drop_message(settings: Settings, run_id: str) -> int:

@@ -70,19 +70,23 @@ def _ready(sender=None, **_kwargs) -> None:
 
 class ClaimableOnly(Request):
     """A training request that is dropped in the worker's main process, before a pool child is forked
-    for it, when its run is no longer queued (cancelled, deleted, trained already): with one fresh
-    child per run, N stale messages would otherwise cost N forks while the runs behind them wait."""
+    for it, when no run is queued any more (its own cancelled, deleted or trained already, and no other
+    waiting): with one fresh child per run, N stale messages would otherwise cost N forks while the runs
+    behind them wait. While another run is queued the message trains that one: the worker claims the
+    first in the fair order whichever run a message names (run_training), so the message of a run that
+    overtook another is the one left for the run it overtook."""
 
     def revoked(self) -> bool:
         if super().revoked():
             return True
         run_id = str(self.args[0]) if self.args else ""
         try:
-            run = get_store(settings_of(self._app)).get_run(run_id)
+            store = get_store(settings_of(self._app))
+            run = store.get_run(run_id)
+            if run is not None and run["status"] == RunStatus.QUEUED or store.queue_rows()[0]:
+                return False
         except Exception as exc:  # the database is away: the child's claim decides, as before
             log.warning("run %s: could not look at its status before starting (%s)", run_id, exc)
-            return False
-        if run is not None and run["status"] == RunStatus.QUEUED:
             return False
         log.info("run %s is no longer queued (%s); message dropped", run_id, run and run["status"])
         self._announce_revoked("stale", False, None, False)  # acks it, frees the slot

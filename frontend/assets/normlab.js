@@ -321,10 +321,20 @@
     return "/compare?" + q;
   }
 
-  /* Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s. */
+  /* Probe snapshots are few: hand them to the server (which draws the heatmaps) at most 1/s, and not
+   * while the last ones are still being drawn: Dash drops a callback's answer when newer inputs were
+   * sent meanwhile, so on a busy server (a long run: hundreds of snapshots) sending every second would
+   * leave the panels saying "Loading…" for ever. Drawn = the hidden-state graph redrew after the send;
+   * a send older than 20 s counts as lost. */
   function probesFor(n, runId) {
     var now = Date.now();
-    if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000) { return ns(); }
+    var gd = document.querySelector("#run-hidden .js-plotly-plot");
+    if (gd && !gd.__normlabProbeHook && gd.on) {
+      gd.__normlabProbeHook = true;
+      gd.on("plotly_afterplot", function () { S.probeDrawnAt = Date.now(); });
+    }
+    var drawing = gd && S.probeSentAt > (S.probeDrawnAt || 0) && now - S.probeSentAt < 20000;
+    if (!runId || S.probeVersion === S.probeSent || now - S.probeSentAt < 1000 || drawing) { return ns(); }
     S.probeSent = S.probeVersion; S.probeSentAt = now;
     var p = S.probes[runId] || {hidden: [], fisher: []};
     return {hidden: p.hidden, fisher: p.fisher, log: p.log || [], ended: !!TERMINAL[S.status[runId]]};

@@ -67,7 +67,9 @@
     return null;
   }
   function fieldOf(key, run) { return PANELS[key].field === "metric" ? run.metric : PANELS[key].field; }
-  function smoothed(key) { return C.smoothing > 0 && !PANELS[key].probe; }
+  /* Only the dense per-step series is smoothed (frontend/smoothing.py SMOOTHED_PANELS): validation
+   * curves are drawn as measured, as on the dashboard. */
+  function smoothed(key) { return C.smoothing > 0 && (C.smoothed_panels || ["loss"]).indexOf(key) >= 0; }
 
   function layout(key) {
     var fg = dark ? "#e8e8e8" : "#222", grid = dark ? "#333" : "#e5e5e5";
@@ -121,6 +123,15 @@
         showSendToCloud: false  // never offer to upload a lab's data to Plotly's cloud ("Share chart")
       });
       linkHover(divs[i]);
+      // a probe panel of runs that recorded none (probes off) says so instead of drawing bare axes
+      var probesOn = runs.some(function (r) { return r.spec.probes && r.spec.probes.enabled; });
+      if (PANELS[key].probe && !probesOn) {
+        Plotly.relayout(divs[i], {"xaxis.visible": false, "yaxis.visible": false, annotations: [{
+          text: "No " + (key === "hidden" ? "hidden-state" : "Fisher") + " data:<br>probes were off for " +
+            (runs.length === 1 ? "this run" : "these runs"),  // two short lines: fits a narrow panel
+          showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+          font: {size: C.big ? 20 : 13, color: dark ? "#bbb" : "#555"}}]});
+      }
     });
   }
 

@@ -68,9 +68,13 @@ def layout(
     if family and not runs:  # a fork's family: the tree's runs (frontend/fork_view.py)
         runs = ",".join(fork_view.family_ids({"id": str(family)}))
     group_data, problem = load_group(group)
-    if group_data and not runs:  # a group's link: its runs (seeds × arms), bands and verdicts
+    whole_group = bool(group_data and not runs)
+    if group_data and not runs:  # a group's link: all its runs (seeds × arms), bands and verdicts
         runs = [r.id for r in group_data.runs]
-    state = logic.compare_state({"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels})
+    state = logic.compare_state(
+        {"runs": runs, "smooth": smooth, "color": color, "x": x, "panels": panels},
+        max_runs=logic.MAX_GROUP_RUNS if whole_group else logic.MAX_RUNS,
+    )
     try:
         bundle = data.curves_bundle(
             state["runs"],
@@ -239,8 +243,9 @@ def on_view_change(
     panels: list[str] | None,
     present: bool | None,
 ) -> tuple[object, ...]:
-    state = logic.compare_state(
-        {"runs": runs or [], "smooth": smooth, "color": color, "x": x, "panels": panels}
+    state = logic.compare_state(  # the picker may hold a whole group's runs (layout above)
+        {"runs": runs or [], "smooth": smooth, "color": color, "x": x, "panels": panels},
+        max_runs=logic.MAX_GROUP_RUNS,
     )
     try:
         bundle = data.curves_bundle(

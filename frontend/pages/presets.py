@@ -183,9 +183,9 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
         # the card had been laid out, and ran over the card below)
         config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
         drawn = dcc.Graph(
-            figure=group_view.band_figure(group, height=240),
+            figure=group_view.band_figure(group, height=300),
             config=config,
-            style={"height": "240px"},
+            style={"height": "300px"},
             className="preset-bands",
         )
     return [drawn, *group_view.verdicts(group, expect=False), link]

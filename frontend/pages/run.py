@@ -21,12 +21,12 @@ from frontend import (
     logic,
     probe_figures,
     probe_names,
+    run_labels,
     smoothing_control,
 )
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES
 from normlab.spec import TRANSFORMER_TASKS
 
 
@@ -133,7 +133,6 @@ def layout(
     spec = run.get("spec", {})
     probes = spec.get("probes", {}).get("enabled")
     off = {} if probes else {"display": "none"}
-    ended = run.get("status") in TERMINAL_STATUSES
     note = (
         ""
         if probes
@@ -191,7 +190,7 @@ def layout(
                     ),
                     dcc.Graph(
                         id=ids.RUN_HIDDEN,
-                        figure=hidden_figures.hidden_figure([], present_on, ended),
+                        figure=hidden_figures.hidden_figure([], present_on, None),  # None: loading
                         config=components.GRAPH_CONFIG,
                         className="graph",
                     ),
@@ -213,7 +212,7 @@ def layout(
                     html.Div(id=ids.RUN_FISHER_RETRY, className="fisher-retry"),
                     dcc.Graph(
                         id=ids.RUN_FISHER,
-                        figure=probe_figures.fisher_figure([], present_on, ended),
+                        figure=probe_figures.fisher_figure([], present_on, None),
                         config=components.GRAPH_CONFIG,
                         className="graph",
                     ),
@@ -227,6 +226,7 @@ def layout(
                     html.Ul(id=ids.RUN_LOG, className="log-list", children=log_items([])),
                 ],
             ),
+            run_labels.labels_card(run),
             html.Div(
                 className="card controls", children=[html.H2("Spec (resolved)"), spec_table(run["spec"])]
             ),

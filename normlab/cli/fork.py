@@ -29,7 +29,9 @@ def register(sub: Subcommands) -> None:
 
     for name in OPTIONS:
         field = RunSpec.model_fields[name]
-        p.add_argument("--" + name.replace("_", "-"), dest=f"change_{name}", help=field.description)
+        # argparse formats help with %: the spec's descriptions are prose ("2 % of its time")
+        help_text = (field.description or "").replace("%", "%%")
+        p.add_argument("--" + name.replace("_", "-"), dest=f"change_{name}", help=help_text)
     p.add_argument("--url", help="the server (default: NORMLAB_API_URL, else http://127.0.0.1:8050)")
     p.add_argument("--token", help="an API token, on a server with NORMLAB_AUTH=tokens")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")

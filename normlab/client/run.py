@@ -179,7 +179,9 @@ class Run:
 
     def plot(self, smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
         """The run's curves as the dashboard draws them: a live FigureWidget in Jupyter, a static figure
-        elsewhere (live=False forces static)."""
+        elsewhere (live=False forces static). Static PNG/SVG files (`fig.write_image`) need plotly's
+        image engine, which the client does not install: `pip install kaleido`; or use the figure's
+        camera button in the notebook (the browser draws the PNG), or `fig.write_html`."""
         from normlab.client.plot import plot_runs
 
         return plot_runs([self], smoothing=smoothing, live=live)

@@ -47,6 +47,7 @@ def test_replay_defaults_and_local_assets_only(flask_client):
     config = config_of(page)
     assert (config["mode"], config["speed"], config["panels"]) == ("replay", 4.0, ["loss", "val", "metric"])
     assert config["smoothing"] == 0.6 and config["theme"] == "light" and config["controls"] is True
+    assert config["smoothed_panels"] == ["loss"]  # validation curves drawn as measured
     sources = re.findall(r'src="([^"]+)"', page)
     assert sources and all(s.startswith("/") for s in sources)  # nothing from another server
     for src in sources:
@@ -69,3 +70,8 @@ def test_only_embed_pages_may_be_framed_by_another_origin(flask_client):
         assert r.headers["X-Frame-Options"] == "SAMEORIGIN", path
         assert r.headers["Content-Security-Policy"] == "frame-ancestors 'self'", path
     assert flask_client.get("/embed/run/ab12").headers["Content-Security-Policy"] == "frame-ancestors *"
+
+
+def test_presentation_mode_makes_an_embed_big_without_controls(flask_client):
+    config = config_of(flask_client.get("/embed/replay?runs=ab12&present=1").get_data(as_text=True))
+    assert config["big"] is True and config["controls"] is False

@@ -188,3 +188,25 @@ def test_run_labels_tell_pre_from_post_ln_and_weight_standardization_apart():
     # the default position is not shown where it does not apply
     digits = {"spec": {"task": "digits", "norm": "layer", "batch_size": 32, "seed": 0, "ln_position": "pre"}}
     assert "LN" not in figures.run_label(digits).replace("layer", "")
+
+
+def test_runs_alike_in_colour_differ_in_dash_by_whatever_else_differs():
+    # the known case: a seq-digits LN run and a digits LN run, same batch size
+    seq, flat = _run("s", "layer", 32), _run("d", "layer", 32)
+    seq["spec"]["task"] = "seq-digits"
+    by_norm = figures.colors_for([seq, flat], "norm")
+    assert by_norm["s"][0] == by_norm["d"][0] and by_norm["s"][1] != by_norm["d"][1]
+    # learning rates or seeds apart, same task and normalizer
+    a, b, c = _run("a", "layer", 32), _run("b", "layer", 32), _run("c", "layer", 32)
+    b["spec"]["lr"], c["spec"]["seed"] = 0.01, 7
+    assert len({style for style in figures.colors_for([a, b, c], "norm").values()}) == 3
+
+
+def test_no_two_normalizers_share_a_hue_family_on_a_projector():
+    def rgb(hex_: str) -> tuple[int, ...]:
+        return tuple(int(hex_[i : i + 2], 16) for i in (1, 3, 5))
+
+    colours = list(figures.NORM_COLORS.values())
+    for i, x in enumerate(colours):
+        for y in colours[i + 1 :]:  # RGB distance: the old orange GroupNorm sat 67 from BatchNorm
+            assert sum((p - q) ** 2 for p, q in zip(rgb(x), rgb(y), strict=True)) ** 0.5 > 70, (x, y)

@@ -193,3 +193,22 @@ def test_the_api_client_reads_a_group_as_its_model_and_names_a_wrong_shape():
     with pytest.raises(ApiError) as err:
         client.group("g2")
     assert err.value.status == 502 and "group g2" in err.value.detail and "arms.0.spec" in err.value.detail
+
+
+def test_a_small_effect_shows_its_significant_digits_never_plus_minus_zero():
+    text = group_view.claim_text(_claim(holds=True, all_seeds=True, n=5, difference=-0.0031, se=0.0042))
+    assert "Δ = −0.0031 ± 0.0042" in text and "0.00 " not in text and not text.endswith("0.00")
+    big = group_view.claim_text(_claim(holds=True, all_seeds=True, n=5, difference=-0.25, se=0.08))
+    assert big.endswith("Δ = −0.25 ± 0.08")
+
+
+def test_a_preset_cards_bands_keep_the_legend_under_the_x_title_and_the_y_title_whole():
+    for present in (False, True):
+        layout = group_view.band_figure(_group(), present, height=300)["layout"]
+        margin = layout["margin"]
+        plot_px = layout["height"] - margin["t"] - margin["b"]
+        below = -layout["legend"]["y"] * plot_px  # the legend's top, in px under the plot
+        assert below >= 50  # under the tick labels and the x-axis title
+        assert margin["b"] >= below + 20  # and its row inside the figure
+        longest = max(len(line) for line in layout["yaxis"]["title"]["text"].split("<br>"))
+        assert longest * (11 if present else 8) < plot_px  # the y title fits along the plot, unclipped

@@ -185,3 +185,50 @@ def test_run_log_lists_status_changes_and_evaluations_newest_info_lines_only(pag
     )
     assert len(items) == 1 + 50 + 1 and texts[-1] == "12 earlier lines not shown"
     assert run.on_lines([])[0].children == "No log lines yet."
+
+
+def test_a_groups_compare_link_selects_every_run_of_the_group(pages, monkeypatch):
+    from types import SimpleNamespace
+
+    from frontend import ids
+    from frontend.pages import compare
+
+    # a map: 8 arms × 5 seeds; the card says n = 5, so Compare must draw all 40 runs, not the first 24
+    group = SimpleNamespace(runs=[SimpleNamespace(id=f"r{i:02d}") for i in range(40)], done=True)
+    monkeypatch.setattr(compare, "load_group", lambda gid: (group, ""))
+    monkeypatch.setattr(compare, "group_box", lambda *a: [])
+    monkeypatch.setattr(compare, "run_options", lambda api, runs: [])
+    page = compare.layout(group="g1")
+    assert len(_find(page, ids.CMP_RUNS).value) == 40
+    listed = compare.layout(runs=",".join(f"x{i}" for i in range(30)))
+    assert len(_find(listed, ids.CMP_RUNS).value) == 24  # a hand-written list stays capped
+
+
+def test_the_labs_fork_card_fills_in_the_clicked_runs_values(pages):
+    from frontend import fork_view, ids
+
+    # the Lab's card starts empty; a click on a curve names the run (FakeApi: adding, lr 0.003)
+    assert _find(fork_view.fork_card(None), ids.FORK_NORM).value is None
+    norm, lr, batch, steps, seed = fork_view.on_fork_run("r7", None)
+    spec = RunSpec(task="adding", lr=0.003, probes={"enabled": True, "budget": 0.15}).resolved()
+    assert (norm, lr, batch, steps, seed) == (spec.norm, 0.003, spec.batch_size, spec.steps, spec.seed)
+    assert fork_view.fork_changes({"spec": spec.model_dump()}, norm, lr, batch, steps, seed) == {}
+
+
+def test_the_run_page_saves_name_tags_and_note_through_the_api(pages, monkeypatch):
+    from frontend import ids, run_labels
+
+    app, api, lab, run = pages
+    sent: list[tuple[str, dict]] = []
+    api.label = lambda rid, body: sent.append((rid, body)) or {"id": rid}
+    api.lineage = lambda rid: {"family": [rid]}
+    page = run.layout(run_id="r1")
+    assert _find(page, ids.RUN_NAME) is not None and _find(page, ids.RUN_NOTE) is not None
+    assert run_labels.on_save(1, "r1", " baseline ", "talk, ln,, talk ", "", None) == "Saved."
+    assert sent == [("r1", {"name": "baseline", "tags": ["talk", "ln"], "note": None})]
+
+    def refuse(rid, body):
+        raise ApiError(403, "Only the run's owner or an admin may edit it.")
+
+    api.label = refuse
+    assert "owner" in run_labels.on_save(2, "r1", "x", "", "", None)

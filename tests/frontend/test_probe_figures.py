@@ -94,15 +94,23 @@ def test_fisher_figure_names_estimators_and_summarises_many_weight_sets():
     assert wmax is not None
 
 
-def test_fisher_figure_has_a_legend_per_subplot_and_one_colour_per_weight_set():
+def test_fisher_figure_has_one_legend_per_row_right_of_it_and_one_colour_per_weight_set():
     fig = probe_figures.fisher_figure([_fisher(1, 3), _fisher(2, 3)])
     legends = {t.get("legend", "legend") for t in fig["data"]}
-    assert legends == {"legend", "legend2", "legend3", "legend4", "legend5", "legend6"}
+    assert legends == {"legend", "legend3", "legend5"}
     layout = fig["layout"]
-    for n, legend in enumerate(sorted(legends), start=1):  # beside its subplot, at its top
+    for n, legend in ((1, "legend"), (3, "legend3"), (5, "legend5")):  # right of the row, at its top
         axis = layout["yaxis" if n == 1 else f"yaxis{n}"]
         assert layout[legend]["y"] == pytest.approx(axis["domain"][1])
-    layers = {t["legend"] for t in fig["data"] if t["name"] in ("fc1", "fc2")}
+        assert layout[legend]["x"] > layout["xaxis2"]["domain"][1]  # never over the right column
+    for legend in ("legend", "legend3", "legend5"):  # an entry once per legend
+        shown = [
+            t["name"]
+            for t in fig["data"]
+            if t.get("legend", "legend") == legend and t.get("showlegend", True)
+        ]
+        assert len(shown) == len(set(shown)), shown
+    layers = {t.get("legend", "legend") for t in fig["data"] if t["name"] in ("fc1", "fc2")}
     assert layers == {"legend"}  # the layers' traces apart from the weight sets
     for g in ("g0", "g1", "g2"):
         colours = {t["line"]["color"] for t in fig["data"] if t["name"] == g}
@@ -120,7 +128,7 @@ def test_fisher_figure_plots_the_measured_effective_step_labelled_by_optimizer()
     fig = probe_figures.fisher_figure(events)
     titles = [a["text"] for a in fig["layout"]["annotations"]]
     assert "Effective step ‖Δw‖/‖w‖ per update (adam, measured)" in titles
-    step = [t for t in fig["data"] if t.get("legend") == "legend4"]
+    step = [t for t in fig["data"] if t.get("xaxis") == "x4"]  # the subplot at row 2, column 2
     assert list(step[0]["y"]) == [1e-3, 1e-3]
 
 
@@ -200,3 +208,17 @@ def test_a_lambda_max_short_of_its_tolerance_is_drawn_open_with_its_bound():
     strip = probe_strip.strip_figure([], [converged, short, old])
     dots = next(t for t in strip["data"] if t["name"] == "η·λ_max")
     assert list(dots["marker"]["symbol"]) == ["circle", "circle-open", "circle"]
+
+
+def _visible_texts(fig) -> str:
+    return " ".join(a["text"] for a in fig["layout"].get("annotations", []) if a.get("visible", True))
+
+
+def test_an_empty_probe_panel_says_none_were_recorded_only_once_the_run_has_ended():
+    # None: the page has not read the run's stored events yet (a finished run opened from the Runs page)
+    for ended, says in ((None, "Loading"), (False, "Waiting"), (True, "recorded no")):
+        hidden = _visible_texts(hidden_figures.hidden_figure([], ended=ended))
+        fisher = _visible_texts(probe_figures.fisher_figure([], ended=ended))
+        assert says in hidden and says in fisher, (ended, hidden, fisher)
+        if ended is not True:
+            assert "recorded no" not in hidden + fisher

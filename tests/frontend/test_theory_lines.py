@@ -26,7 +26,7 @@ def test_the_equilibrium_is_drawn_for_sgd_with_weight_decay():
     fig = probe_figures.fisher_figure(_events(), spec=spec)
     (line,) = [t for t in fig["data"] if "equilibrium" in (t.get("name") or "")]
     assert list(line["y"]) == pytest.approx([math.sqrt(2 * 0.1 * 0.01 / 1.9)] * 2)
-    assert list(line["x"]) == [1, 5] and line["legend"] == "legend4"
+    assert list(line["x"]) == [1, 5] and line["xaxis"] == "x4"  # the effective-step subplot
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,12 @@ from fastapi import HTTPException
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from normlab.catalog import TASKS
-from normlab.events import ACTIVE_STATUSES, RunStatus
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import Store
 from normlab.store.schema import runs
+from normlab_client.catalog import TASKS
+from normlab_client.events import ACTIVE_STATUSES, RunStatus
+from normlab_client.spec import RunSpec
 
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.

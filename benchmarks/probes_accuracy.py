@@ -26,7 +26,7 @@ def lambda_errors(
     task: str, norm: str, settings: Settings, checkpoints=CHECKPOINTS, seeds: int = SEEDS
 ) -> dict:
     """{"cold": [...], "warm": [...], "cold_vectors": [...]}: relative errors below the converged λ_max."""
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task

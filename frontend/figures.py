@@ -15,14 +15,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend.smoothing import SMOOTHED_PANELS, format_elapsed, hovertemplate
-from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES, RunStatus
-from normlab.palette import (
-    NORM_COLORS,  # one colour per normalizer, shared with normlab.client
+from normlab_client.catalog import TASKS
+from normlab_client.events import TERMINAL_STATUSES, RunStatus
+from normlab_client.palette import (
+    NORM_COLORS,  # one colour per normalizer, shared with normlab_client
     RAW_OPACITY,
     ema,
 )
-from normlab.spec import TRANSFORMER_TASKS
+from normlab_client.spec import TRANSFORMER_TASKS
 
 # For colouring by batch size (or anything categorical in order): Okabe–Ito with neighbours far apart
 # in hue (sky blue and blue, nearly alike on a projector, are never next to each other).

@@ -14,13 +14,13 @@ from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
 from normlab import checkpoints
-from normlab.api_models import ErrorDetail
-from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
-from normlab.spec import Intervention, RunSpec
 from normlab.store import RunRow, Store, lineage
+from normlab_client.api_models import ErrorDetail
+from normlab_client.events import RunStatus
+from normlab_client.spec import Intervention, RunSpec
 
 router = APIRouter(prefix="/api/runs", tags=["fork"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}

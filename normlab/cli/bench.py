@@ -35,7 +35,7 @@ TARGETS = {
     "frontend": ("benchmarks.frontend", "page load and live-append cost in headless Chromium"),
     "client": (
         "benchmarks.client",
-        "normlab.client's full-resolution download vs the raw export; embed pages",
+        "normlab_client's full-resolution download vs the raw export; embed pages",
     ),
     "demo": ("benchmarks.demo", "normlab up: click -> first point, cancel latency, page weight"),
     "fork": ("benchmarks.fork", "checkpoint overhead and bytes per task; fork -> child's first point"),

@@ -27,7 +27,7 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--step", required=True, help="fork after the latest checkpoint at or before this step, or 'now'"
     )
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
 
     for name in OPTIONS:
         field = RunSpec.model_fields[name]

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
-from normlab.events import RunStatus
-from normlab.spec import Intervention, RunSpec
 from normlab.store.schema import events, lineage, run_requests, runs
 from normlab.store.store import Store
+from normlab_client.events import RunStatus
+from normlab_client.spec import Intervention, RunSpec
 
 
 def record_fork(store: Store, child_id: str, parent_id: str, step: int, kind: str = "fork") -> None:

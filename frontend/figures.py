@@ -184,7 +184,7 @@ def curves_figure(
         panels = [p for p in panels if p != "metric"]  # regression: the validation loss is the metric
     titles = []
     for p in panels:
-        if p == "metric" and len(tasks) == 1:
+        if p == "metric" and len(tasks) == 1 and next(iter(tasks)) in TASKS:
             titles.append(METRIC_TITLES.get(TASKS[next(iter(tasks))].metric, PANELS[p]))
         elif p == "val" and tasks and all(metric_key(t) is None for t in tasks):
             titles.append("Validation loss (MSE)")

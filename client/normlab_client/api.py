@@ -12,7 +12,7 @@ Torch-free (httpx and the API's own pydantic models); pandas only for the DataFr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -22,6 +22,9 @@ from normlab_client.group_models import PresetLaunched
 from normlab_client.http import Http
 from normlab_client.run import STORED, Run
 from normlab_client.spec import RunSpec
+
+if TYPE_CHECKING:
+    from normlab_client.watch import Watch
 
 DEFAULT_URL = "http://127.0.0.1:8050"  # `normlab up`'s default
 
@@ -133,6 +136,21 @@ class Client:
         body = {"base": spec, "norms": norms or [], "batch_sizes": batch_sizes or [], "seeds": seeds or []}
         created = SweepCreated.model_validate(self.request("POST", "/api/sweeps", json=body).json())
         return Group(self.http, created.group_id, created.run_ids)
+
+    def watch(
+        self,
+        model: Any,
+        name: str,
+        every: int = 10,
+        norms: list[str] | None = None,
+        steps: int | None = None,
+        script: str | None = None,
+    ) -> Watch:
+        """A training loop of your own as a run of this lab: `with lab.watch(model, name="my-gpt") as w:`
+        and `w.log(step, train_loss=…, lr=…)` after each step (docs/watch.md). Needs torch (yours)."""
+        from normlab_client.watch import Watch  # imports torch: only when watching
+
+        return Watch(self.http, model, name, every=every, norms=norms, steps=steps, script=script)
 
     def group(self, group_id: str) -> Group:
         """A group (sweep or preset) by id; its runs are read at once."""

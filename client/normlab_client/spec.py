@@ -33,6 +33,7 @@ TaskName = Literal[
     "conv-digits",
     "conv-mnist5k",
     "reverse",
+    "watched",
 ]
 # A normalizer's name: the built-in ones (catalog.NORMS) and any registered with normlab_client.norms;
 # which ones a task takes is checked with the other combinations (combination_problems).
@@ -40,6 +41,9 @@ NormName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,23}$")]
 CellName = Literal["lstm", "gru", "tanh"]
 
 MAX_STEPS = 200_000
+# A training loop of the user's own, streamed in by watch() (normlab_client.watch): a run of this task is
+# never trained here, so it has no catalog entry, defaults or combinations to check.
+WATCHED_TASK = "watched"
 TRANSFORMER_TASKS = ("reverse",)  # tasks whose model is a Transformer (ln_position applies)
 NAMED_UNKNOWN = 5  # an answer names this many unknown fields at most
 
@@ -242,6 +246,8 @@ class RunSpec(BaseModel):
 
     def resolved(self) -> RunSpec:
         """A copy with every task default filled in: the spec a run stores and reproduces from."""
+        if self.task == WATCHED_TASK:
+            return self
         task = TASKS[self.task]
         updates: dict[str, Any] = {}
         for name in ("steps", "lr", "hidden_size", "layers"):
@@ -270,6 +276,8 @@ class RunSpec(BaseModel):
 
 def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
     """(field, message) for each combination of fields that cannot be trained."""
+    if spec.task == WATCHED_TASK:
+        return []  # described by the watched script, not trained here (submitting one: backend.limits)
     task = TASKS[spec.task]
     out: list[tuple[str, str]] = []
     if spec.norm not in NORMS:

@@ -11,6 +11,8 @@ ALPHA_INIT = 0.5  # the paper's default for non-LLM models
 
 
 class DyT(nn.Module):
+    normlab_norm = True  # watch() records it as a normalizer in a model of your own (docs/watch.md)
+
     def __init__(self, features: int, gain_init: float = 1.0, alpha_init: float = ALPHA_INIT):
         super().__init__()
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
@@ -19,3 +21,7 @@ class DyT(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+    def normlab_saturated(self, x: torch.Tensor) -> torch.Tensor:
+        """The share of units where tanh is saturated (|tanh(αx)| > 0.99), for watch()."""
+        return (torch.tanh(self.alpha * x).abs() > 0.99).float().mean()

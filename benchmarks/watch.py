@@ -108,7 +108,7 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
             "caption": f"{result['model']}, torch threads {result['torch_threads']}, "
             f"{result['steps_each']} steps each, interleaved",
             "columns": ["loop", "median step (ms)", "mean step (ms)"],
-            "align": ["l", "r", "r"],
+            "align": ["---", "---:", "---:"],
             "rows": [
                 ["without watch", result["plain_step_ms_median"], result["plain_step_ms_mean"]],
                 [

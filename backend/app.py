@@ -22,11 +22,13 @@ from backend.stream_slots import StreamSlots
 from backend.yields import yield_loop
 from normlab.settings import Settings
 from normlab.store import get_store
+from normlab_client.norms import load_plugins
 
 log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> FastAPI:
+    load_plugins(settings.plugins)  # the normalizers it checks specs against (normlab_client.norms)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, InvalidRequest
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from normlab.spec import RunSpec, combination_problems
+from normlab_client.spec import RunSpec, combination_problems
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from fastapi import HTTPException
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from normlab.catalog import TASKS
-from normlab.events import ACTIVE_STATUSES, RunStatus
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import Store
 from normlab.store.schema import runs
+from normlab_client.catalog import TASKS
+from normlab_client.events import ACTIVE_STATUSES, RunStatus
+from normlab_client.spec import WATCHED_TASK, RunSpec
 
 # Inputs and outputs per time step (sequence) or per case (flat): the engine's task loaders' shapes.
 # Checked against the real models in tests/backend/hardening/test_limits.py.
@@ -95,6 +95,11 @@ def _recurrent_extra(cell: str, norm: str) -> float:
 
 def spec_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
     """Job-size limits for a resolved spec: {field: message saying what to change}."""
+    if spec.task == WATCHED_TASK:
+        return {
+            "task": "Runs of task 'watched' come from watch() in your own script (docs/watch.md); "
+            "choose a task of the catalog to train here."
+        }
     out: dict[str, str] = {}
     if spec.steps is not None and spec.steps > settings.max_steps:
         out["steps"] = (

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 
 from backend.background import BoundedCalls
-from normlab.events import RunStatus
 from normlab.store import EventRow, Store
 from normlab.store.deadline import held_up
+from normlab_client.events import RunStatus
 
 # How the reaper puts the terminal events it writes on the live feed: publish(run_id, rows).
 Publish = Callable[[str, list[EventRow]], object]

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from backend.background import BoundedCalls
-from normlab.events import RunStatus
 from normlab.queue import enqueue_run, waiting_messages
 from normlab.settings import Settings
+from normlab_client.events import RunStatus
 
 if TYPE_CHECKING:
     import redis

@@ -9,8 +9,8 @@ from fastapi import APIRouter, HTTPException
 
 from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.runs_common import create_and_enqueue, stored_spec
-from normlab.api_models import ErrorDetail, RunCreated
-from normlab.events import ACTIVE_STATUSES, RunStatus
+from normlab_client.api_models import ErrorDetail, RunCreated
+from normlab_client.events import ACTIVE_STATUSES, RunStatus
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (404, 409, 422, 429)}

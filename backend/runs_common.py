@@ -12,13 +12,13 @@ from pydantic import ValidationError
 
 from backend.errors import validation_fields
 from normlab import fair_queue
-from normlab.api_models import RunPublic
-from normlab.events import RunStatus
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import RunRow, Store, new_run_id
 from normlab.store.admission import OverCap
+from normlab_client.api_models import RunPublic
+from normlab_client.events import RunStatus
+from normlab_client.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 import anyio
 
 from backend.feed.hub import Channel, FeedHub, Frame, frames_filling_gaps
-from normlab.events import ACTIVE_STATUSES
 from normlab.store import RunRow, Store
+from normlab_client.events import ACTIVE_STATUSES
 
 RETRY_MS = 2000  # how soon a browser's EventSource reconnects after a drop
 _CURSOR_PART = re.compile(r"^([0-9a-f]{1,32}):([0-9]{1,12})$")  # ASCII digits only

@@ -26,7 +26,7 @@ import httpx
 
 from benchmarks.service import iter_sse, start_api, start_worker, stop_process
 from benchmarks.service_faults import RedisServer, TCPProxy
-from normlab.events import TERMINAL_STATUSES
+from normlab_client.events import TERMINAL_STATUSES
 
 TARGETS = {
     "lost_events": 0,

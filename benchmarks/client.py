@@ -35,9 +35,9 @@ def write_history(store, steps: int, special: dict[int, dict] | None = None) -> 
 
     from sqlalchemy import update
 
-    from normlab.spec import RunSpec
     from normlab.store import EventRow
     from normlab.store.schema import runs
+    from normlab_client.spec import RunSpec
 
     run_id = uuid.uuid4().hex[:12]
     spec = RunSpec(task="digits", steps=steps, hidden_size=16).resolved().model_dump(mode="json")
@@ -70,7 +70,7 @@ def write_history(store, steps: int, special: dict[int, dict] | None = None) -> 
 def download(lab, run_id: str, repeats: int) -> dict:
     import pandas as pd
 
-    from normlab.client import Client
+    from normlab_client import Client
 
     client_s, export_s, rows = [], [], 0
     with Client(lab.url) as c:
@@ -122,8 +122,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from normlab.client import Client
     from normlab.store import Store
+    from normlab_client import Client
 
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp, running_lab(Path(tmp), workers=1) as lab:
         store = Store(f"sqlite:///{Path(tmp) / 'normlab.sqlite'}")

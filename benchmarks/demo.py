@@ -37,7 +37,7 @@ import httpx
 from benchmarks.clicks import clicks, hog
 from benchmarks.pages import pages
 from benchmarks.service import iter_sse, running_lab
-from normlab.events import TERMINAL_STATUSES
+from normlab_client.events import TERMINAL_STATUSES
 
 TARGETS = {
     "first_point_median_s": 1.0,

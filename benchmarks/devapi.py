@@ -1,7 +1,7 @@
 """A stand-in normlab API with synthetic runs (no torch, no workers): for front-end development, the
 front-end benchmark and browser tests that must not depend on training speed.
 
-It answers the same routes with the same response models as `backend/` (normlab/api_models.py,
+It answers the same routes with the same response models as `backend/` (client/normlab_client/api_models.py,
 normlab/table1.py; SSE with `event:` = kind, multiplexed cursor ids), which
 tests/frontend/test_devapi_contract.py checks against the real API's OpenAPI document, and mounts the
 dashboard at "/". Runs are curves drawn from a formula, emitted at
@@ -21,7 +21,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from benchmarks import devapi_sim
-from normlab.api_models import (
+from normlab.presets import PRESETS
+from normlab.settings import Settings
+from normlab.table1 import Table1
+from normlab_client.api_models import (
     MetricsPublic,
     RunCreated,
     RunList,
@@ -30,11 +33,8 @@ from normlab.api_models import (
     SweepCreated,
     build_catalog,
 )
-from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
-from normlab.presets import PRESETS
-from normlab.settings import Settings
-from normlab.spec import RunSpec, combination_problems
-from normlab.table1 import Table1
+from normlab_client.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+from normlab_client.spec import RunSpec, combination_problems
 
 
 def _fields(exc: ValidationError, body: dict) -> dict[str, str]:

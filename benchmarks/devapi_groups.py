@@ -12,9 +12,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from normlab.claims import CURVE_FIELD
-from normlab.group_models import GroupPublic, PresetLaunch, PresetLaunched, PresetMeta
 from normlab.groups import preset_meta, summarize
 from normlab.presets import PRESETS
+from normlab_client.group_models import GroupPublic, PresetLaunch, PresetLaunched, PresetMeta
 
 
 def add_routes(app: FastAPI, api: Any) -> None:

@@ -1,5 +1,6 @@
 """The stand-in API's synthetic training (benchmarks/devapi.py): a run's events drawn from a formula, in
-the shapes the real worker emits (normlab/events.py payloads), at a rate the front end can be tested at."""
+the shapes the real worker emits (client/normlab_client/events.py payloads), at a rate the front end can
+be tested at."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from normlab.events import RunStatus
+from normlab_client.events import RunStatus
 
 
 async def train(api: Any, rid: str) -> None:

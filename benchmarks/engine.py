@@ -1,7 +1,7 @@
 """`normlab bench engine [--json]`: the engine's training steps/s per task and normalizer, and the LN-LSTM
 time ratio to `torch.nn.LSTM`.
 
-Steps/s: every available task's default model (normlab.catalog defaults: hidden size, layers, cell,
+Steps/s: every available task's default model (normlab_client.catalog defaults: hidden size, layers, cell,
 sequence length, batch size) with each of its normalizers, trained through `workers.engine.train` for
 warm-up + measured steps. The time of a step is the loop's own (forward, backward, optimizer step; the
 per-step `steps_per_s` of its scalars events), so data loading and evaluation are left out, and the
@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from normlab.catalog import TASKS, task_availability
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS, task_availability
+from normlab_client.spec import RunSpec
 
 WARMUP_STEPS, MEASURED_STEPS = 3, 20
 

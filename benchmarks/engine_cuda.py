@@ -50,7 +50,7 @@ def _lstm_layer_ms(backend: str, repeats: int = 20) -> float:
 
 def measure(tasks: list[str] | None, warmup: int, steps: int, rounds: int, settings: Settings) -> dict:
     from benchmarks.engine import task_rows
-    from normlab.catalog import TASKS
+    from normlab_client.catalog import TASKS
 
     names = tasks or [t for t, info in TASKS.items() if "layer" in info.norms]
     by_backend = {}

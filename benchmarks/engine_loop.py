@@ -19,7 +19,7 @@ import time
 import torch
 
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 
 TARGET_RATIO = 1.10
 # The clock of a step: this thread's CPU time when torch runs on one thread (time spent descheduled on a

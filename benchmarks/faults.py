@@ -19,7 +19,7 @@ import time
 import httpx
 
 from benchmarks.service import bench_service, start_api, start_worker, stop_process
-from normlab.events import TERMINAL_STATUSES, RunStatus
+from normlab_client.events import TERMINAL_STATUSES, RunStatus
 
 TARGETS = {
     "queue_lost": 0,

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from normlab import checkpoints
-from normlab.catalog import TASKS, task_availability
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS, task_availability
+from normlab_client.spec import RunSpec
 
 TARGETS = {"checkpoint_overhead": 0.03, "fork_first_point_median_s": 1.0}
 OVERHEAD_TASKS = ("digits", "seq-digits", "conv-digits")  # MLP, LSTM, ConvNet

@@ -21,8 +21,8 @@ import time
 
 import httpx
 
-from normlab.events import RunStatus
 from normlab.headless import CHROMIUM, CHROMIUM_ARGS
+from normlab_client.events import RunStatus
 
 READY = {  # page -> JS condition meaning "its main content is drawn"
     "lab": "document.querySelector('.builder .field-grid input') !== null",

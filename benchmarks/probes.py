@@ -34,9 +34,9 @@ import time
 
 import torch
 
-from normlab.catalog import TASKS, task_availability
 from normlab.settings import Settings
-from normlab.spec import ProbeSpec, RunSpec
+from normlab_client.catalog import TASKS, task_availability
+from normlab_client.spec import ProbeSpec, RunSpec
 
 WARM_STEPS = 10  # plain steps before the first estimate
 ESTIMATES = 8  # warm estimates timed, each followed by PLAIN_BETWEEN timed plain steps

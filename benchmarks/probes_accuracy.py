@@ -29,7 +29,7 @@ def lambda_errors(
 ) -> dict:
     """{"cold": [...], "warm": [...], "cold_vectors": [...], …, "hessian_cold": [...], …}: relative errors
     below the converged λ_max, the vectors taken, the lower-bound flags (1 or 0)."""
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
     from workers.engine.loop_setup import build_model, make_optimizer, seed_everything
     from workers.engine.options import EngineOptions
     from workers.engine.tasks import load_task

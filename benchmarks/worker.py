@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import time
 
-from normlab.events import RunStatus
+from normlab_client.events import RunStatus
 
 
 def emit_synthetic(store, run_id: str, publisher, n_events: int, rate_hz: float) -> None:
     """Drive the worker's EventWriter: a status, n_events scalars at rate_hz, a terminal status."""
-    from normlab.events import Event
     from normlab.feed.writer import EventWriter
+    from normlab_client.events import Event
 
     writer = EventWriter(store, run_id, publisher)
     writer.emit(Event(seq=1, step=0, kind="status", payload={"status": RunStatus.RUNNING}))
@@ -52,8 +52,8 @@ def new_running_run(store):
     """A stored run claimed by this process, with a RunWatch keeping its heartbeat (as a worker does,
     or the reaper would declare it lost). Returns (run_id, watch)."""
     from normlab.feed.writer import RunWatch
-    from normlab.spec import RunSpec
     from normlab.store import new_run_id
+    from normlab_client.spec import RunSpec
 
     run_id = new_run_id()
     # No Celery task is sent: the bench claims the run and plays the worker itself.

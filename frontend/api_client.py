@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from normlab.group_models import GroupPublic, problems
+from normlab_client.group_models import GroupPublic, problems
 
 
 class ApiError(Exception):

@@ -20,7 +20,7 @@ from typing import Any
 import flask
 
 from frontend.smoothing import SMOOTHED_PANELS, parse_weight
-from normlab.palette import NORM_COLORS, OTHER_COLOR, RAW_OPACITY
+from normlab_client.palette import NORM_COLORS, OTHER_COLOR, RAW_OPACITY
 
 HERE = Path(__file__).parent / "embed_assets"
 PLOTLY = "/assets/vendor/plotly-cartesian-4.1.1.min.js"

@@ -16,14 +16,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend.smoothing import SMOOTHED_PANELS, format_elapsed, hovertemplate
-from normlab.catalog import TASKS
-from normlab.events import TERMINAL_STATUSES, RunStatus
-from normlab.palette import (
-    NORM_COLORS,  # one colour per normalizer, shared with normlab.client
+from normlab_client.catalog import TASKS
+from normlab_client.events import TERMINAL_STATUSES, RunStatus
+from normlab_client.palette import (
+    NORM_COLORS,  # one colour per normalizer, shared with normlab_client
     RAW_OPACITY,
     ema,
 )
-from normlab.spec import TRANSFORMER_TASKS
+from normlab_client.spec import TRANSFORMER_TASKS
 
 # For colouring by batch size (or anything categorical in order): Okabe–Ito with neighbours far apart
 # in hue (sky blue and blue, nearly alike on a projector, are never next to each other).
@@ -210,7 +210,7 @@ def curves_figure(
         panels = [p for p in panels if p != "metric"]  # regression: the validation loss is the metric
     titles = []
     for p in panels:
-        if p == "metric" and len(tasks) == 1:
+        if p == "metric" and len(tasks) == 1 and next(iter(tasks)) in TASKS:
             titles.append(METRIC_TITLES.get(TASKS[next(iter(tasks))].metric, PANELS[p]))
         elif p == "val" and tasks and all(metric_key(t) is None for t in tasks):
             titles.append("Validation loss (MSE)")

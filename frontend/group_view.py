@@ -1,6 +1,6 @@
 """A preset's or sweep's group as the pages show it (`GET /api/groups/{id}`): verdicts of the claims,
 mean ± std bands per arm, and a sortable results table — pure functions of the API's answer
-(`normlab.group_models.GroupPublic`)."""
+(`normlab_client.group_models.GroupPublic`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dash.development.base_component import Component
 
 from frontend import components, figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
-from normlab.catalog import NORMS
 from normlab.claims import MIN_SEEDS
-from normlab.group_models import Arm, Claim, GroupPublic
+from normlab_client.catalog import NORMS
+from normlab_client.group_models import Arm, Claim, GroupPublic
 
 # good → bad, colour-blind safe (Okabe–Ito bluish green … vermillion), for the results table's cells
 SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]

@@ -10,7 +10,7 @@ from dash import dcc, html
 from dash.development.base_component import Component
 
 from frontend import components, ids, lab_form, logic
-from normlab.catalog import NORMS
+from normlab_client.catalog import NORMS
 
 FIELD_NAMES = [name for name, _, _ in lab_form.FORM_FIELDS]
 CHOICES = {

@@ -9,8 +9,8 @@ import math
 import re
 from typing import Any
 
-from normlab.catalog import TASKS
-from normlab.spec import TRANSFORMER_TASKS, ProbeSpec, RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import TRANSFORMER_TASKS, ProbeSpec, RunSpec
 
 # The Lab form, in display order: (field, label, widget kind). Sequence-only fields after the model's.
 FORM_FIELDS = [

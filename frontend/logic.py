@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from frontend.smoothing import DEFAULT_WEIGHT
-from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES
+from normlab_client.events import ACTIVE_STATUSES, TERMINAL_STATUSES
 
-RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab.catalog)
+RESULT_METRICS = ("accuracy", "bpc", "mse")  # a task's final metric (normlab_client.catalog)
 
 
 # ---- URL state ---------------------------------------------------------------------------------

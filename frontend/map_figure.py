@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from dash import dcc
 
 from frontend import figures
-from normlab.group_models import ScaleMapPublic
+from normlab_client.group_models import ScaleMapPublic
 
 FAVOURS_TEXT = {"a": "favours {a}", "b": "favours {b}", "neither": "within noise"}
 

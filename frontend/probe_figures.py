@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend import figures, probe_names, theory_lines
-from normlab.events import fisher_weight_sets
+from normlab_client.events import fisher_weight_sets
 
 # Fisher panel: layers and weight sets are names, not an order: neighbours get clearly different hues
 # (Okabe–Ito again), and a name keeps its hue in every subplot.

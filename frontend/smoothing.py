@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from normlab.palette import RAW_OPACITY, ema  # noqa: F401  (one definition, shared with the client)
+from normlab_client.palette import RAW_OPACITY, ema  # noqa: F401  (one definition, shared with the client)
 
 COOKIE = "normlab_smooth"  # Lab and Run: the smoothing weight this browser chose last
 DEFAULT_WEIGHT = 0.6  # dense training-loss curves open readable; the raw series stays faint underneath

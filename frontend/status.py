@@ -1,4 +1,4 @@
-"""Run statuses as the pages show them: one table, keyed by `normlab.events.RunStatus`.
+"""Run statuses as the pages show them: one table, keyed by `normlab_client.events.RunStatus`.
 
 The badges, the Runs table's status column and the Runs filter all read it; the browser's stream code
 learns which statuses end a run from the watch store (`terminal`), not from a copy of its own.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.events import TERMINAL_STATUSES, RunStatus
+from normlab_client.events import TERMINAL_STATUSES, RunStatus
 
 # (text colour, background): the status word is always shown too, never colour alone.
 STATUS_COLOURS: dict[RunStatus, tuple[str, str]] = {

@@ -41,8 +41,9 @@ def invariance_table(table: Table1 | None) -> list[dict[str, Any]]:
     return rows
 
 
-def extra_rows(table: Table1 | None) -> dict[Method, list[dict[str, Any]]]:
-    """Methods beyond the paper's three (RMSNorm, none) that the engine also computed, in column order."""
+def extra_rows(table: Table1 | None) -> dict[str, list[dict[str, Any]]]:
+    """Methods beyond the paper's three (RMSNorm, none, registered normalizers) that the engine also
+    computed, in column order."""
     if table is None:
         return {}
     return {

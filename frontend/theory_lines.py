@@ -7,8 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from normlab.events import fisher_weight_sets
 from normlab.theory import angular_equilibrium, curvature_departs, growth_departs, growth_step
+from normlab_client.events import fisher_weight_sets
 
 
 def angular_line(spec: dict[str, Any] | None) -> float | None:

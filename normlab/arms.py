@@ -13,8 +13,8 @@ import math
 import statistics
 from typing import Any, NotRequired, TypedDict, TypeGuard
 
-from normlab.events import fisher_weight_sets
-from normlab.group_models import CellResult, Curve, CurvePoint, TraceName, TraceStat
+from normlab_client.events import fisher_weight_sets
+from normlab_client.group_models import CellResult, Curve, CurvePoint, TraceName, TraceStat
 
 START = 21  # the first time step counted in hidden-state spreads: steps 0–20 are start-up from h_0 = 0
 FRACTIONS = (0.25, 0.5, 1.0)

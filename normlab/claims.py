@@ -46,7 +46,8 @@ from typing import Literal
 from pydantic import ValidationError
 
 from normlab.arms import START, is_number
-from normlab.group_models import (
+from normlab.theory import angular_equilibrium
+from normlab_client.group_models import (
     AnyClaim,
     BestClaim,
     CellResult,
@@ -63,8 +64,7 @@ from normlab.group_models import (
     TrainsClaim,
     Verdict,
 )
-from normlab.spec import RunSpec
-from normlab.theory import angular_equilibrium
+from normlab_client.spec import RunSpec
 
 Rule = tuple[str, ...]  # ("better", "layer", "batch"): a kind and its run labels (normlab.presets)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.spec import ParentRef, RunSpec
+from normlab_client.spec import ParentRef, RunSpec
 
 # Fields a child may change: the optimizer's knobs, the data's order and batch size, the normalizer
 # (parameters are mapped, workers/engine/fork.py), how long and what is measured.

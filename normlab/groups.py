@@ -2,7 +2,7 @@
 
 Torch-free and store-free: `summarize(meta, runs, curve_of)` takes the group's metadata (what launched it),
 its runs as stored ({"id", "spec", "status", "summary"}, JSON as dicts or text) and a function giving a
-run's validation curve, and returns `normlab.group_models.GroupPublic`, aggregated by
+run's validation curve, and returns `normlab_client.group_models.GroupPublic`, aggregated by
 `normlab.arms` and judged by `normlab.claims` exactly as `normlab reproduce` does. Only runs that have
 ended enter arms and claims, so the verdict fills in as runs finish.
 """
@@ -10,6 +10,7 @@ ended enter arms and claims, so the verdict fills in as runs finish.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,8 +18,10 @@ from pydantic import ValidationError
 
 from normlab.arms import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
-from normlab.events import TERMINAL_STATUSES
-from normlab.group_models import (
+from normlab.maps import map_points
+from normlab.presets import PRESETS
+from normlab_client.events import TERMINAL_STATUSES
+from normlab_client.group_models import (
     GroupMeta,
     GroupPublic,
     GroupRun,
@@ -27,14 +30,21 @@ from normlab.group_models import (
     SweepMeta,
     problems,
 )
-from normlab.maps import map_points
-from normlab.presets import PRESETS
 
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's arms apart
 
 
-def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> PresetMeta:
-    return PresetMeta(preset=name, labels=run_labels, steps=steps)
+def preset_meta(
+    name: str, run_labels: dict[str, str], steps: int | None, swap: dict[str, str] | None = None
+) -> PresetMeta:
+    return PresetMeta(preset=name, labels=run_labels, steps=steps, swap=swap or {})
+
+
+def swapped_label(label: str, swap: dict[str, str]) -> str:
+    """A preset's run label with each swapped normalizer's name replaced ('layer, B=4' -> 'dyt, B=4')."""
+    for old, new in swap.items():
+        label = re.sub(rf"\b{re.escape(old)}\b", new, label)
+    return label
 
 
 def sweep_meta(varied: list[str]) -> SweepMeta:
@@ -75,7 +85,9 @@ def summarize(
         spec = specs[run_id]
         return ", ".join(f"{k}={spec.get(k)}" for k in varied) or "all"
 
-    order: list[str] = list(preset.run_labels()) if preset else []
+    swap = meta.swap if isinstance(meta, PresetMeta) else {}
+    relabel = {lab: swapped_label(lab, swap) for lab in preset.run_labels()} if preset else {}
+    order: list[str] = list(relabel.values())
     public_runs: list[GroupRun] = []
     records: dict[str, list[SeedRecord]] = {}
     arm_spec: dict[str, dict[str, Any]] = {}
@@ -142,7 +154,9 @@ def summarize(
     if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
         # arms with no finished seed yet are kept: their claims stay pending until the seeds are in
         launched = len({int(s.get("seed", 0)) for s in specs.values()})
-        verdict = judge_all(list(preset.claims), arms, metric, preset.runs[0], expected=launched)
+        # a swap judges the preset's claims for the normalizer run in place of the preset's
+        rules = [(kind, *(relabel.get(a, a) for a in args)) for kind, *args in preset.claims]
+        verdict = judge_all(rules, arms, metric, preset.runs[0], expected=launched)
         out.claims = verdict.claims
         out.holds = verdict.holds
         out.all_seeds = verdict.all_seeds

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from normlab.arms import is_number
 from normlab.claims import Z, effect, higher_is_better
-from normlab.group_models import CellResult, MapPoint, ScaleMapPublic
+from normlab_client.group_models import CellResult, MapPoint, ScaleMapPublic
 
 AXES = {"seq_len": "T", "batch_size": "batch", "layers": "depth", "lr": "η"}
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.maps import ScaleMap
-from normlab.spec import RunSpec
 from normlab.tuning import Tuning
+from normlab_client.spec import RunSpec
 
 SEEDS = (0, 1, 2, 3, 4)  # ≥ 5: paired standard errors need a few seeds
 

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     checkpoint_dir: Path | None = None
     # Per-run cap on checkpoint bytes: older ones go first, never the latest or one a fork started from.
     checkpoint_bytes_per_run: int = Field(256 * 2**20, ge=0)
+    # Normalizers of your own (normlab_client.norms): modules to import at start, comma-separated, beside
+    # the entry points of group `normlab.norms`, which are always loaded.
+    plugins: str = ""
     # Workers
     worker_heartbeat_s: float = Field(2.0, gt=0)
     lost_after_s: float = Field(20.0, gt=0)  # no heartbeat for this long -> the run is 'lost'

@@ -15,7 +15,7 @@ import functools
 from importlib import resources
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 Transform = Literal[
     "weight_matrix_rescaling",
@@ -81,15 +81,55 @@ class Table1(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    methods: dict[Method, dict[Transform, bool]]
-    max_abs_diff: dict[Method, dict[Transform, float]]
+    # keyed by Method, and by the name of each registered normalizer measured (normlab_client.norms)
+    methods: dict[str, dict[Transform, bool]]
+    max_abs_diff: dict[str, dict[Transform, float]]
     tolerance: float
     paper_table1: dict[Method, dict[Transform, bool]]
     agrees_with_paper_table: dict[Method, dict[Transform, bool]]
     all_paper_cells_agree: bool
     notes: list[str]  # notes[0] speaks to the prose-vs-table cell (PROSE_CELL)
     setup: Table1Setup
-    extra_methods: list[Method]
+    extra_methods: list[str]
+    registered: list[str] = []  # the extra rows that are registered normalizers, not built-in ones
+
+    @model_validator(mode="after")
+    def _known_rows(self) -> Table1:
+        """A row is a built-in method or a registered normalizer named as such, nothing else."""
+        unknown = sorted((self.methods.keys() | self.max_abs_diff.keys()) - {*METHODS, *self.registered})
+        if unknown:
+            raise ValueError(f"rows {', '.join(unknown)}: neither a method of Table 1 nor registered")
+        return self
+
+
+class RegisteredRows(BaseModel):
+    """Table 1's rows for the registered normalizers, measured by a worker at its start (the API cannot:
+    it has no torch) and served with the built-in table: `<data_dir>/table1-registered.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    methods: dict[str, dict[Transform, bool]]
+    max_abs_diff: dict[str, dict[Transform, float]]
+    tolerance: float
+
+
+REGISTERED_FILE = "table1-registered.json"
+
+
+def with_registered(table: Table1, rows: RegisteredRows | None, names: list[str]) -> Table1:
+    """The table with the measured rows of the registered normalizers `names` added as extra rows (a
+    name not measured yet is left out)."""
+    if rows is None:
+        return table
+    measured = [n for n in names if n in rows.methods and n not in table.methods]
+    return table.model_copy(
+        update={
+            "methods": {**table.methods, **{n: rows.methods[n] for n in measured}},
+            "max_abs_diff": {**table.max_abs_diff, **{n: rows.max_abs_diff[n] for n in measured}},
+            "extra_methods": [*table.extra_methods, *measured],
+            "registered": measured,
+        }
+    )
 
 
 TABLE_FILE = "table1.json"

@@ -8,7 +8,7 @@ out="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [--only STEP,...]}"
 shift
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+export PYTHONPATH="$PWD:$PWD/client${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 unset TRITON_INTERPRET
 PY="${PYTHON:-python3}"
 if compgen -G ".whl/*.whl" >/dev/null; then

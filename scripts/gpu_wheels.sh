@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wheels for what the GPU machine lacks, so the engine imports there (it has torch, triton, numpy and
-# pytest, but not pydantic / pydantic-settings, which normlab.spec and normlab.settings need): without
+# pytest, but not pydantic / pydantic-settings, which normlab_client.spec and normlab.settings need): without
 # them the engine's GPU tests and benchmarks/engine_cuda.py skip. Plus liger-kernel (pure Python,
 # its deps torch and triton are there), the LayerNorm baseline `kernels.bench` imports only if present. Run here, before the device call;
 # the folder travels with the call when `carry` names it, and scripts/gpu_check.sh installs it there:

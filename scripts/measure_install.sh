@@ -12,7 +12,7 @@ python3 -m venv .venv && . .venv/bin/activate
 t1=$(date +%s.%N)
 pip install -q torch==2.13.0 > $dir/pip-torch.log 2>&1
 t2=$(date +%s.%N)
-pip install -q . > $dir/pip-project.log 2>&1
+pip install -q ./client . > $dir/pip-project.log 2>&1
 t3=$(date +%s.%N)
 npk=$(pip list 2>/dev/null | tail -n +3 | wc -l)
 port=$((20000 + RANDOM % 20000))

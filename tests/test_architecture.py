@@ -5,6 +5,8 @@
 - backend/ and normlab/ never import torch; normlab/ imports none of the other packages; both rules
   except for its CLI (normlab/cli: the edge that starts the API, the workers, the pages and the engine);
 - kernels/ imports nothing of ours;
+- normlab_client (client/, a distribution of its own) imports nothing of ours, and torch only in its watch
+  modules (the user's own torch, imported when watch() is called): the server imports it, never the reverse;
 - no product package imports benchmarks/ (the harnesses `normlab bench` runs, by module name);
 - no import cycles between our modules;
 - settings are read at the edge only: `Settings()` (which reads NORMLAB_*) is built in the edge modules
@@ -22,17 +24,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("normlab", "backend", "workers", "frontend", "kernels", "benchmarks")
+CLIENT = ROOT / "client"  # normlab_client lives one folder down, in its own distribution
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    base = CLIENT if path.is_relative_to(CLIENT) else ROOT
+    parts = list(path.relative_to(base).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def _sources() -> dict[str, Path]:
-    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    roots = [ROOT / pkg for pkg in PACKAGES] + [CLIENT / "normlab_client"]
+    return {_module_name(p): p for root in roots for p in sorted(root.rglob("*.py"))}
 
 
 SOURCES = _sources()
@@ -84,6 +89,11 @@ def _violations(where: str, forbidden: set[str], skip: str | None = None) -> lis
         ("frontend", {"backend", "workers", "kernels", "torch", "benchmarks"}, None),
         ("normlab", {"torch", "backend", "workers", "frontend", "kernels", "benchmarks"}, "normlab.cli"),
         ("kernels", {"normlab", "backend", "workers", "frontend", "benchmarks"}, None),
+        (
+            "normlab_client",
+            {"normlab", "torch", "backend", "workers", "frontend", "kernels", "benchmarks"},
+            "normlab_client.watch",
+        ),
     ],
 )
 def test_imports_point_down(package, forbidden, skip):

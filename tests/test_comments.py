@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("normlab", "backend", "frontend", "workers", "kernels")
+PRODUCT = ("normlab", "client/normlab_client", "backend", "frontend", "workers", "kernels")
 UPSTREAM = re.compile(
     r"(?i)\b(kombu|celery|dash|plotly|torch|pytorch|triton|fastapi|starlette|alembic|sqlalchemy|redis|"
     r"psycopg|pydantic|uvicorn|numpy|cpython|python|chromium|playwright|github\.com/[\w./-]+)\s+(issue|#)"

@@ -7,6 +7,8 @@ from the environment's settings. The configuration itself is shared with the API
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, bootsteps
@@ -14,6 +16,7 @@ from celery.worker import state
 
 from normlab.queue import make_celery
 from normlab.settings import Settings
+from normlab_client.norms import load_plugins, registered
 
 JOB_MODULES = ["workers.jobs"]
 _app: Celery | None = None
@@ -66,10 +69,25 @@ def _busy() -> bool:
 
 def create_app(settings: Settings) -> Celery:
     """The worker's app for `settings`; its tasks read the same settings from `app.normlab_settings`."""
+    if load_plugins(settings.plugins):  # normalizers of the user's own, before any run is taken
+        write_registered_rows(settings.data_dir)
     app = make_celery(settings, include=JOB_MODULES)
     app.steps["consumer"].add(NothingHeldWhileBusy)
     app.normlab_settings = settings  # type: ignore[attr-defined]
     return app
+
+
+def write_registered_rows(data_dir: Path) -> None:
+    """Measure Table 1's rows of the registered normalizers (milliseconds) for the API to serve; written
+    whole then renamed, so the API never reads half a file while another worker writes it."""
+    from normlab.table1 import REGISTERED_FILE
+    from workers.engine.invariance import registered_rows
+
+    rows = registered_rows(sorted(registered()))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = data_dir / f"{REGISTERED_FILE}.{os.getpid()}"
+    tmp.write_text(rows.model_dump_json())
+    tmp.replace(data_dir / REGISTERED_FILE)
 
 
 def settings_of(app: Celery) -> Settings:

@@ -17,14 +17,14 @@ from celery.signals import worker_init, worker_process_init, worker_ready
 from celery.worker.request import Request
 
 from normlab import checkpoints
-from normlab.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSummary
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter, RunWatch, finite
 from normlab.lifeline import die_with_parent
 from normlab.queue import TRAIN_JOB, enqueue_run
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import get_store, lineage
+from normlab_client.events import TERMINAL_STATUSES, Event, RunResult, RunStatus, RunSummary
+from normlab_client.spec import RunSpec
 from workers import runguard, warm
 from workers.celery_app import settings_of
 from workers.engine import train as train_fn  # in the worker's parent: each forked child trains at once

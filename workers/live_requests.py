@@ -10,8 +10,8 @@ import logging
 import threading
 from typing import Any
 
-from normlab.events import Event
 from normlab.store import Store, lineage
+from normlab_client.events import Event
 
 log = logging.getLogger(__name__)
 

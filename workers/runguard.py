@@ -20,8 +20,8 @@ import os
 import threading
 import time
 
-from normlab.events import Event, RunStatus, RunSummary
 from normlab.feed.writer import EventWriter, RunWatch
+from normlab_client.events import Event, RunStatus, RunSummary
 
 log = logging.getLogger(__name__)
 _hard_exit_allowed = False

@@ -24,9 +24,9 @@ import logging
 import os
 import time
 
-from normlab.catalog import TASKS, task_availability
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS, task_availability
+from normlab_client.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from normlab.events import TERMINAL_STATUSES
 from normlab.feed.redis_feed import is_terminal_row, stream_key
 from normlab.settings import Settings
 from normlab.store import EventRow, Store, event_json
+from normlab_client.events import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 WINDOW = 20_000  # events a channel keeps in memory (older ones come from the store)

@@ -1,6 +1,6 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, fork, groups, health, presets, runs, scalars, sweeps
+from backend.routes import catalog, events, fork, groups, health, presets, runs, scalars, sweeps, watched
 
 ROUTERS = [
     health.router,
@@ -12,4 +12,5 @@ ROUTERS = [
     groups.router,
     events.router,
     fork.router,
+    watched.router,
 ]

@@ -1,15 +1,18 @@
-"""GET /api/catalog, /api/presets and /api/invariance (the engine's Table 1, computed at build time)."""
+"""GET /api/catalog, /api/presets and /api/invariance (the engine's Table 1, computed at build time, and
+the rows of registered normalizers as a worker measured them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
 
 from backend.deps import SettingsDep, StoreDep
-from normlab.api_models import build_catalog
+from normlab.api_catalog import build_catalog
 from normlab.presets import PRESETS
-from normlab.table1 import Table1, computed_table
+from normlab.table1 import REGISTERED_FILE, RegisteredRows, Table1, computed_table, with_registered
+from normlab_client.norms import registered
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 
@@ -28,7 +31,15 @@ def presets(store: StoreDep) -> list[dict[str, Any]]:
 
 
 @router.get("/invariance")
-def invariance() -> Table1:
+def invariance(settings: SettingsDep) -> Table1:
     """Table 1 checked numerically by the engine. The API never imports torch: the table was computed when
-    this tree was built (normlab/table1.py), and a test recomputes it."""
-    return computed_table()
+    this tree was built (normlab/table1.py), and a test recomputes it; the rows of registered normalizers
+    (normlab_client.norms) are the ones a worker measured at its start, once one has."""
+    return with_registered(computed_table(), _registered_rows(settings.data_dir), sorted(registered()))
+
+
+def _registered_rows(data_dir: Path) -> RegisteredRows | None:
+    try:
+        return RegisteredRows.model_validate_json((data_dir / REGISTERED_FILE).read_text())
+    except (OSError, ValueError):  # no worker has measured them yet (or a file of an older release)
+        return None

@@ -17,9 +17,9 @@ from sse_starlette import EventSourceResponse
 from backend.deps import HubDep, SettingsDep, StoreDep, get_run_or_404
 from backend.sse import CursorError, parse_multi_cursor, parse_single_cursor, stream_runs
 from backend.stream_slots import StreamSlots
-from normlab.api_models import ErrorDetail
-from normlab.events import TERMINAL_STATUSES
 from normlab.store import RunRow
+from normlab_client.api_models import ErrorDetail
+from normlab_client.events import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/api", tags=["events"])
 ERRORS: dict[int | str, dict[str, Any]] = {

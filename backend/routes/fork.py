@@ -17,13 +17,13 @@ from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue, stored_spec
 from normlab import checkpoints
-from normlab.api_models import ErrorDetail
-from normlab.events import RunStatus
 from normlab.fork import ForkRefused, child_spec
 from normlab.queue import enqueue_run
 from normlab.settings import Settings
-from normlab.spec import Intervention, refuse_bool
 from normlab.store import RunRow, Store, lineage
+from normlab_client.api_models import ErrorDetail
+from normlab_client.events import RunStatus
+from normlab_client.spec import Intervention, refuse_bool
 
 router = APIRouter(prefix="/api/runs", tags=["fork"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorDetail} for code in (403, 404, 409, 422, 429)}

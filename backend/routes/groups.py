@@ -8,11 +8,11 @@ import logging
 from fastapi import APIRouter, HTTPException, Query
 
 from backend.deps import StoreDep
-from normlab.api_models import ErrorDetail
 from normlab.claims import CURVE_FIELD
-from normlab.group_models import GroupPublic, StoredGroupError
 from normlab.groups import summarize
 from normlab.store import Store
+from normlab_client.api_models import ErrorDetail
+from normlab_client.group_models import GroupPublic, StoredGroupError
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api", tags=["groups"])

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
 
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.routes.sweeps import MAX_SWEEP_RUNS
 from backend.runs_common import create_and_enqueue
-from normlab.api_models import ErrorDetail
-from normlab.group_models import PresetLaunch, PresetLaunched
-from normlab.groups import preset_meta
+from normlab.groups import preset_meta, swapped_label
 from normlab.presets import PRESETS
 from normlab.store import new_run_id
+from normlab_client.api_models import ErrorDetail
+from normlab_client.group_models import PresetLaunch, PresetLaunched
+from normlab_client.spec import RunSpec
 
 router = APIRouter(prefix="/api", tags=["presets"])
 
@@ -45,11 +47,35 @@ def launch_preset(
     specs, labels = [], []
     for label, base in zip(preset.run_labels(), preset.runs, strict=True):
         spec = base if body.steps is None else base.model_copy(update={"steps": body.steps})
+        if body.swap:
+            spec, label = _swapped(name, preset.scale_map is not None, spec, label, body.swap)
         for seed in seeds:
             specs.append(spec.model_copy(update={"seed": seed}))
             labels.append(label)
     group_id = new_run_id()
     run_ids = create_and_enqueue(store, settings, specs, user, group_id)
-    meta = preset_meta(name, dict(zip(run_ids, labels, strict=True)), body.steps)
+    meta = preset_meta(name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap)
     store.put_group(group_id, meta)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)
+
+
+def _swapped(name: str, is_map: bool, spec: RunSpec, label: str, swap: dict[str, str]) -> tuple[RunSpec, str]:
+    """The run with its normalizer swapped (checked like a submitted spec: 422 naming what to change)."""
+    if is_map:
+        raise HTTPException(
+            422,
+            {
+                "detail": f"Preset {name!r} is a map; swap applies to the presets without one.",
+                "fields": {"swap": "not for a map"},
+            },
+        )
+    if spec.norm not in swap:
+        return spec, label
+    try:
+        swapped = RunSpec.model_validate({**spec.model_dump(exclude_unset=True), "norm": swap[spec.norm]})
+    except ValidationError as exc:
+        message = "; ".join(str(e["msg"]) for e in exc.errors()[:3])
+        raise HTTPException(
+            422, {"detail": f"swap {spec.norm} -> {swap[spec.norm]}: {message}", "fields": {"swap": message}}
+        ) from None
+    return swapped, swapped_label(label, swap)

@@ -18,14 +18,21 @@ from backend.deps import RUN_ID_PATTERN, SettingsDep, StoreDep, UserDep, get_run
 from backend.metrics import export_csv, export_json, run_metrics
 from backend.routes.fork import delete_checkpoints
 from backend.runs_common import UnreadableSpec, create_and_enqueue, run_public
-from normlab.api_models import ErrorDetail, MetricsPublic, RunCreated, RunList, RunPublic, UnreadableRun
-from normlab.events import RunStatus
 from normlab.queue import drop_message
 from normlab.run_labels import TAG_PATTERN, RunLabels
-from normlab.spec import NormName, RunSpec, TaskName
 from normlab.store import lineage
 from normlab.store.labels import RunQuery
 from normlab.store.rollup import SCALAR_NAMES
+from normlab_client.api_models import (
+    ErrorDetail,
+    MetricsPublic,
+    RunCreated,
+    RunList,
+    RunPublic,
+    UnreadableRun,
+)
+from normlab_client.events import RunStatus
+from normlab_client.spec import NormName, RunSpec, TaskName
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/runs", tags=["runs"])

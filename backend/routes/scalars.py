@@ -1,6 +1,6 @@
 """GET /api/runs/{id}/scalars: a run's every `scalars` event at full resolution, paged by sequence number.
 
-The downsampled `/metrics` is for drawing; this is for analysis (`normlab.client`'s `Run.metrics()`):
+The downsampled `/metrics` is for drawing; this is for analysis (`normlab_client`'s `Run.metrics()`):
 the same rows as the raw CSV export, as JSON columns, resumable from any `after=`.
 """
 
@@ -14,10 +14,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from backend.deps import StoreDep, get_run_or_404
-from normlab.api_models import ErrorDetail
-from normlab.metrics_models import ScalarsPage
 from normlab.store import RunRow, Store
 from normlab.store.rollup import SCALAR_NAMES
+from normlab_client.api_models import ErrorDetail
+from normlab_client.metrics_models import ScalarsPage
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 MAX_PAGE = 50_000

@@ -10,10 +10,10 @@ from pydantic import ValidationError
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
-from normlab.api_models import ErrorDetail, SweepCreate, SweepCreated
 from normlab.groups import sweep_meta
-from normlab.spec import RunSpec
 from normlab.store import new_run_id
+from normlab_client.api_models import ErrorDetail, SweepCreate, SweepCreated
+from normlab_client.spec import RunSpec
 
 router = APIRouter(prefix="/api", tags=["runs"])
 MAX_SWEEP_RUNS = 64

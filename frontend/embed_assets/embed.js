@@ -1,6 +1,6 @@
 /* normlab embed pages (frontend/embed.py): live charts of runs, or a replay of finished runs on one
    clock. Reads its configuration from #nl-embed-config; talks only to the normlab server. The smoothing
-   is the dashboard's debiased EMA (normlab/palette.py `ema`). State for tests: window.normlabEmbed. */
+   is the dashboard's debiased EMA (client/normlab_client/palette.py `ema`). State for tests: window.normlabEmbed. */
 (function () {
   "use strict";
   var C = JSON.parse(document.getElementById("nl-embed-config").textContent);

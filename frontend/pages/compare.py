@@ -15,7 +15,7 @@ from dash.development.base_component import Component
 
 from frontend import components, data, figures, fork_view, group_view, ids, logic
 from frontend.api_client import ApiClient, ApiError
-from normlab.group_models import GroupPublic
+from normlab_client.group_models import GroupPublic
 
 
 def run_options(

@@ -19,7 +19,6 @@ from normlab.table1 import (
     PROSE_CELL,
     TRANSFORM_NAMES,
     TRANSFORMS,
-    Method,
     Table1,
 )
 
@@ -33,7 +32,7 @@ def _diff(v: float | None) -> str:
 
 
 def _table(
-    rows: list[dict[str, Any]], computed: bool, extras: dict[Method, list[dict[str, Any]]] | None = None
+    rows: list[dict[str, Any]], computed: bool, extras: dict[str, list[dict[str, Any]]] | None = None
 ) -> html.Table:
     head = html.Thead(html.Tr([html.Th("")] + [html.Th(TRANSFORM_NAMES[t]) for t in TRANSFORMS]))
     body = []
@@ -63,7 +62,7 @@ def _table(
             )
         body.append(html.Tr(cells))
     for name, extra in (extras or {}).items():
-        label = METHOD_NAMES[name]
+        label = METHOD_NAMES.get(name, f"{name} (registered)")  # type: ignore[call-overload]
         body.append(
             html.Tr(
                 [html.Th([label, html.Div("beyond the paper", className="diff")], scope="row")]

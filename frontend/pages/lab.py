@@ -44,7 +44,7 @@ from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from frontend.lab_builder import FIELD_NAMES, task_changed
 from frontend.lab_submit import submit
-from normlab.catalog import TASKS
+from normlab_client.catalog import TASKS
 
 MAX_LIVE = 24
 LAB_COOKIE = "normlab_lab"  # the last Lab query (written by the clientside callback at the end)

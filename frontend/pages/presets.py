@@ -16,7 +16,7 @@ from dash.development.base_component import Component
 from frontend import components, data, figures, group_view, ids, logic, map_figure
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab.group_models import GroupPublic
+from normlab_client.group_models import GroupPublic
 
 
 def preset_card(p: dict[str, Any]) -> html.Div:

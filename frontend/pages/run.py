@@ -26,8 +26,8 @@ from frontend import (
 )
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab.catalog import TASKS
-from normlab.spec import TRANSFORMER_TASKS
+from normlab_client.catalog import TASKS
+from normlab_client.spec import TRANSFORMER_TASKS
 
 
 def header(run: dict[str, Any], api_base: str = "") -> list[Component]:

@@ -15,8 +15,8 @@ from dash.dash_table.Format import Format, Scheme
 from frontend import components, data, ids, logic, status
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab.catalog import NORMS, TASKS
-from normlab.events import RunStatus
+from normlab_client.catalog import NORMS, TASKS
+from normlab_client.events import RunStatus
 
 FILTERS = [
     ("q", "Search", None),  # the id, name, note, owner, task or normalizer

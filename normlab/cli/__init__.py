@@ -55,13 +55,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
     from pathlib import Path
 
     from normlab.settings import Settings
+    from normlab_client.norms import load_plugins
 
     overrides: dict[str, object] = {}
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = Path(args.data_dir).expanduser().resolve()
     if getattr(args, "api_url", None):
         overrides["api_url"] = args.api_url
-    return Settings(**overrides)  # type: ignore[arg-type]
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    load_plugins(settings.plugins)  # every command sees the same catalog as the API and the workers
+    return settings
 
 
 def settings_message(exc: ValidationError) -> str:

@@ -35,8 +35,9 @@ TARGETS = {
     "frontend": ("benchmarks.frontend", "page load and live-append cost in headless Chromium"),
     "client": (
         "benchmarks.client",
-        "normlab.client's full-resolution download vs the raw export; embed pages",
+        "normlab_client's full-resolution download vs the raw export; embed pages",
     ),
+    "watch": ("benchmarks.watch", "watch()'s cost to a training loop: 4-block d=256 Transformer, CPU"),
     "demo": ("benchmarks.demo", "normlab up: click -> first point, cancel latency, page weight"),
     "fork": ("benchmarks.fork", "checkpoint overhead and bytes per task; fork -> child's first point"),
     "report": ("benchmarks.report", "render BENCHMARKS.md from the saved results (--check: compare only)"),

@@ -17,7 +17,7 @@ def register(sub: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from normlab.api_models import build_catalog
+    from normlab.api_catalog import build_catalog
     from normlab.cli import settings_from
 
     settings = settings_from(args)

@@ -25,7 +25,7 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("run", help="the parent run's id")
     p.add_argument("--step", required=True, help="fork after this step (one the run has reached), or 'now'")
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
 
     for name in OPTIONS:
         field = RunSpec.model_fields[name]

@@ -35,9 +35,17 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--tol must be positive (got {args.tol}); the default is 1e-9.")
     if args.seed < 0:
         raise CLIError(f"--seed must be ≥ 0 (got {args.seed}).")
-    from workers.engine.invariance import DEFAULT_TOL, compute_table1  # torch: imported only here
+    from normlab.cli import settings_from
+    from normlab.table1 import with_registered
+    from normlab_client.norms import registered
+    from workers.engine.invariance import DEFAULT_TOL, compute_table1, registered_rows  # torch: here only
 
-    result = compute_table1(seed=args.seed, tol=args.tol if args.tol is not None else DEFAULT_TOL)
+    settings_from(args)  # loads the registered normalizers (entry points, NORMLAB_PLUGINS): extra rows
+    tol = args.tol if args.tol is not None else DEFAULT_TOL
+    result = compute_table1(seed=args.seed, tol=tol)
+    names = sorted(registered())
+    if names:
+        result = with_registered(result, registered_rows(names, args.seed, tol), names)
     if args.json:
         print(result.model_dump_json())
         return 0
@@ -53,7 +61,7 @@ def format_table(result: Table1) -> str:
         f"{'':<8}" + "".join(f"{_SHORT[k]:>12}" for k in keys),
     ]
     for method, row in result.methods.items():
-        agrees = result.agrees_with_paper_table.get(method)
+        agrees = {str(m): row for m, row in result.agrees_with_paper_table.items()}.get(method)
         cells = []
         for k in keys:
             mark = "" if agrees is None or agrees[k] else "*"

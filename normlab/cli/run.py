@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from normlab.events import Event, RunResult, RunStatus
-from normlab.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
+from normlab_client.events import Event, RunResult, RunStatus
+from normlab_client.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,11 +124,11 @@ def register(sub: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from normlab.catalog import task_availability
     from normlab.cli import CLIError, settings_from
+    from normlab_client.catalog import task_availability
 
+    settings = settings_from(args)  # first: it loads the registered normalizers the spec may name
     spec = spec_from_args(args)
-    settings = settings_from(args)
     available = task_availability(spec.task, settings.data_dir)
     if not available.available:
         raise CLIError(available.reason)

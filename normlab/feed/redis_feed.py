@@ -10,9 +10,9 @@ import logging
 
 import redis
 
-from normlab.events import parse_event
 from normlab.settings import Settings
 from normlab.store import EventRow, event_json
+from normlab_client.events import parse_event
 
 log = logging.getLogger(__name__)
 STREAM_TTL_S = 7 * 24 * 3600  # the store keeps everything; streams only serve live viewers

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
-from normlab.events import Event
 from normlab.store import EventRow, Store
 from normlab.store.rollup import RollupBuilder, bucket_rows
+from normlab_client.events import Event
 
 log = logging.getLogger(__name__)
 # A batch that cannot be stored (database away) is retried with doubling waits up to RETRY_MAX_S, for as

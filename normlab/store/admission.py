@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from normlab.events import RunStatus
 from normlab.store.schema import runs
+from normlab_client.events import RunStatus
 
 ADMISSION_LOCK_KEY = 0x6E6C6164  # any fixed number: every normlab API takes the same lock
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)

@@ -9,8 +9,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, insert, select
 
-from normlab.group_models import GroupMeta, PlainMeta, PresetMeta, StoredGroupError, SweepMeta, problems
 from normlab.store.schema import groups
+from normlab_client.group_models import (
+    GroupMeta,
+    PlainMeta,
+    PresetMeta,
+    StoredGroupError,
+    SweepMeta,
+    problems,
+)
 
 __all__ = ["GroupRow", "GroupsMixin", "StoredGroupError", "read_meta"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, delete, func, insert, or_, select, update
 
-from normlab.events import RunStatus
 from normlab.store.rows import RunRow, run_row
 from normlab.store.schema import run_tags, runs
+from normlab_client.events import RunStatus
 
 
 @dataclass(frozen=True)

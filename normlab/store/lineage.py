@@ -10,10 +10,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, delete, func, insert, select, update
 
-from normlab.events import RunStatus
-from normlab.spec import MAX_INTERVENTIONS, Intervention, RunSpec
 from normlab.store.schema import events, lineage, run_requests, runs
 from normlab.store.store import Store
+from normlab_client.events import RunStatus
+from normlab_client.spec import MAX_INTERVENTIONS, Intervention, RunSpec
 
 
 def record_fork(store: Store, child_id: str, parent_id: str, step: int, kind: str = "fork") -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from sqlalchemy import delete, select
 
 from normlab import checkpoints
-from normlab.events import RunStatus
 from normlab.store.schema import cache, events, lineage, rollups, run_requests, run_tags, runs
 from normlab.store.store import Store
+from normlab_client.events import RunStatus
 
 PREFIX = "presence:api:"
 PERIOD_S = 5.0

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from normlab.events import Scalars
+from normlab_client.events import Scalars
 
 SCALAR_NAMES: tuple[str, ...] = tuple(Scalars.model_fields)
 BASE = 4

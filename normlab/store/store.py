@@ -20,7 +20,6 @@ from sqlalchemy import Engine, create_engine, delete, event, func, insert, selec
 from sqlalchemy.pool import NullPool
 
 from normlab import fair_queue
-from normlab.events import RunStatus
 from normlab.settings import Settings
 from normlab.store.admission import admission_lock, check_caps
 from normlab.store.deadline import end_abandoned_transactions, held_up, pg_engine
@@ -29,6 +28,7 @@ from normlab.store.labels import LabelsMixin
 from normlab.store.migrate import ensure_current
 from normlab.store.rows import RollupRow, RunRow, run_row
 from normlab.store.schema import cache, events, rollups, run_tags, runs
+from normlab_client.events import RunStatus
 
 log = logging.getLogger(__name__)
 

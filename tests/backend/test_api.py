@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
 from backend.app import create_app
-from normlab.events import Event
 from normlab.feed.writer import EventWriter
 from normlab.presets import PRESETS
 from normlab.settings import Settings
+from normlab_client.events import Event
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 
 from backend.app import create_app
 from normlab.claims import Z
-from normlab.events import Event
 from normlab.feed.writer import EventWriter
 from normlab.presets import PRESETS
 from normlab.settings import Settings
+from normlab_client.events import Event
 
 
 @pytest.fixture

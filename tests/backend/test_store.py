@@ -14,10 +14,10 @@ import pytest
 
 from backend.metrics import run_metrics
 from backend.reaper import reap_once
-from normlab.events import Event
 from normlab.feed.writer import EventWriter
-from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
+from normlab_client.events import Event
+from normlab_client.spec import RunSpec
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -33,7 +33,7 @@ def test_ratio_table_runs_every_side_on_the_same_threads_and_restores_them():
 
 def test_loop_overhead_alternates_engine_and_plain_steps(tmp_path):
     from normlab.settings import Settings
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
 
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     res = bench_loop.measure_loop_overhead(

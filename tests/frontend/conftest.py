@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from normlab import headless
-from normlab.events import ACTIVE_STATUSES
 from normlab.headless import CHROMIUM_ARGS
 from normlab.table1 import PAPER_TABLE1, TRANSFORMS, Table1
+from normlab_client.events import ACTIVE_STATUSES
 
 CHROMIUM = os.environ.get("NORMLAB_TEST_CHROMIUM", headless.CHROMIUM)  # a missing path: browser tests skip
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"

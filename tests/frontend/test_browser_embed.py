@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from normlab.client import Client
+from normlab_client import Client
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quiet_queue")]
 LOSS_POINTS = (

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from normlab.events import TERMINAL_STATUSES
+from normlab_client.events import TERMINAL_STATUSES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.usefixtures("quiet_queue")]
 

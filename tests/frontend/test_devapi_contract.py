@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from benchmarks.devapi import DevAPI
-from normlab.api_models import MetricsPublic, RunList, RunPublic
 from normlab.settings import Settings
+from normlab_client.api_models import MetricsPublic, RunList, RunPublic
 
 OPS = ("get", "post", "put", "patch", "delete")
 

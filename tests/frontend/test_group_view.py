@@ -1,5 +1,5 @@
 """A preset's or sweep's group on the pages (frontend/group_view.py, the Presets page's launch), from
-JSON shaped as `GET /api/groups/{id}` answers it (normlab.group_models.GroupPublic)."""
+JSON shaped as `GET /api/groups/{id}` answers it (normlab_client.group_models.GroupPublic)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from frontend import group_view
 from frontend.api_client import ApiError
-from normlab.group_models import GroupPublic, PairedClaim
+from normlab_client.group_models import GroupPublic, PairedClaim
 
 
 def _arm(label, norm, mean, std, n=5, steps=(10, 20)):

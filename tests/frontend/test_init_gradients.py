@@ -9,7 +9,7 @@ from dash import no_update
 from frontend import init_gradients
 from frontend.app import create_app
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine import train
 
 

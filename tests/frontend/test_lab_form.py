@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from frontend import lab_form as logic
-from normlab.api_models import build_catalog
+from normlab.api_catalog import build_catalog
 from normlab.settings import Settings
-from normlab.spec import RunSpec, combination_problems
+from normlab_client.spec import RunSpec, combination_problems
 
 
 def test_build_spec_leaves_out_non_sequential_fields_and_carries_the_probe_settings():

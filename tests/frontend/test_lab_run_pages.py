@@ -9,9 +9,9 @@ import pytest
 from frontend import data, logic
 from frontend.api_client import ApiError
 from frontend.app import create_app
-from normlab.api_models import build_catalog
+from normlab.api_catalog import build_catalog
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 
 CATALOG = build_catalog(None, Settings(max_steps=700))
 

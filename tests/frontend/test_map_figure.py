@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from frontend.map_figure import map_figure, map_graph
-from normlab.group_models import GroupPublic, ScaleMapPublic
+from normlab_client.group_models import GroupPublic, ScaleMapPublic
 
 
 def _map(claim_side="below"):

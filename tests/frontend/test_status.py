@@ -1,9 +1,9 @@
-"""Run statuses on the pages: one table keyed by normlab.events.RunStatus, nothing retyped."""
+"""Run statuses on the pages: one table keyed by normlab_client.events.RunStatus, nothing retyped."""
 
 from __future__ import annotations
 
 from frontend import components, logic, status
-from normlab.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+from normlab_client.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 
 
 def test_every_status_has_its_colours_and_unknown_ones_stay_plain():

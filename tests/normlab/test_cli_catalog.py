@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from normlab.catalog import MNIST_FILES, NORMS, TASKS
 from normlab.cli import main
-from normlab.spec import RunSpec
+from normlab_client.catalog import MNIST_FILES, NORMS, TASKS
+from normlab_client.spec import RunSpec
 
 
 def _catalog(capsys) -> dict:

@@ -8,8 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from normlab.api_models import RunPublic
-from normlab.events import (
+from normlab_client.api_models import RunPublic
+from normlab_client.events import (
     ACTIVE_STATUSES,
     PAYLOADS,
     TERMINAL_STATUSES,
@@ -18,7 +18,7 @@ from normlab.events import (
     RunSummary,
     check_payload,
 )
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 
 
 def test_statuses_split_into_active_and_terminal():
@@ -86,7 +86,7 @@ def test_run_public_reads_the_stored_json_and_gives_it_back_unchanged():
 
 def test_a_fisher_payload_stored_with_the_old_groups_key_still_reads():
     """Fisher events stored before the weight sets' key was "weight_sets" say "groups"."""
-    from normlab.events import FisherPayload, fisher_weight_sets
+    from normlab_client.events import FisherPayload, fisher_weight_sets
 
     entry = {"name": "layers.0.weight", "weight_norm": 2.0}
     old = {"trace": {}, "trace_estimator": {}, "groups": [entry]}

@@ -9,10 +9,10 @@ import pytest
 
 from normlab.arms import SeedRecord, aggregate
 from normlab.claims import Z
-from normlab.group_models import CellResult
 from normlab.maps import ScaleMap, map_points, side
 from normlab.presets import PRESETS, map_preset
-from normlab.spec import RunSpec
+from normlab_client.group_models import CellResult
+from normlab_client.spec import RunSpec
 
 BATCH_MAP = ScaleMap("batch_size", (2, 4, 16, 128), "layer", "batch")
 

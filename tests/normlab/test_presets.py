@@ -5,7 +5,7 @@ import json
 import pytest
 
 from normlab.presets import PRESETS
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 
 PAPER_PRESETS = {
     "fig6-batch128",

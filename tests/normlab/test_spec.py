@@ -3,9 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
-from normlab.api_models import build_catalog
-from normlab.catalog import TASKS, task_availability
-from normlab.spec import RunSpec
+from normlab.api_catalog import build_catalog
+from normlab_client.catalog import TASKS, task_availability
+from normlab_client.spec import RunSpec
 
 
 def test_batchnorm_at_batch_size_one_names_the_batch_size_and_suggests_layernorm():
@@ -89,8 +89,8 @@ def test_catalog_lists_every_task_and_field_ranges():
 
 def test_catalog_gives_the_probe_settings_and_their_limits():
     """The Lab's probe controls read their ranges from GET /api/catalog (fields.probes), not a copy."""
-    from normlab.api_models import build_catalog
-    from normlab.spec import ProbeSpec
+    from normlab.api_catalog import build_catalog
+    from normlab_client.spec import ProbeSpec
 
     probes = build_catalog()["fields"]["probes"]
     for name in ("trace_every", "fisher_every", "budget", "hessian", "empirical_fisher", "power_iterations"):
@@ -104,7 +104,7 @@ def test_catalog_gives_the_probe_settings_and_their_limits():
 def test_warm_krylov_vectors_default_per_task_kind_and_an_explicit_value_is_kept():
     """power_iterations left out resolves to the task kind's default (3 on conv nets, whose top Fisher
     direction moves more between estimates; 2 elsewhere); a value the user gave is stored as given."""
-    from normlab.spec import ProbeSpec, RunSpec
+    from normlab_client.spec import ProbeSpec, RunSpec
 
     assert RunSpec(task="conv-digits").resolved().probes.power_iterations == 3
     assert RunSpec(task="digits").resolved().probes.power_iterations == 2

@@ -11,8 +11,8 @@ from celery.contrib.testing.worker import start_worker
 
 from normlab.queue import TRAIN_JOB, make_celery
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
+from normlab_client.spec import RunSpec
 from workers.celery_app import create_app
 
 

@@ -7,10 +7,10 @@ import json
 import os
 import time
 
-from normlab.events import EventCounter, RunResult, RunStatus
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import Store, new_run_id
+from normlab_client.events import EventCounter, RunResult, RunStatus
+from normlab_client.spec import RunSpec
 from workers import runguard
 from workers.jobs import run_training
 

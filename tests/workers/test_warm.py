@@ -12,15 +12,15 @@ import textwrap
 import pytest
 import torch
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
+from normlab_client.catalog import TASKS
 from workers import warm
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
     import workers.jobs  # what the Celery worker's parent imports
     from normlab.settings import Settings
-    from normlab.spec import RunSpec
+    from normlab_client.spec import RunSpec
     from workers.engine import train
     from workers.warm import warm_parent
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from normlab import checkpoints
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine import snapshot
 from workers.engine.tasks.base import BatchStream
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from normlab.spec import Intervention, RunSpec
+from normlab_client.spec import Intervention, RunSpec
 
 GAIN_LEAVES = ("gain", "g")  # a normalizer's gain: LayerNorm/RMSNorm/BatchNorm `gain`, weight norm's `g`
 Poll = Callable[[], list[dict[str, Any]]]

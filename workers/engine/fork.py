@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine.checkpoint import LoopState, restore_rngs
 from workers.engine.tasks.base import BatchStream
 

@@ -26,7 +26,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from normlab.table1 import METHODS, PAPER_METHODS, PAPER_TABLE1, TRANSFORMS, Method, Table1, Table1Setup
+from normlab.table1 import (
+    METHODS,
+    PAPER_METHODS,
+    PAPER_TABLE1,
+    TRANSFORMS,
+    Method,
+    RegisteredRows,
+    Table1,
+    Table1Setup,
+)
 from workers.engine.norms import (
     BatchNorm,
     LayerNorm,
@@ -35,6 +44,7 @@ from workers.engine.norms import (
     RMSNorm,
     WeightNormLinear,
 )
+from workers.engine.plugin_norms import plugin_normalizer
 
 UNITS, INPUTS, CASES, DRAWS = 8, 6, 16, 3
 DEFAULT_TOL = 1e-9
@@ -52,6 +62,9 @@ def _layer(method: str) -> nn.Module:
         return WeightNormLinear(INPUTS, UNITS)
     if method == "none":
         return PlainLinear(INPUTS, UNITS)
+    plugin = plugin_normalizer(method, UNITS)  # a registered one: after the same bias-free W x
+    if plugin is not None:
+        return NormLinear(INPUTS, UNITS, plugin)
     raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
 
 
@@ -88,9 +101,9 @@ def _max_diffs(method: str, gen: torch.Generator) -> dict[str, float]:
         if isinstance(layer, WeightNormLinear):
             layer.g.abs_()
         elif isinstance(layer, NormLinear):
-            gain = layer.norm.gain
-            assert isinstance(gain, torch.Tensor)
-            gain.abs_()
+            gain = getattr(layer.norm, "gain", None)  # a registered normalizer may name its gain otherwise
+            if isinstance(gain, torch.Tensor):
+                gain.abs_()
     X = torch.randn(CASES, INPUTS, generator=gen, dtype=torch.float64) * 1.5 + 0.5
     W = _weight(layer).detach().clone()
     out = {}
@@ -136,6 +149,25 @@ def compute_table1(seed: int = 0, tol: float = DEFAULT_TOL) -> Table1:
                 weight_normalization_weights="v (w = g v/‖v‖)",
             ),
             "extra_methods": [m for m in METHODS if m not in PAPER_METHODS],
+        }
+    )
+
+
+def registered_rows(names: list[str], seed: int = 0, tol: float = DEFAULT_TOL) -> RegisteredRows:
+    """Table 1's rows for registered normalizers, by the same layer, draws and tolerance as the built-in
+    rows (each name's draws seeded alike, so a row does not depend on which others are registered)."""
+    diffs: dict[str, dict[str, float]] = {}
+    for name in names:
+        gen = torch.Generator().manual_seed(seed)
+        diffs[name] = dict.fromkeys(TRANSFORMS, 0.0)
+        for _ in range(DRAWS):
+            for transform, d in _max_diffs(name, gen).items():
+                diffs[name][transform] = max(diffs[name][transform], d)
+    return RegisteredRows.model_validate(
+        {
+            "methods": {n: {k: diffs[n][k] <= tol for k in TRANSFORMS} for n in names},
+            "max_abs_diff": diffs,
+            "tolerance": tol,
         }
     )
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine.options import DEFAULT, EngineOptions, apply_options
 from workers.engine.tasks import TaskData
 

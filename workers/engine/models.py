@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.catalog import TaskInfo
+from normlab_client.catalog import TaskInfo
 from workers.engine.norms import BatchNorm, make_linear, make_normalizer
 from workers.engine.recurrent import case_mean_std, make_layer
 

@@ -32,6 +32,7 @@ from torch import nn
 
 import kernels
 from workers.engine.options import DEFAULT, EngineOptions
+from workers.engine.plugin_norms import plugin_normalizer
 
 EPS = 1e-5
 BEYOND_TRAINED_LENGTH = (
@@ -273,7 +274,12 @@ def make_normalizer(
         return BatchNorm(features, gain_init, per_step=per_step, max_steps=max_steps)
     if norm == "group":
         return GroupNorm(features, gain_init)
-    raise ValueError(f"no normalizer module for norm {norm!r}; use layer, batch, rms or group")
+    plugin = None if channels else plugin_normalizer(norm, features, gain_init)
+    if plugin is not None:
+        return plugin
+    raise ValueError(
+        f"no normalizer module for norm {norm!r}; use layer, batch, rms, group or a registered one"
+    )
 
 
 def make_linear(

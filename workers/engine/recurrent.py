@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
+from normlab_client.norms import declaration
 from workers.engine.lstm_seq import lstm_sequence
 from workers.engine.norms import EPS, NormLinear, make_linear, make_normalizer
 from workers.engine.options import DEFAULT, EngineOptions
@@ -403,7 +404,8 @@ def make_layer(
     """One recurrent layer of the given cell and normalizer."""
     if cell not in CELL_LAYERS:
         raise ValueError(f"unknown cell {cell!r}; use one of {', '.join(CELL_LAYERS)}")
-    if norm not in ("none", "layer", "batch", "weight", "rms"):
+    plugin = declaration(norm)
+    if norm not in ("none", "layer", "batch", "weight", "rms") and not (plugin and plugin.recurrent):
         raise ValueError(
             f"norm {norm!r} is not available in recurrent networks; use none, layer, batch, weight or rms"
         )

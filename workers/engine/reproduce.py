@@ -16,12 +16,12 @@ from concurrent.futures import ProcessPoolExecutor
 
 from normlab.arms import SeedRecord, aggregate, trace_stats
 from normlab.claims import curve_field, higher_is_better, judge_all, metric_key
-from normlab.group_models import CellResult
 from normlab.maps import map_points
 from normlab.presets import PRESETS, Preset
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.tuning import choose
+from normlab_client.group_models import CellResult
+from normlab_client.spec import RunSpec
 
 __all__ = ["metric_key", "reproduce", "run_one"]
 

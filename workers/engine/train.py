@@ -1,11 +1,11 @@
 """`train(spec, emit, should_stop, settings=…)`: one training run, reported as events and a RunResult.
 
 The same function runs from the CLI, a test or a Celery worker. Events go through one callback,
-numbered 1, 2, 3 … by `normlab.events.EventCounter`:
+numbered 1, 2, 3 … by `normlab_client.events.EventCounter`:
 
     status {"status": "running"}                      step 0
     log    {"level", "message", …}                    data set, model size, recurrent-BN notes
-    scalars (normlab.events.Scalars)                  every log_every steps, every eval step, last step
+    scalars (normlab_client.events.Scalars)                  every log_every steps, every eval step, last step
     hidden / fisher                                   probe payloads, when spec.probes.enabled
     status {"status": completed|cancelled|diverged|failed, "message", "metrics"}   always last
 
@@ -28,9 +28,9 @@ import torch
 import kernels
 from kernels import graphs
 from normlab import checkpoints
-from normlab.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
 from normlab.settings import Settings
-from normlab.spec import ParentRef, RunSpec
+from normlab_client.events import Event, EventCounter, RunResult, RunStatus, StatusPayload
+from normlab_client.spec import ParentRef, RunSpec
 from workers.engine import checkpoint
 from workers.engine.checkpoint import LoopState
 from workers.engine.controls import Controls, Poll

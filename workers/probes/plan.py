@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from normlab.spec import ProbeSpec, RunSpec
+from normlab_client.spec import ProbeSpec, RunSpec
 
 Kind = Literal["feedforward", "conv", "recurrent"]
 

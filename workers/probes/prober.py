@@ -27,8 +27,8 @@ import time
 import torch
 from torch import nn
 
-from normlab.events import EventKind
-from normlab.spec import ProbeSpec
+from normlab_client.events import EventKind
+from normlab_client.spec import ProbeSpec
 from workers.engine.recurrent import GRULayer, LSTMLayer, TanhRNNLayer
 from workers.probes.curvature import CurvatureProbe
 from workers.probes.fisher import RecordedForward

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from benchmarks.service import iter_sse, service_env, start_api, stop_process
-from normlab.events import Event
 from normlab.feed.writer import EventWriter
 from normlab.store import Store
+from normlab_client.events import Event
 
 SPEC = {"task": "digits", "steps": 20}
 BAD_SINGLE = ["abc", "-1", "1e3", " 5", "9" * 40, "1.5", "0x10", "١٢", "5,6", "%00", "\t", "a" * 5000]

@@ -10,9 +10,9 @@ import threading
 from sqlalchemy import update
 
 from normlab.settings import Settings
-from normlab.spec import MAX_INTERVENTIONS, RunSpec
 from normlab.store import get_store, lineage
 from normlab.store.schema import runs
+from normlab_client.spec import MAX_INTERVENTIONS, RunSpec
 
 SPEC = {"task": "digits", "steps": 20}
 

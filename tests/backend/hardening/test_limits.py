@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from backend.limits import TASK_DIMS, RateLimiter, estimate_params
-from normlab.catalog import TASKS
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 
 SPEC = {"task": "digits", "steps": 20}
 

@@ -20,11 +20,11 @@ import psycopg
 import pytest
 
 from benchmarks.service import free_port, iter_sse, service_env, spawn, start_api, stop_process, wait_http
-from normlab.events import Event
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter
 from normlab.settings import Settings
 from normlab.store import Store
+from normlab_client.events import Event
 
 pytestmark = pytest.mark.slow
 LONG = {"steps": 20000, "eval_every": 1000}

@@ -1,4 +1,4 @@
-"""`normlab.client` against a real `normlab up`: every method, full-resolution metrics equal to the raw
+"""`normlab_client` against a real `normlab up`: every method, full-resolution metrics equal to the raw
 export, events resumed after a cut connection, the server's errors as NormlabError."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from normlab.client import Client, Group, NormlabError, Run
-from normlab.events import Event, RunStatus, RunSummary
-from normlab.group_models import Claim
+from normlab_client import Client, Group, NormlabError, Run
+from normlab_client.events import Event, RunStatus, RunSummary
+from normlab_client.group_models import Claim
 
 from .conftest import TINY, CuttingProxy, insert_history
 

@@ -11,9 +11,9 @@ import redis
 
 from backend.auth import TokenStore
 from benchmarks.service import running_lab
-from normlab.client import Client, NormlabError
-from normlab.events import RunStatus
 from normlab.store import Store
+from normlab_client import Client, NormlabError
+from normlab_client.events import RunStatus
 
 pytestmark = pytest.mark.slow
 PG = "postgresql://127.0.0.1:5432/test"

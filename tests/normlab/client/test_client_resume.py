@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from normlab.client.http import Http
-from normlab.client.run import Run
+from normlab_client.http import Http
+from normlab_client.run import Run
 
 
 def test_resume_posts_and_forgets_the_stale_status():

@@ -1,4 +1,4 @@
-"""`normlab.client` imports and talks without torch or pandas (pandas is the `client` extra)."""
+"""`normlab_client` imports and talks without torch or pandas (pandas is the `client` extra)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 for name in ("torch", "pandas", "plotly", "dash", "backend", "workers", "frontend"):
     sys.modules[name] = None  # importing any of them now raises ImportError
 import httpx
-from normlab.client import Client, NormlabError
+from normlab_client import Client, NormlabError
 
 def answer(request):
     if request.url.path == "/api/runs/abc":
@@ -25,12 +25,12 @@ except NormlabError as exc:
     assert exc.status == 404 and exc.message == "No run with id 'abc'."
 else:
     raise AssertionError("no error")
-from normlab.client.run import require_pandas  # the client works; a DataFrame needs the extra
+from normlab_client.run import require_pandas  # the client works; a DataFrame needs the extra
 
 try:
     require_pandas()
 except ImportError as exc:
-    assert "normlab[client]" in str(exc)
+    assert "normlab-client[pandas]" in str(exc)
 else:
     raise AssertionError("pandas was importable")
 print("ok")

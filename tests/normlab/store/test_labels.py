@@ -10,9 +10,9 @@ from sqlalchemy import update
 from backend.app import create_app
 from backend.auth import TokenStore
 from normlab.settings import Settings
-from normlab.spec import RunSpec
 from normlab.store import Store
 from normlab.store.schema import runs
+from normlab_client.spec import RunSpec
 
 DAY = 86400.0
 T0 = 1_780_000_000.0  # 2026-05-28

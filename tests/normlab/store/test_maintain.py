@@ -11,10 +11,10 @@ from sqlalchemy import func, select, update
 
 from backend.auth import TokenStore
 from normlab.cli import main
-from normlab.group_models import SweepMeta
-from normlab.spec import RunSpec
 from normlab.store import EventRow, Store
 from normlab.store.schema import events, metadata, rollups, run_tags, runs
+from normlab_client.group_models import SweepMeta
+from normlab_client.spec import RunSpec
 
 DAY = 86400.0
 

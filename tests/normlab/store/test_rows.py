@@ -8,7 +8,10 @@ import json
 import pydantic
 import pytest
 
-from normlab.events import (
+from normlab.feed.redis_feed import is_terminal_row
+from normlab.store import EventRow, RunRow, Store
+from normlab.store.schema import runs
+from normlab_client.events import (
     PAYLOADS,
     HiddenEvent,
     InterventionEvent,
@@ -18,10 +21,7 @@ from normlab.events import (
     TypedEvent,
     parse_event,
 )
-from normlab.feed.redis_feed import is_terminal_row
-from normlab.spec import RunSpec
-from normlab.store import EventRow, RunRow, Store
-from normlab.store.schema import runs
+from normlab_client.spec import RunSpec
 
 
 def test_a_run_row_has_exactly_the_runs_columns(db_url):

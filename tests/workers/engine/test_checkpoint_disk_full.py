@@ -12,7 +12,7 @@ import pytest
 
 from normlab import checkpoints
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine import train
 from workers.engine.checkpoint import Writer
 

@@ -12,7 +12,7 @@ import pytest
 
 from normlab.cli import main
 from normlab.cli.run import add_spec_options, spec_from_args
-from normlab.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
+from normlab_client.spec import LINEAGE_FIELDS, ProbeSpec, RunSpec
 
 
 def _parser() -> argparse.ArgumentParser:

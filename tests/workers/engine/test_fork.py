@@ -12,7 +12,7 @@ import torch
 from normlab import checkpoints
 from normlab.fork import child_spec
 from normlab.settings import Settings
-from normlab.spec import Intervention, RunSpec
+from normlab_client.spec import Intervention, RunSpec
 from workers.engine import train
 from workers.engine.checkpoint import Resume, load
 from workers.engine.fork import map_parameters

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normlab.catalog import TASKS
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.models import MLP, ConvNet, RecurrentNet, build_model
 from workers.engine.norms import LayerNorm, NormLinear
 

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from normlab.presets import PRESETS
-from normlab.spec import ProbeSpec
 from normlab.tuning import Tuning
+from normlab_client.spec import ProbeSpec
 from workers.engine import train
 from workers.engine.reproduce import reproduce
 

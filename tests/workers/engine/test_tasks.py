@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.tasks import IGNORE, LOADERS, TaskUnavailable, load_task, read_idx
 from workers.engine.tasks.charlm import VOCAB_SIZE, decode, encode
 from workers.engine.tasks.synthetic import COPY_LENGTH, COPY_VOCAB, adding_batch, copy_batch

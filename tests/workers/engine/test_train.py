@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from normlab.events import TERMINAL_STATUSES, Scalars, StatusPayload
-from normlab.spec import RunSpec
+from normlab_client.events import TERMINAL_STATUSES, Scalars, StatusPayload
+from normlab_client.spec import RunSpec
 from workers.engine import train
 
 train_module = importlib.import_module("workers.engine.train")
@@ -235,7 +235,7 @@ def test_graphs_are_freed_after_every_run(tiny_model, settings, monkeypatch):
 
 def _matrix() -> list:
     """Every task × applicable normalizer × cell (and the LSTM's eq. 29 placement), tiny sizes."""
-    from normlab.catalog import TASKS
+    from normlab_client.catalog import TASKS
 
     cases = []
     for name, task in TASKS.items():

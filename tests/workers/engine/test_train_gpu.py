@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

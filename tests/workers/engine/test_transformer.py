@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine import train
 from workers.engine.tasks.reverse import LENGTH, SYMBOLS, reverse_batch
 from workers.engine.transformer import Transformer

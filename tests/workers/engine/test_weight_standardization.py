@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normlab.catalog import TASKS
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.models import WS_EPS, build_model, standardize_weight
 
 

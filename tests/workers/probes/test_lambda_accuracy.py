@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from normlab.events import FisherPayload
-from normlab.spec import RunSpec
+from normlab_client.events import FisherPayload
+from normlab_client.spec import RunSpec
 from workers.engine.models import MLP, RecurrentNet
 from workers.probes.curvature import TOL, CurvatureProbe
 from workers.probes.eigen import lanczos_top

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine.tasks import load_task
 from workers.probes.likelihood import Likelihood
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from normlab.spec import ProbeSpec, RunSpec
+from normlab_client.spec import ProbeSpec, RunSpec
 from workers.probes import plan as plan_module
 from workers.probes.plan import (
     BASE_STEPS,

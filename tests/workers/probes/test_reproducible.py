@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normlab.spec import ProbeSpec, RunSpec
+from normlab_client.spec import ProbeSpec, RunSpec
 from workers.engine import train
 from workers.probes import make_prober
 from workers.probes.plan import plan

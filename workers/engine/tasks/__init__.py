@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, TaskUnavailable
 from workers.engine.tasks.charlm import load_charlm
 from workers.engine.tasks.digits import (

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.catalog import TaskInfo
-from normlab.spec import RunSpec
+from normlab_client.catalog import TaskInfo
+from normlab_client.spec import RunSpec
 
 IGNORE = -100  # per-step target of a step that is not scored (cross_entropy's ignore_index)
 

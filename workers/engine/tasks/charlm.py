@@ -16,9 +16,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import TaskData, TaskUnavailable, seeded
 
 CORPUS_BYTES = 2_000_000

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import TaskData, seeded
 from workers.engine.tasks.shipped import shipped
 

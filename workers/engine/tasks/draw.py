@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.norms import make_normalizer
 from workers.engine.tasks.base import TaskData
 from workers.engine.tasks.digits import split_indices

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import TaskData, seeded
 
 GLYPHS, POINTS, TERMS = 12, 20, 3  # alphabet size, pen points per glyph, Fourier terms per coordinate

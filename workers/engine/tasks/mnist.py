@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from normlab.catalog import MNIST_FILES, TASKS, mnist_dir
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import MNIST_FILES, TASKS, mnist_dir
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import TaskData, TaskUnavailable, seeded
 from workers.engine.tasks.shipped import shipped
 

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.recurrent import make_layer
 from workers.engine.tasks.base import TaskData, seeded
 from workers.engine.tasks.digits import split_indices, standardize

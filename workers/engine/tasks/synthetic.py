@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from normlab.catalog import TASKS
 from normlab.settings import Settings
-from normlab.spec import RunSpec
+from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers.engine.tasks.base import IGNORE, TaskData, seeded
 
 VAL_CASES, TEST_CASES = 256, 512

@@ -1,9 +1,9 @@
 """`Client`: a normlab server from Python — submit runs, sweeps and presets, list and read them.
 
 Torch-free (httpx and the API's own pydantic models); pandas only for the DataFrames
-(`pip install 'normlab[client]'`).
+(`pip install 'normlab-client[notebook]'`).
 
-    from normlab.client import Client
+    from normlab_client import Client
     lab = Client("http://127.0.0.1:8050", token=None)
     run = lab.submit(task="digits", norm="layer", steps=300)
     run.wait()
@@ -12,16 +12,19 @@ Torch-free (httpx and the API's own pydantic models); pandas only for the DataFr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from normlab.api_models import RunCreated, RunList, SweepCreated
-from normlab.client.group import Group
-from normlab.client.http import Http
-from normlab.client.run import Run
-from normlab.group_models import PresetLaunched
-from normlab.spec import RunSpec
+from normlab_client.api_models import RunCreated, RunList, SweepCreated
+from normlab_client.group import Group
+from normlab_client.group_models import PresetLaunched
+from normlab_client.http import Http
+from normlab_client.run import STORED, Run
+from normlab_client.spec import RunSpec
+
+if TYPE_CHECKING:
+    from normlab_client.watch import Watch
 
 DEFAULT_URL = "http://127.0.0.1:8050"  # `normlab up`'s default
 
@@ -93,7 +96,8 @@ class Client:
             page = RunList.model_validate(
                 self.request(
                     "GET", "/api/runs", params={**params, "offset": offset, "limit": page_size}
-                ).json()
+                ).json(),
+                context=STORED,
             )
             out.extend(Run(self.http, p.id, p) for p in page.items)
             offset += len(page.items)
@@ -102,9 +106,16 @@ class Client:
         return out
 
     # ---- groups -----------------------------------------------------------------------------------
-    def preset(self, name: str, seeds: list[int] | None = None, steps: int | None = None) -> Group:
-        """Launch a preset (a figure of the paper) over its seeds: one Group."""
-        body = {k: v for k, v in {"seeds": seeds, "steps": steps}.items() if v is not None}
+    def preset(
+        self,
+        name: str,
+        seeds: list[int] | None = None,
+        steps: int | None = None,
+        swap: dict[str, str] | None = None,
+    ) -> Group:
+        """Launch a preset (a figure of the paper) over its seeds: one Group. `swap={"layer": "dyt"}` runs
+        a normalizer in place of the preset's (its claims are then judged for it)."""
+        body = {k: v for k, v in {"seeds": seeds, "steps": steps, "swap": swap}.items() if v is not None}
         launched = PresetLaunched.model_validate(
             self.request("POST", f"/api/presets/{name}", json=body or None).json()
         )
@@ -125,6 +136,21 @@ class Client:
         body = {"base": spec, "norms": norms or [], "batch_sizes": batch_sizes or [], "seeds": seeds or []}
         created = SweepCreated.model_validate(self.request("POST", "/api/sweeps", json=body).json())
         return Group(self.http, created.group_id, created.run_ids)
+
+    def watch(
+        self,
+        model: Any,
+        name: str,
+        every: int = 10,
+        norms: list[str] | None = None,
+        steps: int | None = None,
+        script: str | None = None,
+    ) -> Watch:
+        """A training loop of your own as a run of this lab: `with lab.watch(model, name="my-gpt") as w:`
+        and `w.log(step, train_loss=…, lr=…)` after each step (docs/watch.md). Needs torch (yours)."""
+        from normlab_client.watch import Watch  # imports torch: only when watching
+
+        return Watch(self.http, model, name, every=every, norms=norms, steps=steps, script=script)
 
     def group(self, group_id: str) -> Group:
         """A group (sweep or preset) by id; its runs are read at once."""

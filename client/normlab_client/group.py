@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from normlab.api_models import RunList
-from normlab.client.http import Http
-from normlab.client.progress import Progress
-from normlab.client.run import Run, require_pandas
-from normlab.events import TERMINAL_STATUSES
-from normlab.group_models import Claim, GroupPublic
+from normlab_client.api_models import RunList
+from normlab_client.events import TERMINAL_STATUSES
+from normlab_client.group_models import Claim, GroupPublic
+from normlab_client.http import Http
+from normlab_client.progress import Progress
+from normlab_client.run import STORED, Run, require_pandas
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +43,8 @@ class Group:
     def statuses(self) -> dict[str, str]:
         """{run id: status} read now (one light request, not the group's summary)."""
         page = RunList.model_validate(
-            self.client.request("GET", "/api/runs", params={"group": self.id, "limit": 500}).json()
+            self.client.request("GET", "/api/runs", params={"group": self.id, "limit": 500}).json(),
+            context=STORED,
         )
         return {r.id: r.status.value for r in page.items}
 
@@ -108,6 +109,6 @@ class Group:
 
     def plot(self, smoothing: float = 0.6, live: bool | None = None) -> go.Figure:
         """Every run's curves (coloured by normalizer), live in Jupyter, static elsewhere."""
-        from normlab.client.plot import plot_runs
+        from normlab_client.plot import plot_runs
 
         return plot_runs(self.runs, smoothing=smoothing, live=live)

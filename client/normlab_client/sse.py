@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from normlab.client.errors import NormlabError, from_response
-from normlab.events import Event
+from normlab_client.errors import NormlabError, from_response
+from normlab_client.events import Event
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str | None, str, str]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from normlab.client.errors import NormlabError, from_response
+from normlab_client.errors import NormlabError, from_response
 
 
 class Http:

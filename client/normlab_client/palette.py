@@ -1,4 +1,4 @@
-"""The dashboard's look, shared with `normlab.client`'s plots: one colour per normalizer, the smoothing.
+"""The dashboard's look, shared with `normlab_client`'s plots: one colour per normalizer, the smoothing.
 
 One colour per normalizer everywhere (Okabe–Ito, colour-blind safe). One definition of the smoothing:
 TensorBoard's debiased exponential moving average (`normlab.emaStep` in the browser continues it).

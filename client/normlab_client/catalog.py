@@ -317,6 +317,8 @@ def mnist_dir(data_dir: Path | str) -> Path:
 
 def task_availability(name: str, data_dir: Path | str | None) -> Availability:
     """Whether a task can run here, and if not, what to do about it."""
+    if name not in TASKS:  # "watched": a run streamed in by watch(), trained by the user's own script
+        return Availability(False, f"Task '{name}' is not trained here; choose one of {', '.join(TASKS)}.")
     task = TASKS[name]
     if not task.needs_files:
         return Availability(True)

@@ -8,16 +8,16 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from normlab.api_models import RunPublic
-from normlab.events import TERMINAL_STATUSES, Event
-from normlab.palette import RAW_OPACITY, ema, norm_color
+from normlab_client.api_models import RunPublic
+from normlab_client.events import TERMINAL_STATUSES, Event
+from normlab_client.palette import RAW_OPACITY, ema, norm_color
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 
 class Plottable(Protocol):
-    """What a plot reads of a run (normlab.client.Run)."""
+    """What a plot reads of a run (normlab_client.Run)."""
 
     id: str
 

@@ -1,6 +1,6 @@
 """Public shapes of preset launches and groups (`POST /api/presets/{name}`, `GET /api/groups/{id}`).
 
-Kept apart from `normlab.api_models` only so this change merges cleanly; the shapes are the API's.
+Kept apart from `normlab_client.api_models` only so this change merges cleanly; the shapes are the API's.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from normlab.events import RunStatus
-from normlab.spec import MAX_STEPS, refuse_bool
+from normlab_client.events import RunStatus
+from normlab_client.spec import MAX_STEPS, refuse_bool
 
 MAX_SEEDS = 16
 
@@ -27,6 +27,12 @@ class PresetLaunch(BaseModel):
         description="Distinct seeds ≥ 0 (default: the preset's, ≥ 5).",
     )
     steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Override every run's steps.")
+    swap: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=6,
+        description='Normalizers to run in place of the preset\'s, e.g. {"layer": "dyt"}: every run with '
+        "norm layer uses dyt instead, and the claims about layer are judged for dyt.",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -75,6 +81,7 @@ class PresetMeta(BaseModel):
     preset: str
     labels: dict[str, str]  # run id -> the preset's run label (its arm)
     steps: int | None = None
+    swap: dict[str, str] = Field(default_factory=dict)  # normalizers run in place of the preset's
 
 
 class SweepMeta(BaseModel):

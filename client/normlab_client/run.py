@@ -7,14 +7,14 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from normlab.api_models import RunPublic
-from normlab.client.errors import NormlabError
-from normlab.client.http import Http
-from normlab.client.progress import Progress
-from normlab.client.sse import run_events
-from normlab.events import TERMINAL_STATUSES, Event, RunStatus, RunSummary
-from normlab.metrics_models import NON_FINITE, ScalarsPage
-from normlab.spec import RunSpec
+from normlab_client.api_models import RunPublic
+from normlab_client.errors import NormlabError
+from normlab_client.events import TERMINAL_STATUSES, Event, RunStatus, RunSummary
+from normlab_client.http import Http
+from normlab_client.metrics_models import NON_FINITE, ScalarsPage
+from normlab_client.progress import Progress
+from normlab_client.spec import RunSpec
+from normlab_client.sse import run_events
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,13 +22,16 @@ if TYPE_CHECKING:
 
 
 PAGE = 10_000  # scalars events per request of metrics()
+# The server judged a run's spec when it was submitted, perhaps with normalizers registered there and
+# not here (normlab_client.norms): read back, it is taken as stored.
+STORED = {"stored": True}
 
 
 def require_pandas() -> ModuleType:
     try:
         import pandas
     except ImportError as exc:  # pragma: no cover - the test environment has pandas
-        raise ImportError("DataFrames need pandas: pip install 'normlab[client]'") from exc
+        raise ImportError("DataFrames need pandas: pip install 'normlab-client[pandas]'") from exc
     module: ModuleType = pandas
     return module
 
@@ -46,7 +49,9 @@ class Run:
         return f"Run({self.id!r}, status={status!r})"
 
     def refresh(self) -> RunPublic:
-        self._info = RunPublic.model_validate(self.client.request("GET", f"/api/runs/{self.id}").json())
+        self._info = RunPublic.model_validate(
+            self.client.request("GET", f"/api/runs/{self.id}").json(), context=STORED
+        )
         return self._info
 
     @property
@@ -143,7 +148,7 @@ class Run:
     def cancel(self) -> Run:
         """Cancel: a queued run ends at once, a running one within about a second."""
         self._info = RunPublic.model_validate(
-            self.client.request("POST", f"/api/runs/{self.id}/cancel").json()
+            self.client.request("POST", f"/api/runs/{self.id}/cancel").json(), context=STORED
         )
         return self
 
@@ -182,6 +187,6 @@ class Run:
         elsewhere (live=False forces static). Static PNG/SVG files (`fig.write_image`) need plotly's
         image engine, which the client does not install: `pip install kaleido`; or use the figure's
         camera button in the notebook (the browser draws the PNG), or `fig.write_html`."""
-        from normlab.client.plot import plot_runs
+        from normlab_client.plot import plot_runs
 
         return plot_runs([self], smoothing=smoothing, live=live)

@@ -1,6 +1,6 @@
 """Public shape of `GET /api/runs/{id}/scalars`: every logged step of a run, in pages (never sampled).
 
-Kept apart from `normlab.api_models` only so this change merges cleanly; the shape is the API's.
+Kept apart from `normlab_client.api_models` only so this change merges cleanly; the shape is the API's.
 """
 
 from __future__ import annotations

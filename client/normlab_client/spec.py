@@ -1,6 +1,6 @@
 """`RunSpec`: what to train. One pydantic model, torch-free, shared by engine, API, CLI and front end.
 
-Fields left as ``None`` take the task's defaults (see `normlab.catalog.TASKS`); `RunSpec.resolved()`
+Fields left as ``None`` take the task's defaults (see `normlab_client.catalog.TASKS`); `RunSpec.resolved()`
 fills them in, and the resolved spec is what every run stores. Every field has a range, and the
 combinations are checked here, each violation answered with a message that says what to change.
 """
@@ -8,12 +8,12 @@ combinations are checked here, each violation answered with a message that says 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from normlab.catalog import TASKS
+from normlab_client.catalog import NORMS, TASKS
 
 TaskName = Literal[
     "digits",
@@ -33,11 +33,17 @@ TaskName = Literal[
     "conv-digits",
     "conv-mnist5k",
     "reverse",
+    "watched",
 ]
-NormName = Literal["none", "batch", "layer", "weight", "rms", "group"]
+# A normalizer's name: the built-in ones (catalog.NORMS) and any registered with normlab_client.norms;
+# which ones a task takes is checked with the other combinations (combination_problems).
+NormName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,23}$")]
 CellName = Literal["lstm", "gru", "tanh"]
 
 MAX_STEPS = 200_000
+# A training loop of the user's own, streamed in by watch() (normlab_client.watch): a run of this task is
+# never trained here, so it has no catalog entry, defaults or combinations to check.
+WATCHED_TASK = "watched"
 TRANSFORMER_TASKS = ("reverse",)  # tasks whose model is a Transformer (ln_position applies)
 NAMED_UNKNOWN = 5  # an answer names this many unknown fields at most
 
@@ -252,7 +258,9 @@ class RunSpec(BaseModel):
         return refuse_bool(value)
 
     @model_validator(mode="after")
-    def _check_combinations(self) -> RunSpec:
+    def _check_combinations(self, info: ValidationInfo) -> RunSpec:
+        if info.context and info.context.get("stored"):
+            return self  # read back as stored: judged when it was submitted, perhaps by another catalog
         problems = combination_problems(self)
         if problems:
             fields = sorted({f for f, _ in problems})
@@ -265,6 +273,8 @@ class RunSpec(BaseModel):
 
     def resolved(self) -> RunSpec:
         """A copy with every task default filled in: the spec a run stores and reproduces from."""
+        if self.task == WATCHED_TASK:
+            return self
         task = TASKS[self.task]
         updates: dict[str, Any] = {}
         for name in ("steps", "lr", "hidden_size", "layers"):
@@ -293,9 +303,13 @@ class RunSpec(BaseModel):
 
 def combination_problems(spec: RunSpec) -> list[tuple[str, str]]:
     """(field, message) for each combination of fields that cannot be trained."""
+    if spec.task == WATCHED_TASK:
+        return []  # described by the watched script, not trained here (submitting one: backend.limits)
     task = TASKS[spec.task]
     out: list[tuple[str, str]] = []
-    if spec.norm not in task.norms:
+    if spec.norm not in NORMS:
+        out.append(("norm", f"Unknown normalizer '{spec.norm}'; the normalizers are {', '.join(NORMS)}."))
+    elif spec.norm not in task.norms:
         out.append(
             (
                 "norm",

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from benchmarks import devapi_sim
+from normlab.api_catalog import build_catalog
 from normlab.presets import PRESETS
 from normlab.settings import Settings
 from normlab.table1 import Table1
@@ -31,7 +32,6 @@ from normlab_client.api_models import (
     RunPublic,
     SweepCreate,
     SweepCreated,
-    build_catalog,
 )
 from normlab_client.events import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from normlab_client.spec import RunSpec, combination_problems

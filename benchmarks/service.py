@@ -92,7 +92,9 @@ def stop_process(p: subprocess.Popen, sig: int = signal.SIGINT, timeout: float =
             p.wait(timeout=5)
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
+def spawn(
+    args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
     """`python -m normlab ARGS` in its own process group, output appended to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
@@ -104,6 +106,7 @@ def spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path | None = No
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
 
 
@@ -159,8 +162,30 @@ def start_api(data_dir: Path, env: dict[str, str], timeout: float = 60.0) -> tup
     return url, proc
 
 
-def start_worker(data_dir: Path, env: dict[str, str], name: str = "w") -> subprocess.Popen:
-    return spawn(["worker", "--name", name, "--loglevel", "warning"], env, data_dir / f"{name}.log")
+def start_worker(
+    data_dir: Path, env: dict[str, str], name: str = "w", ready_timeout: float | None = None
+) -> subprocess.Popen:
+    """`normlab worker`; with `ready_timeout`, returned once it reports itself warm and consuming (its
+    --ready-fd byte, as `normlab up` waits for it): its warm-up takes seconds, more on a loaded machine,
+    and a caller timing "a free worker" starts the clock there."""
+    args = ["worker", "--name", name, "--loglevel", "warning"]
+    if ready_timeout is None:
+        return spawn(args, env, data_dir / f"{name}.log")
+    import select
+
+    ready_r, ready_w = os.pipe()
+    try:
+        proc = spawn([*args, "--ready-fd", str(ready_w)], env, data_dir / f"{name}.log", pass_fds=(ready_w,))
+    finally:
+        os.close(ready_w)
+    try:
+        readable, _, _ = select.select([ready_r], [], [], ready_timeout)
+        if not readable or not os.read(ready_r, 1):
+            stop_process(proc, signal.SIGKILL, timeout=5)
+            raise RuntimeError(f"worker {name} did not report itself warm within {ready_timeout} s")
+    finally:
+        os.close(ready_r)
+    return proc
 
 
 @dataclass

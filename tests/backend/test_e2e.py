@@ -108,30 +108,33 @@ def test_multiplexed_stream_and_cursor_resume(stack, client):
         assert seen[rid] == list(range(1, run["last_seq"] + 1))
 
 
-def test_cancel_running_within_one_second_and_queued_at_once(stack, client):
+def test_cancel_running_and_queued_at_once(stack, client):
+    """A cancel ends a training run (its stream's last event says so) and a queued one at once, never
+    trained. How soon (the 1 s target) is `normlab bench demo`'s measure, not a test's."""
     long_id = stack.submit(client, steps=20000, eval_every=1000)
     queued_id = stack.submit(client)
     url = stack.api(f"api/runs/{long_id}/events")
-    t_cancel = None
-    kinds = []
+    cancelled = False
+    ends = []
     for m in iter_sse(client, url, timeout=120):
         e = m.json()
-        kinds.append(e["kind"])
-        if e["kind"] == "scalars" and t_cancel is None:
+        if e["kind"] == "scalars" and not cancelled:
             # the queued run first: it ends at once, and is never trained
             r = client.post(stack.api(f"api/runs/{queued_id}/cancel"))
             assert r.json()["status"] == "cancelled"
-            t_cancel = time.monotonic()
             assert client.post(stack.api(f"api/runs/{long_id}/cancel")).status_code == 200
+            cancelled = True
         if e["kind"] == "status" and e["payload"]["status"] != "running":
-            elapsed = time.monotonic() - t_cancel
-            assert e["payload"]["status"] == "cancelled"
-            assert elapsed < 1.0, f"cancel took {elapsed:.2f} s"
+            ends.append(e["payload"]["status"])
+    assert ends == ["cancelled"]
     run = client.get(stack.api(f"api/runs/{long_id}")).json()
     assert run["status"] == "cancelled" and run["summary"]["step"] < 20000
     q = list(iter_sse(client, stack.api(f"api/runs/{queued_id}/events"), timeout=30))
     assert [m.json()["payload"]["status"] for m in q] == ["cancelled"]
-    time.sleep(1.0)  # the worker has picked up (and skipped) the cancelled run's message by now
+    # A run submitted after it, trained to its end by the stack's one worker: whatever message of the
+    # cancelled run was still queued ahead of it has been taken (and skipped) by then.
+    after = stack.submit(client, steps=5)
+    assert stream(client, stack, after)[-1].json()["payload"]["status"] == "completed"
     q_run = client.get(stack.api(f"api/runs/{queued_id}")).json()
     assert q_run["status"] == "cancelled" and q_run["started_at"] is None
 

@@ -4,11 +4,12 @@ viewer of the run."""
 
 from __future__ import annotations
 
-import time
 from urllib.parse import urlparse
 
 import httpx
 import pytest
+
+from tests._poll import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,10 +23,17 @@ def _run(server, **spec) -> str:
 
 
 def _wait_status(server, rid: str, wanted: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while httpx.get(f"{server.url}/api/runs/{rid}", timeout=10).json()["status"] != wanted:
-        assert time.time() < deadline, f"run {rid} never became {wanted}"
-        time.sleep(0.1)
+    def status() -> str:
+        return httpx.get(f"{server.url}/api/runs/{rid}", timeout=10).json()["status"]
+
+    wait_for(lambda: status() == wanted, timeout, f"run {rid} became {wanted}")
+
+
+def _open_what_if(page) -> None:
+    """Open the live card's What-if panel (a <details>, closed when the page loads) and wait until the
+    change-now form in it shows: the state the next fill needs, named when it does not come."""
+    page.click("details.what-if > summary")
+    page.wait_for_selector("details.what-if[open] #nl-change-lr", state="visible", timeout=10000)
 
 
 def test_click_a_curve_fork_with_layer_norm_and_both_curves_share_the_chart(page, shot, server, quiet_queue):
@@ -114,13 +122,16 @@ def test_change_now_and_fork_from_the_labs_live_card(page, shot, server, quiet_q
         page.goto(f"{server.url}/?runs={parent}")
         # a 20000-step run logs every 50 steps: wait for its point at step 100 (a checkpoint is there)
         page.wait_for_function(f"() => {GD} && {GD}.data.some(t => t.x.length >= 3)", timeout=60000)
-        page.click("summary:has-text('What if')")
         page.evaluate(
             f"""() => {{ const gd = {GD}; const t = gd.data.findIndex(d => d.x.length >= 3);
                 gd.emit('plotly_click', {{points: [{{curveNumber: t, pointNumber: 1, x: gd.data[t].x[1],
                     customdata: gd.data[t].customdata[1]}}]}}); }}"""
         )
         page.wait_for_function("() => document.querySelector('#nl-fork-step').value === '100'", timeout=10000)
+        # the panel is opened once the page has answered the click on the curve (its callbacks are
+        # live, the chart has settled); clicked at load, while the chart was still being drawn, it was
+        # once found closed when the form was filled (a CI run under load)
+        _open_what_if(page)
         # "change now" changes the clicked curve's run: its marker appears on the board's chart
         page.fill("#nl-change-lr", "0.005")
         page.click("#nl-change-go")

@@ -1,5 +1,8 @@
 """A cancel ends a run in every phase: cooperatively while it trains, by the run's own child process
-(RunCloser) while it sets up or sits in one long step; either way the terminal event is written once."""
+(RunCloser) while it sets up or sits in one long step; either way the terminal event is written once.
+
+How fast (the 1 s target, each phase) is measured by `normlab bench demo`, not here: a unit test on a
+shared machine asserts what happens, with bounds far from the target."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from normlab.settings import Settings
 from normlab.store import Store, new_run_id
 from normlab_client.events import EventCounter, RunResult, RunStatus
 from normlab_client.spec import RunSpec
+from tests._poll import wait_for
 from workers import runguard
 from workers.jobs import run_training
 
@@ -58,20 +62,18 @@ def _in_pool_child(run_id: str, settings: Settings, train) -> int:
     return pid
 
 
-def _cancel_and_time(store: Store, run_id: str, pid: int) -> tuple[float, int]:
-    deadline = time.monotonic() + 30
-    while store.get_run(run_id)["status"] != RunStatus.RUNNING:
-        assert time.monotonic() < deadline, "the child never claimed the run"
-        time.sleep(0.01)
+def _cancel(store: Store, run_id: str, pid: int) -> int:
+    """Cancel the run once its child has it running; the child's exit code once the run is cancelled.
+
+    The bound is far below the stuck engine's 60 s: within it, only the child's closer can end the run."""
+    wait_for(lambda: store.get_run(run_id)["status"] == RunStatus.RUNNING, 30, "the child claimed the run")
     time.sleep(0.3)  # well inside "set-up"
-    t0 = time.monotonic()
     store.request_cancel(run_id)
-    while store.get_run(run_id)["status"] != RunStatus.CANCELLED:
-        assert time.monotonic() - t0 < 10, "the run was not cancelled"
-        time.sleep(0.01)
-    took = time.monotonic() - t0
+    wait_for(
+        lambda: store.get_run(run_id)["status"] == RunStatus.CANCELLED, 20, "the run was cancelled", 0.01
+    )
     _, status = os.waitpid(pid, 0)
-    return took, os.waitstatus_to_exitcode(status)
+    return os.waitstatus_to_exitcode(status)
 
 
 def _terminal_events(store: Store, run_id: str) -> list[dict]:
@@ -84,11 +86,10 @@ def _terminal_events(store: Store, run_id: str) -> list[dict]:
     ]
 
 
-def test_a_run_stuck_in_set_up_is_cancelled_within_a_second_by_its_child(tmp_path):
+def test_a_run_stuck_in_set_up_is_cancelled_by_its_child(tmp_path):
     settings, store, run_id = _queued(tmp_path)
     pid = _in_pool_child(run_id, settings, stuck_in_set_up)
-    took, code = _cancel_and_time(store, run_id, pid)
-    assert took < 1.0 and code == 0
+    assert _cancel(store, run_id, pid) == 0
     [end] = _terminal_events(store, run_id)
     assert end["status"] == RunStatus.CANCELLED and "setting up" in end["message"]
     run = store.get_run(run_id)
@@ -99,8 +100,7 @@ def test_a_run_stuck_in_set_up_is_cancelled_within_a_second_by_its_child(tmp_pat
 def test_a_cooperative_engine_ends_the_run_itself_and_only_once(tmp_path):
     settings, store, run_id = _queued(tmp_path)
     pid = _in_pool_child(run_id, settings, cooperative)
-    took, code = _cancel_and_time(store, run_id, pid)
-    assert took < 1.0 and code == 0
+    assert _cancel(store, run_id, pid) == 0
     [end] = _terminal_events(store, run_id)
     assert end["message"] == "engine's own"  # not the forced end's
 

@@ -17,7 +17,7 @@ from normlab_client.catalog import TASKS
 from workers import warm
 
 CHILD = textwrap.dedent("""
-    import json, os, sys, time
+    import json, os, sys
     import workers.jobs  # what the Celery worker's parent imports
     from normlab.settings import Settings
     from normlab_client.spec import RunSpec
@@ -29,13 +29,11 @@ CHILD = textwrap.dedent("""
         assert warm_parent(settings)["failed"] == []
 
     def one_run():
-        start, first = time.perf_counter(), []
-        def emit(ev):
-            if ev.kind == "scalars" and not first:
-                first.append(time.perf_counter() - start)
+        before = set(sys.modules)
         spec = RunSpec(task="digits", norm="layer", batch_size=4, steps=60)
-        res = train(spec, emit=emit, settings=settings)
-        print(json.dumps({"first_point_s": first[0], "status": res.status, "metrics": res.metrics}))
+        res = train(spec, emit=lambda ev: None, settings=settings)
+        imported = sorted(set(sys.modules) - before)  # what the run had to load on its way
+        print(json.dumps({"imported": imported, "status": res.status, "metrics": res.metrics}))
 
     if sys.argv[1] == "warm":  # as the prefork pool does: a child per run
         pid = os.fork()
@@ -66,8 +64,11 @@ def test_a_child_of_the_warm_parent_trains_at_once_and_like_a_fresh_process(tmp_
     fresh, forked = _run("fresh", tmp_path), _run("warm", tmp_path)
     assert forked["status"] == fresh["status"] == "completed"
     assert forked["metrics"] == fresh["metrics"]  # bit for bit: the warm-up leaves no state behind
-    # A fresh process pays torch's lazy start-up (5-9 s here, mostly torch._dynamo on the first Adam).
-    assert forked["first_point_s"] < 2.0, forked
+    # A fresh process pays torch's lazy start-up on its first run (torch._dynamo on the first Adam, and
+    # more: seconds); the warm parent paid all of it, so its child loads nothing and starts at once.
+    # (How soon the first point comes is `normlab bench demo`'s measure, not a test's.)
+    assert "torch._dynamo" in fresh["imported"], fresh["imported"][:20]
+    assert forked["imported"] == [], forked["imported"]
 
 
 def test_warm_specs_cover_every_task_normalizer_and_cell():

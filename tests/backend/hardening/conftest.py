@@ -68,8 +68,10 @@ class LiveStack:
     def api(self, path: str) -> str:
         return self.url + path.lstrip("/")
 
-    def add_worker(self) -> subprocess.Popen:
-        self.workers.append(start_worker(self.data_dir, self.env, f"w{len(self.workers)}"))
+    def add_worker(self, ready: bool = False) -> subprocess.Popen:
+        """Start one more worker; `ready`: return once it is warm and consuming (a free worker)."""
+        name = f"w{len(self.workers)}"
+        self.workers.append(start_worker(self.data_dir, self.env, name, ready_timeout=180 if ready else None))
         return self.workers[-1]
 
     def submit(self, client: httpx.Client, headers=None, **spec) -> str:

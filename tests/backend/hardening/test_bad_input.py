@@ -14,6 +14,7 @@ from benchmarks.service import iter_sse, service_env, start_api, stop_process
 from normlab.feed.writer import EventWriter
 from normlab.store import Store
 from normlab_client.events import Event
+from tests._poll import wait_for
 
 SPEC = {"task": "digits", "steps": 20}
 BAD_SINGLE = ["abc", "-1", "1e3", " 5", "9" * 40, "1.5", "0x10", "١٢", "5,6", "%00", "\t", "a" * 5000]
@@ -96,11 +97,11 @@ def test_a_tab_reconnecting_in_a_tight_loop_leaks_nothing(tmp_path):
                 finished = c.get(url + f"api/runs/{done}/events", headers={"Last-Event-ID": "1"})
                 assert finished.status_code == 204
             storm_s = time.monotonic() - t0
-            time.sleep(1.0)  # let the server notice the last disconnects
-            assert _open_fds(api.pid) <= fds_before + 5, "connections or channels leaked"
-            t1 = time.monotonic()
-            assert c.get(url + "api/health").status_code == 200
-            assert time.monotonic() - t1 < 1.0
+            # the server closes each dropped stream once it notices the disconnect: its descriptors
+            # come back down to where they were (a leak keeps them up past the bound)
+            wait_for(lambda: _open_fds(api.pid) <= fds_before + 5, 15, "no connection or channel leaked")
+            # answered, and within the 5 s target the fault benchmark holds health to (BENCHMARKS.md)
+            assert c.get(url + "api/health", timeout=5).status_code == 200
             # the stream still works: a fresh viewer sees every event of the run, once
             store.claim(live)
             writer = EventWriter(store, live)

@@ -41,7 +41,7 @@ def test_killed_worker_lost_within_30s_events_kept_and_resubmitted_with_one_requ
     assert r.status_code == 201
     new_id = r.json()["id"]
     assert client.post(stack.api(f"api/runs/{new_id}/resubmit")).status_code == 409  # still queued
-    stack.add_worker()
+    stack.add_worker(ready=True)
     new = stack.wait_status(client, new_id, ("running",), timeout=60)
     assert new["status"] == "running" and new["spec"] == run["spec"]
     client.post(stack.api(f"api/runs/{new_id}/cancel"))

@@ -22,9 +22,11 @@ import pytest
 from benchmarks.service import free_port, iter_sse, service_env, spawn, start_api, stop_process, wait_http
 from normlab.feed.redis_feed import RedisPublisher
 from normlab.feed.writer import EventWriter
+from normlab.queue import waiting_run_ids
 from normlab.settings import Settings
 from normlab.store import Store
 from normlab_client.events import Event
+from tests._poll import wait_for
 
 pytestmark = pytest.mark.slow
 LONG = {"steps": 20000, "eval_every": 1000}
@@ -42,13 +44,17 @@ def pg_schema():
 
 
 def _wait(predicate, timeout: float, what: str, period: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        time.sleep(period)
+    return wait_for(predicate, timeout, what, period)
+
+
+def _wait_offered(stack, run_id: str) -> None:
+    """Wait until the run's message waits in the stack's broker: offered to every worker there is.
+
+    A worker that prefetched while training would have taken it within its broker's poll (ms); a
+    message seen waiting is one the busy workers left alone."""
+    env = {k.removeprefix("NORMLAB_").lower(): v for k, v in stack.env.items() if k.startswith("NORMLAB_")}
+    settings = Settings(**env)
+    _wait(lambda: run_id in (waiting_run_ids(settings) or set()), 30, f"run {run_id}'s message waited", 0.05)
 
 
 def _get(client: httpx.Client, url: str) -> dict | None:
@@ -160,8 +166,8 @@ def test_an_idle_worker_takes_the_next_run_while_another_trains(live_stack, clie
     busy = stack.submit(client, **LONG)
     assert stack.wait_status(client, busy, ("running",), timeout=90)["status"] == "running"
     short = stack.submit(client, steps=20)
-    time.sleep(2.0)  # time for the busy worker to take it too, were it allowed to prefetch
-    stack.add_worker()
+    _wait_offered(stack, short)  # the busy worker has had it on offer (were it allowed to prefetch)
+    stack.add_worker(ready=True)
     run = stack.wait_status(client, short, ("completed",), timeout=90)
     assert run["status"] == "completed", "the new run waited behind the other worker's long run"
     assert client.get(stack.api(f"api/runs/{busy}")).json()["status"] == "running"
@@ -201,7 +207,7 @@ def test_a_run_taken_by_a_worker_that_died_starts_within_30s_of_a_free_worker_on
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    stack.add_worker()
+    stack.add_worker(ready=True)  # warm and consuming: free from here on
     t_free = time.monotonic()
     run = stack.wait_status(client, run_id, ("running", "completed"), timeout=60)
     assert run["status"] in ("running", "completed") and time.monotonic() - t_free < 30, run
@@ -220,10 +226,10 @@ def test_a_worker_killed_mid_run_leaves_the_next_run_to_a_free_worker_and_runs_n
     first = stack.submit(client, **LONG)
     assert stack.wait_status(client, first, ("running",), timeout=90)["status"] == "running"
     queued = stack.submit(client, steps=20)
-    time.sleep(2.0)
+    _wait_offered(stack, queued)
     os.killpg(stack.workers[0].pid, signal.SIGKILL)
     assert stack.wait_status(client, first, ("lost",), timeout=30)["status"] == "lost"
-    stack.add_worker()
+    stack.add_worker(ready=True)  # warm and consuming: free from here on
     t_free = time.monotonic()
     run = stack.wait_status(client, queued, ("running", "completed"), timeout=60)
     assert run["status"] in ("running", "completed") and time.monotonic() - t_free < 30, run

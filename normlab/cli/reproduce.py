@@ -1,4 +1,5 @@
-"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--jobs N] [--tune] [--json]`.
+"""`normlab reproduce PRESET [--seeds 0,1,2] [--fresh-seeds K] [--steps N] [--threads N] [--jobs N] [--tune]
+[--json]`.
 
 Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
 per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
@@ -7,6 +8,9 @@ validation curve ÷ its span) and each claim with its effect size (paired by see
 ``--tune`` first chooses each run's setting by the preset's declared tuning rule on its tuning seeds
 (normlab.tuning), prints the tuning table, then the verdict at the chosen setting and, beside it, the
 preset's own setting (the paper's "same hyperparameters") on the same verdict seeds.
+``--fresh-seeds K`` also trains K seeds drawn at run time (normlab.replication: ≥ 10,000, from the OS's
+randomness, recorded as "fresh_seeds") and judges each claim on them beside its verdict on the declared
+seeds: the replication.
 Unknown preset: exit 2 with the list.
 Progress goes to stderr, one line per finished run.
 """
@@ -30,6 +34,13 @@ def register(sub: Subcommands) -> None:
     p = sub.add_parser("reproduce", help="run a preset (a figure of the paper) over seeds and compare")
     p.add_argument("preset", help="preset name (see GET /api/presets or an unknown name for the list)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, e.g. 0,1,2)")
+    p.add_argument(
+        "--fresh-seeds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also train K seeds drawn now from a range no rule saw (≥ 10000) and judge each claim on them",
+    )
     p.add_argument("--steps", type=int, default=None, help="override every run's steps (default: preset's)")
     p.add_argument(
         "--threads",
@@ -185,6 +196,15 @@ def print_table(out: dict[str, Any], file: TextIO | None = None) -> None:
         print_runs(same["runs"], file)
         print_claims(same["direction"], file)
         print(f"  Direction at the same hyperparameters: {_verdict(same['direction'])}.", file=file)
+    fresh = out.get("fresh")
+    if fresh:
+        print(
+            f"Replication on fresh seeds {','.join(map(str, fresh['seeds']))} (drawn at run time; rerun "
+            f"with --seeds {','.join(map(str, fresh['seeds']))}):",
+            file=file,
+        )
+        print_claims(fresh["direction"], file)
+        print(f"  Direction on the fresh seeds: {_verdict(fresh['direction'])}.", file=file)
     print(f"Direction{tuned}: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 
@@ -210,6 +230,13 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CLIError(f"--jobs must be ≥ 1 (got {args.jobs}).")
     seeds = parse_seeds(args.seeds)
+    fresh = None
+    if args.fresh_seeds is not None:
+        from normlab.replication import MAX_FRESH, draw_fresh_seeds
+
+        if not 1 <= args.fresh_seeds <= MAX_FRESH:
+            raise CLIError(f"--fresh-seeds takes a count from 1 to {MAX_FRESH} (got {args.fresh_seeds}).")
+        fresh = draw_fresh_seeds(args.fresh_seeds)
     tuning = PRESETS[args.preset].tuning
     if args.tune and tuning is None:
         declared = [name for name, p in PRESETS.items() if p.tuning]
@@ -243,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=progress,
         tune=args.tune,
+        fresh_seeds=fresh,
     )
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:
@@ -255,6 +283,9 @@ def run(args: argparse.Namespace) -> int:
         parts += ["--jobs", str(args.jobs)]
     if args.tune:
         parts.append("--tune")
+    if fresh:  # the drawn seeds, so the replication reruns as --seeds
+        out["fresh_seeds"] = fresh
+        parts += ["--fresh-seeds", str(len(fresh))]
     out["command"] = shlex.join(parts + (["--json"] if args.json else []))
     if args.json:
         print(json.dumps(out))

@@ -142,7 +142,9 @@ def summarize(
     if preset and (preset.claims or not preset.scale_map):  # a map without claims is read from its points
         # arms with no finished seed yet are kept: their claims stay pending until the seeds are in
         launched = len({int(s.get("seed", 0)) for s in specs.values()})
-        verdict = judge_all(list(preset.claims), arms, metric, preset.runs[0], expected=launched)
+        verdict = judge_all(
+            list(preset.claims), arms, metric, preset.runs[0], expected=launched, preset=preset.name
+        )
         out.claims = verdict.claims
         out.holds = verdict.holds
         out.all_seeds = verdict.all_seeds

@@ -23,7 +23,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from normlab.claims import MIN_SEEDS
+from normlab.claim_rules import MIN_SEEDS
 
 if TYPE_CHECKING:
     from normlab.arms import SeedRecord
@@ -105,21 +105,36 @@ def print_runs(runs: list[dict[str, Any]], file: TextIO) -> None:
         print("  " + "  ".join(cells).rstrip(), file=file)
 
 
+def _size(c: dict[str, Any]) -> str:
+    if c.get("difference") is None:
+        return ""
+    text = f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
+    if c.get("interval"):
+        lo, hi = c["interval"]
+        text += f", interval [{lo:+.4g}, {hi:+.4g}] (± t = {c['t']:.3f} SE)"
+    return text
+
+
 def print_claims(d: dict[str, Any], file: TextIO) -> None:
     for c in d["claims"]:
-        if c.get("pending"):  # one seed is a sign, not a verdict (normlab.claims.MIN_SEEDS)
+        if c.get("pending") or c["holds"] is None:  # no verdict before the planned seeds are in
             mark = f"undecided: {c['seeds_in']} seed(s), a standard error needs {MIN_SEEDS}"
+            seeds = "no verdict"
         else:
             mark = "holds" if c["holds"] else "does NOT hold"
-        seeds = "on every seed" if c["all_seeds"] else "not on every seed"
-        size = (
-            f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
-            if c.get("difference") is not None
-            else ""
-        )
+            seeds = "on every seed" if c["all_seeds"] else "not on every seed"
         extra = f" — {c['message']}" if c.get("message") else ""
-        print(f"  {c['claim']}: {mark} ({seeds}) {size}{extra}", file=file)
+        print(f"  {c['claim']}: {mark} ({seeds}) {_size(c)}{extra}", file=file)
         print(f"      rule: {c['rule']}", file=file)
+        comp = c.get("companion")
+        if comp:
+            held = "" if comp["holds"] is None else ": holds" if comp["holds"] else ": does not hold"
+            print(f"      sign test: {comp['text']}{held}", file=file)
+        if c.get("declared"):
+            status = f"exploratory: {c['exploratory_why']}" if c.get("exploratory") else "confirmatory"
+            print(f"      declared in {c['declared']} ({status})", file=file)
+    if d["claims"] and any(c.get("decides") for c in d["claims"]):
+        print(f"  ({next(c['decides'] for c in d['claims'] if c.get('decides'))})", file=file)
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
 

@@ -110,7 +110,9 @@ def _judged(preset: Preset, arms: dict[str, CellResult]) -> dict:
     """The arms' JSON, the claims judged on them ("direction") and the preset's map over them."""
     return {
         "runs": [c.model_dump() for c in arms.values()],
-        "direction": judge_all(list(preset.claims), arms, preset.metric, preset.runs[0]).model_dump(),
+        "direction": judge_all(
+            list(preset.claims), arms, preset.metric, preset.runs[0], preset=preset.name
+        ).model_dump(),
         "map": map_points(preset.scale_map, arms, preset.metric).model_dump() if preset.scale_map else None,
     }
 
@@ -238,6 +240,8 @@ def reproduce(
         )
         out["same_hyperparameters"] = {
             "runs": [c.model_dump() for c in same.values()],
-            "direction": judge_all(list(preset.claims), same, preset.metric, preset.runs[0]).model_dump(),
+            "direction": judge_all(
+                list(preset.claims), same, preset.metric, preset.runs[0], preset=preset.name
+            ).model_dump(),
         }
     return out

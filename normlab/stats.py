@@ -79,4 +79,4 @@ def sign_p(wins: int, n: int) -> float:
     """One-sided exact sign-test p-value: P(X ≥ wins) for X ~ Binomial(n, ½) (1.0 when n = 0)."""
     if not 0 <= wins <= n:
         raise ValueError(f"wins must lie in 0..n (got {wins} of {n})")
-    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / (1 << n)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from normlab.events import RunStatus
 from normlab.spec import MAX_STEPS, refuse_bool
@@ -27,16 +27,29 @@ class PresetLaunch(BaseModel):
         description="Distinct seeds ≥ 0 (default: the preset's, ≥ 5).",
     )
     steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Override every run's steps.")
+    fresh: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="Replicate: draw this many seeds now from a range no rule saw (≥ 10000) instead of "
+        "the preset's; the group is recorded as a fresh draw.",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
     def _numbers(cls, values: Any) -> Any:
         return [refuse_bool(v) for v in values] if isinstance(values, list) else values
 
-    @field_validator("steps", mode="before")
+    @field_validator("steps", "fresh", mode="before")
     @classmethod
     def _number(cls, value: Any) -> Any:
         return refuse_bool(value)
+
+    @model_validator(mode="after")
+    def _seeds_or_fresh(self) -> PresetLaunch:
+        if self.seeds is not None and self.fresh is not None:
+            raise ValueError("give either seeds or fresh (a count of seeds to draw), not both")
+        return self
 
     @field_validator("seeds")
     @classmethod
@@ -75,6 +88,7 @@ class PresetMeta(BaseModel):
     preset: str
     labels: dict[str, str]  # run id -> the preset's run label (its arm)
     steps: int | None = None
+    fresh: bool = False  # its seeds were drawn at launch from the fresh range (a replication)
 
 
 class SweepMeta(BaseModel):

@@ -33,8 +33,8 @@ from normlab.presets import PRESETS
 SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's arms apart
 
 
-def preset_meta(name: str, run_labels: dict[str, str], steps: int | None) -> PresetMeta:
-    return PresetMeta(preset=name, labels=run_labels, steps=steps)
+def preset_meta(name: str, run_labels: dict[str, str], steps: int | None, fresh: bool = False) -> PresetMeta:
+    return PresetMeta(preset=name, labels=run_labels, steps=steps, fresh=fresh)
 
 
 def sweep_meta(varied: list[str]) -> SweepMeta:

@@ -1,6 +1,17 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, fork, groups, health, presets, runs, scalars, sweeps
+from backend.routes import (
+    catalog,
+    events,
+    fork,
+    groups,
+    health,
+    presets,
+    replications,
+    runs,
+    scalars,
+    sweeps,
+)
 
 ROUTERS = [
     health.router,
@@ -9,6 +20,7 @@ ROUTERS = [
     scalars.router,
     sweeps.router,
     presets.router,
+    replications.router,
     groups.router,
     events.router,
     fork.router,

@@ -3,7 +3,8 @@
 whether it held on every seed, the effect ± its standard error, the rule) and links to Compare, which
 draws mean ± std bands per cell. The launches are remembered in the browser, so the verdicts are still
 there after navigating away and back; the server also remembers each preset's latest launch, so a fresh
-browser (a colleague's, the talk's laptop) shows its verdict, its bands and the link to it too."""
+browser (a colleague's, the talk's laptop) shows its verdict, its bands and the link to it too. Each card
+also offers a replication on fresh seeds and shows its record (frontend/replication_panel.py)."""
 
 from __future__ import annotations
 

@@ -54,3 +54,4 @@ def test_the_card_part_has_the_button_and_the_box_and_says_where_the_seeds_come_
     assert "fresh seeds" in button.children and "≥ 10000" in button.title
     assert box.id == {"type": ids.PRESET_REPLICATION, "name": "online"}
     assert "Could not" in _text(replication_panel.record_box(None, "Could not reach the API"))
+    assert replication_panel.record_box({"preset": "online", "declared_seeds": [0], "claims": []}) == []

@@ -106,11 +106,16 @@ class ApiClient:
         return self._object("POST", "/api/sweeps", json=body)
 
     def launch_preset(
-        self, name: str, seeds: list[int] | None = None, steps: int | None = None
+        self, name: str, seeds: list[int] | None = None, steps: int | None = None, fresh: int | None = None
     ) -> dict[str, Any]:
-        """POST /api/presets/{name}: the preset over its seeds as one group -> {group_id, run_ids}."""
-        body = {k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None}
+        """POST /api/presets/{name}: the preset over its seeds (or `fresh` seeds drawn by the server, a
+        replication) as one group -> {group_id, run_ids}."""
+        body = {k: v for k, v in (("seeds", seeds), ("steps", steps), ("fresh", fresh)) if v is not None}
         return self._object("POST", f"/api/presets/{name}", json=body)
+
+    def replications(self, name: str) -> dict[str, Any]:
+        """GET /api/presets/{name}/replications: per claim, the declared-seed and latest fresh verdicts."""
+        return self._object("GET", f"/api/presets/{name}/replications")
 
     def group(self, group_id: str) -> GroupPublic:
         """GET /api/groups/{id}: the group's runs, arms (mean ± std, bands) and, for a preset, claims.

@@ -4,7 +4,6 @@ mean ± std bands per arm, and a sortable results table — pure functions of th
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -13,22 +12,15 @@ from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
 from dash.development.base_component import Component
 
-from frontend import components, figures, map_figure
+from frontend import claim_view, components, figures, map_figure
 from frontend.figures import ORDINAL_COLORS, apply_theme
-from normlab.claims import MIN_SEEDS
 from normlab_client.catalog import NORMS
-from normlab_client.group_models import Arm, Claim, GroupPublic
+from normlab_client.group_models import Arm, GroupPublic
+
+claim_text = claim_view.claim_text  # the pages' one wording of a verdict
 
 # good → bad, colour-blind safe (Okabe–Ito bluish green … vermillion), for the results table's cells
 SCALE = ["#cdeee2", "#e4f2d9", "#f6efd2", "#fbe0cc", "#f7cdbd"]
-
-
-def _num(v: Any, digits: int = 2) -> str:
-    """`digits` decimals, or `digits` significant digits below 0.1: never "± 0.00" for a small effect."""
-    if not isinstance(v, int | float) or not math.isfinite(v):
-        return "–"
-    text = f"{v:+.{digits}g}" if abs(v) < 0.1 and v != 0 else f"{v:+.{digits}f}"
-    return text.replace("-", "−")
 
 
 def progress(group: GroupPublic) -> str:
@@ -43,41 +35,6 @@ def progress(group: GroupPublic) -> str:
     return f"{ended} of {total} runs finished ({rest})."
 
 
-def pending_text(claim: Claim) -> str:
-    """'pending — 3 of 5 seeds in' (or why no more seeds will settle it)."""
-    got, want = claim.seeds_in or 0, claim.seeds_expected
-    text = (
-        f"pending — {got} of {want} seeds in" if want else f"pending — {got} seed{'s' if got != 1 else ''} in"
-    )
-    if want is not None and got >= want and got < MIN_SEEDS:
-        text += f"; a standard error needs {MIN_SEEDS} seeds: launch the preset with more"
-    return text
-
-
-def claim_text(claim: Claim) -> str:
-    """'holds on all 5 seeds — Δ = −0.14 ± 0.02' (the effect and its paired standard error), or, while
-    too few seeds are in for a verdict, 'pending — 3 of 5 seeds in'."""
-    if claim.pending:
-        return pending_text(claim)
-    n = claim.n
-    seeds = f"{n} seed{'s' if n != 1 else ''}" if n is not None else "the finished seeds"
-    if claim.holds and claim.all_seeds:
-        verdict = f"holds on all {seeds}" if n is not None else "holds on every seed"
-    elif claim.holds:
-        verdict = f"holds on the mean of {seeds}, not on every seed"
-    else:
-        verdict = f"does not hold ({seeds})"
-    got, want = claim.seeds_in, claim.seeds_expected
-    if got is not None and want is not None and got < want:
-        verdict += f" so far ({got} of {want} seeds in)"
-    effect = ""
-    if claim.difference is not None:
-        effect = f" — Δ = {_num(claim.difference)}"
-        if claim.se is not None:
-            effect += f" ± {_num(claim.se).lstrip('+')}"
-    return verdict + effect
-
-
 def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     """The preset's expectation (unless `expect` is False: its card says it already), one line per
     claim (what it says, whether it held, the effect, the rule that decided it), and the progress."""
@@ -85,8 +42,7 @@ def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     if expect and group.expect:
         out.append(html.Div(f"Expect: {group.expect}", className="expect"))
     for c in group.claims or []:
-        ok, wait = c.holds, c.pending
-        state, mark = ("pending", "… ") if wait else ("holds", "✓ ") if ok else ("fails", "✗ ")
+        state, mark = claim_view.state(c)
         out.append(
             html.Div(
                 className=f"verdict {state}",
@@ -94,8 +50,8 @@ def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
                     html.Span(mark, className="mark"),
                     html.Strong(c.claim),
                     ": ",
-                    claim_text(c),
-                    html.Div(f"rule: {c.rule}", className="muted rule"),
+                    claim_view.claim_text(c),
+                    *claim_view.claim_details(c),
                 ],
             )
         )

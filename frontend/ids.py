@@ -118,6 +118,10 @@ PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, 
 PRESET_LATEST = "preset-latest"  # dcc.Store {preset: group id}: each preset's latest launch on the server
 PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
 PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end
+PRESET_REPLICATE = "preset-replicate"  # pattern-matching button: {"type": …, "name": preset}
+PRESET_REPLICATION = "preset-replication"  # pattern-matching: a card's replication record
+PRESET_REPLICATING = "preset-replicating"  # dcc.Store [preset]: fresh draws launched from this page
+PRESET_REPLICATION_POLL = "preset-replication-poll"  # dcc.Interval: refresh records while draws run
 
 # Forks and interventions (frontend/fork_view.py)
 FORK_STEP = "nl-fork-step"

@@ -35,9 +35,13 @@ SKIP_FIELDS = {"seed", "probes"}  # never what tells a sweep's arms apart
 
 
 def preset_meta(
-    name: str, run_labels: dict[str, str], steps: int | None, swap: dict[str, str] | None = None
+    name: str,
+    run_labels: dict[str, str],
+    steps: int | None,
+    swap: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> PresetMeta:
-    return PresetMeta(preset=name, labels=run_labels, steps=steps, swap=swap or {})
+    return PresetMeta(preset=name, labels=run_labels, steps=steps, swap=swap or {}, fresh=fresh)
 
 
 def swapped_label(label: str, swap: dict[str, str]) -> str:
@@ -156,7 +160,7 @@ def summarize(
         launched = len({int(s.get("seed", 0)) for s in specs.values()})
         # a swap judges the preset's claims for the normalizer run in place of the preset's
         rules = [(kind, *(relabel.get(a, a) for a in args)) for kind, *args in preset.claims]
-        verdict = judge_all(rules, arms, metric, preset.runs[0], expected=launched)
+        verdict = judge_all(rules, arms, metric, preset.runs[0], expected=launched, preset=preset.name)
         out.claims = verdict.claims
         out.holds = verdict.holds
         out.all_seeds = verdict.all_seeds

@@ -1,6 +1,18 @@
 """The API's routers, one module per resource, collected here."""
 
-from backend.routes import catalog, events, fork, groups, health, presets, runs, scalars, sweeps, watched
+from backend.routes import (
+    catalog,
+    events,
+    fork,
+    groups,
+    health,
+    presets,
+    replications,
+    runs,
+    scalars,
+    sweeps,
+    watched,
+)
 
 ROUTERS = [
     health.router,
@@ -9,6 +21,7 @@ ROUTERS = [
     scalars.router,
     sweeps.router,
     presets.router,
+    replications.router,
     groups.router,
     events.router,
     fork.router,

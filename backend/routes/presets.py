@@ -1,4 +1,5 @@
-"""POST /api/presets/{name}: launch a preset (a figure of the paper) over its seeds as one group."""
+"""POST /api/presets/{name}: launch a preset (a figure of the paper) over its seeds as one group, or over
+seeds drawn at launch (`{"fresh": K}`: a replication, recorded as one)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from backend.routes.sweeps import MAX_SWEEP_RUNS
 from backend.runs_common import create_and_enqueue
 from normlab.groups import preset_meta, swapped_label
 from normlab.presets import PRESETS
+from normlab.replication import draw_fresh_seeds
 from normlab.store import new_run_id
 from normlab_client.api_models import ErrorDetail
 from normlab_client.group_models import PresetLaunch, PresetLaunched
@@ -31,8 +33,10 @@ def launch_preset(
     preset = PRESETS.get(name)
     if preset is None:
         raise HTTPException(404, f"Unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.")
-    body = body or PresetLaunch(seeds=None, steps=None)
+    body = body or PresetLaunch(seeds=None, steps=None, fresh=None)
     seeds = list(body.seeds if body.seeds is not None else preset.seeds)
+    if body.fresh is not None:  # a replication: seeds no rule, margin or tuning ever saw
+        seeds = draw_fresh_seeds(body.fresh)
     total = len(seeds) * len(preset.runs)
     if total > MAX_SWEEP_RUNS:
         raise HTTPException(
@@ -54,7 +58,9 @@ def launch_preset(
             labels.append(label)
     group_id = new_run_id()
     run_ids = create_and_enqueue(store, settings, specs, user, group_id)
-    meta = preset_meta(name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap)
+    meta = preset_meta(
+        name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap, body.fresh is not None
+    )
     store.put_group(group_id, meta)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)
 

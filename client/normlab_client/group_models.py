@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from normlab_client.events import RunStatus
 from normlab_client.spec import MAX_STEPS, refuse_bool
@@ -33,16 +33,29 @@ class PresetLaunch(BaseModel):
         description='Normalizers to run in place of the preset\'s, e.g. {"layer": "dyt"}: every run with '
         "norm layer uses dyt instead, and the claims about layer are judged for dyt.",
     )
+    fresh: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="Replicate: draw this many seeds now from a range no rule saw (≥ 10000) instead of "
+        "the preset's; the group is recorded as a fresh draw.",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
     def _numbers(cls, values: Any) -> Any:
         return [refuse_bool(v) for v in values] if isinstance(values, list) else values
 
-    @field_validator("steps", mode="before")
+    @field_validator("steps", "fresh", mode="before")
     @classmethod
     def _number(cls, value: Any) -> Any:
         return refuse_bool(value)
+
+    @model_validator(mode="after")
+    def _seeds_or_fresh(self) -> PresetLaunch:
+        if self.seeds is not None and self.fresh is not None:
+            raise ValueError("give either seeds or fresh (a count of seeds to draw), not both")
+        return self
 
     @field_validator("seeds")
     @classmethod
@@ -82,6 +95,7 @@ class PresetMeta(BaseModel):
     labels: dict[str, str]  # run id -> the preset's run label (its arm)
     steps: int | None = None
     swap: dict[str, str] = Field(default_factory=dict)  # normalizers run in place of the preset's
+    fresh: bool = False  # its seeds were drawn at launch from the fresh range (a replication)
 
 
 class SweepMeta(BaseModel):
@@ -179,18 +193,33 @@ class Effect(BaseModel):
     n: int
 
 
+class Companion(BaseModel):
+    """A claim's robust companion: an exact one-sided sign test over its paired seeds (claim_rules)."""
+
+    wins: int  # seeds pointing the claimed way (inside the margin, for an equivalence)
+    n: int  # paired seeds counted, a diverged run's included
+    diverged: int  # of them, seeds where a run diverged or failed
+    p: float | None  # P(X ≥ wins) for X ~ Binomial(n, ½); None without a seed
+    holds: bool | None  # p ≤ 5 %; None until the planned seeds are in
+    text: str  # "layer lower on 5 of 5 seeds (sign test p = 0.0312)"
+
+
 class Judged(BaseModel):
-    """What every judged claim reports: the effect (paired mean difference ± its standard error), whether
-    it holds on the paired differences and on every seed, and the rule that decided it."""
+    """What every judged claim reports: the effect (paired mean difference ± its standard error), its t
+    interval, whether the t rule holds (None until the planned seeds are in: no verdict either way), the
+    sign-test companion and the rules that decided it."""
 
     claim: str
-    holds: bool
-    all_seeds: bool
+    holds: bool | None
+    all_seeds: bool | None  # every seed pointed the claimed way (None until the planned seeds are in)
     difference: float | None = None
     se: float | None = None
     n: int | None = None
+    t: float | None = None  # t(0.95, n − 1), the quantile for the n in hand
+    interval: list[float] | None = None  # difference ∓ t·se: each side a one-sided 95 % bound
     per_seed: list[float | None] = Field(default_factory=list)
     rule: str
+    companion: Companion | None = None
     seeds_in: int | None = None  # paired seeds that ended (None: a claim checked on the spec)
 
 
@@ -204,8 +233,13 @@ class Claim(Judged):
     """What every claim of a preset reports (each kind below adds its own numbers)."""
 
     kind: str  # which rule: one of the kinds below
-    pending: bool = False  # too few paired seeds yet for a verdict (normlab.claims.pending)
+    pending: bool = False  # the planned seeds are not all in yet: no verdict (normlab.claims.pending)
     seeds_expected: int | None = None  # seeds launched
+    decides: str = ""  # which rule decides, and how the companion is read
+    companion_rule: str = ""  # the companion's rule, with its rule for a diverged run
+    declared: str | None = None  # the commit that declared the claim, its margin and its grid
+    exploratory: bool = False  # declared after runs on its verdict seeds (normlab.declarations)
+    exploratory_why: str | None = None
 
 
 class PairedClaim(Claim):
@@ -276,8 +310,8 @@ class Verdict(BaseModel):
 
     claims: list[AnyClaim]
     pending: bool  # some claim still waits for seeds
-    holds: bool
-    all_seeds: bool
+    holds: bool | None  # None while a claim waits for its planned seeds
+    all_seeds: bool | None
     rule: str | None  # why there is no claim, when there is none
 
 

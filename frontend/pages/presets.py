@@ -3,7 +3,8 @@
 whether it held on every seed, the effect ± its standard error, the rule) and links to Compare, which
 draws mean ± std bands per cell. The launches are remembered in the browser, so the verdicts are still
 there after navigating away and back; the server also remembers each preset's latest launch, so a fresh
-browser (a colleague's, the talk's laptop) shows its verdict, its bands and the link to it too."""
+browser (a colleague's, the talk's laptop) shows its verdict, its bands and the link to it too. Each card
+also offers a replication on fresh seeds and shows its record (frontend/replication_panel.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
-from frontend import components, data, figures, group_view, ids, logic, map_figure
+from frontend import components, data, figures, group_view, ids, logic, map_figure, replication_panel
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab_client.group_models import GroupPublic
@@ -48,6 +49,7 @@ def preset_card(p: dict[str, Any]) -> html.Div:
             html.Div(
                 id={"type": ids.PRESET_VERDICT, "name": p["name"]}, className="verdict-box", role="status"
             ),
+            *replication_panel.card_part(p["name"]),
         ],
     )
 
@@ -109,6 +111,7 @@ def layout(**_: str) -> html.Div:
             dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
             dcc.Store(id=ids.PRESET_LATEST, data=latest_launches(presets)),
             dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
+            *replication_panel.page_part(),
             *components.page_stores(),
         ],
     )

@@ -1,4 +1,5 @@
-"""`normlab reproduce PRESET [--seeds 0,1,2] [--steps N] [--threads N] [--jobs N] [--tune] [--json]`.
+"""`normlab reproduce PRESET [--seeds 0,1,2] [--fresh-seeds K] [--steps N] [--threads N] [--jobs N] [--tune]
+[--json]`.
 
 Runs every run of the preset (normlab/presets.py) over its seeds through the engine, prints one table row
 per run (final validation metric: mean ± std and per seed; the curve at ¼, ½, end; the area under the
@@ -7,6 +8,9 @@ validation curve ÷ its span) and each claim with its effect size (paired by see
 ``--tune`` first chooses each run's setting by the preset's declared tuning rule on its tuning seeds
 (normlab.tuning), prints the tuning table, then the verdict at the chosen setting and, beside it, the
 preset's own setting (the paper's "same hyperparameters") on the same verdict seeds.
+``--fresh-seeds K`` also trains K seeds drawn at run time (normlab.replication: ≥ 10,000, from the OS's
+randomness, recorded as "fresh_seeds") and judges each claim on them beside its verdict on the declared
+seeds: the replication.
 Unknown preset: exit 2 with the list.
 Progress goes to stderr, one line per finished run.
 """
@@ -19,7 +23,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from normlab.claims import MIN_SEEDS
+from normlab.claim_rules import MIN_SEEDS
 
 if TYPE_CHECKING:
     from normlab.arms import SeedRecord
@@ -30,6 +34,13 @@ def register(sub: Subcommands) -> None:
     p = sub.add_parser("reproduce", help="run a preset (a figure of the paper) over seeds and compare")
     p.add_argument("preset", help="preset name (see GET /api/presets or an unknown name for the list)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's, e.g. 0,1,2)")
+    p.add_argument(
+        "--fresh-seeds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also train K seeds drawn now from a range no rule saw (≥ 10000) and judge each claim on them",
+    )
     p.add_argument("--steps", type=int, default=None, help="override every run's steps (default: preset's)")
     p.add_argument(
         "--threads",
@@ -94,21 +105,36 @@ def print_runs(runs: list[dict[str, Any]], file: TextIO) -> None:
         print("  " + "  ".join(cells).rstrip(), file=file)
 
 
+def _size(c: dict[str, Any]) -> str:
+    if c.get("difference") is None:
+        return ""
+    text = f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
+    if c.get("interval"):
+        lo, hi = c["interval"]
+        text += f", interval [{lo:+.4g}, {hi:+.4g}] (± t = {c['t']:.3f} SE)"
+    return text
+
+
 def print_claims(d: dict[str, Any], file: TextIO) -> None:
     for c in d["claims"]:
-        if c.get("pending"):  # one seed is a sign, not a verdict (normlab.claims.MIN_SEEDS)
+        if c.get("pending") or c["holds"] is None:  # no verdict before the planned seeds are in
             mark = f"undecided: {c['seeds_in']} seed(s), a standard error needs {MIN_SEEDS}"
+            seeds = "no verdict"
         else:
             mark = "holds" if c["holds"] else "does NOT hold"
-        seeds = "on every seed" if c["all_seeds"] else "not on every seed"
-        size = (
-            f"Δ = {c['difference']:+.4g} ± {c['se']:.2g} (n = {c['n']})"
-            if c.get("difference") is not None
-            else ""
-        )
+            seeds = "on every seed" if c["all_seeds"] else "not on every seed"
         extra = f" — {c['message']}" if c.get("message") else ""
-        print(f"  {c['claim']}: {mark} ({seeds}) {size}{extra}", file=file)
+        print(f"  {c['claim']}: {mark} ({seeds}) {_size(c)}{extra}", file=file)
         print(f"      rule: {c['rule']}", file=file)
+        comp = c.get("companion")
+        if comp:
+            held = "" if comp["holds"] is None else ": holds" if comp["holds"] else ": does not hold"
+            print(f"      sign test: {comp['text']}{held}", file=file)
+        if c.get("declared"):
+            status = f"exploratory: {c['exploratory_why']}" if c.get("exploratory") else "confirmatory"
+            print(f"      declared in {c['declared']} ({status})", file=file)
+    if d["claims"] and any(c.get("decides") for c in d["claims"]):
+        print(f"  ({next(c['decides'] for c in d['claims'] if c.get('decides'))})", file=file)
     if d["rule"]:
         print(f"  {d['rule']}", file=file)
 
@@ -185,6 +211,15 @@ def print_table(out: dict[str, Any], file: TextIO | None = None) -> None:
         print_runs(same["runs"], file)
         print_claims(same["direction"], file)
         print(f"  Direction at the same hyperparameters: {_verdict(same['direction'])}.", file=file)
+    fresh = out.get("fresh")
+    if fresh:
+        print(
+            f"Replication on fresh seeds {','.join(map(str, fresh['seeds']))} (drawn at run time; rerun "
+            f"with --seeds {','.join(map(str, fresh['seeds']))}):",
+            file=file,
+        )
+        print_claims(fresh["direction"], file)
+        print(f"  Direction on the fresh seeds: {_verdict(fresh['direction'])}.", file=file)
     print(f"Direction{tuned}: {verdict}.  ({out['wall_time']:.0f} s)", file=file)
 
 
@@ -210,6 +245,13 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CLIError(f"--jobs must be ≥ 1 (got {args.jobs}).")
     seeds = parse_seeds(args.seeds)
+    fresh = None
+    if args.fresh_seeds is not None:
+        from normlab.replication import MAX_FRESH, draw_fresh_seeds
+
+        if not 1 <= args.fresh_seeds <= MAX_FRESH:
+            raise CLIError(f"--fresh-seeds takes a count from 1 to {MAX_FRESH} (got {args.fresh_seeds}).")
+        fresh = draw_fresh_seeds(args.fresh_seeds)
     tuning = PRESETS[args.preset].tuning
     if args.tune and tuning is None:
         declared = [name for name, p in PRESETS.items() if p.tuning]
@@ -243,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=progress,
         tune=args.tune,
+        fresh_seeds=fresh,
     )
     parts = ["normlab", "reproduce", args.preset]
     if seeds is not None:
@@ -255,6 +298,9 @@ def run(args: argparse.Namespace) -> int:
         parts += ["--jobs", str(args.jobs)]
     if args.tune:
         parts.append("--tune")
+    if fresh:  # the drawn seeds, so the replication reruns as --seeds
+        out["fresh_seeds"] = fresh
+        parts += ["--fresh-seeds", str(len(fresh))]
     out["command"] = shlex.join(parts + (["--json"] if args.json else []))
     if args.json:
         print(json.dumps(out))

@@ -52,6 +52,14 @@ def read_meta(group_id: str, text: str) -> GroupMeta:
         ) from None
 
 
+def _is_fresh(text: str | None) -> bool:
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("fresh") is True
+
+
 class GroupsMixin:
     engine: Engine
 
@@ -69,14 +77,32 @@ class GroupsMixin:
             )
 
     def latest_preset_groups(self) -> dict[str, str]:
-        """{preset name: the id of its latest launch} (the Presets page, in any browser)."""
+        """{preset name: the id of its latest launch that is not a fresh draw} (the Presets page, in any
+        browser; fresh draws are its replication record)."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(groups.c.preset, groups.c.id)
+                select(groups.c.preset, groups.c.id, groups.c.meta)
                 .where(groups.c.kind == "preset")
                 .order_by(groups.c.created_at)
             ).all()
-        return {preset: gid for preset, gid in rows if preset}  # the latest launch wins
+        # the latest launch wins
+        return {preset: gid for preset, gid, meta in rows if preset and not _is_fresh(meta)}
+
+    def preset_groups(self, preset: str) -> list[GroupRow]:
+        """Every launch of `preset`, oldest first (a group whose metadata cannot be read is left out)."""
+        with self.engine.connect() as conn:
+            rows = (
+                conn.execute(select(groups).where(groups.c.preset == preset).order_by(groups.c.created_at))
+                .mappings()
+                .all()
+            )
+        out = []
+        for row in rows:
+            try:
+                out.append(GroupRow(**{**row, "meta": read_meta(row["id"], row["meta"])}))
+            except StoredGroupError:
+                continue  # GET /api/groups/{id} names it; the record goes on without it
+        return out
 
     def get_group(self, group_id: str) -> GroupRow | None:
         """The stored group, or None; raises StoredGroupError when its metadata cannot be read."""

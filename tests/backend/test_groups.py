@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
-from normlab.claims import Z
 from normlab.feed.writer import EventWriter
 from normlab.presets import PRESETS
 from normlab.settings import Settings
@@ -103,11 +102,38 @@ def test_preset_launch_makes_one_group_and_its_verdict_fills_in_as_runs_finish(a
     assert better["claim"] == "layer better than batch" and better["holds"] and better["all_seeds"]
     assert better["difference"] == pytest.approx(statistics.fmean(diffs)) and better["n"] == 3
     assert better["se"] == pytest.approx(statistics.stdev(diffs) / math.sqrt(3))
-    assert better["per_seed"] == pytest.approx(diffs) and f"{Z:g} standard errors" in better["rule"]
+    assert (
+        better["per_seed"] == pytest.approx(diffs) and "t(0.95, n−1) paired standard errors" in better["rule"]
+    )
+    assert better["t"] == pytest.approx(2.919986, abs=1e-6)  # t(0.95, 2): the quantile for n = 3
     assert g["holds"] == all(c["holds"] for c in g["claims"])
     assert {x["arm"] for x in g["runs"]} == {"batch", "layer"} and all(
         x["final"] is not None for x in g["runs"]
     )
+
+
+def test_a_live_group_gives_no_verdict_until_its_planned_seeds_are_in(app, client):
+    # the online preset's case: LN ahead on the first seeds; the old rule said "holds" at 2 of 5
+    body = client.post("/api/presets/online", json={"seeds": [0, 1, 2, 3, 4], "steps": 40}).json()
+    runs = client.get("/api/runs", params={"group": body["group_id"]}).json()["items"]
+    finals = {"layer": [0.5, 0.55, 0.9, 0.52, 0.95], "none": [0.8, 0.85, 0.7, 0.8, 0.75]}
+    for seed in range(5):
+        for x in runs:
+            if x["spec"]["seed"] == seed:
+                finish(app, x["id"], [(20, 2.0), (40, finals[x["spec"]["norm"]][seed])])
+        g = client.get(f"/api/groups/{body['group_id']}").json()
+        better = next(c for c in g["claims"] if c["kind"] == "better")
+        if seed < 4:
+            assert g["holds"] is None and g["pending"] and better["holds"] is None
+            assert better["all_seeds"] is None and better["companion"]["holds"] is None
+            assert (better["seeds_in"], better["seeds_expected"]) == (seed + 1, 5)
+            if seed >= 1:  # the running estimate and its interval, never a verdict
+                assert better["interval"] is not None and better["difference"] < 0
+    assert (
+        not g["pending"] and better["holds"] is False and g["holds"] is False
+    )  # two seeds went the other way
+    assert better["companion"]["text"].startswith("layer lower on 3 of 5 seeds")
+    assert better["declared"] == "2d54ec1" and better["exploratory"] is False
 
 
 def test_a_claim_that_fails_on_one_seed_says_so(app, client):
@@ -221,7 +247,8 @@ def test_every_kind_of_claim_keeps_its_wire_fields(app, client):
         finish(app, x["id"], [(20, 2.0), (40, 0.5 if x["spec"]["norm"] == "layer" else 2.4)])
     claims = {c["kind"]: c for c in client.get(f"/api/groups/{body['group_id']}").json()["claims"]}
     common = {"claim", "kind", "holds", "all_seeds", "difference", "se", "n", "per_seed", "rule"}
-    common |= {"pending", "seeds_in", "seeds_expected"}
+    common |= {"pending", "seeds_in", "seeds_expected", "t", "interval", "companion", "decides"}
+    common |= {"companion_rule", "declared", "exploratory", "exploratory_why"}
     assert set(claims) == {"trains", "refused", "better"}
     assert set(claims["better"]) == common
     assert set(claims["trains"]) == common | {"chance"}

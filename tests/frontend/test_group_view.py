@@ -169,8 +169,16 @@ def test_a_pending_claim_reads_as_seeds_in_never_as_a_verdict():
     assert "✗" not in text and "✓" not in text and "pending — 3 of 5 seeds in" in text
     lonely = {**claim, "seeds_in": 1, "seeds_expected": 1, "n": 1}
     assert "a standard error needs 2 seeds" in group_view.claim_text(_claim(**lonely))
-    held = {**claim, "holds": True, "pending": False, "all_seeds": True, "difference": -0.2, "se": 0.05}
-    assert group_view.claim_text(_claim(**held)).startswith("holds on all 3 seeds so far (3 of 5 seeds in)")
+    # the running estimate and its interval are shown, with no verdict either way
+    running = {**claim, "holds": None, "all_seeds": None, "difference": -0.2, "se": 0.05, "t": 2.919986}
+    running["interval"] = [-0.2 - 2.919986 * 0.05, -0.2 + 2.919986 * 0.05]
+    text = group_view.claim_text(_claim(**running))
+    assert text == (
+        "pending — 3 of 5 seeds in — Δ = −0.20 ± 0.05, interval [−0.35, −0.054] (± t = 2.92 SE) "
+        "(running estimate; no verdict until all 5 are in)"
+    )
+    box = str(group_view.verdicts(_group(claims=[_claim(**running)], counts={"running": 2})))
+    assert "✓" not in box and "✗" not in box and "holds" not in text
 
 
 def test_the_api_client_reads_a_group_as_its_model_and_names_a_wrong_shape():
@@ -212,3 +220,35 @@ def test_a_preset_cards_bands_keep_the_legend_under_the_x_title_and_the_y_title_
         assert margin["b"] >= below + 20  # and its row inside the figure
         longest = max(len(line) for line in layout["yaxis"]["title"]["text"].split("<br>"))
         assert longest * (11 if present else 8) < plot_px  # the y title fits along the plot, unclipped
+
+
+def test_a_card_states_the_rule_the_companion_and_the_declaration():
+    claim = _claim(
+        holds=False,
+        all_seeds=True,
+        n=4,
+        difference=-0.64,
+        se=0.45,
+        decides="the t rule decides; the sign test is shown beside it",
+        companion_rule="exact one-sided sign test at 5 % over the paired seeds",
+        companion={
+            "wins": 5,
+            "n": 5,
+            "diverged": 1,
+            "p": 1 / 32,
+            "holds": True,
+            "text": "layer lower on 5 of 5 seeds (sign test p = 0.0312); "
+            "1 seed with a diverged or failed run",
+        },
+        declared="9ee88a0",
+        exploratory=True,
+        exploratory_why="the ±10 % margin was written after trials on the verdict seeds",
+    )
+    text = str(group_view.verdicts(_group(claims=[claim])))
+    assert "✗" in text and "decides: the t rule decides" in text
+    assert "sign test: layer lower on 5 of 5 seeds (sign test p = 0.0312); 1 seed with a diverged" in text
+    assert "exploratory (declared in 9ee88a0): the ±10 % margin" in text
+    confirmatory = claim.model_copy(update={"exploratory": False, "exploratory_why": None})
+    assert "declared in 9ee88a0, before any run on its verdict seeds · confirmatory" in str(
+        group_view.verdicts(_group(claims=[confirmatory]))
+    )

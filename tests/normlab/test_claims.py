@@ -5,12 +5,13 @@ computations."""
 from __future__ import annotations
 
 import math
+import random
 import statistics
 
 import pytest
 
 from normlab.arms import START, aggregate, curve_area, curve_summary, trace_stats
-from normlab.claims import EQUIV_REL, Z, judge, judge_all, metric_key
+from normlab.claims import EQUIV_REL, judge, judge_all, metric_key
 from normlab.presets import PRESETS
 
 
@@ -66,11 +67,12 @@ def test_better_reports_the_paired_difference_its_standard_error_and_the_rule():
     diffs = [-0.3, 0.1, -0.7]
     assert c.per_seed == pytest.approx(diffs) and c.difference == pytest.approx(statistics.fmean(diffs))
     assert c.se == pytest.approx(statistics.stdev(diffs) / math.sqrt(3)) and c.n == 3
-    # -0.3 mean but SE 0.23: inside 2 standard errors, so not beyond seed noise; seed 1 goes the other way
+    # -0.3 mean but SE 0.23: inside t(0.95, 2) = 2.919986 standard errors; seed 1 goes the other way
     assert not c.holds and not c.all_seeds and "standard errors" in c.rule
     clear = _arms(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     c = judge(("better", "layer", "batch"), clear, "val_loss")
-    assert c.holds and c.all_seeds and abs(c.difference) > Z * c.se
+    assert c.holds and c.all_seeds and c.t == pytest.approx(2.919986, abs=1e-6)
+    assert c.interval == pytest.approx([c.difference - 2.919986 * c.se, c.difference + 2.919986 * c.se])
     assert not judge(("better", "layer", "batch"), clear, "accuracy").holds  # higher is better there
 
 
@@ -182,16 +184,16 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
     }
     out = judge_all([("better", "layer", "batch")], none_paired, "val_loss", base, expected=5)
     c = out.claims[0]
-    assert c.pending and not c.holds and c.seeds_in == 0 and c.seeds_expected == 5
-    assert out.pending and not out.holds
+    assert c.pending and c.holds is None and c.seeds_in == 0 and c.seeds_expected == 5
+    assert out.pending and out.holds is None
     # one seed with a large effect: a sign, not a verdict (a standard error needs two differences)
     one = _arms(layer=[0.2], batch=[0.9])
     c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=5).claims[0]
-    assert c.pending and not c.holds and c.difference == pytest.approx(-0.7)
+    assert c.pending and c.holds is None and c.difference == pytest.approx(-0.7)
     # every seed that will come is in, but only one: still no verdict, never "holds"
     c = judge_all([("better", "layer", "batch")], one, "val_loss", base, expected=1).claims[0]
-    assert c.pending and not c.holds
-    # 3 of 5 in, not beyond 2 SE: pending (seeds to come); all 5 in, same differences: it fails
+    assert c.pending and c.holds is None
+    # 3 of 5 in, not beyond the t bound: pending (seeds to come); all 5 in, same differences: it fails
     mixed = [0.3, 0.5, 0.2]
     c = judge_all(
         [("better", "layer", "batch")],
@@ -200,7 +202,7 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         base,
         expected=5,
     ).claims[0]
-    assert c.pending and not c.holds and c.seeds_in == 3
+    assert c.pending and c.holds is None and c.seeds_in == 3
     c = judge_all(
         [("better", "layer", "batch")],
         _arms(layer=mixed, batch=[0.6, 0.4, 0.9]),
@@ -208,8 +210,9 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         base,
         expected=3,
     ).claims[0]
-    assert not c.pending and not c.holds
-    # a clear effect on 3 of 5 holds (with its count), and "refused" never waits for seeds
+    assert not c.pending and c.holds is False
+    # a clear effect on 3 of 5 is still pending (no verdict before the planned seeds), with its running
+    # estimate and interval; "refused" never waits for seeds
     clear = _arms(layer=[0.3, 0.35, 0.2], batch=[0.6, 0.62, 0.55])
     out = judge_all(
         [("better", "layer", "batch"), ("refused", "batch")],
@@ -219,7 +222,9 @@ def test_a_claim_with_too_few_paired_seeds_is_pending_never_held_or_failed():
         expected=5,
     )
     held, refused = out.claims
-    assert held.holds and not held.pending and (held.seeds_in, held.seeds_expected) == (3, 5)
+    assert held.holds is None and held.pending and (held.seeds_in, held.seeds_expected) == (3, 5)
+    assert held.interval is not None and held.interval[1] < 0  # the estimate is shown, not judged
+    assert held.companion is not None and held.companion.holds is None
     assert refused.seeds_in is None and not refused.pending
 
 
@@ -337,3 +342,89 @@ def test_series_stats_read_summaries_stored_with_either_key_for_the_weight_sets(
     assert trace_stats(new)["elr_orders"] == pytest.approx(
         (math.log10(1e-4 / 1e-3) + math.log10(4e-4 / 2e-3)) / 2
     )
+
+
+def test_the_t_rule_uses_the_quantile_for_the_n_in_hand():
+    # d = −1, −2, −3, −4, −5 ÷ 10: mean −0.3, sd 0.158114, SE 0.0707107; t(0.95, 4) = 2.131847 (table)
+    arms = _arms(layer=[0.0, 0.0, 0.0, 0.0, 0.0], batch=[0.1, 0.2, 0.3, 0.4, 0.5])
+    c = judge(("better", "layer", "batch"), arms, "val_loss")
+    assert c.t == pytest.approx(2.131847, abs=1e-6) and c.se == pytest.approx(0.0707107, abs=1e-7)
+    assert c.interval == pytest.approx([-0.3 - 2.131847 * 0.0707107, -0.3 + 2.131847 * 0.0707107], abs=1e-6)
+    # a mean 2.05 SE from 0 clears Z = 2 but not t(0.95, 4) = 2.13: the old rule's false verdict
+    d = [-0.1, -0.2, -0.3, 0.05, -0.1]  # mean −0.13, SE 0.0583 → 2.23 SE: holds
+    c = judge(("better", "layer", "batch"), _arms(layer=d, batch=[0.0] * 5), "val_loss")
+    assert c.holds is True
+    d = [-0.1, -0.2, -0.3, 0.1, -0.1]  # mean −0.12, SE 0.0663 → 1.81 SE: does not
+    c = judge(("better", "layer", "batch"), _arms(layer=d, batch=[0.0] * 5), "val_loss")
+    assert c.holds is False and c.interval[1] > 0
+
+
+def test_the_sign_companion_ranks_a_diverged_arm_worst_and_says_how_many():
+    # fig6-batch4 on fresh seeds: LN lower on every seed, but one BN seed blew up (heavy tail) and one
+    # diverged outright: the t rule (which decides) fails, the sign test holds on 5 of 5
+    arms = _arms(layer=[0.30, 0.32, 0.28, 0.31, 0.29], batch=[0.40, 0.45, 2.85, None, 0.38])
+    c = judge(("better", "layer", "batch"), arms, "val_loss")
+    assert c.holds is False and c.n == 4  # the diverged seed leaves the mean
+    comp = c.companion
+    assert (comp.wins, comp.n, comp.diverged) == (5, 5, 1) and comp.p == pytest.approx(1 / 32)
+    assert comp.holds is True and comp.text.startswith("layer lower on 5 of 5 seeds (sign test p = 0.0312)")
+    assert "1 seed with a diverged or failed run" in comp.text and "decides" in (c.decides or "")
+    # the other way round: LN's own diverged seed counts against it
+    arms = _arms(layer=[0.30, 0.32, 0.28, 0.31, None], batch=[0.40, 0.45, 0.5, 0.38, 0.4])
+    comp = judge(("better", "layer", "batch"), arms, "val_loss").companion
+    assert (comp.wins, comp.n, comp.diverged) == (4, 5, 1) and comp.p == pytest.approx(6 / 32)
+    assert comp.holds is False
+
+
+def test_equivalence_is_tost_and_its_companion_counts_seeds_inside_the_margin():
+    base = {"layer": [0.50, 0.51, 0.49, 0.50, 0.52], "batch": [0.50, 0.50, 0.50, 0.50, 0.50]}
+    c = judge(("close", "layer", "batch"), _arms(**base), "val_loss")
+    # d = 0, .01, −.01, 0, .02: mean .004, SE .00510; |d̄| + t(0.95,4)·SE = .01487 ≤ margin .05
+    assert c.holds is True and c.margin == pytest.approx(0.05)
+    assert c.interval[1] == pytest.approx(0.004 + 2.131847 * 0.0050990, abs=1e-6)
+    assert (c.companion.wins, c.companion.n) == (5, 5) and c.companion.holds is True
+
+
+def _live(layer, batch, planned):
+    """Re-judge one group as each of its seeds lands: the claim after 1, 2, …, planned seeds."""
+    base = PRESETS["fig6-batch4"].runs[0]
+    return [
+        judge_all(
+            [("better", "layer", "batch")],
+            _arms(layer=layer[:k], batch=batch[:k]),
+            "val_loss",
+            base,
+            expected=planned,
+            preset="fig6-batch4",
+        )
+        for k in range(1, planned + 1)
+    ]
+
+
+def test_a_live_group_shows_no_verdict_until_its_planned_seeds_are_in():
+    # the online preset's case: two seeds agree at once; the old rule said "holds" at 2 of 5
+    layer, batch = [0.30, 0.31, 0.5, 0.29, 0.6], [0.50, 0.52, 0.45, 0.51, 0.55]
+    seen = _live(layer, batch, 5)
+    for k, verdict in enumerate(seen[:-1], start=1):
+        c = verdict.claims[0]
+        assert verdict.holds is None and c.holds is None and c.all_seeds is None and c.pending
+        assert (c.seeds_in, c.seeds_expected) == (k, 5) and c.companion.holds is None
+        if k >= 2:  # the running estimate and its interval are there all along
+            assert c.interval is not None and c.difference is not None
+    final = seen[-1].claims[0]
+    assert not final.pending and final.holds is False and seen[-1].holds is False
+    assert final.declared == "2d54ec1" and final.exploratory is False
+
+
+def test_under_no_effect_the_share_of_groups_ever_showing_holds_stays_within_alpha():
+    # 1,000 groups of 5 planned seeds, paired differences N(0, 1): re-judged as each seed lands
+    rng = random.Random(20261207)
+    groups, ever = 1000, 0
+    for _ in range(groups):
+        layer = [rng.gauss(0.0, 1.0) for _ in range(5)]
+        seen = _live(layer, [0.0] * 5, 5)
+        ever += any(v.holds is True for v in seen)
+    alpha = 0.05
+    mc = 3 * math.sqrt(alpha * (1 - alpha) / groups)  # three Monte Carlo standard errors
+    assert ever / groups <= alpha + mc
+    assert ever > 0  # the rule can hold: one-sided 5 % leaves ≈ 50 of 1,000

@@ -78,3 +78,27 @@ def test_tune_prints_the_tuning_table_then_both_verdicts(data_dir, capsys, monke
 def test_tune_mistakes_exit_2_with_a_message(argv, message, capsys):
     assert main(["reproduce", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fresh_seeds_are_drawn_at_run_time_recorded_and_judged_beside_the_declared(data_dir, capsys):
+    argv = ["reproduce", "online", "--seeds", "0,1", "--fresh-seeds", "2", "--steps", "2", "--jobs", "1"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fresh = out["fresh_seeds"]
+    assert len(fresh) == 2 and len(set(fresh)) == 2 and all(10_000 <= s < 2**31 for s in fresh)
+    assert out["fresh"]["seeds"] == fresh and out["seeds"] == [0, 1]
+    assert all(r["seeds"] == fresh for r in out["fresh"]["runs"])
+    assert all(r["seeds"] == [0, 1] for r in out["runs"])
+    assert [c["claim"] for c in out["fresh"]["direction"]["claims"]] == [
+        c["claim"] for c in out["direction"]["claims"]
+    ]
+    assert out["command"].endswith("--fresh-seeds 2 --json")
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "Replication on fresh seeds " in table and "Direction on the fresh seeds:" in table
+
+
+@pytest.mark.parametrize("k", ["0", "9"])
+def test_a_bad_fresh_seed_count_exits_2(k, capsys):
+    assert main(["reproduce", "online", "--fresh-seeds", k]) == 2
+    assert "fresh-seeds" in capsys.readouterr().err

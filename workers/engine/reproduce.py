@@ -106,6 +106,17 @@ def _arms(
     }
 
 
+def _judged(preset: Preset, arms: dict[str, CellResult]) -> dict:
+    """The arms' JSON, the claims judged on them ("direction") and the preset's map over them."""
+    return {
+        "runs": [c.model_dump() for c in arms.values()],
+        "direction": judge_all(
+            list(preset.claims), arms, preset.metric, preset.runs[0], preset=preset.name
+        ).model_dump(),
+        "map": map_points(preset.scale_map, arms, preset.metric).model_dump() if preset.scale_map else None,
+    }
+
+
 def _tuning_units(preset: Preset) -> dict[str, str]:
     """Run label -> the name its tuned value is chosen under: the label itself, or for a map tuned per
     side the side's normalizer (one value for all its axis points)."""
@@ -125,6 +136,7 @@ def reproduce(
     jobs: int | None = None,
     progress: Callable[[str, int, SeedRecord], None] | None = None,
     tune: bool = False,
+    fresh_seeds: list[int] | None = None,
 ) -> dict:
     """Run every (run, seed) of a preset and return the side-by-side comparison as JSON-ready data.
 
@@ -137,6 +149,9 @@ def reproduce(
     each run's value by its rule (normlab.tuning); the runs, claims and map then come from the verdict
     seeds at the chosen values, and "same_hyperparameters" holds the preset's own setting judged on the
     same verdict seeds (a run whose chosen value is its own setting trains once).
+
+    `fresh_seeds`: seeds drawn at run time (normlab.replication.draw_fresh_seeds) that train beside the
+    verdict seeds; "fresh" holds their arms, claims and map judged on their own (the replication).
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     seeds = list(preset.seeds if seeds is None else seeds)
@@ -147,6 +162,9 @@ def reproduce(
         raise ValueError(f"preset {preset.name!r} declares no tuning rule")
     if tuning is not None and set(tuning.seeds) & set(seeds):
         raise ValueError(f"the tuning seeds {list(tuning.seeds)} must not be verdict seeds")
+    fresh = list(fresh_seeds or [])
+    if set(fresh) & set(seeds):
+        raise ValueError("fresh seeds must differ from the verdict seeds")
     jobs = jobs or os.cpu_count() or 1
     start = time.perf_counter()
     base = {
@@ -179,7 +197,7 @@ def reproduce(
     # seed-major: the first seeds finish first; a spec and seed wanted twice (the chosen value is the
     # preset's own) trains once
     wanted: dict[tuple[str, int], RunSpec] = {}
-    for seed in seeds:
+    for seed in seeds + fresh:
         for label in specs:
             wanted[label, seed] = specs[label].model_copy(update={"seed": seed})
             if tuning is not None:
@@ -204,11 +222,10 @@ def reproduce(
         "steps": steps,
         "threads": threads,
         "jobs": jobs,
-        "runs": [c.model_dump() for c in arms.values()],
-        "direction": judge_all(list(preset.claims), arms, preset.metric, preset.runs[0]).model_dump(),
-        "map": map_points(preset.scale_map, arms, preset.metric).model_dump() if preset.scale_map else None,
+        **_judged(preset, arms),
         "tuning": tuned,
         "same_hyperparameters": None,
+        "fresh": _judged(preset, _arms(preset, specs, records, fresh)) | {"seeds": fresh} if fresh else None,
         "wall_time": time.perf_counter() - start,
         # CPU seconds of all runs ÷ jobs: the wall time on an otherwise idle machine (the shared one is not)
         "cpu_time": cpu,
@@ -223,6 +240,8 @@ def reproduce(
         )
         out["same_hyperparameters"] = {
             "runs": [c.model_dump() for c in same.values()],
-            "direction": judge_all(list(preset.claims), same, preset.metric, preset.runs[0]).model_dump(),
+            "direction": judge_all(
+                list(preset.claims), same, preset.metric, preset.runs[0], preset=preset.name
+            ).model_dump(),
         }
     return out

@@ -90,7 +90,9 @@ def test_layernorm_prefers_gain_1_to_gain_0_1_pixel_by_pixel_on_every_seed(setti
     out = reproduce(preset, seeds=[0, 1, 2], steps=full.runs[0].steps, settings=settings)
     claim = next(c for c in out["direction"]["claims"] if c["kind"] == "better")
     assert claim["claim"] == "layer g=1.0 better than layer g=0.1" and claim["all_seeds"], claim
-    assert claim["holds"], claim
+    # the direction on every seed, not the verdict: at three seeds the t rule needs the mean beyond
+    # t(0.95, 2) = 2.92 SE, which −0.38, −0.35, −0.03 do not give (the verdict is the 5-seed one)
+    assert claim["difference"] < 0 and claim["companion"]["wins"] == 3, claim
 
 
 @pytest.mark.slow

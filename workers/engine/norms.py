@@ -65,11 +65,12 @@ class LayerNorm(_PerCaseNorm):
     engine_options: EngineOptions = DEFAULT
 
     def forward(self, a: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        backend = self.engine_options.kernel_backend
+        options = self.engine_options
+        backend, calibrator = options.kernel_backend, options.ln_calibrator(a)
         if self.channels:
-            flat = kernels.layer_norm(a.flatten(1), None, None, self.eps, backend).view_as(a)
+            flat = kernels.layer_norm(a.flatten(1), None, None, self.eps, backend, calibrator).view_as(a)
             return flat * _channel_view(self.gain, a) + _channel_view(self.bias, a)
-        return kernels.layer_norm(a, self.gain, self.bias, self.eps, backend)
+        return kernels.layer_norm(a, self.gain, self.bias, self.eps, backend, calibrator)
 
 
 class RMSNorm(_PerCaseNorm):

@@ -16,11 +16,14 @@ process-wide: two models in one process may run with different options side by s
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Literal
 
+import torch
 from torch import nn
 
+import kernels
 from normlab.settings import Settings
 
 KernelBackend = Literal["auto", "torch", "triton"]
@@ -69,6 +72,16 @@ class EngineOptions:
     def record(self) -> dict[str, str | bool]:
         """The path choices as a run records them (not where the compiler or its cache live)."""
         return {"kernel_backend": self.kernel_backend, "cuda_graphs": self.cuda_graphs, "c_step": self.c_step}
+
+    def ln_calibrator(self, x: torch.Tensor):
+        """The measured LayerNorm dispatch's calibrator for `x`: None off CUDA (torch computes LN there);
+        on CUDA one per options object, its choices kept under `cache_dir` for the next worker process
+        (kernels.make_calibrator), so a run does not measure again what an earlier one measured."""
+        return self._calibrator if x.is_cuda else None
+
+    @functools.cached_property
+    def _calibrator(self):
+        return kernels.make_calibrator(self.cache_dir / "kernels")
 
     def replace(self, **changes) -> EngineOptions:
         return dataclasses.replace(self, **changes)

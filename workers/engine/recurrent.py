@@ -202,7 +202,9 @@ class LSTMLayer(_RecurrentBase):
             ax = None
             if ln_h:
                 ax = self.ih.summed(x)
-                xx = kernels.layer_norm(ax, self.ih.norm.gain, self.ih.norm.bias + self.bias, EPS, backend)
+                beta = self.ih.norm.bias + self.bias
+                calibrator = self.engine_options.ln_calibrator(ax)
+                xx = kernels.layer_norm(ax, self.ih.norm.gain, beta, EPS, backend, calibrator)
             else:
                 xx = F.linear(x, self.ih.weight, self.bias)
             gain_h, bias_h = (self.hh.norm.gain, self.hh.norm.bias) if ln_h else (None, None)

@@ -40,3 +40,15 @@ def test_two_models_in_one_process_keep_their_own_options():
         m.engine_options.kernel_backend == "torch" for m in b.modules() if hasattr(m, "engine_options")
     )
     assert LSTMLayer(4, 8).engine_options is DEFAULT  # a layer built on its own takes the defaults
+
+
+def test_the_layernorm_calibrator_is_one_per_options_kept_under_its_cache_dir(tmp_path):
+    """CPU tensors get none (torch computes LN there); the CUDA one is built once per options object and
+    keeps its choices under cache_dir/kernels, so the next worker process reads what this one measured."""
+    options = EngineOptions(cache_dir=tmp_path)
+    assert options.ln_calibrator(torch.zeros(2, 3)) is None
+    calibrator = options._calibrator
+    assert calibrator is options._calibrator and calibrator.cache_dir == tmp_path / "kernels"
+    assert (
+        options.replace(cache_dir=tmp_path / "other")._calibrator.cache_dir == tmp_path / "other" / "kernels"
+    )

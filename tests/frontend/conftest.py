@@ -68,8 +68,11 @@ def dev_server():
         yield served
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per test module. Not per session: Playwright's sync API keeps an event loop running in
+    the main thread while it is open, and under pytest-xdist a worker runs other modules' tests after a
+    browser module (their `asyncio.run` would fail)."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (browser tests skipped)")
     from playwright.sync_api import sync_playwright

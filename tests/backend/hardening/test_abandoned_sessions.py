@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from normlab.store import EventRow, Store, new_run_id
-from normlab.store.deadline import APPLICATION_NAME, held_up
+from normlab.store.deadline import held_up
 
 TIMEOUT_S = 0.5
 
@@ -38,6 +38,14 @@ def _abandoned(pg_url: str, application_name: str, run_id: str, seq: int) -> psy
     return conn
 
 
+@pytest.fixture
+def app(pg_url) -> tuple[str, str]:
+    """(a store URL, its application name): a name of this test's own, so that no store of a test running
+    beside it (pytest-xdist) ends this test's abandoned sessions as its own."""
+    name = f"normlab-{uuid.uuid4().hex[:12]}"
+    return f"{pg_url}&application_name={name}", name
+
+
 def _states(store: Store, *names: str) -> dict[str, str]:
     with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as admin:
         rows = admin.execute(
@@ -47,11 +55,12 @@ def _states(store: Store, *names: str) -> dict[str, str]:
     return dict(rows)
 
 
-def test_a_write_held_up_by_an_abandoned_session_ends_it_and_goes_through(pg_url):
-    store = Store(pg_url, timeout_s=TIMEOUT_S)
+def test_a_write_held_up_by_an_abandoned_session_ends_it_and_goes_through(pg_url, app):
+    url, name = app
+    store = Store(url, timeout_s=TIMEOUT_S)
     other, mine, their_run = f"not-normlab-{uuid.uuid4().hex[:8]}", new_run_id(), new_run_id()
     store.create_runs([{"id": r, "spec": {"task": "digits", "norm": "layer"}} for r in (mine, their_run)])
-    ours, theirs = _abandoned(pg_url, APPLICATION_NAME, mine, 1), _abandoned(pg_url, other, their_run, 1)
+    ours, theirs = _abandoned(pg_url, name, mine, 1), _abandoned(pg_url, other, their_run, 1)
     try:
         row = EventRow(1, 1, "scalars", 2.0, json.dumps({"loss": 0.5}))
         with pytest.raises(Exception) as first:
@@ -69,15 +78,16 @@ def test_a_write_held_up_by_an_abandoned_session_ends_it_and_goes_through(pg_url
         store.dispose()
 
 
-def test_a_failure_of_another_kind_ends_nothing(pg_url):
-    store = Store(pg_url, timeout_s=TIMEOUT_S)
+def test_a_failure_of_another_kind_ends_nothing(pg_url, app):
+    url, name = app
+    store = Store(url, timeout_s=TIMEOUT_S)
     run_id = new_run_id()
     store.create_runs([{"id": run_id, "spec": {"task": "digits", "norm": "layer"}}])
-    ours = _abandoned(pg_url, APPLICATION_NAME, run_id, 1)
+    ours = _abandoned(pg_url, name, run_id, 1)
     try:
         time.sleep(2 * TIMEOUT_S + 0.5)
         store.after_held_up(OSError("connection refused"))  # the database away: nothing to end
-        assert _states(store, APPLICATION_NAME).get(APPLICATION_NAME) == "idle in transaction"
+        assert _states(store, name).get(name) == "idle in transaction"
         assert store.end_abandoned_transactions() == 1
     finally:
         ours.close()

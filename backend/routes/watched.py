@@ -18,7 +18,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from backend.auth import require_owner
-from backend.deps import StoreDep, UserDep, get_run_or_404
+from backend.deps import SettingsDep, StoreDep, UserDep, get_run_or_404
 from normlab.feed.writer import payload_text
 from normlab.store import EventRow, Store, new_run_id
 from normlab.store.rollup import RollupBuilder, bucket_rows
@@ -28,7 +28,7 @@ from normlab_client.spec import MAX_STEPS, WATCHED_TASK
 
 router = APIRouter(prefix="/api/watched", tags=["watched"])
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorDetail} for c in (403, 404, 409, 422)}
-MAX_BATCH = 5000
+MAX_BATCH = 500  # events per request: 500 small ones fit the default 64 KiB body limit
 SOURCE_TAG = "watched"
 
 
@@ -58,11 +58,24 @@ class WatchedAck(BaseModel):
 
 
 @router.post("", status_code=201, response_model=WatchedCreated, responses=ERRORS)
-def create_watched(body: WatchedCreate, request: Request, store: StoreDep, user: UserDep) -> WatchedCreated:
+def create_watched(
+    body: WatchedCreate, request: Request, store: StoreDep, user: UserDep, settings: SettingsDep
+) -> WatchedCreated:
     """A running run for a script of the user's own (task 'watched', tagged 'watched'); its first event
-    (seq 1) is its `running` status."""
+    (seq 1) is its `running` status. Its steps: the script's, within this server's NORMLAB_MAX_STEPS (the
+    run's x axis; a loop that trains longer still reports every step)."""
+    if body.steps is not None and body.steps > settings.max_steps:
+        raise HTTPException(
+            422,
+            {
+                "detail": f"This server's runs have at most {settings.max_steps} steps (got {body.steps}); "
+                "leave steps out if the loop trains longer.",
+                "fields": {"steps": f"at most {settings.max_steps}"},
+            },
+        )
     run_id = new_run_id()
-    spec = {"task": WATCHED_TASK, "norm": "none", "steps": body.steps or MAX_STEPS, "eval_every": body.every}
+    steps = body.steps or settings.max_steps
+    spec = {"task": WATCHED_TASK, "norm": "none", "steps": steps, "eval_every": body.every}
     store.create_runs([{"id": run_id, "spec": spec, "owner": user}])
     store.claim(run_id, worker_host=body.script or "watched script")
     note = f"source: watched — `{body.script or 'a script'}`, statistics every {body.every} steps"

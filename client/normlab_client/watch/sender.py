@@ -3,6 +3,7 @@ away and sent again (the server drops what it already stored, by seq), never blo
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -13,7 +14,10 @@ from normlab_client.errors import NormlabError
 from normlab_client.http import Http
 
 log = logging.getLogger("normlab_client.watch")
-BATCH = 500  # events per request
+BATCH = 500  # events per request (the server takes at most 500)
+# bytes per request: under the server's default body limit (NORMLAB_MAX_BODY_BYTES, 64 KiB) with room for
+# the envelope; a server with a smaller limit answers 413 and the sender halves its requests
+BATCH_BYTES = 48 * 1024
 RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
 HEARTBEAT_S = 5.0  # an idle script still says it is alive (the server declares a silent run lost)
 
@@ -29,6 +33,7 @@ class Sender:
         self._cond = threading.Condition()
         self._closing = False
         self._away_since: float | None = None
+        self._max_bytes = BATCH_BYTES
         self._thread = threading.Thread(target=self._loop, name=f"normlab-watch-{run_id}", daemon=True)
         self._thread.start()
 
@@ -77,7 +82,7 @@ class Sender:
             with self._cond:
                 if not self._buf and not self._closing:
                     self._cond.wait(HEARTBEAT_S)
-                batch = [self._buf[i] for i in range(min(BATCH, len(self._buf)))]
+                batch = self._next_batch()
                 closing = self._closing
             if not batch and closing:
                 return
@@ -90,6 +95,9 @@ class Sender:
                     self._away(exc)
                     time.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                if exc.status == 413 and len(batch) > 1:  # a server with a smaller body limit
+                    self._max_bytes = max(1, self._max_bytes // 2)
                     continue
                 if exc.status == 409:  # a gap: ask where the server is, resend from there
                     self._ack(int(self.http.request("GET", f"/api/runs/{self.run_id}").json()["last_seq"]))
@@ -105,6 +113,17 @@ class Sender:
                 if not (batch and batch[-1]["kind"] == "status" and not self._buf):
                     self._refuse(f"run {self.run_id} is {ack.get('status')} on the server")
                 return
+
+    def _next_batch(self) -> list[dict[str, Any]]:
+        """The oldest buffered events, at most BATCH and about `_max_bytes` of JSON (at least one)."""
+        batch: list[dict[str, Any]] = []
+        size = 0
+        for event in self._buf:
+            size += len(json.dumps(event, default=str)) + 2
+            if batch and (len(batch) >= BATCH or size > self._max_bytes):
+                break
+            batch.append(event)
+        return batch
 
     def _ack(self, last: int) -> None:
         with self._cond:

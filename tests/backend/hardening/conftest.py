@@ -125,7 +125,9 @@ def live_stack(tmp_path):
 
 @pytest.fixture
 def client():
-    with httpx.Client(timeout=30) as c:
+    # Idle connections are dropped after 1 s, before uvicorn closes its own at 5 s: a request sent on a
+    # connection the server is closing fails with "Server disconnected" (seen after a 5 s worker start).
+    with httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)) as c:
         yield c
 
 

@@ -43,7 +43,7 @@ def add_routes(app: FastAPI, api: Any) -> None:
             spec = base if body.steps is None else base.model_copy(update={"steps": body.steps})
             for seed in seeds:
                 labels[api.create(spec.model_copy(update={"seed": seed}), group)] = label
-        meta[group] = preset_meta(name, labels, body.steps, body.fresh is not None)
+        meta[group] = preset_meta(name, labels, body.steps, body.swap, fresh=body.fresh is not None)
         if body.fresh is None:  # a fresh draw is the replication record, never the card's latest launch
             api.latest_presets[name] = group
         return {"group_id": group, "run_ids": list(labels)}

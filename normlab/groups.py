@@ -39,6 +39,7 @@ def preset_meta(
     run_labels: dict[str, str],
     steps: int | None,
     swap: dict[str, str] | None = None,
+    *,
     fresh: bool = False,
 ) -> PresetMeta:
     return PresetMeta(preset=name, labels=run_labels, steps=steps, swap=swap or {}, fresh=fresh)

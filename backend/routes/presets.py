@@ -59,7 +59,7 @@ def launch_preset(
     group_id = new_run_id()
     run_ids = create_and_enqueue(store, settings, specs, user, group_id)
     meta = preset_meta(
-        name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap, body.fresh is not None
+        name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap, fresh=body.fresh is not None
     )
     store.put_group(group_id, meta)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)

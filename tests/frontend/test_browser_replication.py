@@ -13,21 +13,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-def own_server():
-    """A synthetic API of this test's own: the session's one holds other tests' launches of the same
-    preset, whose groups and draws the card would show instead."""
-    from benchmarks.devapi import DevAPI
-    from tests.frontend.conftest import Served, free_port
-
-    api = DevAPI(rate=25.0, invariance=None)
-    with Served(api.app, free_port()) as served:
-        served.api = api
-        yield served
-
-
-def test_replicate_on_fresh_seeds_shows_the_draw_beside_the_declared_verdict(page, shot, own_server):
-    dev_server = own_server
+def test_replicate_on_fresh_seeds_shows_the_draw_beside_the_declared_verdict(page, shot, dev_server):
     dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
     try:
         gid = httpx.post(f"{dev_server.url}/api/presets/online", json={}, timeout=10).json()["group_id"]

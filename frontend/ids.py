@@ -121,6 +121,7 @@ PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdic
 PRESET_REPLICATE = "preset-replicate"  # pattern-matching button: {"type": …, "name": preset}
 PRESET_REPLICATION = "preset-replication"  # pattern-matching: a card's replication record
 PRESET_REPLICATING = "preset-replicating"  # dcc.Store [preset]: fresh draws launched from this page
+PRESET_REPLICATION_LIVE = "preset-replication-live"  # pattern-matching dcc.Store: its draw is being judged
 PRESET_REPLICATION_POLL = "preset-replication-poll"  # dcc.Interval: refresh records while draws run
 
 # Forks and interventions (frontend/fork_view.py)

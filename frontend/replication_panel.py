@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash import ALL, MATCH, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
 from frontend import data, ids
@@ -27,6 +27,7 @@ def card_part(name: str) -> list[Component]:
             title="Seeds drawn now from a range no rule, margin or tuning ever saw (≥ 10000)",
         ),
         html.Div(id={"type": ids.PRESET_REPLICATION, "name": name}, className="replication", role="status"),
+        dcc.Store(id={"type": ids.PRESET_REPLICATION_LIVE, "name": name}, data=False),
     ]
 
 
@@ -80,14 +81,6 @@ def _running(rec: dict[str, Any] | None) -> bool:
     return any((c.get("latest") or {}).get("holds", False) is None for c in claims)
 
 
-@callback(
-    Output(ids.PRESET_REPLICATING, "data"),
-    Output(ids.PRESET_MESSAGE, "children", allow_duplicate=True),
-    Input({"type": ids.PRESET_REPLICATE, "name": ALL}, "n_clicks"),
-    State(ids.PRESET_REPLICATING, "data"),
-    State(TOKEN_STORE, "data"),
-    prevent_initial_call=True,
-)
 def on_replicate(
     clicks: list[int | None], running: list[str] | None, token: str | None
 ) -> tuple[object, object]:
@@ -102,27 +95,46 @@ def on_replicate(
     return sorted({*(running or []), name}), ""
 
 
-@callback(
-    Output({"type": ids.PRESET_REPLICATION, "name": ALL}, "children"),
-    Output(ids.PRESET_REPLICATION_POLL, "disabled"),
-    Input(ids.PRESET_REPLICATION_POLL, "n_intervals"),
-    Input(ids.PRESET_REPLICATING, "data"),
-)
-def on_record(_n: int | None, running: list[str] | None) -> tuple[list[object], bool]:
-    """Every card's record once, then the records of draws launched here until they are judged."""
-    names = [o["id"]["name"] for o in ctx.outputs_list[0]]
-    first = ctx.triggered_id is None  # the page's first call: every card
-    out: list[object] = []
-    live = False
-    for name in names:
-        if not first and name not in (running or []):
-            out.append(no_update)
-            continue
-        try:
-            rec = data.api().replications(name)
-        except ApiError as exc:  # an API without the route (an older server) shows no record
-            out.append([] if exc.status in (404, 405) else record_box(None, exc.detail))
-            continue
-        live = live or (name in (running or []) and _running(rec))
-        out.append(record_box(rec))
-    return out, not live
+def on_record(_n: int | None, running: list[str] | None, me: dict[str, str]) -> tuple[object, object]:
+    """One card's record: once when the page opens, then while a draw launched here is being judged.
+
+    One request per card, so each card fills in as its own record arrives: a preset with many launches
+    (a slow record) holds up no other card."""
+    name = me["name"]
+    if ctx.triggered_id is not None and name not in (running or []):
+        return no_update, no_update
+    try:
+        rec = data.api().replications(name)
+    except ApiError as exc:  # an API without the route (an older server) shows no record
+        return ([] if exc.status in (404, 405) else record_box(None, exc.detail)), False
+    return record_box(rec), name in (running or []) and _running(rec)
+
+
+def on_live(live: list[bool | None]) -> bool:
+    """The records' poll runs while any card's draw launched here is still being judged."""
+    return not any(live)
+
+
+def register() -> None:
+    """The part's callbacks, for the app whose pages are being imported (frontend/pages/presets.py calls
+    this at import). Not module-level decorators: Dash imports the pages afresh for every app, but this
+    module only once per process, so a second app in one process would get none of them."""
+    callback(
+        Output(ids.PRESET_REPLICATING, "data"),
+        Output(ids.PRESET_MESSAGE, "children", allow_duplicate=True),
+        Input({"type": ids.PRESET_REPLICATE, "name": ALL}, "n_clicks"),
+        State(ids.PRESET_REPLICATING, "data"),
+        State(TOKEN_STORE, "data"),
+        prevent_initial_call=True,
+    )(on_replicate)
+    callback(
+        Output({"type": ids.PRESET_REPLICATION, "name": MATCH}, "children"),
+        Output({"type": ids.PRESET_REPLICATION_LIVE, "name": MATCH}, "data"),
+        Input(ids.PRESET_REPLICATION_POLL, "n_intervals"),
+        Input(ids.PRESET_REPLICATING, "data"),
+        State({"type": ids.PRESET_REPLICATION, "name": MATCH}, "id"),
+    )(on_record)
+    callback(
+        Output(ids.PRESET_REPLICATION_POLL, "disabled"),
+        Input({"type": ids.PRESET_REPLICATION_LIVE, "name": ALL}, "data"),
+    )(on_live)

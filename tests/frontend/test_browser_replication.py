@@ -13,10 +13,6 @@ import pytest
 pytestmark = pytest.mark.browser
 
 
-@pytest.mark.skip(
-    reason="quarantined: passes alone, fails after other browser tests in the same process (the "
-    "replication record never loads); cause not found yet, see the 2026-12-07 closing note"
-)
 def test_replicate_on_fresh_seeds_shows_the_draw_beside_the_declared_verdict(page, shot, dev_server):
     dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
     try:

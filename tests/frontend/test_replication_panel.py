@@ -49,7 +49,8 @@ def test_each_claim_shows_its_declared_verdict_beside_the_latest_fresh_draw_and_
 
 
 def test_the_card_part_has_the_button_and_the_box_and_says_where_the_seeds_come_from():
-    button, box = replication_panel.card_part("online")
+    button, box, live = replication_panel.card_part("online")
+    assert live.id == {"type": ids.PRESET_REPLICATION_LIVE, "name": "online"} and live.data is False
     assert button.id == {"type": ids.PRESET_REPLICATE, "name": "online"}
     assert "fresh seeds" in button.children and "≥ 10000" in button.title
     assert box.id == {"type": ids.PRESET_REPLICATION, "name": "online"}

@@ -59,7 +59,7 @@ def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     return out
 
 
-def _arm_color(arm: Arm, index: int) -> str:
+def arm_color(arm: Arm, index: int) -> str:
     norm = arm.spec.get("norm")
     return figures.norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
 
@@ -72,7 +72,7 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
         steps, mean, std = arm.curve.steps, arm.curve.mean, arm.curve.std
         if not steps:
             continue
-        color = _arm_color(arm, k)
+        color = arm_color(arm, k)
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
         fig.add_trace(

@@ -14,7 +14,17 @@ import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
-from frontend import components, data, figures, group_view, ids, logic, map_figure, replication_panel
+from frontend import (
+    components,
+    data,
+    figures,
+    group_view,
+    ids,
+    judged_figure,
+    logic,
+    map_figure,
+    replication_panel,
+)
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab_client.group_models import GroupPublic
@@ -178,20 +188,39 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    drawn: Component
+    return [*judged_graphs(group), *group_view.verdicts(group, expect=False), link]
+
+
+def judged_graphs(group: GroupPublic) -> list[Component]:
+    """What the card draws: the quantity its claims judge. A map: Δ per axis value; a claim on a
+    hidden-state figure (η·λ_max, the angular update, …): that figure per arm, seeds, mean and its
+    interval beside the claim's line (frontend/judged_figure.py); a claim on the final metric or its
+    curve: the metric's mean ± std bands along training."""
     if group.map is not None:
-        drawn = map_figure.map_graph(group.map)
-    else:
-        # a fixed height, so the card grows by exactly the plot (a responsive plot sized itself after
-        # the card had been laid out, and ran over the card below)
-        config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
-        drawn = dcc.Graph(
-            figure=group_view.band_figure(group, height=300),
+        return [map_figure.map_graph(group.map)]
+    # fixed heights, so the card grows by exactly the plots (a responsive plot sized itself after the
+    # card had been laid out, and ran over the card below)
+    config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
+    out: list[Component] = [
+        dcc.Graph(
+            figure=judged_figure.judged_figure(group, key, height=240),
             config=config,
-            style={"height": "300px"},
-            className="preset-bands",
+            style={"height": "240px"},
+            className=f"preset-judged judged-{key}",
         )
-    return [drawn, *group_view.verdicts(group, expect=False), link]
+        for key in judged_figure.trace_keys(group)
+    ]
+    if judged_figure.draws_bands(group):
+        out.insert(
+            0,
+            dcc.Graph(
+                figure=group_view.band_figure(group, height=300),
+                config=config,
+                style={"height": "300px"},
+                className="preset-bands",
+            ),
+        )
+    return out
 
 
 @callback(

@@ -24,10 +24,11 @@ from frontend import (
     logic,
     map_figure,
     replication_panel,
+    smoothing,
 )
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab_client.group_models import GroupPublic
+from normlab_client.group_models import GroupPublic, PresetEstimate
 
 
 def preset_card(p: dict[str, Any]) -> html.Div:
@@ -51,6 +52,7 @@ def preset_card(p: dict[str, Any]) -> html.Div:
             html.Div(chips, className="chips"),
             html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
             setup_details(p),
+            html.Div(estimate_text(p), className="muted estimate"),
             html.Button(
                 f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
                 id={"type": ids.PRESET_START, "name": p["name"]},
@@ -62,6 +64,24 @@ def preset_card(p: dict[str, Any]) -> html.Div:
             *replication_panel.card_part(p["name"]),
         ],
     )
+
+
+def estimate_text(p: dict[str, Any]) -> str:
+    """The card's duration line before Start, from the server's measured run times of earlier launches
+    (`GET /api/presets` "estimate", normlab.estimates), or "no estimate yet" when none was measured."""
+    runs = len(p["runs"]) * len(p.get("seeds") or [0])
+    found = p.get("estimate")
+    if not found:
+        return f"Duration here: no estimate yet (none of its runs has completed on this server); {runs} runs."
+    est = PresetEstimate.model_validate(found)
+    per_run = smoothing.format_elapsed(est.run_s)
+    one = components.format_wait(est.one_worker_s)
+    one = one if one.startswith("under") else f"about {one}"
+    text = f"Duration here: {one} on one worker ({runs} runs, median {per_run} each"
+    text += f", from {est.measured} timed run{'s' if est.measured != 1 else ''})"
+    if est.last_launch_s is not None:
+        text += f"; the last full launch took {smoothing.format_elapsed(est.last_launch_s)} here"
+    return text + "."
 
 
 def setup_details(p: dict[str, Any]) -> html.Details | str:

@@ -92,8 +92,10 @@ def judged_figure(
     spec = TRACES[key]
     fig = go.Figure()
     labels = [arm.label for arm in group.arms]
+    reach: list[float] = []  # every y the panel must show: seeds, intervals, lines and their margins
     for k, arm in enumerate(group.arms):
         nums = arm_numbers(arm, key)
+        reach += nums["values"] + (nums["interval"] or [])
         color = group_view.arm_color(arm, k)  # the arm's colour in its bands
         if nums["values"]:
             fig.add_trace(
@@ -132,9 +134,14 @@ def judged_figure(
             fig.add_shape(
                 type="rect", x0=x0, x1=x1, y0=lo, y1=hi, fillcolor="#888", opacity=0.15, line_width=0
             )
+            reach += [lo, hi]
+        reach.append(line)
         fig.add_shape(type="line", x0=x0, x1=x1, y0=line, y1=line, line={"color": "#333", "dash": "dash"})
     fig.update_xaxes(type="category", categoryarray=labels, range=[-0.6, len(labels) - 0.4])
     fig.update_yaxes(title_text=spec.title)
+    if reach:  # a margin of air above and below, so a shaded margin never fills the whole panel
+        pad = 0.15 * (max(reach) - min(reach)) or 0.1 * abs(max(reach)) or 0.1
+        fig.update_yaxes(range=[min(reach) - pad, max(reach) + pad])
     if not any(t.y for t in fig.data):
         figures.empty(fig, "No finished seed with this number yet.")
     figures.apply_theme(fig, present, height=height)

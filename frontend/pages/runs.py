@@ -150,7 +150,7 @@ def layout(present: str | None = None, **params: str) -> html.Div:
                     html.Div(PICK_ONE, id=ids.RUNS_LABELS_WHICH, className="muted"),
                     dcc.Store(id=ids.RUNS_LABELS_RUN),
                 ],
-                className="runs-labels",
+                className="controls runs-labels",
             ),
             dcc.Interval(id=ids.RUNS_POLL, interval=5000),
             *components.page_stores(None, {k: params.get(k) for k, _, _ in FILTERS}),

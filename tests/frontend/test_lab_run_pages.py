@@ -264,3 +264,22 @@ def test_the_runs_table_edits_the_ticked_runs_name_tags_and_note_through_the_sam
 
     api.label = refuse
     assert "owner" in runs_page.on_save_labels(3, "r1", "x", "", "", None)
+
+
+def test_change_now_asks_the_api_and_shows_its_refusal_through_the_shared_helper(pages):
+    from frontend import fork_view
+
+    app, api, lab, run = pages
+    sent: list[tuple[str, dict]] = []
+    api.intervene = lambda rid, changes: sent.append((rid, changes)) or {}
+    assert (
+        fork_view.on_change_now(1, None, None, 0.1, None, None) == "Pick the run: click a point of its curve."
+    )
+    assert fork_view.on_change_now(1, "r1", "r9", 0.1, None, None).startswith("Asked:")
+    assert sent == [("r1", {"lr": 0.1})]  # the Run page's run wins over the clicked one
+
+    def refuse(rid, changes):
+        raise ApiError(409, "Run r1 has ended; fork it instead.")
+
+    api.intervene = refuse
+    assert fork_view.on_change_now(2, None, "r9", None, 0.0, None) == "Run r1 has ended; fork it instead."

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import plotly.graph_objects as go
 
-from frontend import figures, group_view
+from frontend import figures
 from normlab.arms import START, is_number
 from normlab.claim_kinds import QUANTITY, Quantity
 from normlab.claim_rules import EDGE_REL, LINE_REL, interval
@@ -96,7 +96,7 @@ def judged_figure(
     for k, arm in enumerate(group.arms):
         nums = arm_numbers(arm, key)
         reach += nums["values"] + (nums["interval"] or [])
-        color = group_view.arm_color(arm, k)  # the arm's colour in its bands
+        color = figures.arm_color(arm.spec.get("norm"), k)  # the arm's colour in its bands
         if nums["values"]:
             fig.add_trace(
                 go.Scatter(
@@ -146,7 +146,9 @@ def judged_figure(
         figures.empty(fig, "No finished seed with this number yet.")
     figures.apply_theme(fig, present, height=height)
     fig.update_layout(
-        showlegend=False, margin={"l": 70, "r": 10, "t": 10, "b": 40}, uirevision=f"judged-{key}"
+        showlegend=False,
+        margin={"l": 100 if present else 70, "r": 10, "t": 10, "b": 60 if present else 40},
+        uirevision=f"judged-{key}",
     )
     figure: dict[str, Any] = fig.to_plotly_json()
     return figure

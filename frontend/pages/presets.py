@@ -221,15 +221,7 @@ def judged_graphs(group: GroupPublic) -> list[Component]:
     # fixed heights, so the card grows by exactly the plots (a responsive plot sized itself after the
     # card had been laid out, and ran over the card below)
     config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
-    out: list[Component] = [
-        dcc.Graph(
-            figure=judged_figure.judged_figure(group, key, height=240),
-            config=config,
-            style={"height": "240px"},
-            className=f"preset-judged judged-{key}",
-        )
-        for key in judged_figure.trace_keys(group)
-    ]
+    out: list[Component] = [group_view.judged_graph(group, key) for key in judged_figure.trace_keys(group)]
     if judged_figure.draws_bands(group):
         out.insert(
             0,

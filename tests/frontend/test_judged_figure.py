@@ -130,3 +130,16 @@ def test_the_card_draws_the_judged_figure_for_edge_of_stability():
     group = _group("edge-of-stability", {"eta_lambda_late": ETA_LAMBDA})
     graphs = presets.judged_graphs(group)
     assert [g.className for g in graphs] == ["preset-judged judged-eta_lambda_late"]
+
+
+def test_compares_group_card_draws_the_judged_figure_beside_its_bands():
+    from frontend import group_view, ids
+
+    group = _group("edge-of-stability", {"eta_lambda_late": ETA_LAMBDA})
+    card = group_view.group_card(group, ids.GROUP_IDS, present=True)
+    classes = [getattr(c, "className", None) for c in card]
+    assert "graph" in classes and "preset-judged judged-eta_lambda_late" in classes
+    judged = card[classes.index("preset-judged judged-eta_lambda_late")]
+    # presentation mode: the figure's own height, large type
+    assert judged.style == {"height": f"{judged.figure['layout']['height']}px"}
+    assert judged.figure["layout"]["font"]["size"] == 20

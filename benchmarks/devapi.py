@@ -123,7 +123,11 @@ class DevAPI:
         @app.get("/api/presets")
         def presets():
             latest = getattr(self, "latest_presets", {})  # filled by devapi_groups' launches
-            return [{**p.public(), "latest_group": latest.get(p.name)} for p in PRESETS.values()]
+            estimates = getattr(self, "preset_estimates", {})  # set by a test: {preset: estimate}
+            return [
+                {**p.public(), "latest_group": latest.get(p.name), "estimate": estimates.get(p.name)}
+                for p in PRESETS.values()
+            ]
 
         @app.get("/api/invariance", response_model=Table1)
         def invariance():

@@ -27,6 +27,7 @@ async def train(api: Any, rid: str) -> None:
     t0 = time.time()
     probes = spec["probes"]["enabled"]
     T = spec.get("seq_len") or 12
+    series: list[dict[str, Any]] = []
     for step in range(log_every, steps + 1, log_every):
         await asyncio.sleep(1.0 / api.rate)
         if run["status"] == RunStatus.CANCELLED:
@@ -65,6 +66,15 @@ async def train(api: Any, rid: str) -> None:
             )
         if probes and step % spec["probes"]["fisher_every"] < log_every:
             wn = 1 + step / steps
+            # the summary's per-estimate series (what a group's hidden-state figures are computed
+            # from): η·λ_max(H) rising to the edge of stability at 2 when the spec asks for the Hessian
+            sharp = 2.0 * (1 - math.exp(-5 * step / steps)) * (1 + 0.03 * rng.gauss(0, 1))
+            series.append(
+                {
+                    "eta_hessian_lambda_max": sharp if spec["probes"].get("hessian") else None,
+                    "weight_sets": [{"name": "rnn.0.ih.weight", "effective_lr": spec["lr"] / wn**2}],
+                }
+            )
             api._emit(
                 rid,
                 "fisher",
@@ -107,6 +117,7 @@ async def train(api: Any, rid: str) -> None:
         },
         "step": steps,
         "wall_time": time.time() - t0,
+        "probes": {"fisher_series": series} if probes else None,
     }
     run["status"], run["finished_at"] = RunStatus.COMPLETED, datetime.now(UTC).isoformat()
     api._emit(rid, "status", steps, {"status": RunStatus.COMPLETED, "metrics": run["summary"]["metrics"]})

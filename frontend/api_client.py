@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,6 +26,16 @@ class ApiError(Exception):
         self.status = status
         self.detail = detail
         self.fields = fields or {}
+
+
+def attempt(call: Callable[[], object], done: str) -> str:
+    """One action's message for a page: `done` when the API call succeeded, else the API's refusal as
+    it words it (not the owner, a bad value: what to change)."""
+    try:
+        call()
+    except ApiError as exc:
+        return exc.detail
+    return done
 
 
 class ApiClient:

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend.smoothing import SMOOTHED_PANELS, format_elapsed, hovertemplate
-from normlab_client.catalog import TASKS
+from normlab_client.catalog import NORMS, TASKS
 from normlab_client.events import TERMINAL_STATUSES, RunStatus
 from normlab_client.palette import (
     NORM_COLORS,  # one colour per normalizer, shared with normlab_client
@@ -64,6 +64,11 @@ def log_ticks(values: Iterable[float | None]) -> dict[str, Any]:
 
 def norm_color(norm: str) -> str:
     return NORM_COLORS.get(norm, "#7F7F7F")
+
+
+def arm_color(norm: Any, index: int) -> str:
+    """A group arm's colour: its normalizer's, else the index-th of the ordinal palette."""
+    return norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
 
 
 def metric_key(task: str) -> str | None:
@@ -380,7 +385,17 @@ def curves_figure(
         ({"l": 90, "r": 30, "t": 50, "b": 150} if present else {"l": 66, "r": 24, "t": 50, "b": 110}),
     )
     below_px = 78 if present else 58
+    # room below for every row of the legend (plotly pushes a legend that overflows the figure up, over
+    # the x titles): rows of about two entries presented, three otherwise; the plot keeps its height
+    shown = sum(1 for t in fig.data if t.showlegend is not False)
+    row_px, per_row = (32, 2) if present else (22, 3)
+    rows = -(-shown // per_row)
+    need = below_px + 12 + row_px * rows
+    if need > margin["b"]:
+        height += need - margin["b"]
+        margin["b"] = need
     fig.update_layout(
+        height=height,
         margin=margin,
         legend={"y": -below_px / (height - margin["t"] - margin["b"]), "yanchor": "top"},
     )

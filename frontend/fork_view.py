@@ -13,7 +13,7 @@ from dash import Input, Output, State, callback, clientside_callback, dcc, html,
 from dash.development.base_component import Component
 
 from frontend import data, ids
-from frontend.api_client import ApiError
+from frontend.api_client import ApiError, attempt
 from frontend.auth_box import TOKEN_STORE
 
 NORMS = ["none", "layer", "rms", "batch", "weight"]
@@ -261,8 +261,7 @@ def on_change_now(
     if not run_id:
         return "Pick the run: click a point of its curve."
     changes = {k: v for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None}
-    try:
-        data.api(token).intervene(run_id, changes)
-    except ApiError as exc:
-        return exc.detail
-    return "Asked: the run changes at its next step (a marker shows where)."
+    return attempt(
+        lambda: data.api(token).intervene(run_id, changes),
+        "Asked: the run changes at its next step (a marker shows where).",
+    )

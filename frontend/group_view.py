@@ -12,10 +12,9 @@ from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
 from dash.development.base_component import Component
 
-from frontend import claim_view, components, figures, map_figure
-from frontend.figures import ORDINAL_COLORS, apply_theme
-from normlab_client.catalog import NORMS
-from normlab_client.group_models import Arm, GroupPublic
+from frontend import claim_view, components, figures, judged_figure, map_figure
+from frontend.figures import apply_theme
+from normlab_client.group_models import Arm, GroupPublic, TraceName
 
 claim_text = claim_view.claim_text  # the pages' one wording of a verdict
 
@@ -59,9 +58,9 @@ def verdicts(group: GroupPublic, expect: bool = True) -> list[Component]:
     return out
 
 
-def _arm_color(arm: Arm, index: int) -> str:
-    norm = arm.spec.get("norm")
-    return figures.norm_color(norm) if norm in NORMS else ORDINAL_COLORS[index % len(ORDINAL_COLORS)]
+def arm_color(arm: Arm, index: int) -> str:
+    """An arm's colour on every card: its normalizer's, else the index-th of the ordinal palette."""
+    return figures.arm_color(arm.spec.get("norm"), index)
 
 
 def band_figure(group: GroupPublic, present: bool = False, height: int = 360) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def band_figure(group: GroupPublic, present: bool = False, height: int = 360) ->
         steps, mean, std = arm.curve.steps, arm.curve.mean, arm.curve.std
         if not steps:
             continue
-        color = _arm_color(arm, k)
+        color = arm_color(arm, k)
         lo = [m - s for m, s in zip(mean, std, strict=False)]
         hi = [m + s for m, s in zip(mean, std, strict=False)]
         fig.add_trace(
@@ -180,6 +179,19 @@ def results_table(group: GroupPublic, table_id: str) -> DataTable:
     )
 
 
+def judged_graph(group: GroupPublic, key: TraceName, present: bool = False, height: int = 240) -> dcc.Graph:
+    """One hidden-state figure the group's claims judge, per arm (frontend/judged_figure.py), at a fixed
+    height (a responsive plot sized itself after its card had been laid out, and ran over the next)."""
+    config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
+    total = height + (120 if present else 0)  # apply_theme's presentation height
+    return dcc.Graph(
+        figure=judged_figure.judged_figure(group, key, present, height=height),
+        config=config,
+        style={"height": f"{total}px"},
+        className=f"preset-judged judged-{key}",
+    )
+
+
 def group_card(group: GroupPublic, ids_: dict[str, str], present: bool = False) -> list[Component]:
     """The group's card on Compare: title, verdicts, bands, and (a sweep) the results table."""
     title = group.title or (f"Sweep over {', '.join(group.varied)}" if group.varied else "Group")
@@ -195,6 +207,8 @@ def group_card(group: GroupPublic, ids_: dict[str, str], present: bool = False) 
     ]
     if group.map is not None:  # a map preset: its effect per axis value beside the bands
         out.append(map_figure.map_graph(group.map))
+    # a claim on a hidden-state figure (η·λ_max, the angular update, …): that figure per arm
+    out += [judged_graph(group, key, present) for key in judged_figure.trace_keys(group)]
     if group.kind != "preset":
         out.append(
             html.Div(results_table(group, ids_["table"]), id=ids_["table_box"], className="table-card")

@@ -63,6 +63,13 @@ RUNS_COMPARE = "runs-compare"
 RUNS_CANCEL = "runs-cancel"
 RUNS_DELETE = "runs-delete"
 RUNS_MESSAGE = "runs-message"
+RUNS_NAME = "runs-name"  # the selected run's name, tags and note, editable (frontend/run_labels.py)
+RUNS_TAGS = "runs-tags"
+RUNS_NOTE = "runs-note"
+RUNS_LABELS_SAVE = "runs-labels-save"
+RUNS_LABELS_MESSAGE = "runs-labels-message"
+RUNS_LABELS_RUN = "runs-labels-run"  # dcc.Store: the id of the run whose fields are shown
+RUNS_LABELS_WHICH = "runs-labels-which"  # which run the fields belong to, or how to pick one
 
 # Compare
 CMP_RUNS = "cmp-runs"

@@ -153,6 +153,7 @@ def run_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "owner": r.get("owner") or "",
                 "name": r.get("name") or "",
                 "tags": ", ".join(r.get("tags") or []),
+                "note": r.get("note") or "",  # no column: the edit card below the table shows it
                 "group": group_link(r.get("group_id")),
                 "created": when(r.get("created_at")),
                 **final_results(r),

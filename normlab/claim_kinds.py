@@ -47,7 +47,27 @@ class Context:
     base_spec: RunSpec | None
 
 
-def per_seed(arm: CellResult, key: Literal["value", "auc"] | TraceName) -> dict[int, float | None]:
+Quantity = Literal["value", "auc"] | TraceName
+
+# what each kind judges, per seed: the final metric, the area under its curve, or a hidden-state figure
+# (normlab.arms.trace_stats); the Presets page draws this quantity on a preset's card
+QUANTITY: dict[str, Quantity] = {
+    "better": "value",
+    "close": "value",
+    "gap": "value",
+    "best": "value",
+    "trains": "value",
+    "chance": "value",
+    "faster": "auc",
+    "steadier": "hidden_spread_late",
+    "gradient": "grad_orders",
+    "decays": "elr_orders",
+    "equilibrium": "angular_late",
+    "edge": "eta_lambda_late",
+}
+
+
+def per_seed(arm: CellResult, key: Quantity) -> dict[int, float | None]:
     vals: list[float | None]
     if key == "value":
         vals = arm.values
@@ -68,7 +88,7 @@ def directional(
     claim: str,
     a: CellResult,
     b: CellResult,
-    key: Literal["value", "auc"] | TraceName,
+    key: Quantity,
     lower: bool,
     what: str,
 ) -> PairedClaim:
@@ -109,21 +129,21 @@ def _faster(labels: list[str], ctx: Context) -> AnyClaim:
     a, b = labels
     what = f"{a}'s curve {'lower' if ctx.lower else 'higher'}"
     claim = f"{a} converges faster than {b}"
-    return directional("faster", claim, ctx.arms[a], ctx.arms[b], "auc", ctx.lower, what)
+    return directional("faster", claim, ctx.arms[a], ctx.arms[b], QUANTITY["faster"], ctx.lower, what)
 
 
 def _steadier(labels: list[str], ctx: Context) -> AnyClaim:
     a, b = labels
     claim = f"{a} steadier than {b} (‖h_t‖ max ÷ min over t ≥ {START})"
     arms = ctx.arms
-    return directional("steadier", claim, arms[a], arms[b], "hidden_spread_late", True, f"{a} steadier")
+    return directional("steadier", claim, arms[a], arms[b], QUANTITY["steadier"], True, f"{a} steadier")
 
 
 def _gradient(labels: list[str], ctx: Context) -> AnyClaim:
     a, b = labels
     claim = f"‖∂ℓ/∂h_t‖ vanishes less over time with {a} than with {b}"
     what = f"{a} vanishes less"
-    return directional("gradient", claim, ctx.arms[a], ctx.arms[b], "grad_orders", True, what)
+    return directional("gradient", claim, ctx.arms[a], ctx.arms[b], QUANTITY["gradient"], True, what)
 
 
 def _below(diffs: list[float], seeds: int, what: str) -> dict[str, Any]:
@@ -174,7 +194,7 @@ def _trains(labels: list[str], ctx: Context) -> AnyClaim:
 
 def _decays(labels: list[str], ctx: Context) -> AnyClaim:
     (a,) = labels
-    by_seed = per_seed(ctx.arms[a], "elr_orders")
+    by_seed = per_seed(ctx.arms[a], QUANTITY["decays"])
     orders = [v for v in by_seed.values() if is_number(v)]
     return DecaysClaim(
         claim=f"{a}: η/‖w‖² decays",
@@ -215,15 +235,15 @@ def _close(labels: list[str], ctx: Context) -> AnyClaim:
 
 def _line(labels: list[str], ctx: Context, kind: Literal["equilibrium", "edge"]) -> AnyClaim:
     (a,) = labels
-    key: TraceName
+    key: Quantity
     line: float | None
     if kind == "equilibrium":
         spec = ctx.arms[a].spec
         lr, wd, mom = (spec.get(k) for k in ("lr", "weight_decay", "momentum"))
         line = angular_equilibrium(lr, wd, mom or 0.0) if lr and wd else None
-        key, what, margin = "angular_late", f"{a}: angular update at √(2ηλ/(1+μ))", LINE_REL
+        key, what, margin = QUANTITY["equilibrium"], f"{a}: angular update at √(2ηλ/(1+μ))", LINE_REL
     else:
-        line, key, what = 2.0, "eta_lambda_late", f"{a}: η·λ_max(H) at the edge of stability (2)"
+        line, key, what = 2.0, QUANTITY["edge"], f"{a}: η·λ_max(H) at the edge of stability (2)"
         margin = EDGE_REL
     per = per_seed(ctx.arms[a], key)
     ratios = [v / line - 1 for v in per.values() if is_number(v) and line]

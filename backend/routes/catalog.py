@@ -10,7 +10,8 @@ from fastapi import APIRouter
 
 from backend.deps import SettingsDep, StoreDep
 from normlab.api_catalog import build_catalog
-from normlab.presets import PRESETS
+from normlab.estimates import Launch, estimate
+from normlab.presets import PRESETS, Preset
 from normlab.table1 import REGISTERED_FILE, RegisteredRows, Table1, computed_table, with_registered
 from normlab_client.norms import registered
 
@@ -25,9 +26,24 @@ def catalog(settings: SettingsDep) -> dict[str, Any]:
 @router.get("/presets")
 def presets(store: StoreDep) -> list[dict[str, Any]]:
     """The paper-figure presets (normlab/presets.py, torch-free), in the registry's order, each with the
-    group id of its latest launch on this server ("latest_group", None if never launched)."""
+    group id of its latest launch on this server ("latest_group", None if never launched) and how long a
+    launch takes here ("estimate": normlab.estimates, from earlier launches' measured run times; None
+    before any run of it completed here)."""
     latest = store.latest_preset_groups()
-    return [{**preset.public(), "latest_group": latest.get(name)} for name, preset in PRESETS.items()]
+    times = store.preset_launch_times()
+    return [
+        {
+            **preset.public(),
+            "latest_group": latest.get(name),
+            "estimate": _estimate(preset, times.get(name, [])),
+        }
+        for name, preset in PRESETS.items()
+    ]
+
+
+def _estimate(preset: Preset, launches: list[Launch]) -> dict[str, Any] | None:
+    found = estimate(preset.run_labels(), len(preset.seeds), launches)
+    return found.model_dump() if found is not None else None
 
 
 @router.get("/invariance")

@@ -75,6 +75,17 @@ class PresetLaunched(BaseModel):
     run_ids: list[str]
 
 
+class PresetEstimate(BaseModel):
+    """How long a preset takes on this server, from the measured run times of its earlier launches here
+    as the preset defines them (no steps override, no swapped normalizer); `GET /api/presets` gives None
+    for a preset none of whose runs has completed here yet: no estimate is invented."""
+
+    measured: int  # completed runs of those launches, each timed from its start to its end
+    run_s: float  # their median seconds
+    one_worker_s: float  # Σ over a launch's runs of its arm's median (an arm never timed: run_s)
+    last_launch_s: float | None  # the latest such launch that completed whole: first start → last end
+
+
 class StoredGroupError(ValueError):
     """A stored group (its metadata, or one of its runs) that this release cannot read; the message names
     the group, the run and the fields."""

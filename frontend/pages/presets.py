@@ -14,10 +14,21 @@ import dash
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
-from frontend import components, data, figures, group_view, ids, logic, map_figure, replication_panel
+from frontend import (
+    components,
+    data,
+    figures,
+    group_view,
+    ids,
+    judged_figure,
+    logic,
+    map_figure,
+    replication_panel,
+    smoothing,
+)
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
-from normlab_client.group_models import GroupPublic
+from normlab_client.group_models import GroupPublic, PresetEstimate
 
 
 def preset_card(p: dict[str, Any]) -> html.Div:
@@ -41,6 +52,7 @@ def preset_card(p: dict[str, Any]) -> html.Div:
             html.Div(chips, className="chips"),
             html.Div(f"Expect: {p['expect']}" if p.get("expect") else "", className="expect"),
             setup_details(p),
+            html.Div(estimate_text(p), className="muted estimate"),
             html.Button(
                 f"Start {len(p['runs'])} runs × {len(seeds)} seeds",
                 id={"type": ids.PRESET_START, "name": p["name"]},
@@ -52,6 +64,24 @@ def preset_card(p: dict[str, Any]) -> html.Div:
             *replication_panel.card_part(p["name"]),
         ],
     )
+
+
+def estimate_text(p: dict[str, Any]) -> str:
+    """The card's duration line before Start, from the server's measured run times of earlier launches
+    (`GET /api/presets` "estimate", normlab.estimates), or "no estimate yet" when none was measured."""
+    runs = len(p["runs"]) * len(p.get("seeds") or [0])
+    found = p.get("estimate")
+    if not found:
+        return f"Duration here: no estimate yet (none of its runs has completed on this server); {runs} runs."
+    est = PresetEstimate.model_validate(found)
+    per_run = smoothing.format_elapsed(est.run_s)
+    one = components.format_wait(est.one_worker_s)
+    one = one if one.startswith("under") else f"about {one}"
+    text = f"Duration here: {one} on one worker ({runs} runs, median {per_run} each"
+    text += f", from {est.measured} timed run{'s' if est.measured != 1 else ''})"
+    if est.last_launch_s is not None:
+        text += f"; the last full launch took {smoothing.format_elapsed(est.last_launch_s)} here"
+    return text + "."
 
 
 def setup_details(p: dict[str, Any]) -> html.Details | str:
@@ -178,20 +208,31 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    drawn: Component
+    return [*judged_graphs(group), *group_view.verdicts(group, expect=False), link]
+
+
+def judged_graphs(group: GroupPublic) -> list[Component]:
+    """What the card draws: the quantity its claims judge. A map: Δ per axis value; a claim on a
+    hidden-state figure (η·λ_max, the angular update, …): that figure per arm, seeds, mean and its
+    interval beside the claim's line (frontend/judged_figure.py); a claim on the final metric or its
+    curve: the metric's mean ± std bands along training."""
     if group.map is not None:
-        drawn = map_figure.map_graph(group.map)
-    else:
-        # a fixed height, so the card grows by exactly the plot (a responsive plot sized itself after
-        # the card had been laid out, and ran over the card below)
-        config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
-        drawn = dcc.Graph(
-            figure=group_view.band_figure(group, height=300),
-            config=config,
-            style={"height": "300px"},
-            className="preset-bands",
+        return [map_figure.map_graph(group.map)]
+    # fixed heights, so the card grows by exactly the plots (a responsive plot sized itself after the
+    # card had been laid out, and ran over the card below)
+    config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
+    out: list[Component] = [group_view.judged_graph(group, key) for key in judged_figure.trace_keys(group)]
+    if judged_figure.draws_bands(group):
+        out.insert(
+            0,
+            dcc.Graph(
+                figure=group_view.band_figure(group, height=300),
+                config=config,
+                style={"height": "300px"},
+                className="preset-bands",
+            ),
         )
-    return [drawn, *group_view.verdicts(group, expect=False), link]
+    return out
 
 
 @callback(

@@ -1,4 +1,5 @@
-"""Runs: the shared results browser — filter, sort, status badges, select to compare, cancel, delete.
+"""Runs: the shared results browser — filter, sort, status badges, select to compare, cancel, delete;
+tick one run to edit its name, tags and note (its owner or an admin: frontend/run_labels.py).
 
 The results are numeric columns (val loss, accuracy / bpc / mse, steps/s, wall time): they sort as
 numbers; a metric column no listed run has is left out."""
@@ -12,7 +13,7 @@ from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
 
-from frontend import components, data, ids, logic, status
+from frontend import components, data, ids, logic, run_labels, status
 from frontend.api_client import ApiError
 from frontend.auth_box import TOKEN_STORE
 from normlab_client.catalog import NORMS, TASKS
@@ -143,6 +144,14 @@ def layout(present: str | None = None, **params: str) -> html.Div:
                 ],
             ),
             html.Div(table, className="card table-card"),
+            html.Div(
+                [
+                    run_labels.labels_card({}, run_labels.RUNS_PAGE, "Name, tags and note of the ticked run"),
+                    html.Div(PICK_ONE, id=ids.RUNS_LABELS_WHICH, className="muted"),
+                    dcc.Store(id=ids.RUNS_LABELS_RUN),
+                ],
+                className="controls runs-labels",
+            ),
             dcc.Interval(id=ids.RUNS_POLL, interval=5000),
             *components.page_stores(None, {k: params.get(k) for k, _, _ in FILTERS}),
         ],
@@ -221,6 +230,64 @@ def sort_within_task(sort_by: list[dict[str, str]] | None, rows: list[dict[str, 
 def compare_href(selected: list[int] | None, rows: list[dict[str, Any]] | None) -> str:
     chosen = [rows[i]["id"] for i in (selected or []) if rows and i < len(rows)]
     return "/compare" + logic.encode_query({"runs": chosen})
+
+
+PICK_ONE = "Tick one run in the table to edit its name, tags and note."
+
+
+@callback(
+    Output(ids.RUNS_NAME, "value"),
+    Output(ids.RUNS_TAGS, "value"),
+    Output(ids.RUNS_NOTE, "value"),
+    Output(ids.RUNS_LABELS_RUN, "data"),
+    Output(ids.RUNS_LABELS_WHICH, "children"),
+    Input(ids.RUNS_TABLE, "selected_rows"),
+    State(ids.RUNS_TABLE, "data"),
+    State(ids.RUNS_LABELS_RUN, "data"),
+    prevent_initial_call=True,
+)
+def on_pick(
+    selected: list[int] | None, rows: list[dict[str, Any]] | None, shown: str | None
+) -> tuple[object, ...]:
+    """The ticked run's name, tags and note in the fields (one run ticked); a poll that keeps the same
+    run ticked leaves the fields as they are, so an edit in progress is never overwritten."""
+    chosen = [rows[i] for i in (selected or []) if rows and i < len(rows)]
+    if len(chosen) != 1:
+        return "", "", "", None, PICK_ONE
+    row = chosen[0]
+    if row["id"] == shown:
+        return (no_update,) * 5
+    which = f"Editing {row['id']}" + (f" ({row['name']})" if row.get("name") else "") + "."
+    return (
+        row.get("name") or "",
+        run_labels.tags_text(row.get("tags")),
+        row.get("note") or "",
+        row["id"],
+        which,
+    )
+
+
+@callback(
+    Output(ids.RUNS_LABELS_MESSAGE, "children"),
+    Input(ids.RUNS_LABELS_SAVE, "n_clicks"),
+    State(ids.RUNS_LABELS_RUN, "data"),
+    State(ids.RUNS_NAME, "value"),
+    State(ids.RUNS_TAGS, "value"),
+    State(ids.RUNS_NOTE, "value"),
+    State(TOKEN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def on_save_labels(
+    _n: int | None,
+    run_id: str | None,
+    name: str | None,
+    tags: str | None,
+    note: str | None,
+    token: str | None,
+) -> str:
+    if not run_id:
+        return PICK_ONE
+    return run_labels.save(run_id, name, tags, note, token)
 
 
 def act(which: str, rows: list[dict[str, Any]], token: str | None = None) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, insert, select
 
-from normlab.store.schema import groups
+from normlab.estimates import Launch, TimedRun
+from normlab.store.schema import groups, runs
 from normlab_client.group_models import (
     GroupMeta,
     PlainMeta,
@@ -87,6 +88,43 @@ class GroupsMixin:
             ).all()
         # the latest launch wins
         return {preset: gid for preset, gid, meta in rows if preset and not _is_fresh(meta)}
+
+    def preset_launch_times(self) -> dict[str, list[Launch]]:
+        """{preset: its launches as the preset defines them (no steps override, no swap), each run with
+        its arm, status and start and end times}: what `normlab.estimates.estimate` reduces. Groups whose
+        metadata cannot be read are left out."""
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(groups.c.id, groups.c.preset, groups.c.meta, groups.c.created_at).where(
+                    groups.c.kind == "preset"
+                )
+            ).all()
+            launches: dict[str, tuple[str, PresetMeta, float]] = {}
+            for gid, preset, text, created in found:
+                try:
+                    meta = read_meta(gid, text)
+                except StoredGroupError:
+                    continue
+                if preset and isinstance(meta, PresetMeta) and meta.steps is None and not meta.swap:
+                    launches[gid] = (preset, meta, created)
+            rows = (
+                conn.execute(
+                    select(
+                        runs.c.group_id, runs.c.id, runs.c.status, runs.c.started_at, runs.c.finished_at
+                    ).where(runs.c.group_id.in_(list(launches)))
+                ).all()
+                if launches
+                else []
+            )
+        timed: dict[str, list[TimedRun]] = {}
+        for gid, rid, status, started, finished in rows:
+            label = launches[gid][1].labels.get(rid)
+            if label is not None:
+                timed.setdefault(gid, []).append(TimedRun(label, status, started, finished))
+        out: dict[str, list[Launch]] = {}
+        for gid, (preset, _meta, created) in launches.items():
+            out.setdefault(preset, []).append(Launch(created, timed.get(gid, [])))
+        return out
 
     def preset_groups(self, preset: str) -> list[GroupRow]:
         """Every launch of `preset`, oldest first (a group whose metadata cannot be read is left out)."""

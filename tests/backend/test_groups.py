@@ -304,3 +304,44 @@ def test_a_stored_run_summary_of_the_wrong_type_is_named_in_a_409(app, client):
     assert r.status_code == 409 and body["group_id"] in r.json()["detail"]
     assert bad in r.json()["detail"] and "metrics.val_loss" in r.json()["detail"]
     assert app.state.store.get_run(bad) is not None
+
+
+def test_presets_carry_a_duration_estimate_from_measured_runs_of_earlier_launches_and_none_before(
+    app, client
+):
+    from sqlalchemy import update
+
+    from normlab.store.schema import runs as runs_table
+
+    def estimates():
+        return {p["name"]: p["estimate"] for p in client.get("/api/presets").json()}
+
+    assert estimates()["fig6-batch4"] is None  # nothing measured: no estimate invented
+    preset = PRESETS["fig6-batch4"]
+    launched = client.post("/api/presets/fig6-batch4", json={"seeds": [0, 1]}).json()
+    # a launch with a steps override does different work: its runs never count
+    shortened = client.post("/api/presets/fig6-batch4", json={"seeds": [0, 1], "steps": 10}).json()
+    norms = {x["id"]: x["spec"]["norm"] for x in client.get("/api/runs").json()["items"]}
+    seconds = {"batch": [30.0, 50.0], "layer": [20.0, 20.0]}
+    spans = {}
+    for group in (launched, shortened):
+        for k, run_id in enumerate(group["run_ids"]):
+            finish(app, run_id, [(5, 2.0), (10, 1.0)])
+            done = sum(norms[r] == norms[run_id] for r in spans if r in group["run_ids"])
+            span = seconds[norms[run_id]][done] if group is launched else 1000.0
+            spans[run_id] = (1000.0 + k, 1000.0 + k + span)
+            with app.state.store.engine.begin() as conn:
+                conn.execute(
+                    update(runs_table)
+                    .where(runs_table.c.id == run_id)
+                    .values(started_at=spans[run_id][0], finished_at=spans[run_id][1])
+                )
+    est = estimates()["fig6-batch4"]
+    assert est["measured"] == 4
+    assert est["run_s"] == pytest.approx(25.0)  # median of 30, 50, 20, 20
+    # the preset's own seeds × (batch's median 40 + layer's median 20)
+    assert est["one_worker_s"] == pytest.approx(len(preset.seeds) * 60.0)
+    # the launch as it ran here: its first start (1000) to its last end
+    ends = [spans[r][1] for r in launched["run_ids"]]
+    assert est["last_launch_s"] == pytest.approx(max(ends) - 1000.0) and max(ends) > 1050.0
+    assert estimates()["online"] is None

@@ -28,3 +28,38 @@ def test_a_map_draws_its_points_as_runs_end(page, shot, dev_server):
         assert not page.errors, page.errors
     finally:
         dev_server.api.rate = 25.0
+
+
+JUDGED = "document.querySelector('.preset.card .judged-eta_lambda_late .js-plotly-plot')"
+
+
+def test_edge_of_stability_draws_eta_lambda_at_2_and_states_its_duration_before_start(page, shot, dev_server):
+    dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
+    dev_server.api.preset_estimates = {
+        "edge-of-stability": {"measured": 10, "run_s": 42.0, "one_worker_s": 420.0, "last_launch_s": 200.0}
+    }
+    try:
+        page.goto(f"{dev_server.url}/presets")
+        card = page.locator(".preset.card").filter(has_text="Edge of stability")
+        # the estimate from the server's measured runs, before Start; a preset never run here has none
+        assert "about 7 min on one worker (10 runs, median 42.0 s each" in card.inner_text()
+        other = page.locator(".preset.card").filter(has_text="Pre-LN vs post-LN")
+        assert "no estimate yet" in other.inner_text()
+        card.get_by_role("button", name="Start 2 runs × 5 seeds").click()
+        # the card draws what its claims judge: η·λ_max per arm (not the MSE bands), with the edge at 2
+        page.wait_for_function(
+            f"() => {JUDGED} && {JUDGED}.data.filter(t => (t.meta || '').endsWith(':mean')).length === 2",
+            timeout=60000,
+        )
+        title = page.evaluate(f"() => {JUDGED}.layout.yaxis.title.text")
+        assert "η·λ_max" in title
+        means = page.evaluate(f"() => {JUDGED}.data.filter(t => t.meta.endsWith(':mean')).map(t => t.y[0])")
+        assert all(1.5 < m < 2.5 for m in means), means
+        lines = page.evaluate(f"() => {JUDGED}.layout.shapes.filter(s => s.type === 'line').map(s => s.y0)")
+        assert lines == [2, 2]
+        assert card.locator(".preset-bands").count() == 0
+        shot(page, "preset-edge-of-stability")
+        assert not page.errors, page.errors
+    finally:
+        dev_server.api.rate = 25.0
+        dev_server.api.preset_estimates = {}

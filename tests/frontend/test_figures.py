@@ -210,3 +210,21 @@ def test_no_two_normalizers_share_a_hue_family_on_a_projector():
     for i, x in enumerate(colours):
         for y in colours[i + 1 :]:  # RGB distance: the old orange GroupNorm sat 67 from BatchNorm
             assert sum((p - q) ** 2 for p, q in zip(rgb(x), rgb(y), strict=True)) ** 0.5 > 70, (x, y)
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_the_legend_of_many_runs_gets_room_below_the_x_titles_and_the_plot_keeps_its_height(present):
+    def layout(n):
+        runs = [_run(f"r{i}", norm="layer" if i % 2 else "none", seed=i) for i in range(n)]
+        hist = {r["id"]: _history([1, 2], [2.0, 1.0]) for r in runs}
+        return figures.curves_figure(runs, hist, panels=["loss", "val"], present=present)[0]["layout"]
+
+    few, many = layout(2), layout(10)
+    row_px, per_row, below_px = (32, 2, 78) if present else (22, 3, 58)
+    rows = -(-10 // per_row)
+    # plotly pushes a legend that overflows the figure up over the x titles: the margin holds every row
+    assert many["margin"]["b"] >= below_px + row_px * rows
+    plot = many["height"] - many["margin"]["t"] - many["margin"]["b"]
+    assert plot == few["height"] - few["margin"]["t"] - few["margin"]["b"]
+    # the legend's top stays the same pixels under the plot
+    assert many["legend"]["y"] * plot == pytest.approx(-below_px)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+from dash import no_update
 
 from frontend import data, logic
 from frontend.api_client import ApiError
@@ -232,3 +233,53 @@ def test_the_run_page_saves_name_tags_and_note_through_the_api(pages, monkeypatc
 
     api.label = refuse
     assert "owner" in run_labels.on_save(2, "r1", "x", "", "", None)
+
+
+def test_the_runs_table_edits_the_ticked_runs_name_tags_and_note_through_the_same_path(pages):
+    from frontend import ids
+    from frontend.pages import runs as runs_page
+
+    app, api, lab, run = pages
+    sent: list[tuple[str, dict]] = []
+    api.label = lambda rid, body: sent.append((rid, body)) or {"id": rid}
+    page = runs_page.layout()
+    assert _find(page, ids.RUNS_NAME) is not None and _find(page, ids.RUNS_NOTE) is not None
+    rows = logic.run_rows(
+        [
+            {"id": "r1", "spec": {"task": "digits"}, "name": "base", "tags": ["a", "b"], "note": "hi"},
+            {"id": "r2", "spec": {"task": "digits"}},
+        ]
+    )
+    # one run ticked: its fields fill in; two (or none): a hint and no run to save to
+    assert runs_page.on_pick([0], rows, None) == ("base", "a, b", "hi", "r1", "Editing r1 (base).")
+    assert runs_page.on_pick([0, 1], rows, "r1")[3:] == (None, runs_page.PICK_ONE)
+    # the table's poll re-ticks the same run: the fields (an edit in progress) are left alone
+    assert all(v is no_update for v in runs_page.on_pick([0], rows, "r1"))
+    assert runs_page.on_save_labels(1, "r1", " renamed ", "a, c", "", None) == "Saved."
+    assert sent == [("r1", {"name": "renamed", "tags": ["a", "c"], "note": None})]
+    assert runs_page.on_save_labels(2, None, "x", "", "", None) == runs_page.PICK_ONE
+
+    def refuse(rid, body):
+        raise ApiError(403, "Only the run's owner or an admin may edit it.")
+
+    api.label = refuse
+    assert "owner" in runs_page.on_save_labels(3, "r1", "x", "", "", None)
+
+
+def test_change_now_asks_the_api_and_shows_its_refusal_through_the_shared_helper(pages):
+    from frontend import fork_view
+
+    app, api, lab, run = pages
+    sent: list[tuple[str, dict]] = []
+    api.intervene = lambda rid, changes: sent.append((rid, changes)) or {}
+    assert (
+        fork_view.on_change_now(1, None, None, 0.1, None, None) == "Pick the run: click a point of its curve."
+    )
+    assert fork_view.on_change_now(1, "r1", "r9", 0.1, None, None).startswith("Asked:")
+    assert sent == [("r1", {"lr": 0.1})]  # the Run page's run wins over the clicked one
+
+    def refuse(rid, changes):
+        raise ApiError(409, "Run r1 has ended; fork it instead.")
+
+    api.intervene = refuse
+    assert fork_view.on_change_now(2, None, "r9", None, 0.0, None) == "Run r1 has ended; fork it instead."

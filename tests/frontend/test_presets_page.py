@@ -49,3 +49,18 @@ def test_a_card_folds_in_its_setup_and_its_tuning_rule(page):
     first = presets[0]
     assert "Setup here and in the paper" in text and first["setup"][:40] in text
     assert f"normlab reproduce {first['name']} --tune" in text and first["tuning"]["rule"][:60] in text
+
+
+def test_a_card_says_no_estimate_yet_until_a_run_of_its_preset_was_timed_here(page):
+    p = json.loads(json.dumps(PRESETS["fig6-batch4"].public()))
+    runs = len(p["runs"]) * len(p["seeds"])
+    assert page.estimate_text({**p, "estimate": None}).startswith("Duration here: no estimate yet")
+    assert f"{runs} runs" in page.estimate_text(p)  # an API without the field: no estimate either
+    measured = {"measured": 4, "run_s": 25.0, "one_worker_s": 300.0, "last_launch_s": 131.0}
+    text = page.estimate_text({**p, "estimate": measured})
+    assert text == (
+        f"Duration here: about 5 min on one worker ({runs} runs, median 25.0 s each, from 4 timed runs); "
+        "the last full launch took 2 min 11 s here."
+    )
+    card = _text(page.preset_card({**p, "estimate": measured}))
+    assert text in card and card.index(text) < card.index("Start ")  # read before Start

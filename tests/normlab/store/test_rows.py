@@ -85,3 +85,28 @@ def test_the_union_has_one_member_per_event_kind():
     for m in members:
         kind = m.model_fields["kind"].annotation.__args__[0]
         assert m.model_fields["payload"].annotation is PAYLOADS[kind]
+
+
+def test_preset_launch_times_read_each_launchs_runs_with_their_arm_on_either_database(db_url):
+    from sqlalchemy import update
+
+    from normlab.groups import preset_meta
+
+    store = Store(db_url)
+    try:
+        spec = RunSpec(task="digits", steps=5).resolved().model_dump(mode="json")
+        store.create_runs([{"id": i, "spec": spec, "group_id": "g1"} for i in ("a1", "b1")])
+        store.create_runs([{"id": "c1", "spec": spec, "group_id": "g2"}])
+        store.put_group("g1", preset_meta("fig6", {"a1": "LN", "b1": "BN"}, None))
+        store.put_group("g2", preset_meta("fig6", {"c1": "LN"}, 10))  # a steps override: left out
+        with store.engine.begin() as conn:
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == "a1")
+                .values(status="completed", started_at=5.0, finished_at=9.0)
+            )
+        (launch,) = store.preset_launch_times()["fig6"]
+        timed = {r.label: (r.status, r.seconds()) for r in launch.runs}
+        assert timed == {"LN": ("completed", 4.0), "BN": ("queued", None)}
+    finally:
+        store.dispose()

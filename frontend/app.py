@@ -19,7 +19,7 @@ import flask
 from dash import ClientsideFunction, Input, Output, State, dcc, html
 from dash.development.base_component import Component
 
-from frontend import auth_box, embed, ids
+from frontend import auth_box, embed, fork_view, ids, replication_panel, run_labels
 from normlab.settings import Settings
 
 HERE = Path(__file__).parent
@@ -197,6 +197,12 @@ def create_app(settings: Settings | None = None, *, api_base: str | None = None)
     app.layout = shell  # per request: the first page comes with the layout (routed_container)
     _register_shell(app)
     auth_box.register(app)  # the token box of a shared lab server
+    # The callbacks of modules several pages share, on every app: as module-level @callback decorators
+    # they reached only the first app built in a process (these modules are imported once; the pages
+    # afresh for each app), and a second app's forms and records did nothing.
+    fork_view.register(app)
+    run_labels.register(app)
+    replication_panel.register(app)
     embed.install(app.server)  # /embed/... pages, and frame headers for every page
     return app
 

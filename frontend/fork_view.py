@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dash import Input, Output, State, callback, clientside_callback, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 from dash.development.base_component import Component
 
 from frontend import data, ids
@@ -127,34 +127,6 @@ def _joined(items: Sequence[Component | str]) -> list[Component | str]:
     return out
 
 
-# The clicked point's step (its hover data carries [step, wall time, value] in either x mode) and the
-# run its trace belongs to (the trace's legend group), read in the browser: no figure round trip.
-clientside_callback(
-    """function (click) {
-        var p = click && click.points && click.points[0];
-        if (!p) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
-        var gd = document.querySelector('#nl-curves .js-plotly-plot');
-        var trace = gd && gd.data && gd.data[p.curveNumber];
-        var step = Array.isArray(p.customdata) ? p.customdata[0] : p.x;
-        return [Math.round(step), (trace && trace.legendgroup) || window.dash_clientside.no_update];
-    }""",
-    Output(ids.FORK_STEP, "value"),
-    Output(ids.FORK_RUN, "data"),
-    Input(ids.CURVES, "clickData"),
-    prevent_initial_call=True,
-)
-
-
-@callback(
-    Output(ids.FORK_NORM, "value"),
-    Output(ids.FORK_LR, "value"),
-    Output(ids.FORK_BATCH, "value"),
-    Output(ids.FORK_STEPS, "value"),
-    Output(ids.FORK_SEED, "value"),
-    Input(ids.FORK_RUN, "data"),
-    State(TOKEN_STORE, "data"),
-    prevent_initial_call=True,
-)
 def on_fork_run(run_id: str | None, token: str | None) -> tuple[object, ...]:
     """A click picked the run to fork (the Lab's card starts empty; on a Run page, a family member):
     the form shows that run's own values, so what is changed is what differs from them."""
@@ -181,22 +153,6 @@ def fork_changes(
     return {k: v for k, v in values.items() if v is not None and v != spec.get(k)}
 
 
-@callback(
-    Output(ids.FORK_MESSAGE, "children"),
-    Output(ids.FORK_LOCATION, "data"),
-    Output(ids.FORK_CHILD, "data"),
-    Input(ids.FORK_GO, "n_clicks"),
-    State(ids.FORK_OPENS, "data"),
-    State(ids.FORK_RUN, "data"),
-    State(ids.FORK_STEP, "value"),
-    State(ids.FORK_NORM, "value"),
-    State(ids.FORK_LR, "value"),
-    State(ids.FORK_BATCH, "value"),
-    State(ids.FORK_STEPS, "value"),
-    State(ids.FORK_SEED, "value"),
-    State(TOKEN_STORE, "data"),
-    prevent_initial_call=True,
-)
 def on_fork(
     _n: int | None,
     opens: bool | None,
@@ -226,29 +182,6 @@ def on_fork(
     return f"Forked after step {made['from_step']}: {made['id']} joins the board.", no_update, made["id"]
 
 
-# A full load of the child's page (its chart is its family's); through the browser, because the page's
-# own URL state (smoothing, panels) is written to the location and would win over a Location update.
-clientside_callback(
-    """function (href) {
-        if (href) { window.location.assign(href); }
-        return window.dash_clientside.no_update;
-    }""",
-    Output(ids.FORK_SINK, "children"),
-    Input(ids.FORK_LOCATION, "data"),
-    prevent_initial_call=True,
-)
-
-
-@callback(
-    Output(ids.CHANGE_MESSAGE, "children"),
-    Input(ids.CHANGE_GO, "n_clicks"),
-    State(ids.CHANGE_RUN, "data"),
-    State(ids.FORK_RUN, "data"),
-    State(ids.CHANGE_LR, "value"),
-    State(ids.CHANGE_WD, "value"),
-    State(TOKEN_STORE, "data"),
-    prevent_initial_call=True,
-)
 def on_change_now(
     _n: int | None,
     page_run: str | None,
@@ -264,4 +197,71 @@ def on_change_now(
     return attempt(
         lambda: data.api(token).intervene(run_id, changes),
         "Asked: the run changes at its next step (a marker shows where).",
+    )
+
+
+def register(app: Dash) -> None:
+    """This module's callbacks on `app` (frontend/app.py's create_app calls this for every app it builds)."""
+    app.callback(
+        Output(ids.FORK_NORM, "value"),
+        Output(ids.FORK_LR, "value"),
+        Output(ids.FORK_BATCH, "value"),
+        Output(ids.FORK_STEPS, "value"),
+        Output(ids.FORK_SEED, "value"),
+        Input(ids.FORK_RUN, "data"),
+        State(TOKEN_STORE, "data"),
+        prevent_initial_call=True,
+    )(on_fork_run)
+    app.callback(
+        Output(ids.FORK_MESSAGE, "children"),
+        Output(ids.FORK_LOCATION, "data"),
+        Output(ids.FORK_CHILD, "data"),
+        Input(ids.FORK_GO, "n_clicks"),
+        State(ids.FORK_OPENS, "data"),
+        State(ids.FORK_RUN, "data"),
+        State(ids.FORK_STEP, "value"),
+        State(ids.FORK_NORM, "value"),
+        State(ids.FORK_LR, "value"),
+        State(ids.FORK_BATCH, "value"),
+        State(ids.FORK_STEPS, "value"),
+        State(ids.FORK_SEED, "value"),
+        State(TOKEN_STORE, "data"),
+        prevent_initial_call=True,
+    )(on_fork)
+    app.callback(
+        Output(ids.CHANGE_MESSAGE, "children"),
+        Input(ids.CHANGE_GO, "n_clicks"),
+        State(ids.CHANGE_RUN, "data"),
+        State(ids.FORK_RUN, "data"),
+        State(ids.CHANGE_LR, "value"),
+        State(ids.CHANGE_WD, "value"),
+        State(TOKEN_STORE, "data"),
+        prevent_initial_call=True,
+    )(on_change_now)
+    # The clicked point's step (its hover data carries [step, wall time, value] in either x mode) and the
+    # run its trace belongs to (the trace's legend group), read in the browser: no figure round trip.
+    app.clientside_callback(  # type: ignore[no-untyped-call]  # unannotated in Dash
+        """function (click) {
+            var p = click && click.points && click.points[0];
+            if (!p) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
+            var gd = document.querySelector('#nl-curves .js-plotly-plot');
+            var trace = gd && gd.data && gd.data[p.curveNumber];
+            var step = Array.isArray(p.customdata) ? p.customdata[0] : p.x;
+            return [Math.round(step), (trace && trace.legendgroup) || window.dash_clientside.no_update];
+        }""",
+        Output(ids.FORK_STEP, "value"),
+        Output(ids.FORK_RUN, "data"),
+        Input(ids.CURVES, "clickData"),
+        prevent_initial_call=True,
+    )
+    # A full load of the child's page (its chart is its family's); through the browser, because the page's
+    # own URL state (smoothing, panels) is written to the location and would win over a Location update.
+    app.clientside_callback(  # type: ignore[no-untyped-call]  # unannotated in Dash
+        """function (href) {
+            if (href) { window.location.assign(href); }
+            return window.dash_clientside.no_update;
+        }""",
+        Output(ids.FORK_SINK, "children"),
+        Input(ids.FORK_LOCATION, "data"),
+        prevent_initial_call=True,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import ALL, MATCH, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash import ALL, MATCH, Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.development.base_component import Component
 
 from frontend import data, ids
@@ -115,11 +115,9 @@ def on_live(live: list[bool | None]) -> bool:
     return not any(live)
 
 
-def register() -> None:
-    """The part's callbacks, for the app whose pages are being imported (frontend/pages/presets.py calls
-    this at import). Not module-level decorators: Dash imports the pages afresh for every app, but this
-    module only once per process, so a second app in one process would get none of them."""
-    callback(
+def register(app: Dash) -> None:
+    """The part's callbacks on `app` (frontend/app.py's create_app calls this for every app it builds)."""
+    app.callback(
         Output(ids.PRESET_REPLICATING, "data"),
         Output(ids.PRESET_MESSAGE, "children", allow_duplicate=True),
         Input({"type": ids.PRESET_REPLICATE, "name": ALL}, "n_clicks"),
@@ -127,14 +125,14 @@ def register() -> None:
         State(TOKEN_STORE, "data"),
         prevent_initial_call=True,
     )(on_replicate)
-    callback(
+    app.callback(
         Output({"type": ids.PRESET_REPLICATION, "name": MATCH}, "children"),
         Output({"type": ids.PRESET_REPLICATION_LIVE, "name": MATCH}, "data"),
         Input(ids.PRESET_REPLICATION_POLL, "n_intervals"),
         Input(ids.PRESET_REPLICATING, "data"),
         State({"type": ids.PRESET_REPLICATION, "name": MATCH}, "id"),
     )(on_record)
-    callback(
+    app.callback(
         Output(ids.PRESET_REPLICATION_POLL, "disabled"),
         Input({"type": ids.PRESET_REPLICATION_LIVE, "name": ALL}, "data"),
     )(on_live)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dash import Input, Output, State, callback, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import data, ids
 from frontend.api_client import attempt
@@ -79,16 +79,6 @@ def labels_of(name: str | None, tags: str | None, note: str | None) -> dict[str,
     }
 
 
-@callback(
-    Output(ids.RUN_LABELS_MESSAGE, "children"),
-    Input(ids.RUN_LABELS_SAVE, "n_clicks"),
-    State(ids.RUN_ID, "data"),
-    State(ids.RUN_NAME, "value"),
-    State(ids.RUN_TAGS, "value"),
-    State(ids.RUN_NOTE, "value"),
-    State(TOKEN_STORE, "data"),
-    prevent_initial_call=True,
-)
 def on_save(
     _n: int | None,
     run_id: str | None,
@@ -105,3 +95,17 @@ def on_save(
 def save(run_id: str, name: str | None, tags: str | None, note: str | None, token: str | None) -> str:
     """PATCH the fields; "Saved." or the API's refusal (not the owner, a bad tag: what to change)."""
     return attempt(lambda: data.api(token).label(run_id, labels_of(name, tags, note)), "Saved.")
+
+
+def register(app: Dash) -> None:
+    """This module's callbacks on `app` (frontend/app.py's create_app calls this for every app it builds)."""
+    app.callback(
+        Output(ids.RUN_LABELS_MESSAGE, "children"),
+        Input(ids.RUN_LABELS_SAVE, "n_clicks"),
+        State(ids.RUN_ID, "data"),
+        State(ids.RUN_NAME, "value"),
+        State(ids.RUN_TAGS, "value"),
+        State(ids.RUN_NOTE, "value"),
+        State(TOKEN_STORE, "data"),
+        prevent_initial_call=True,
+    )(on_save)

@@ -268,8 +268,6 @@ def on_poll(
     return out, not live
 
 
-replication_panel.register()  # the replication record's button, per-card records and poll
-
 dash.register_page(  # type: ignore[no-untyped-call]  # dash's register_page is unannotated
     __name__, path="/presets", name="Presets", title="normlab · Presets", order=3
 )

@@ -30,8 +30,9 @@ def test_create_app_registers_every_page_and_can_be_built_twice():
         assert len(listed) == len(set(listed)), "a callback registered twice"
     # every app gets every callback, also those of modules the pages share (imported once per process):
     # a second app without them drew cards whose records never loaded
-    for app in (a, b):
-        assert sum("preset-replicat" in key for key in app.callback_map) == 3
+    assert set(b.callback_map) == set(a.callback_map)
+    assert sum("preset-replicat" in key for key in a.callback_map) == 3
+    assert "nl-fork-sink.children" in a.callback_map and "run-labels-message.children" in a.callback_map
     html = a.server.test_client().get("/").get_data(as_text=True)
     assert "normlab" in html and "_dash-config" in html
     assert b.server.test_client().get("/_dash-dependencies").status_code == 200

@@ -45,9 +45,23 @@ def _prepare_store(sender=None, **_kwargs) -> None:
 
 @worker_init.connect
 def _warm_parent(sender=None, **_kwargs) -> None:
-    """In the prefork pool's parent, before it forks the first child: see workers/warm.py."""
+    """In the prefork pool's parent, before it forks the first child: see workers/warm.py (a run
+    queued meanwhile cuts the warm-up short to what it needs)."""
     if warm.is_prefork(sender.pool_cls):
-        warm.warm_parent(settings_of(sender.app))
+        settings = settings_of(sender.app)
+        store = get_store(settings)
+
+        def queued() -> list[RunSpec]:
+            try:
+                return warm.queued_specs(store)
+            except Exception as exc:  # the database is away: warm on, as before
+                log.warning("warm-up: could not look at the queue (%s)", exc)
+                return []
+
+        try:
+            warm.warm_parent(settings, queued)
+        finally:
+            store.dispose()  # children must not share the parent's connections
 
 
 @worker_process_init.connect

@@ -16,15 +16,26 @@ Two rules make forking safe:
   it cannot use the GPU). CUDA workers thus still get a fresh CUDA context in each run's child.
 - The warm-up runs with one CPU thread: libgomp (torch's OpenMP) does not survive fork, and a child
   forked after the parent ran an OpenMP team of 2 threads hangs in its first parallel op.
+
+A run queued while the worker warms does not wait for the whole warm-up (seconds per worker, more on a
+loaded host): the tiny runs are pieces, the first of them the core every run needs (torch, the engine,
+Adam's import of torch._dynamo, a digits run), and between pieces the worker looks at the queue. Once a
+run is queued it warms only the pieces that run's task (and its probes) go through, then starts
+consuming; the pieces it skipped are paid by each later run of those kinds in its own child (the rest
+of the warm-up cannot be finished later in this process: once the pool runs, a child may be forked from
+another thread while the parent trains, which fork does not survive).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 
 from normlab.settings import Settings
+from normlab.store import Store
 from normlab_client.catalog import TASKS, task_availability
 from normlab_client.spec import RunSpec
 
@@ -61,14 +72,37 @@ def warm_specs(settings: Settings) -> list[RunSpec]:
     return specs
 
 
-def warm_parent(settings: Settings) -> dict:
-    """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …]}.
+def serves(piece: RunSpec, waiting: Sequence[RunSpec]) -> bool:
+    """Whether the warm-up piece goes through code a waiting run needs: its task, or the probes."""
+    return any(piece.task == run.task or (piece.probes.enabled and run.probes.enabled) for run in waiting)
 
-    A failed warm-up run is logged and skipped (the worker still serves; that run's kind just starts
-    cold). Runs with one torch thread and restores the thread count after."""
+
+def queued_specs(store: Store) -> list[RunSpec]:
+    """The specs of the runs queued now (those whose stored spec no longer reads are left out)."""
+    found = []
+    for row in store.queue_rows()[0]:
+        run = store.get_run(row["id"])
+        try:
+            found.append(RunSpec.model_validate(json.loads(run["spec"])) if run else None)
+        except ValueError:
+            continue
+    return [spec for spec in found if spec is not None]
+
+
+def warm_parent(
+    settings: Settings, queued: Callable[[], list[RunSpec]] = list, train: Callable | None = None
+) -> dict:
+    """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …],
+    "trained": [spec, …] in order, "skipped": the pieces left out because a run was queued}.
+
+    `queued()` is asked after each piece (the specs of the runs waiting; `queued_specs`): once it names
+    any, only the pieces that serve them are trained, then the warm-up ends. A failed warm-up run is
+    logged and skipped (the worker still serves; that run's kind just starts cold). Runs with one torch
+    thread and restores the thread count after. `train`: the engine's (a test passes its own)."""
     import torch
 
-    from workers.engine import train
+    if train is None:
+        from workers.engine import train
 
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -76,8 +110,11 @@ def warm_parent(settings: Settings) -> dict:
     cpu_only = settings.model_copy(update={"kernel_backend": "torch", "cuda_graphs": False})
     failed = []
     specs = warm_specs(settings)
+    plan, trained, skipped, cut = list(specs), [], 0, False
     try:
-        for spec in specs:
+        while plan:
+            spec = plan.pop(0)
+            trained.append(spec)
             result = train(spec, settings=cpu_only)
             if result.status != "completed":
                 failed.append(spec.model_dump_json(exclude_defaults=True))
@@ -87,11 +124,22 @@ def warm_parent(settings: Settings) -> dict:
                     result.status,
                     result.error,
                 )
+            if plan and not cut and (waiting := queued()):
+                needed = [piece for piece in plan if serves(piece, waiting)]
+                skipped, plan, cut = len(plan) - len(needed), needed, True
+                log.info(
+                    "a run is queued: warming only its %d piece(s), leaving %d to its later runs",
+                    len(needed),
+                    skipped,
+                )
     finally:
         torch.set_num_threads(threads)
     took = time.perf_counter() - started
-    log.info("worker warmed in %.1f s (%d tiny runs, %d failed)", took, len(specs), len(failed))
-    return {"seconds": took, "runs": len(specs), "failed": failed}
+    log.info(
+        "worker warmed in %.1f s (%d tiny runs, %d failed, %d skipped)",
+        *(took, len(trained), len(failed), skipped),
+    )
+    return {"seconds": took, "runs": len(trained), "failed": failed, "trained": trained, "skipped": skipped}
 
 
 def is_prefork(pool_cls) -> bool:

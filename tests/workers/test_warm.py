@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from normlab.settings import Settings
+from normlab.store import get_store
 from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers import warm
 
 CHILD = textwrap.dedent("""
@@ -109,3 +111,68 @@ def test_only_a_forking_pool_is_warmed(pool, prefork):
 
     assert warm.is_prefork(pool) is prefork
     assert warm.is_prefork(get_implementation(pool)) is prefork
+
+
+class _Trained:
+    """A stand-in for the engine's train: records the warm-up pieces in the order they were trained."""
+
+    def __init__(self):
+        self.specs = []
+
+    def __call__(self, spec, settings):
+        self.specs.append(spec)
+        return type("Result", (), {"status": "completed", "error": None})()
+
+
+def test_a_run_queued_during_the_warm_up_cuts_it_to_that_runs_pieces(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    pieces = warm.warm_specs(settings)
+    waiting = RunSpec(task="adding", norm="layer", cell="lstm")
+    asked = []
+
+    def queued():
+        asked.append(len(trained.specs))
+        return [waiting] if len(trained.specs) >= 3 else []  # queued while the third piece trained
+
+    trained = _Trained()
+    report = warm.warm_parent(settings, queued, train=trained)
+    rest = [p for p in pieces[3:] if p.task == "adding"]
+    assert trained.specs == pieces[:3] + rest  # the run's own pieces, then the worker serves
+    assert len(rest) >= 5 and report["skipped"] == len(pieces) - 3 - len(rest) > 10
+    assert asked == [1, 2, 3]  # between pieces, and no more once cut
+
+
+def test_without_a_queued_run_the_warm_up_is_whole(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    trained = _Trained()
+    report = warm.warm_parent(settings, list, train=trained)
+    assert trained.specs == warm.warm_specs(settings) and report["skipped"] == 0
+
+
+def test_a_run_queued_before_the_worker_starts_waits_only_for_the_core(tmp_path, monkeypatch):
+    """The Celery worker's own warm-up hook, with a run already in the store's queue: after the first
+    piece (torch, the engine, Adam) only the run's task is warmed."""
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    store = get_store(settings)
+    store.create_runs([{"id": "first", "spec": {"task": "mnist1d", "norm": "batch"}}])
+    trained = _Trained()
+    monkeypatch.setattr(engine, "train", trained)
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    jobs._warm_parent(sender)
+    pieces = warm.warm_specs(settings)
+    assert trained.specs == [pieces[0]] + [p for p in pieces[1:] if p.task == "mnist1d"]
+    assert len(trained.specs) < len(pieces) / 4
+
+
+def test_queued_specs_reads_the_waiting_runs_and_skips_an_unreadable_one(tmp_path):
+    store = get_store(Settings(data_dir=tmp_path))
+    store.create_runs(
+        [
+            {"id": "a", "spec": {"task": "copy", "norm": "layer", "cell": "gru"}},
+            {"id": "b", "spec": {"task": "no-such-task", "norm": "layer"}},
+        ]
+    )
+    assert [(s.task, s.cell) for s in warm.queued_specs(store)] == [("copy", "gru")]

@@ -52,14 +52,17 @@ def _warm_parent(sender=None, **_kwargs) -> None:
         store = get_store(settings)
 
         def queued() -> list[RunSpec]:
+            """The queued runs this worker cuts its warm-up for (one worker per run: warm.claim_cut)."""
             try:
-                return warm.queued_specs(store)
+                runs = warm.queued_runs(store)
+                return [spec for run_id, spec in runs if warm.claim_cut(settings.data_dir / "cuts", run_id)]
             except Exception as exc:  # the database is away: warm on, as before
                 log.warning("warm-up: could not look at the queue (%s)", exc)
                 return []
 
         try:
-            warm.warm_parent(settings, queued)
+            # logged once the worker's logging is set up (_ready): worker_init comes before it
+            sender.app.normlab_warm_report = warm.warm_parent(settings, queued)
         finally:
             store.dispose()  # children must not share the parent's connections
 
@@ -79,6 +82,9 @@ def _pool_child(**_kwargs) -> None:
 
 @worker_ready.connect
 def _ready(sender=None, **_kwargs) -> None:
+    report = getattr(sender.app, "normlab_warm_report", None)
+    if report is not None:
+        log.info(warm.summary(report))
     warm.report_ready(sender.app)  # `normlab up` prints its URL once every worker got here
 
 

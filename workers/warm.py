@@ -23,7 +23,9 @@ Adam's import of torch._dynamo, a digits run), and between pieces the worker loo
 run is queued it warms only the pieces that run's task (and its probes) go through, then starts
 consuming; the pieces it skipped are paid by each later run of those kinds in its own child (the rest
 of the warm-up cannot be finished later in this process: once the pool runs, a child may be forked from
-another thread while the parent trains, which fork does not survive).
+another thread while the parent trains, which fork does not survive). So that only one worker per
+queued run cuts its warm-up (the others warm whole), the workers sharing a data directory draw lots:
+the first to create the run's file in `cuts/` cuts (`claim_cut`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from normlab.settings import Settings
 from normlab.store import Store
@@ -77,16 +80,38 @@ def serves(piece: RunSpec, waiting: Sequence[RunSpec]) -> bool:
     return any(piece.task == run.task or (piece.probes.enabled and run.probes.enabled) for run in waiting)
 
 
-def queued_specs(store: Store) -> list[RunSpec]:
-    """The specs of the runs queued now (those whose stored spec no longer reads are left out)."""
+CUT_KEPT_S = 600.0  # a lot drawn this long ago is cleared (a later start draws again)
+
+
+def queued_runs(store: Store) -> list[tuple[str, RunSpec]]:
+    """(id, spec) of the runs queued now (those whose stored spec no longer reads are left out)."""
     found = []
     for row in store.queue_rows()[0]:
         run = store.get_run(row["id"])
         try:
-            found.append(RunSpec.model_validate(json.loads(run["spec"])) if run else None)
+            if run is not None:
+                found.append((row["id"], RunSpec.model_validate(json.loads(run["spec"]))))
         except ValueError:
             continue
-    return [spec for spec in found if spec is not None]
+    return found
+
+
+def claim_cut(folder: Path, run_id: str, now: float | None = None) -> bool:
+    """Whether this worker cuts its warm-up short for the queued run `run_id`: True for the first of the
+    workers sharing `folder` to ask (it creates the run's file there), False for the others."""
+    folder.mkdir(parents=True, exist_ok=True)
+    now = time.time() if now is None else now
+    for old in folder.iterdir():
+        try:
+            if now - old.stat().st_mtime > CUT_KEPT_S:
+                old.unlink()
+        except OSError:  # another worker cleared it first
+            pass
+    try:
+        os.close(os.open(folder / run_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def warm_parent(
@@ -95,14 +120,17 @@ def warm_parent(
     """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …],
     "trained": [spec, …] in order, "skipped": the pieces left out because a run was queued}.
 
-    `queued()` is asked after each piece (the specs of the runs waiting; `queued_specs`): once it names
-    any, only the pieces that serve them are trained, then the warm-up ends. A failed warm-up run is
-    logged and skipped (the worker still serves; that run's kind just starts cold). Runs with one torch
-    thread and restores the thread count after. `train`: the engine's (a test passes its own)."""
+    `queued()` is asked after each piece (the specs of the queued runs it cuts for; see workers/jobs.py):
+    once it names any, only the pieces that serve them are trained, then the warm-up ends. A failed
+    warm-up run is logged and skipped (the worker still serves; that run's kind just starts cold). Runs
+    with one torch thread and restores the thread count after. `train`: the engine's (a test passes
+    its own)."""
     import torch
 
     if train is None:
-        from workers.engine import train
+        from workers.engine import train as engine_train
+
+        train = engine_train
 
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -127,19 +155,25 @@ def warm_parent(
             if plan and not cut and (waiting := queued()):
                 needed = [piece for piece in plan if serves(piece, waiting)]
                 skipped, plan, cut = len(plan) - len(needed), needed, True
-                log.info(
-                    "a run is queued: warming only its %d piece(s), leaving %d to its later runs",
-                    len(needed),
-                    skipped,
-                )
     finally:
         torch.set_num_threads(threads)
-    took = time.perf_counter() - started
-    log.info(
-        "worker warmed in %.1f s (%d tiny runs, %d failed, %d skipped)",
-        *(took, len(trained), len(failed), skipped),
+    report = {
+        "seconds": time.perf_counter() - started,
+        "runs": len(trained),
+        "failed": failed,
+        "trained": trained,
+        "skipped": skipped,
+    }
+    log.info(summary(report))
+    return report
+
+
+def summary(report: dict) -> str:
+    """The warm-up's outcome in one line (the worker logs it once its logging is set up)."""
+    return (
+        f"worker warmed in {report['seconds']:.1f} s ({report['runs']} tiny runs, {len(report['failed'])} "
+        f"failed, {report['skipped']} skipped" + (": a run was queued)" if report["skipped"] else ")")
     )
-    return {"seconds": took, "runs": len(trained), "failed": failed, "trained": trained, "skipped": skipped}
 
 
 def is_prefork(pool_cls) -> bool:

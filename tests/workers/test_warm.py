@@ -167,7 +167,31 @@ def test_a_run_queued_before_the_worker_starts_waits_only_for_the_core(tmp_path,
     assert len(trained.specs) < len(pieces) / 4
 
 
-def test_queued_specs_reads_the_waiting_runs_and_skips_an_unreadable_one(tmp_path):
+def test_a_second_worker_warms_whole_once_the_first_cut_its_warm_up_for_the_one_queued_run(
+    tmp_path, monkeypatch
+):
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    get_store(settings).create_runs([{"id": "first", "spec": {"task": "mnist1d", "norm": "batch"}}])
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    firsts, seconds = _Trained(), _Trained()
+    monkeypatch.setattr(engine, "train", firsts)
+    jobs._warm_parent(sender)
+    monkeypatch.setattr(engine, "train", seconds)
+    jobs._warm_parent(sender)  # the second worker of the same data directory
+    assert len(firsts.specs) < len(seconds.specs) == len(warm.warm_specs(settings))
+
+
+def test_claim_cut_is_won_once_per_run_and_old_lots_are_cleared(tmp_path):
+    assert warm.claim_cut(tmp_path, "a", now=1000.0) and not warm.claim_cut(tmp_path, "a", now=1000.0)
+    assert warm.claim_cut(tmp_path, "b", now=1000.0)
+    later = (tmp_path / "b").stat().st_mtime + warm.CUT_KEPT_S + 1
+    assert warm.claim_cut(tmp_path, "a", now=later)  # a lot older than CUT_KEPT_S no longer counts
+
+
+def test_queued_runs_reads_the_waiting_runs_and_skips_an_unreadable_one(tmp_path):
     store = get_store(Settings(data_dir=tmp_path))
     store.create_runs(
         [
@@ -175,4 +199,4 @@ def test_queued_specs_reads_the_waiting_runs_and_skips_an_unreadable_one(tmp_pat
             {"id": "b", "spec": {"task": "no-such-task", "norm": "layer"}},
         ]
     )
-    assert [(s.task, s.cell) for s in warm.queued_specs(store)] == [("copy", "gru")]
+    assert [(i, s.task, s.cell) for i, s in warm.queued_runs(store)] == [("a", "copy", "gru")]

@@ -4,6 +4,8 @@ boolean is a 422, and nothing else about the order changes."""
 
 from __future__ import annotations
 
+import pytest
+
 from backend.yields import ask_yields
 from normlab.presets import PRESETS
 
@@ -53,3 +55,21 @@ def test_a_marked_groups_runs_are_never_asked_to_yield(make_client, tokens):
     two_labs = client.post("/api/runs", json=SPEC, headers=root).json()["id"]
     assert ask_yields(store, set(plain), workers=2) == []  # the marked run yields to neither
     assert {lab, two_labs} <= {r["id"] for r in store.queue_rows()[0]}
+
+
+def test_the_client_sends_the_mark(make_client, tokens):
+    from normlab_client import Client, NormlabError
+
+    client = make_client(auth="tokens")
+    alice, root = tokens("alice"), tokens("root", admin=True)
+
+    def lab(headers):
+        token = headers["Authorization"].removeprefix("Bearer ")
+        return Client("http://testserver", token=token, transport=client._transport)
+
+    group = lab(root).sweep({"task": "digits", "steps": 20}, seeds=[0, 1], non_preemptible=True)
+    assert client.app.state.store.get_group(group.id).meta.non_preemptible is True
+    group = lab(root).preset(PRESET, seeds=[0], steps=20, non_preemptible=True)
+    assert client.app.state.store.get_group(group.id).meta.non_preemptible is True
+    with pytest.raises(NormlabError, match="Only an admin"):
+        lab(alice).preset(PRESET, seeds=[0], steps=20, non_preemptible=True)

@@ -66,16 +66,19 @@ def launch_preset(
             specs.append(spec.model_copy(update={"seed": seed}))
             labels.append(label)
     group_id = new_run_id()
-    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
-    meta = preset_meta(
-        name,
-        dict(zip(run_ids, labels, strict=True)),
-        body.steps,
-        body.swap,
-        fresh=body.fresh is not None,
-        non_preemptible=body.non_preemptible,
-    )
-    store.put_group(group_id, meta)
+
+    def record(run_ids: list[str]) -> None:  # before any of its runs can start
+        meta = preset_meta(
+            name,
+            dict(zip(run_ids, labels, strict=True)),
+            body.steps,
+            body.swap,
+            fresh=body.fresh is not None,
+            non_preemptible=body.non_preemptible,
+        )
+        store.put_group(group_id, meta)
+
+    run_ids = create_and_enqueue(store, settings, specs, user, group_id, record)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)
 
 

@@ -61,9 +61,15 @@ def submit_sweep(
                 },
             ) from exc
     group_id = new_run_id()
-    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
     varied = [
         name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes)) if len(values) > 1
     ]  # GET /api/groups/{id} makes one cell per combination of these
-    store.put_group(group_id, sweep_meta(varied, body.non_preemptible))
+    run_ids = create_and_enqueue(
+        store,
+        settings,
+        specs,
+        user,
+        group_id,
+        lambda _ids: store.put_group(group_id, sweep_meta(varied, body.non_preemptible)),  # before they start
+    )
     return SweepCreated(group_id=group_id, run_ids=run_ids)

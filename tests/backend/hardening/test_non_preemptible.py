@@ -73,3 +73,25 @@ def test_the_client_sends_the_mark(make_client, tokens):
     assert client.app.state.store.get_group(group.id).meta.non_preemptible is True
     with pytest.raises(NormlabError, match="Only an admin"):
         lab(alice).preset(PRESET, seeds=[0], steps=20, non_preemptible=True)
+
+
+def test_the_mark_is_stored_before_any_run_of_the_group_is_queued_for_a_worker(
+    make_client, tokens, monkeypatch
+):
+    import backend.runs_common
+
+    client = make_client(auth="tokens")
+    root = tokens("root", admin=True)
+    store = client.app.state.store
+    seen = []
+
+    def enqueue(settings, run_id):  # what the yield watch would read once a worker could take the run
+        seen.append(store.pinned_groups({store.get_run(run_id)["group_id"]}) != set())
+
+    monkeypatch.setattr(backend.runs_common, "enqueue_run", enqueue)
+    assert _launch_preset(client, root, non_preemptible=True).status_code == 201
+    r = client.post(
+        "/api/sweeps", json={"base": SPEC, "seeds": [0, 1], "non_preemptible": True}, headers=root
+    )
+    assert r.status_code == 201
+    assert seen and all(seen)

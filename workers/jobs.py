@@ -52,10 +52,9 @@ def _warm_parent(sender=None, **_kwargs) -> None:
         store = get_store(settings)
 
         def queued() -> list[RunSpec]:
-            """The queued runs this worker cuts its warm-up for (one worker per run: warm.claim_cut)."""
+            """The queued run this worker cuts its warm-up for (one worker per run: warm.claim_queued)."""
             try:
-                runs = warm.queued_runs(store)
-                return [spec for run_id, spec in runs if warm.claim_cut(settings.data_dir / "cuts", run_id)]
+                return warm.claim_queued(store, settings.data_dir / "cuts")
             except Exception as exc:  # the database is away: warm on, as before
                 log.warning("warm-up: could not look at the queue (%s)", exc)
                 return []

@@ -25,7 +25,7 @@ consuming; the pieces it skipped are paid by each later run of those kinds in it
 of the warm-up cannot be finished later in this process: once the pool runs, a child may be forked from
 another thread while the parent trains, which fork does not survive). So that only one worker per
 queued run cuts its warm-up (the others warm whole), the workers sharing a data directory draw lots:
-the first to create the run's file in `cuts/` cuts (`claim_cut`).
+the first to create the run's file in `cuts/` cuts for it (`claim_queued`), and for no other run.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from normlab import fair_queue
 from normlab.settings import Settings
 from normlab.store import Store
 from normlab_client.catalog import TASKS, task_availability
@@ -83,17 +84,21 @@ def serves(piece: RunSpec, waiting: Sequence[RunSpec]) -> bool:
 CUT_KEPT_S = 600.0  # a lot drawn this long ago is cleared (a later start draws again)
 
 
-def queued_runs(store: Store) -> list[tuple[str, RunSpec]]:
-    """(id, spec) of the runs queued now (those whose stored spec no longer reads are left out)."""
-    found = []
-    for row in store.queue_rows()[0]:
-        run = store.get_run(row["id"])
-        try:
-            if run is not None:
-                found.append((row["id"], RunSpec.model_validate(json.loads(run["spec"]))))
-        except ValueError:
+def claim_queued(store: Store, folder: Path) -> list[RunSpec]:
+    """The spec of the first queued run (in the fair order) that no other worker sharing `folder` cut
+    its warm-up for, now claimed by this one (`claim_cut`); [] when there is none. One run per worker:
+    with two runs queued, two workers cut theirs. (A run whose stored spec no longer reads is claimed
+    and not warmed for.)"""
+    queued, running = store.queue_rows()
+    for run_id in fair_queue.order(queued, running):
+        if not claim_cut(folder, run_id):
             continue
-    return found
+        run = store.get_run(run_id)
+        try:
+            return [RunSpec.model_validate(json.loads(run["spec"]))] if run is not None else []
+        except ValueError:
+            return []
+    return []
 
 
 def claim_cut(folder: Path, run_id: str, now: float | None = None) -> bool:

@@ -191,12 +191,39 @@ def test_claim_cut_is_won_once_per_run_and_old_lots_are_cleared(tmp_path):
     assert warm.claim_cut(tmp_path, "a", now=later)  # a lot older than CUT_KEPT_S no longer counts
 
 
-def test_queued_runs_reads_the_waiting_runs_and_skips_an_unreadable_one(tmp_path):
+def test_each_worker_claims_one_queued_run_in_the_fair_order(tmp_path):
     store = get_store(Settings(data_dir=tmp_path))
+    store.create_runs([{"id": "batch", "spec": {"task": "adding", "norm": "layer"}, "group_id": "g"}])
     store.create_runs(
         [
-            {"id": "a", "spec": {"task": "copy", "norm": "layer", "cell": "gru"}},
-            {"id": "b", "spec": {"task": "no-such-task", "norm": "layer"}},
+            {"id": "lab", "spec": {"task": "copy", "norm": "layer", "cell": "gru"}},
+            {"id": "bad", "spec": {"task": "no-such-task", "norm": "layer"}},
         ]
     )
-    assert [(i, s.task, s.cell) for i, s in warm.queued_runs(store)] == [("a", "copy", "gru")]
+    folder = tmp_path / "cuts"
+    claims = [warm.claim_queued(store, folder) for _ in range(4)]  # four workers, one after another
+    assert [(s.task, s.cell) for s in claims[0]] == [("copy", "gru")]  # interactive first
+    assert claims[1] == []  # the unreadable one: claimed, nothing to warm for
+    assert [s.task for s in claims[2]] == ["adding"] and claims[3] == []
+
+
+def test_with_two_runs_queued_two_workers_cut_their_warm_up_one_run_each(tmp_path, monkeypatch):
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    get_store(settings).create_runs(
+        [
+            {"id": "one", "spec": {"task": "mnist1d", "norm": "batch"}},
+            {"id": "two", "spec": {"task": "copy", "norm": "layer"}},
+        ]
+    )
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    trained = []
+    for _ in range(2):
+        trained.append(_Trained())
+        monkeypatch.setattr(engine, "train", trained[-1])
+        jobs._warm_parent(sender)
+    pieces = warm.warm_specs(settings)
+    assert [{p.task for p in t.specs[1:]} for t in trained] == [{"mnist1d"}, {"copy"}]
+    assert all(t.specs[0] == pieces[0] for t in trained)

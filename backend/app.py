@@ -4,6 +4,7 @@ torch, never imports the front end: `normlab up` mounts the pages at "/" (normla
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,7 +42,8 @@ def create_app(settings: Settings) -> FastAPI:
             "broker watch": lambda: broker_watch_loop(store, settings, bound_s),  # Redis restarts
             "orphan watch": lambda: orphan_watch_loop(store, settings, bound_s),  # dead holders
             "presence": lambda: presence_loop(store, bound_s),  # a store in use: restore refuses it
-            "yields": lambda: yield_loop(store, bound_s),  # batch work gives way to interactive runs
+            # batch work gives way to interactive runs; `normlab up` says how many workers it runs
+            "yields": lambda: yield_loop(store, bound_s, functools.partial(_alive_workers, app)),
         }
         tasks = [asyncio.create_task(supervise(name, loop)) for name, loop in loops.items()]
         try:
@@ -73,6 +75,12 @@ def create_app(settings: Settings) -> FastAPI:
     for router in [*ROUTERS, auth.router, resubmit.router]:
         app.include_router(router)
     return app
+
+
+def _alive_workers(app: FastAPI) -> int | None:
+    """The workers alive now, as `normlab up` reports them (app.state.workers); None when unknown."""
+    workers = getattr(app.state, "workers", None)
+    return None if workers is None else int(workers()["alive"])
 
 
 def _publisher(settings: Settings) -> Publish:

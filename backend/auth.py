@@ -182,6 +182,15 @@ def require_owner(request: Request, run: RunRow, action: str) -> None:
     )
 
 
+def require_admin(request: Request, what: str) -> None:
+    """403 unless auth is off (an open lab has no one to set apart) or the caller is an admin."""
+    if request.app.state.settings.auth == "off":
+        return
+    who = principal_of(request)
+    if who is None or not who.admin:
+        raise HTTPException(403, f"Only an admin may {what}; launch it without that field.")
+
+
 router = APIRouter(prefix="/api", tags=["auth"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,9 +95,16 @@ def limit_problems(spec: RunSpec, settings: Settings) -> dict[str, str]:
 
 
 def create_and_enqueue(
-    store: Store, settings: Settings, specs: list[RunSpec], owner: str | None, group_id: str | None = None
+    store: Store,
+    settings: Settings,
+    specs: list[RunSpec],
+    owner: str | None,
+    group_id: str | None = None,
+    before_enqueue: Callable[[list[str]], None] | None = None,
 ) -> list[str]:
-    """Store the resolved specs as queued runs, then queue one training task each."""
+    """Store the resolved specs as queued runs, then queue one training task each. `before_enqueue(ids)`
+    runs in between: a group is recorded there, before a worker can start any of its runs (the yield
+    watch reads its non-preemptible mark)."""
     from backend.limits import admit, caps_for, server_full, user_full
 
     problems: dict[str, str] = {}
@@ -118,6 +126,8 @@ def create_and_enqueue(
         if over.which == "server":
             raise server_full(settings, over.active, len(specs)) from None
         raise user_full(settings, over.active, len(specs), None) from None
+    if before_enqueue is not None:
+        before_enqueue(ids)
     for run_id in ids:
         try:
             enqueue_run(settings, run_id)

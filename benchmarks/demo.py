@@ -6,6 +6,8 @@
   first run after start and the median of --repeats more (each cancelled once it has its point);
 - click -> first point with every worker on batch work: the one worker trains a sweep's long run
   (batch work) when the click comes; the sweep's run yields (backend/yields.py), beside the quiet median;
+- with --hog, also the first run after start on a `normlab up` started under a CPU hog per core (the
+  click comes as soon as the address answers, while the worker still warms: workers/warm.py);
 - cancel latency: POST /api/runs/{id}/cancel -> the `cancelled` status event on the SSE stream, with the
   run queued (behind a training one), setting up (cancelled as soon as its `running` event arrives; the
   phase it was really in is reported: scalars seen before the cancel or not) and training;
@@ -18,6 +20,8 @@
 
 With --baseline DIR (a checkout of another revision, e.g. `git archive main | tar -x -C DIR`) the same
 measurements run first on a `normlab up` from DIR, and the table puts both side by side with ratios.
+--first-points measures only the click -> first point rows (after start, quiet, batch work; with --hog
+the first run after start under the hog too), without the cancels, pages and Chromium.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ TARGETS = {
     "first_point_median_s": 1.0,
     "first_point_after_start_s": 1.5,
     "first_point_batch_busy_s": 3.0,
+    "first_point_after_start_hog_s": 6.0,
     "cancel_s": 1.0,
     "meaningful_paint_ms": 1000.0,
 }
@@ -176,6 +181,41 @@ def cancel_latencies(url: str, repeats: int) -> dict:
     return out
 
 
+def first_after_start(pythonpath: str | None, loaded: bool) -> tuple[float, float]:
+    """(start-up, click -> first point) of the first run on a `normlab up` started now (under a CPU hog
+    per core with `loaded`), clicked as soon as its address answers."""
+    with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp, hog(loaded):
+        t0 = time.perf_counter()
+        with running_lab(
+            tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath, wait_warm=False
+        ) as lab:
+            return time.perf_counter() - t0, first_point(lab.url)
+
+
+def measure_first_points(pythonpath: str | None, repeats: int, loaded: bool = False) -> dict:
+    """Only the click -> first point figures (--first-points): after start, quiet, on batch work."""
+    with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp:
+        t0 = time.perf_counter()
+        with running_lab(
+            tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath, wait_warm=False
+        ) as lab:
+            startup = time.perf_counter() - t0
+            first = first_point(lab.url)
+            more = [first_point(lab.url) for _ in range(repeats)]
+            behind_batch = first_point_behind_batch(lab.url, repeats)
+    out = {
+        "startup_s": startup,
+        "first_point_after_start_s": first,
+        "first_point_median_s": statistics.median(more),
+        "first_point_s": more,
+        "first_point_batch_busy_s": behind_batch,
+        "code": pythonpath or "this checkout",
+    }
+    if loaded:
+        out["startup_hog_s"], out["first_point_after_start_hog_s"] = first_after_start(pythonpath, True)
+    return out
+
+
 def measure(
     pythonpath: str | None, repeats: int, cancel_repeats: int, page_repeats: int, loaded: bool = False
 ) -> dict:
@@ -215,7 +255,6 @@ def _fmt(v, digits=2, unit="") -> str:
 
 def rows(res: dict) -> list[tuple[str, float | None, float | None]]:
     """(figure, value, target) rows of one measurement."""
-    c = res["cancel_s"]
     out: list[tuple[str, float | None, float | None]] = [
         ("start-up: launch -> API answers (s)", res["startup_s"], None),
         (
@@ -233,6 +272,17 @@ def rows(res: dict) -> list[tuple[str, float | None, float | None]]:
                 TARGETS["first_point_batch_busy_s"],
             )
         )
+    if "first_point_after_start_hog_s" in res:
+        out.append(
+            (
+                "click -> first point, first run after start, a CPU hog per core (s)",
+                res["first_point_after_start_hog_s"],
+                TARGETS["first_point_after_start_hog_s"],
+            )
+        )
+    if "cancel_s" not in res:  # --first-points
+        return out
+    c = res["cancel_s"]
     for phase in ("queued", "setting_up", "training"):
         ok = [v for v in c[phase] if v is not None]  # None: the run ended otherwise (see stderr)
         out.append(
@@ -279,14 +329,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel-repeats", type=int, default=3, help="cancels per phase")
     p.add_argument("--page-repeats", type=int, default=3, help="page loads per page and visit")
     p.add_argument("--baseline", default=None, help="a checkout of another revision to measure first")
-    p.add_argument("--hog", action="store_true", help="also time the Chromium clicks with a CPU hog per core")
+    p.add_argument(
+        "--hog",
+        action="store_true",
+        help="also time the Chromium clicks (--first-points: the first run after start) under a hog per core",
+    )
+    p.add_argument("--first-points", action="store_true", help="only the click -> first point rows")
     args = p.parse_args(argv)
     results: dict = {"load_before": os.getloadavg()}
+
+    def arm(pythonpath: str | None) -> dict:
+        if args.first_points:
+            return measure_first_points(pythonpath, args.repeats, args.hog)
+        return measure(pythonpath, args.repeats, args.cancel_repeats, args.page_repeats, args.hog)
+
     if args.baseline:
-        results["baseline"] = measure(
-            str(Path(args.baseline).resolve()), args.repeats, args.cancel_repeats, args.page_repeats, args.hog
-        )
-    results["current"] = measure(None, args.repeats, args.cancel_repeats, args.page_repeats, args.hog)
+        results["baseline"] = arm(str(Path(args.baseline).resolve()))
+    results["current"] = arm(None)
+    results["load_after"] = os.getloadavg()
     results["targets"] = TARGETS
     if args.json:
         print(json.dumps(results, indent=2))
@@ -305,7 +365,12 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{before / value:>7.1f}×"
         print(line)
     print("ratio = baseline ÷ current (above 1: current is faster / lighter).")
-    print("load average when the measurement began: " + " ".join(f"{x:.1f}" for x in results["load_before"]))
+    print(
+        "load average when the measurement began / ended: "
+        + " ".join(f"{x:.1f}" for x in results["load_before"])
+        + " / "
+        + " ".join(f"{x:.1f}" for x in results["load_after"])
+    )
     return 0
 
 

@@ -58,19 +58,32 @@ def order(queued: Iterable[Row], running: Iterable[Row] = ()) -> list[str]:
 
 
 def to_yield(
-    queued: Iterable[Row], running: Iterable[Row], now: float, patience_s: float, asked: Iterable[str] = ()
+    queued: Iterable[Row],
+    running: Iterable[Row],
+    now: float,
+    patience_s: float,
+    asked: Iterable[str] = (),
+    *,
+    workers: int | None = None,
+    pinned: Iterable[str] = (),
 ) -> list[str]:
     """The batch runs to ask to yield their workers, youngest first (latest started): one for each
     interactive run that has waited `patience_s` (a free worker would have taken it by then) while every
-    running run is batch work, less the yields `asked` already. A yielded run goes back to the queue and
-    continues later from its checkpoint; interactive work is never asked to yield."""
+    running run is batch work, less the yields `asked` already. When the number of `workers` is known
+    and every one of them holds batch work, no free worker can come: an interactive run is served at
+    once, without the patience. The runs of `pinned` groups (marked non-preemptible by an admin) are
+    never asked. A yielded run goes back to the queue and continues later from its checkpoint;
+    interactive work is never asked to yield."""
     running = list(running)
     if any(run_class(r) == INTERACTIVE for r in running):
         return []  # not every worker holds batch work
+    if workers and len(running) >= workers:
+        patience_s = 0.0  # every worker is busy with batch work
     waiting = [r for r in queued if run_class(r) == INTERACTIVE and now - r["created_at"] >= patience_s]
     pending = set(asked) & {r["id"] for r in running}
+    kept = set(pinned)
     candidates = sorted(
-        (r for r in running if r["id"] not in pending),
+        (r for r in running if r["id"] not in pending and r.get("group_id") not in kept),
         key=lambda r: (-(r.get("started_at") or 0.0), r["id"]),
     )
     return [r["id"] for r in candidates[: max(0, len(waiting) - len(pending))]]

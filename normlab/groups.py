@@ -41,8 +41,16 @@ def preset_meta(
     swap: dict[str, str] | None = None,
     *,
     fresh: bool = False,
+    non_preemptible: bool = False,
 ) -> PresetMeta:
-    return PresetMeta(preset=name, labels=run_labels, steps=steps, swap=swap or {}, fresh=fresh)
+    return PresetMeta(
+        preset=name,
+        labels=run_labels,
+        steps=steps,
+        swap=swap or {},
+        fresh=fresh,
+        non_preemptible=non_preemptible,
+    )
 
 
 def swapped_label(label: str, swap: dict[str, str]) -> str:
@@ -52,8 +60,8 @@ def swapped_label(label: str, swap: dict[str, str]) -> str:
     return label
 
 
-def sweep_meta(varied: list[str]) -> SweepMeta:
-    return SweepMeta(varied=varied)
+def sweep_meta(varied: list[str], non_preemptible: bool = False) -> SweepMeta:
+    return SweepMeta(varied=varied, non_preemptible=non_preemptible)
 
 
 def _json(value: Any) -> dict[str, Any]:

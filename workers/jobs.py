@@ -45,9 +45,25 @@ def _prepare_store(sender=None, **_kwargs) -> None:
 
 @worker_init.connect
 def _warm_parent(sender=None, **_kwargs) -> None:
-    """In the prefork pool's parent, before it forks the first child: see workers/warm.py."""
+    """In the prefork pool's parent, before it forks the first child: see workers/warm.py (a run
+    queued meanwhile cuts the warm-up short to what it needs)."""
     if warm.is_prefork(sender.pool_cls):
-        warm.warm_parent(settings_of(sender.app))
+        settings = settings_of(sender.app)
+        store = get_store(settings)
+
+        def queued() -> list[RunSpec]:
+            """The queued run this worker cuts its warm-up for (one worker per run: warm.claim_queued)."""
+            try:
+                return warm.claim_queued(store, settings.data_dir / "cuts")
+            except Exception as exc:  # the database is away: warm on, as before
+                log.warning("warm-up: could not look at the queue (%s)", exc)
+                return []
+
+        try:
+            # logged once the worker's logging is set up (_ready): worker_init comes before it
+            sender.app.normlab_warm_report = warm.warm_parent(settings, queued)
+        finally:
+            store.dispose()  # children must not share the parent's connections
 
 
 @worker_process_init.connect
@@ -65,6 +81,9 @@ def _pool_child(**_kwargs) -> None:
 
 @worker_ready.connect
 def _ready(sender=None, **_kwargs) -> None:
+    report = getattr(sender.app, "normlab_warm_report", None)
+    if report is not None:
+        log.info(warm.summary(report))
     warm.report_ready(sender.app)  # `normlab up` prints its URL once every worker got here
 
 

@@ -16,15 +16,30 @@ Two rules make forking safe:
   it cannot use the GPU). CUDA workers thus still get a fresh CUDA context in each run's child.
 - The warm-up runs with one CPU thread: libgomp (torch's OpenMP) does not survive fork, and a child
   forked after the parent ran an OpenMP team of 2 threads hangs in its first parallel op.
+
+A run queued while the worker warms does not wait for the whole warm-up (seconds per worker, more on a
+loaded host): the tiny runs are pieces, the first of them the core every run needs (torch, the engine,
+Adam's import of torch._dynamo, a digits run), and between pieces the worker looks at the queue. Once a
+run is queued it warms only the pieces that run's task (and its probes) go through, then starts
+consuming; the pieces it skipped are paid by each later run of those kinds in its own child (the rest
+of the warm-up cannot be finished later in this process: once the pool runs, a child may be forked from
+another thread while the parent trains, which fork does not survive). So that only one worker per
+queued run cuts its warm-up (the others warm whole), the workers sharing a data directory draw lots:
+the first to create the run's file in `cuts/` cuts for it (`claim_queued`), and for no other run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from normlab import fair_queue
 from normlab.settings import Settings
+from normlab.store import Store
 from normlab_client.catalog import TASKS, task_availability
 from normlab_client.spec import RunSpec
 
@@ -61,14 +76,66 @@ def warm_specs(settings: Settings) -> list[RunSpec]:
     return specs
 
 
-def warm_parent(settings: Settings) -> dict:
-    """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …]}.
+def serves(piece: RunSpec, waiting: Sequence[RunSpec]) -> bool:
+    """Whether the warm-up piece goes through code a waiting run needs: its task, or the probes."""
+    return any(piece.task == run.task or (piece.probes.enabled and run.probes.enabled) for run in waiting)
 
-    A failed warm-up run is logged and skipped (the worker still serves; that run's kind just starts
-    cold). Runs with one torch thread and restores the thread count after."""
+
+CUT_KEPT_S = 600.0  # a lot drawn this long ago is cleared (a later start draws again)
+
+
+def claim_queued(store: Store, folder: Path) -> list[RunSpec]:
+    """The spec of the first queued run (in the fair order) that no other worker sharing `folder` cut
+    its warm-up for, now claimed by this one (`claim_cut`); [] when there is none. One run per worker:
+    with two runs queued, two workers cut theirs. (A run whose stored spec no longer reads is claimed
+    and not warmed for.)"""
+    queued, running = store.queue_rows()
+    for run_id in fair_queue.order(queued, running):
+        if not claim_cut(folder, run_id):
+            continue
+        run = store.get_run(run_id)
+        try:
+            return [RunSpec.model_validate(json.loads(run["spec"]))] if run is not None else []
+        except ValueError:
+            return []
+    return []
+
+
+def claim_cut(folder: Path, run_id: str, now: float | None = None) -> bool:
+    """Whether this worker cuts its warm-up short for the queued run `run_id`: True for the first of the
+    workers sharing `folder` to ask (it creates the run's file there), False for the others."""
+    folder.mkdir(parents=True, exist_ok=True)
+    now = time.time() if now is None else now
+    for old in folder.iterdir():
+        try:
+            if now - old.stat().st_mtime > CUT_KEPT_S:
+                old.unlink()
+        except OSError:  # another worker cleared it first
+            pass
+    try:
+        os.close(os.open(folder / run_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def warm_parent(
+    settings: Settings, queued: Callable[[], list[RunSpec]] = list, train: Callable | None = None
+) -> dict:
+    """Warm this process as described above; returns {"seconds", "runs", "failed": [spec JSON, …],
+    "trained": [spec, …] in order, "skipped": the pieces left out because a run was queued}.
+
+    `queued()` is asked after each piece (the specs of the queued runs it cuts for; see workers/jobs.py):
+    once it names any, only the pieces that serve them are trained, then the warm-up ends. A failed
+    warm-up run is logged and skipped (the worker still serves; that run's kind just starts cold). Runs
+    with one torch thread and restores the thread count after. `train`: the engine's (a test passes
+    its own)."""
     import torch
 
-    from workers.engine import train
+    if train is None:
+        from workers.engine import train as engine_train
+
+        train = engine_train
 
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -76,8 +143,11 @@ def warm_parent(settings: Settings) -> dict:
     cpu_only = settings.model_copy(update={"kernel_backend": "torch", "cuda_graphs": False})
     failed = []
     specs = warm_specs(settings)
+    plan, trained, skipped, cut = list(specs), [], 0, False
     try:
-        for spec in specs:
+        while plan:
+            spec = plan.pop(0)
+            trained.append(spec)
             result = train(spec, settings=cpu_only)
             if result.status != "completed":
                 failed.append(spec.model_dump_json(exclude_defaults=True))
@@ -87,11 +157,28 @@ def warm_parent(settings: Settings) -> dict:
                     result.status,
                     result.error,
                 )
+            if plan and not cut and (waiting := queued()):
+                needed = [piece for piece in plan if serves(piece, waiting)]
+                skipped, plan, cut = len(plan) - len(needed), needed, True
     finally:
         torch.set_num_threads(threads)
-    took = time.perf_counter() - started
-    log.info("worker warmed in %.1f s (%d tiny runs, %d failed)", took, len(specs), len(failed))
-    return {"seconds": took, "runs": len(specs), "failed": failed}
+    report = {
+        "seconds": time.perf_counter() - started,
+        "runs": len(trained),
+        "failed": failed,
+        "trained": trained,
+        "skipped": skipped,
+    }
+    log.info(summary(report))
+    return report
+
+
+def summary(report: dict) -> str:
+    """The warm-up's outcome in one line (the worker logs it once its logging is set up)."""
+    return (
+        f"worker warmed in {report['seconds']:.1f} s ({report['runs']} tiny runs, {len(report['failed'])} "
+        f"failed, {report['skipped']} skipped" + (": a run was queued)" if report["skipped"] else ")")
+    )
 
 
 def is_prefork(pool_cls) -> bool:

@@ -3,9 +3,10 @@ seeds drawn at launch (`{"fresh": K}`: a replication, recorded as one)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from pydantic import ValidationError
 
+from backend.auth import require_admin
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.routes.sweeps import MAX_SWEEP_RUNS
 from backend.runs_common import create_and_enqueue
@@ -24,16 +25,24 @@ router = APIRouter(prefix="/api", tags=["presets"])
     "/presets/{name}",
     status_code=201,
     response_model=PresetLaunched,
-    responses={code: {"model": ErrorDetail} for code in (404, 422, 429, 503)},
+    responses={code: {"model": ErrorDetail} for code in (403, 404, 422, 429, 503)},
 )
 def launch_preset(
-    name: str, store: StoreDep, settings: SettingsDep, user: UserDep, body: PresetLaunch | None = None
+    name: str,
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    user: UserDep,
+    body: PresetLaunch | None = None,
 ) -> PresetLaunched:
-    """Queue every run of the preset once per seed, in one group (followed by GET /api/groups/{group_id})."""
+    """Queue every run of the preset once per seed, in one group (followed by GET /api/groups/{group_id});
+    `non_preemptible` (admin only) keeps its runs from yielding to interactive ones."""
     preset = PRESETS.get(name)
     if preset is None:
         raise HTTPException(404, f"Unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.")
     body = body or PresetLaunch(seeds=None, steps=None, fresh=None)
+    if body.non_preemptible:
+        require_admin(request, "mark a preset non-preemptible")
     seeds = list(body.seeds if body.seeds is not None else preset.seeds)
     if body.fresh is not None:  # a replication: seeds no rule, margin or tuning ever saw
         seeds = draw_fresh_seeds(body.fresh)
@@ -57,11 +66,19 @@ def launch_preset(
             specs.append(spec.model_copy(update={"seed": seed}))
             labels.append(label)
     group_id = new_run_id()
-    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
-    meta = preset_meta(
-        name, dict(zip(run_ids, labels, strict=True)), body.steps, body.swap, fresh=body.fresh is not None
-    )
-    store.put_group(group_id, meta)
+
+    def record(run_ids: list[str]) -> None:  # before any of its runs can start
+        meta = preset_meta(
+            name,
+            dict(zip(run_ids, labels, strict=True)),
+            body.steps,
+            body.swap,
+            fresh=body.fresh is not None,
+            non_preemptible=body.non_preemptible,
+        )
+        store.put_group(group_id, meta)
+
+    run_ids = create_and_enqueue(store, settings, specs, user, group_id, record)
     return PresetLaunched(group_id=group_id, run_ids=run_ids)
 
 

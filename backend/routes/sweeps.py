@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from pydantic import ValidationError
 
+from backend.auth import require_admin
 from backend.deps import SettingsDep, StoreDep, UserDep
 from backend.errors import validation_fields
 from backend.runs_common import create_and_enqueue
@@ -23,9 +24,15 @@ MAX_SWEEP_RUNS = 64
     "/sweeps",
     status_code=201,
     response_model=SweepCreated,
-    responses={code: {"model": ErrorDetail} for code in (422, 429, 503)},
+    responses={code: {"model": ErrorDetail} for code in (403, 422, 429, 503)},
 )
-def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user: UserDep) -> SweepCreated:
+def submit_sweep(
+    body: SweepCreate, request: Request, store: StoreDep, settings: SettingsDep, user: UserDep
+) -> SweepCreated:
+    """Queue every combination as one group; `non_preemptible` (admin only) keeps its runs from
+    yielding to interactive ones."""
+    if body.non_preemptible:
+        require_admin(request, "mark a sweep non-preemptible")
     base = body.base.model_dump()
     combos = list(
         itertools.product(
@@ -54,9 +61,15 @@ def submit_sweep(body: SweepCreate, store: StoreDep, settings: SettingsDep, user
                 },
             ) from exc
     group_id = new_run_id()
-    run_ids = create_and_enqueue(store, settings, specs, user, group_id)
     varied = [
         name for name, values in (("norm", body.norms), ("batch_size", body.batch_sizes)) if len(values) > 1
     ]  # GET /api/groups/{id} makes one cell per combination of these
-    store.put_group(group_id, sweep_meta(varied))
+    run_ids = create_and_enqueue(
+        store,
+        settings,
+        specs,
+        user,
+        group_id,
+        lambda _ids: store.put_group(group_id, sweep_meta(varied, body.non_preemptible)),  # before they start
+    )
     return SweepCreated(group_id=group_id, run_ids=run_ids)

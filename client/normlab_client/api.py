@@ -112,10 +112,15 @@ class Client:
         seeds: list[int] | None = None,
         steps: int | None = None,
         swap: dict[str, str] | None = None,
+        *,
+        non_preemptible: bool = False,
     ) -> Group:
         """Launch a preset (a figure of the paper) over its seeds: one Group. `swap={"layer": "dyt"}` runs
-        a normalizer in place of the preset's (its claims are then judged for it)."""
+        a normalizer in place of the preset's (its claims are then judged for it). `non_preemptible`
+        (admin only): its runs never yield their workers to interactive runs."""
         body = {k: v for k, v in {"seeds": seeds, "steps": steps, "swap": swap}.items() if v is not None}
+        if non_preemptible:
+            body["non_preemptible"] = True
         launched = PresetLaunched.model_validate(
             self.request("POST", f"/api/presets/{name}", json=body or None).json()
         )
@@ -127,13 +132,23 @@ class Client:
         norms: list[str] | None = None,
         batch_sizes: list[int] | None = None,
         seeds: list[int] | None = None,
+        *,
+        non_preemptible: bool = False,
         **fields: Any,
     ) -> Group:
         """A base spec (and/or its fields as keywords) crossed with lists of norms, batch sizes and seeds:
-        one run per combination, in one Group."""
+        one run per combination, in one Group. `non_preemptible` (admin only): its runs never yield
+        their workers to interactive runs."""
         spec = _spec_dict(base)
         spec.update(fields)
-        body = {"base": spec, "norms": norms or [], "batch_sizes": batch_sizes or [], "seeds": seeds or []}
+        body: dict[str, Any] = {
+            "base": spec,
+            "norms": norms or [],
+            "batch_sizes": batch_sizes or [],
+            "seeds": seeds or [],
+        }
+        if non_preemptible:
+            body["non_preemptible"] = True
         created = SweepCreated.model_validate(self.request("POST", "/api/sweeps", json=body).json())
         return Group(self.http, created.group_id, created.run_ids)
 

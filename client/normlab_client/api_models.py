@@ -65,6 +65,11 @@ class SweepCreate(BaseModel):
     norms: list[NormName] = Field(default_factory=list, max_length=6)
     batch_sizes: list[int] = Field(default_factory=list, max_length=8)
     seeds: list[int] = Field(default_factory=list, max_length=8)
+    non_preemptible: bool = Field(
+        False,
+        description="Admin only (403 for others when the server asks for tokens): the runs never yield their "
+        "workers to interactive runs (backend/yields.py); nothing else about their order changes.",
+    )
 
     @model_validator(mode="before")
     @classmethod

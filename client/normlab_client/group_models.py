@@ -40,6 +40,11 @@ class PresetLaunch(BaseModel):
         description="Replicate: draw this many seeds now from a range no rule saw (≥ 10000) instead of "
         "the preset's; the group is recorded as a fresh draw.",
     )
+    non_preemptible: bool = Field(
+        False,
+        description="Admin only (403 for others when the server asks for tokens): the runs never yield their "
+        "workers to interactive runs (backend/yields.py); nothing else about their order changes.",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -107,6 +112,7 @@ class PresetMeta(BaseModel):
     steps: int | None = None
     swap: dict[str, str] = Field(default_factory=dict)  # normalizers run in place of the preset's
     fresh: bool = False  # its seeds were drawn at launch from the fresh range (a replication)
+    non_preemptible: bool = False  # marked by an admin: its runs never yield (backend/yields.py)
 
 
 class SweepMeta(BaseModel):
@@ -114,6 +120,7 @@ class SweepMeta(BaseModel):
 
     kind: Literal["sweep"] = "sweep"
     varied: list[str] = Field(default_factory=list)
+    non_preemptible: bool = False  # marked by an admin: its runs never yield (backend/yields.py)
 
 
 class PlainMeta(BaseModel):

@@ -251,7 +251,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         app = app_with_pages(settings)
         warm = threading.Event()
         app.state.workers = lambda: {**pool.state(), "warm": warm.is_set()}  # /api/health reports them
-        # the URL now; the workers finish warming in the background (a run queued meanwhile just waits)
+        # the URL now; the workers finish warming in the background (a run queued meanwhile cuts one
+        # worker's warm-up to what it needs: workers/warm.py)
         threading.Thread(target=_warm_then_watch, args=(pool, log_dir, warm), daemon=True).start()
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         print(

@@ -53,12 +53,17 @@ def read_meta(group_id: str, text: str) -> GroupMeta:
         ) from None
 
 
-def _is_fresh(text: str | None) -> bool:
+def _flag(text: str | None, name: str) -> bool:
+    """Whether stored metadata says `name: true` (unreadable metadata says nothing)."""
     try:
         data = json.loads(text or "{}")
     except ValueError:
         return False
-    return isinstance(data, dict) and data.get("fresh") is True
+    return isinstance(data, dict) and data.get(name) is True
+
+
+def _is_fresh(text: str | None) -> bool:
+    return _flag(text, "fresh")
 
 
 class GroupsMixin:
@@ -141,6 +146,14 @@ class GroupsMixin:
             except StoredGroupError:
                 continue  # GET /api/groups/{id} names it; the record goes on without it
         return out
+
+    def pinned_groups(self, group_ids: set[str]) -> set[str]:
+        """Those of `group_ids` an admin marked non-preemptible (their runs never yield)."""
+        if not group_ids:
+            return set()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(groups.c.id, groups.c.meta).where(groups.c.id.in_(group_ids))).all()
+        return {gid for gid, meta in rows if _flag(meta, "non_preemptible")}
 
     def get_group(self, group_id: str) -> GroupRow | None:
         """The stored group, or None; raises StoredGroupError when its metadata cannot be read."""

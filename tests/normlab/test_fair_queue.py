@@ -82,3 +82,18 @@ def test_the_youngest_batch_run_yields_to_an_interactive_run_that_found_no_free_
     assert fair_queue.to_yield([{**lab, "group_id": "h"}], batch, now=200.0, patience_s=1.0) == []
     busy = [*batch, {"id": "other-lab", "created_at": 3.0, "started_at": 30.0, "group_id": None}]
     assert fair_queue.to_yield([lab], busy, now=200.0, patience_s=1.0) == []
+
+
+def test_with_every_known_worker_on_batch_work_the_yield_is_asked_at_once_and_pinned_groups_keep_theirs():
+    batch = [
+        {"id": "old", "created_at": 1.0, "started_at": 10.0, "group_id": "g"},
+        {"id": "young", "created_at": 2.0, "started_at": 20.0, "group_id": "pinned"},
+    ]
+    lab = {"id": "lab", "created_at": 100.0, "group_id": None}
+    assert fair_queue.to_yield([lab], batch, now=100.0, patience_s=1.0, workers=2) == ["young"]
+    # a third worker may be free: the patience holds
+    assert fair_queue.to_yield([lab], batch, now=100.0, patience_s=1.0, workers=3) == []
+    assert fair_queue.to_yield([lab], batch, now=100.0, patience_s=1.0, workers=2, pinned=["pinned"]) == [
+        "old"
+    ]
+    assert fair_queue.to_yield([lab], batch[1:], now=200.0, patience_s=1.0, pinned=["pinned"]) == []

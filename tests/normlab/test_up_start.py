@@ -1,5 +1,6 @@
 """`normlab up`'s start: one worker per core by default (--workers still wins), and the URL printed
-before the workers have warmed up (they finish in the background; a run queued meanwhile waits)."""
+before the workers have warmed up (they finish in the background; a run queued meanwhile cuts one
+worker's warm-up short)."""
 
 from __future__ import annotations
 

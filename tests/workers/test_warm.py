@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from normlab.settings import Settings
+from normlab.store import get_store
 from normlab_client.catalog import TASKS
+from normlab_client.spec import RunSpec
 from workers import warm
 
 CHILD = textwrap.dedent("""
@@ -109,3 +111,119 @@ def test_only_a_forking_pool_is_warmed(pool, prefork):
 
     assert warm.is_prefork(pool) is prefork
     assert warm.is_prefork(get_implementation(pool)) is prefork
+
+
+class _Trained:
+    """A stand-in for the engine's train: records the warm-up pieces in the order they were trained."""
+
+    def __init__(self):
+        self.specs = []
+
+    def __call__(self, spec, settings):
+        self.specs.append(spec)
+        return type("Result", (), {"status": "completed", "error": None})()
+
+
+def test_a_run_queued_during_the_warm_up_cuts_it_to_that_runs_pieces(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    pieces = warm.warm_specs(settings)
+    waiting = RunSpec(task="adding", norm="layer", cell="lstm")
+    asked = []
+
+    def queued():
+        asked.append(len(trained.specs))
+        return [waiting] if len(trained.specs) >= 3 else []  # queued while the third piece trained
+
+    trained = _Trained()
+    report = warm.warm_parent(settings, queued, train=trained)
+    rest = [p for p in pieces[3:] if p.task == "adding"]
+    assert trained.specs == pieces[:3] + rest  # the run's own pieces, then the worker serves
+    assert len(rest) >= 5 and report["skipped"] == len(pieces) - 3 - len(rest) > 10
+    assert asked == [1, 2, 3]  # between pieces, and no more once cut
+
+
+def test_without_a_queued_run_the_warm_up_is_whole(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    trained = _Trained()
+    report = warm.warm_parent(settings, list, train=trained)
+    assert trained.specs == warm.warm_specs(settings) and report["skipped"] == 0
+
+
+def test_a_run_queued_before_the_worker_starts_waits_only_for_the_core(tmp_path, monkeypatch):
+    """The Celery worker's own warm-up hook, with a run already in the store's queue: after the first
+    piece (torch, the engine, Adam) only the run's task is warmed."""
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    store = get_store(settings)
+    store.create_runs([{"id": "first", "spec": {"task": "mnist1d", "norm": "batch"}}])
+    trained = _Trained()
+    monkeypatch.setattr(engine, "train", trained)
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    jobs._warm_parent(sender)
+    pieces = warm.warm_specs(settings)
+    assert trained.specs == [pieces[0]] + [p for p in pieces[1:] if p.task == "mnist1d"]
+    assert len(trained.specs) < len(pieces) / 4
+
+
+def test_a_second_worker_warms_whole_once_the_first_cut_its_warm_up_for_the_one_queued_run(
+    tmp_path, monkeypatch
+):
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    get_store(settings).create_runs([{"id": "first", "spec": {"task": "mnist1d", "norm": "batch"}}])
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    firsts, seconds = _Trained(), _Trained()
+    monkeypatch.setattr(engine, "train", firsts)
+    jobs._warm_parent(sender)
+    monkeypatch.setattr(engine, "train", seconds)
+    jobs._warm_parent(sender)  # the second worker of the same data directory
+    assert len(firsts.specs) < len(seconds.specs) == len(warm.warm_specs(settings))
+
+
+def test_claim_cut_is_won_once_per_run_and_old_lots_are_cleared(tmp_path):
+    assert warm.claim_cut(tmp_path, "a", now=1000.0) and not warm.claim_cut(tmp_path, "a", now=1000.0)
+    assert warm.claim_cut(tmp_path, "b", now=1000.0)
+    later = (tmp_path / "b").stat().st_mtime + warm.CUT_KEPT_S + 1
+    assert warm.claim_cut(tmp_path, "a", now=later)  # a lot older than CUT_KEPT_S no longer counts
+
+
+def test_each_worker_claims_one_queued_run_in_the_fair_order(tmp_path):
+    store = get_store(Settings(data_dir=tmp_path))
+    store.create_runs([{"id": "batch", "spec": {"task": "adding", "norm": "layer"}, "group_id": "g"}])
+    store.create_runs(
+        [
+            {"id": "lab", "spec": {"task": "copy", "norm": "layer", "cell": "gru"}},
+            {"id": "bad", "spec": {"task": "no-such-task", "norm": "layer"}},
+        ]
+    )
+    folder = tmp_path / "cuts"
+    claims = [warm.claim_queued(store, folder) for _ in range(4)]  # four workers, one after another
+    assert [(s.task, s.cell) for s in claims[0]] == [("copy", "gru")]  # interactive first
+    assert claims[1] == []  # the unreadable one: claimed, nothing to warm for
+    assert [s.task for s in claims[2]] == ["adding"] and claims[3] == []
+
+
+def test_with_two_runs_queued_two_workers_cut_their_warm_up_one_run_each(tmp_path, monkeypatch):
+    from workers import engine, jobs
+    from workers.celery_app import create_app
+
+    settings = Settings(data_dir=tmp_path)
+    get_store(settings).create_runs(
+        [
+            {"id": "one", "spec": {"task": "mnist1d", "norm": "batch"}},
+            {"id": "two", "spec": {"task": "copy", "norm": "layer"}},
+        ]
+    )
+    sender = type("Worker", (), {"pool_cls": "prefork", "app": create_app(settings)})()
+    trained = []
+    for _ in range(2):
+        trained.append(_Trained())
+        monkeypatch.setattr(engine, "train", trained[-1])
+        jobs._warm_parent(sender)
+    pieces = warm.warm_specs(settings)
+    assert [{p.task for p in t.specs[1:]} for t in trained] == [{"mnist1d"}, {"copy"}]
+    assert all(t.specs[0] == pieces[0] for t in trained)

@@ -192,6 +192,20 @@ def first_after_start(pythonpath: str | None, loaded: bool) -> tuple[float, floa
             return time.perf_counter() - t0, first_point(lab.url)
 
 
+def _first_points(url: str, startup: float, repeats: int) -> dict:
+    """On a `normlab up` just started (`startup` s ago): its first run's first point, then `repeats`
+    quiet ones and `repeats` with every worker on batch work."""
+    first = first_point(url)
+    more = [first_point(url) for _ in range(repeats)]
+    return {
+        "startup_s": startup,
+        "first_point_after_start_s": first,
+        "first_point_median_s": statistics.median(more),
+        "first_point_s": more,
+        "first_point_batch_busy_s": first_point_behind_batch(url, repeats),
+    }
+
+
 def measure_first_points(pythonpath: str | None, repeats: int, loaded: bool = False) -> dict:
     """Only the click -> first point figures (--first-points): after start, quiet, on batch work."""
     with tempfile.TemporaryDirectory(prefix="nl-bench-demo-") as tmp:
@@ -199,18 +213,8 @@ def measure_first_points(pythonpath: str | None, repeats: int, loaded: bool = Fa
         with running_lab(
             tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath, wait_warm=False
         ) as lab:
-            startup = time.perf_counter() - t0
-            first = first_point(lab.url)
-            more = [first_point(lab.url) for _ in range(repeats)]
-            behind_batch = first_point_behind_batch(lab.url, repeats)
-    out = {
-        "startup_s": startup,
-        "first_point_after_start_s": first,
-        "first_point_median_s": statistics.median(more),
-        "first_point_s": more,
-        "first_point_batch_busy_s": behind_batch,
-        "code": pythonpath or "this checkout",
-    }
+            out = _first_points(lab.url, time.perf_counter() - t0, repeats)
+    out["code"] = pythonpath or "this checkout"
     if loaded:
         out["startup_hog_s"], out["first_point_after_start_hog_s"] = first_after_start(pythonpath, True)
     return out
@@ -226,10 +230,7 @@ def measure(
         with running_lab(
             tmp, workers=1, timeout=180, isolated=True, pythonpath=pythonpath, wait_warm=False
         ) as lab:
-            startup = time.perf_counter() - t0
-            first = first_point(lab.url)
-            more = [first_point(lab.url) for _ in range(repeats)]
-            behind_batch = first_point_behind_batch(lab.url, repeats)
+            points = _first_points(lab.url, time.perf_counter() - t0, repeats)
             cancels = cancel_latencies(lab.url, cancel_repeats)
             weight = pages(lab.url, page_repeats)
             browser_clicks = clicks(lab.url, max(1, repeats))
@@ -238,11 +239,7 @@ def measure(
     return {
         "clicks": browser_clicks,
         "clicks_hog": hogged,
-        "startup_s": startup,
-        "first_point_after_start_s": first,
-        "first_point_median_s": statistics.median(more),
-        "first_point_s": more,
-        "first_point_batch_busy_s": behind_batch,
+        **points,
         "cancel_s": cancels,
         "pages": weight,
         "code": pythonpath or "this checkout",

@@ -2,8 +2,9 @@
 
 TRITON_INTERPRET=1 must be set before triton itself is imported (triton's own `tl.sum` & co. are
 `@triton.jit` functions, and triton imports more of itself lazily later), so this process never sets
-it: on a CPU machine `test_interpreter_suite.py` runs the interpreter tests in a child pytest with the
-variable set, and the rest of the suite keeps an unchanged environment. Running
+it: on a CPU machine `test_interpreter_suite.py` and `test_interpreter_suite_seq.py` run the
+interpreter tests in child pytests with the variable set, and the rest of the suite keeps an unchanged
+environment. Running
 `TRITON_INTERPRET=1 pytest tests/kernels` directly runs them in-process too. With CUDA nothing is
 interpreted: the `gpu` tests use the compiled kernels and the interpreter tests skip.
 """
@@ -18,7 +19,7 @@ import torch
 HAS_CUDA = torch.cuda.is_available()
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and HAS_TRITON and not HAS_CUDA
-# Not interpreted here: the child pytest of test_interpreter_suite.py runs these files (on CPU), or the gpu
+# Not interpreted here: the child pytests of test_interpreter_suite*.py run these files (on CPU), or the gpu
 # tests cover the compiled kernels (on CUDA). Left out of this collection instead of skip lines.
 INTERP_FILES = [
     "test_layer_norm_interp.py",
@@ -46,7 +47,7 @@ def interp():
     if HAS_CUDA:
         pytest.skip("CUDA is available: the gpu tests cover the compiled kernels")
     if not INTERPRETED:
-        pytest.skip("runs in the TRITON_INTERPRET=1 child pytest of test_interpreter_suite.py")
+        pytest.skip("runs in the TRITON_INTERPRET=1 child pytests of test_interpreter_suite*.py")
     kernel = importlib.import_module("kernels.layer_norm_triton")._ln_fwd
     assert type(kernel).__name__ == "InterpretedFunction", "kernels imported before TRITON_INTERPRET was set"
 

@@ -206,7 +206,7 @@ def group_card(group: GroupPublic, ids_: dict[str, str], present: bool = False) 
         ),
     ]
     if group.map is not None:  # a map preset: its effect per axis value beside the bands
-        out.append(map_figure.map_graph(group.map))
+        out.append(map_figure.map_graph(group.map, present))
     # a claim on a hidden-state figure (η·λ_max, the angular update, …): that figure per arm
     out += [judged_graph(group, key, present) for key in judged_figure.trace_keys(group)]
     if group.kind != "preset":

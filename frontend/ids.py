@@ -122,6 +122,7 @@ PRESET_START = "preset-start"  # pattern-matching: {"type": PRESET_START, "name"
 PRESET_MESSAGE = "preset-message"
 PRESET_GO = "preset-go"  # dcc.Location used to open Compare after starting a preset
 PRESET_VERDICT = "preset-verdict"  # pattern-matching: {"type": PRESET_VERDICT, "name": preset}
+PRESET_PRESENT = "preset-present"  # dcc.Store bool: the page is in presentation mode (?present=1)
 PRESET_LATEST = "preset-latest"  # dcc.Store {preset: group id}: each preset's latest launch on the server
 PRESET_GROUPS = "preset-groups"  # dcc.Store (localStorage) {preset: group id} of the last launches
 PRESET_POLL = "preset-poll"  # dcc.Interval: refresh the launched groups' verdicts until they end

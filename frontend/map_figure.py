@@ -19,8 +19,9 @@ from normlab_client.group_models import ScaleMapPublic
 FAVOURS_TEXT = {"a": "favours {a}", "b": "favours {b}", "neither": "within noise"}
 
 
-def map_figure(m: ScaleMapPublic) -> dict[str, Any]:
-    """The map's figure: points with ± z·SE bars, a zero line and the claim's side shaded."""
+def map_figure(m: ScaleMapPublic, present: bool = False) -> dict[str, Any]:
+    """The map's figure: points with ± z·SE bars, a zero line and the claim's side shaded; `present`:
+    presentation mode's type and size (figures.apply_theme)."""
     pts = [(p, p.difference) for p in m.points if p.difference is not None]
     z, a, b = m.z, m.a, m.b
     fig = go.Figure()
@@ -54,17 +55,19 @@ def map_figure(m: ScaleMapPublic) -> dict[str, Any]:
         annotation_text=f"{a} better",
         annotation_position="bottom left" if below else "top left",
     )
+    if present:
+        figures.apply_theme(fig, True, height=260)
     fig.update_layout(
         xaxis={"title": m.axis_name or m.axis, "type": "category", "categoryarray": xs},
         yaxis={"title": f"Δ {m.metric} ({a} − {b})", "range": [-reach, reach]},
         showlegend=False,
-        height=260,
-        margin={"l": 60, "r": 10, "t": 10, "b": 40},
+        height=260 + (120 if present else 0),
+        margin={"l": 90 if present else 60, "r": 10, "t": 10, "b": 70 if present else 40},
     )
     figure: dict[str, Any] = fig.to_dict()
     return figure
 
 
-def map_graph(m: ScaleMapPublic) -> dcc.Graph:
+def map_graph(m: ScaleMapPublic, present: bool = False) -> dcc.Graph:
     """The map as a graph for a preset card (its class lets browser tests find it)."""
-    return dcc.Graph(figure=map_figure(m), className="map-graph", config={"displayModeBar": False})
+    return dcc.Graph(figure=map_figure(m, present), className="map-graph", config={"displayModeBar": False})

@@ -126,7 +126,7 @@ def gallery(presets: list[dict[str, Any]]) -> list[Component]:
     return out
 
 
-def layout(**_: str) -> html.Div:
+def layout(present: str | None = None, **_: str) -> html.Div:
     try:
         presets = data.api().presets()
     except ApiError as exc:
@@ -140,6 +140,7 @@ def layout(**_: str) -> html.Div:
             dcc.Location(id=ids.PRESET_GO, refresh="callback-nav"),
             dcc.Store(id=ids.PRESET_GROUPS, storage_type="local"),
             dcc.Store(id=ids.PRESET_LATEST, data=latest_launches(presets)),
+            dcc.Store(id=ids.PRESET_PRESENT, data=logic.is_present({"present": present})),
             dcc.Interval(id=ids.PRESET_POLL, interval=2000, disabled=True),
             *replication_panel.page_part(),
             *components.page_stores(),
@@ -200,7 +201,9 @@ def on_start(
     return {**(launches or {}), name: launched}, problem
 
 
-def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: str = "") -> list[Component]:
+def verdict_box(
+    launched: dict[str, Any], group: GroupPublic | None, problem: str = "", present: bool = False
+) -> list[Component]:
     """A card's live part: the group's verdicts and progress, and where to watch the curves."""
     gid, runs = launched.get("group"), launched.get("runs") or []
     href = "/compare" + logic.encode_query({"group": gid} if gid else {"runs": runs})
@@ -208,27 +211,30 @@ def verdict_box(launched: dict[str, Any], group: GroupPublic | None, problem: st
     link = dcc.Link(text, href=href, className="btn small compare-link")
     if group is None:
         return [html.Div(problem or f"Started {len(runs)} runs.", className="muted"), link]
-    return [*judged_graphs(group), *group_view.verdicts(group, expect=False), link]
+    return [*judged_graphs(group, present), *group_view.verdicts(group, expect=False), link]
 
 
-def judged_graphs(group: GroupPublic) -> list[Component]:
+def judged_graphs(group: GroupPublic, present: bool = False) -> list[Component]:
     """What the card draws: the quantity its claims judge. A map: Δ per axis value; a claim on a
     hidden-state figure (η·λ_max, the angular update, …): that figure per arm, seeds, mean and its
     interval beside the claim's line (frontend/judged_figure.py); a claim on the final metric or its
-    curve: the metric's mean ± std bands along training."""
+    curve: the metric's mean ± std bands along training. `present`: sized for a projector."""
     if group.map is not None:
-        return [map_figure.map_graph(group.map)]
+        return [map_figure.map_graph(group.map, present)]
     # fixed heights, so the card grows by exactly the plots (a responsive plot sized itself after the
     # card had been laid out, and ran over the card below)
     config: dcc.Graph.Config = {**components.GRAPH_CONFIG, "responsive": False}
-    out: list[Component] = [group_view.judged_graph(group, key) for key in judged_figure.trace_keys(group)]
+    keys = judged_figure.trace_keys(group)
+    out: list[Component] = [group_view.judged_graph(group, key, present) for key in keys]
     if judged_figure.draws_bands(group):
+        height = 300
+        shown = height + (120 if present else 0)  # figures.apply_theme's presentation height
         out.insert(
             0,
             dcc.Graph(
-                figure=group_view.band_figure(group, height=300),
+                figure=group_view.band_figure(group, present, height=height),
                 config=config,
-                style={"height": "300px"},
+                style={"height": f"{shown}px"},
                 className="preset-bands",
             ),
         )
@@ -241,11 +247,13 @@ def judged_graphs(group: GroupPublic) -> list[Component]:
     Input(ids.PRESET_POLL, "n_intervals"),
     Input(ids.PRESET_GROUPS, "data"),
     State(ids.PRESET_LATEST, "data"),
+    State(ids.PRESET_PRESENT, "data"),
 )
 def on_poll(
     _n: int | None,
     launches: dict[str, dict[str, Any]] | None,
     latest: dict[str, dict[str, Any]] | None,
+    present: bool | None = False,
 ) -> tuple[list[object], bool]:
     """Every launched preset's verdict as its runs finish (this browser's launch, else the server's
     latest); the polling stops once every group ended."""
@@ -264,7 +272,7 @@ def on_poll(
             except ApiError as exc:
                 problem = exc.detail
             live = live or (group is not None and not group.done)
-        out.append(verdict_box(launched, group, problem))
+        out.append(verdict_box(launched, group, problem, bool(present)))
     return out, not live
 
 

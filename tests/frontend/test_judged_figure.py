@@ -143,3 +143,20 @@ def test_compares_group_card_draws_the_judged_figure_beside_its_bands():
     # presentation mode: the figure's own height, large type
     assert judged.style == {"height": f"{judged.figure['layout']['height']}px"}
     assert judged.figure["layout"]["font"]["size"] == 20
+
+
+def test_the_cards_charts_are_sized_for_a_projector_in_presentation_mode():
+    from frontend.app import create_app
+
+    create_app()
+    from frontend.pages import presets
+
+    group = _group("edge-of-stability", {"eta_lambda_late": ETA_LAMBDA})
+    (normal,) = presets.judged_graphs(group)
+    (present,) = presets.judged_graphs(group, present=True)
+    assert present.figure["layout"]["font"]["size"] == 20 != normal.figure["layout"]["font"]["size"]
+    assert present.style == {"height": f"{present.figure['layout']['height']}px"}
+    group.claims = []  # no claim: the bands, at the height their figure has
+    bands = presets.judged_graphs(group, present=True)[0]
+    assert bands.figure["layout"]["font"]["size"] == 20
+    assert bands.style == {"height": f"{bands.figure['layout']['height']}px"}

@@ -78,3 +78,10 @@ def test_compares_group_card_draws_the_map_of_a_map_preset():
         for c in group_view.group_card(GroupPublic.model_validate({**group, "map": None}), ids.GROUP_IDS)
         if getattr(c, "className", None) == "map-graph"
     ]
+
+
+def test_presentation_mode_draws_the_map_in_large_type_and_taller():
+    normal, present = map_figure(_map())["layout"], map_figure(_map(), present=True)["layout"]
+    assert present["font"]["size"] == 20 and normal.get("font", {}).get("size") != 20
+    assert present["height"] > normal["height"]
+    assert map_graph(_map(), present=True).figure["layout"]["font"]["size"] == 20

@@ -63,3 +63,43 @@ def test_edge_of_stability_draws_eta_lambda_at_2_and_states_its_duration_before_
     finally:
         dev_server.api.rate = 25.0
         dev_server.api.preset_estimates = {}
+
+
+@pytest.mark.parametrize("viewport", [(1280, 720), (1920, 1080)], ids=lambda v: f"{v[0]}x{v[1]}")
+def test_presentation_mode_draws_every_cards_charts_large_without_overlaps_or_controls(
+    browser, shot, dev_server, viewport
+):
+    """The Presets page in presentation mode with a band card, a judged card, an equilibrium card and a
+    map: every chart in large type, no two texts of one figure overlapping, no form control shown."""
+    import httpx
+
+    from tests._poll import wait_for
+    from tests.frontend._page_checks import CONTROLS, DRAWN, OVERLAPS
+
+    dev_server.api.rate = 400.0  # the synthetic runs finish in about a second
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    try:
+        for name in ("fig6-batch4", "edge-of-stability", "wd-effective-lr", "map-ln-bn-batch"):
+            gid = httpx.post(f"{dev_server.url}/api/presets/{name}", json={}, timeout=10).json()["group_id"]
+            wait_for(
+                lambda gid=gid: httpx.get(f"{dev_server.url}/api/groups/{gid}", timeout=10).json()["done"],
+                60,
+                f"{name}'s runs did not end",
+            )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{dev_server.url}/presets?present=1")
+        page.wait_for_function(DRAWN, timeout=60000)
+        charts = "document.querySelectorAll('.preset.card .verdict-box .js-plotly-plot')"
+        page.wait_for_function(f"() => {charts}.length >= 4", timeout=60000)
+        page.wait_for_function(DRAWN, timeout=60000)
+        sizes = page.evaluate(f"() => Array.from({charts}).map(gd => gd._fullLayout.font.size)")
+        assert sizes and set(sizes) == {20}, sizes
+        assert page.evaluate(OVERLAPS) == []
+        assert page.evaluate(CONTROLS) == []
+        shot(page, f"presets-present-{viewport[0]}x{viewport[1]}")
+        assert not errors, errors
+    finally:
+        context.close()
+        dev_server.api.rate = 25.0
